@@ -1,0 +1,193 @@
+"""The telemetry contract: every record any flightwatch agent writes, defined once.
+
+A record is flat and typed; units sit in the field names. On the wire, many records
+travel in one Kafka message as NDJSON (one JSON object a line, ``None`` fields left
+out), keyed by the agent's name so one agent's records stay in order on one partition.
+Every record carries the schema version ``v``.
+
+The Arrow schema (and from it the Spark schema) is derived from the dataclasses below,
+never retyped: ``ARROW_SCHEMA`` is the union of all record kinds' fields.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import ClassVar, Iterable
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+"""Version stamped into every record as ``v``; the job quarantines any other."""
+
+MIN_TS_NS = 946_684_800 * 10**9
+"""Earliest timestamp accepted (2000-01-01T00:00:00Z): anything earlier is quarantined."""
+MAX_TS_NS = 4_102_444_800 * 10**9
+"""Latest timestamp accepted (2100-01-01T00:00:00Z): anything later is quarantined."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """Fields every record has. ``at_ns`` is the record's event time (Unix ns)."""
+
+    run_id: str
+    agent: str
+    at_ns: int
+    KIND: ClassVar[str] = ""
+    REQUIRED: ClassVar[tuple[str, ...]] = ("run_id", "agent", "at_ns")
+
+    def to_dict(self) -> dict:
+        d = {"v": SCHEMA_VERSION, "kind": self.KIND}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                d[f.name] = value
+        return d
+
+
+@dataclass(frozen=True)
+class Send(Record):
+    """One event sent to the system under test. ``intended_at_ns`` comes from the pacer."""
+
+    event_id: str = ""
+    intended_at_ns: int = 0
+    bytes_out: int | None = None
+    worker: int | None = None
+    KIND: ClassVar[str] = "send"
+    REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("event_id", "intended_at_ns")
+
+
+@dataclass(frozen=True)
+class Receive(Record):
+    """One delivery of an event seen by a receiver agent (``at_ns`` = receive time)."""
+
+    event_id: str = ""
+    bytes_in: int | None = None
+    KIND: ClassVar[str] = "recv"
+    REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("event_id",)
+
+
+@dataclass(frozen=True)
+class Ack(Record):
+    """The target's answer to one send (``at_ns`` = ack time); ``error`` names a failure's cause."""
+
+    event_id: str = ""
+    sent_at_ns: int = 0
+    status: int | None = None
+    error: str | None = None
+    KIND: ClassVar[str] = "ack"
+    REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("event_id", "sent_at_ns")
+
+    @property
+    def failed(self) -> bool:
+        return is_failure(self.status, self.error)
+
+
+@dataclass(frozen=True)
+class NodeSample(Record):
+    """One node metric at one instant; ``missing`` marks a failed or slow scrape (a hole)."""
+
+    node: str = ""
+    metric: str = ""
+    value: float | None = None
+    missing: bool | None = None
+    KIND: ClassVar[str] = "node"
+    REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("node", "metric")
+
+
+@dataclass(frozen=True)
+class OomEvent(Record):
+    """OOM kills seen by one detector: ``source`` is vmstat, cgroup or k8s; ``where`` the place."""
+
+    source: str = ""
+    where: str | None = None
+    count: int | None = None
+    KIND: ClassVar[str] = "oom"
+    REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("source",)
+
+
+@dataclass(frozen=True)
+class RunStart(Record):
+    """A run began; ``config`` is the run's configuration as a JSON object string."""
+
+    config: str | None = None
+    KIND: ClassVar[str] = "run_start"
+
+
+@dataclass(frozen=True)
+class RunStop(Record):
+    """A run ended (``reason``: completed, aborted, ...); no sends after ``at_ns``."""
+
+    reason: str | None = None
+    KIND: ClassVar[str] = "run_stop"
+
+
+@dataclass(frozen=True)
+class Heartbeat(Record):
+    """An agent is alive at ``at_ns``: moves event time on when there is nothing else to say."""
+
+    KIND: ClassVar[str] = "heartbeat"
+
+
+RECORD_TYPES: tuple[type[Record], ...] = (
+    Send, Receive, Ack, NodeSample, OomEvent, RunStart, RunStop, Heartbeat,
+)
+KINDS: dict[str, type[Record]] = {t.KIND: t for t in RECORD_TYPES}
+
+_ARROW_TYPES = {int: pa.int64(), str: pa.string(), float: pa.float64(), bool: pa.bool_()}
+
+
+def _arrow_type(annotation: str) -> pa.DataType:
+    base = annotation.replace(" | None", "").strip()
+    return _ARROW_TYPES[{"int": int, "str": str, "float": float, "bool": bool}[base]]
+
+
+def _union_fields() -> list[pa.Field]:
+    fields = [pa.field("v", pa.int64()), pa.field("kind", pa.string())]
+    seen = {"v", "kind"}
+    for rtype in RECORD_TYPES:
+        for f in dataclasses.fields(rtype):
+            if f.name not in seen:
+                seen.add(f.name)
+                fields.append(pa.field(f.name, _arrow_type(str(f.type))))
+    return fields
+
+
+ARROW_SCHEMA = pa.schema(_union_fields())
+"""Every field of every record kind, all nullable: the decoded telemetry's columns."""
+FIELD_TYPES: dict[str, pa.DataType] = {f.name: f.type for f in ARROW_SCHEMA}
+TIMESTAMP_FIELDS = tuple(n for n in FIELD_TYPES if n.endswith("_ns"))
+COUNT_FIELDS = ("bytes_out", "bytes_in", "count")
+
+
+def is_failure(status: int | None, error: str | None) -> bool:
+    """An ack is a failure when it names an error or its status is not 2xx."""
+    return error is not None or (status is not None and not 200 <= status < 300)
+
+
+def encode(records: Iterable[Record | dict]) -> bytes:
+    """Records to one wire message: NDJSON, compact, ``None`` fields left out."""
+    dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    return "\n".join(
+        dumps(r if isinstance(r, dict) else r.to_dict()) for r in records
+    ).encode()
+
+
+def decode(message: bytes) -> list[Record]:
+    """One wire message back to typed records (strict: raises ValueError on a bad line).
+
+    The streaming job does not use this (it decodes whole batches with Arrow and
+    quarantines bad lines); it is the reference for tests and small tools.
+    """
+    out = []
+    for line in message.splitlines():
+        if not line.strip():
+            continue
+        d = json.loads(line)
+        if d.pop("v", None) != SCHEMA_VERSION:
+            raise ValueError("unsupported schema version")
+        rtype = KINDS.get(d.pop("kind", None))
+        if rtype is None:
+            raise ValueError("unknown kind")
+        out.append(rtype(**d))
+    return out

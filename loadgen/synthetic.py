@@ -1,0 +1,201 @@
+"""A synthetic run of known truth: telemetry records plus the ground truth computed from them.
+
+Used by the tests and the pipeline benchmark. The truth is computed here with plain numpy
+from the injected arrays, independently of the streaming job's code.
+
+    python -m loadgen.synthetic --help
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agents import contract
+
+NS = 1_000_000_000
+
+
+@dataclass
+class SyntheticSpec:
+    run_id: str = "synthetic"
+    start_ns: int = 1_800_000_000 * NS
+    duration_s: int = 60
+    rate_per_sec: int = 1000
+    latency_median_us: float = 2000.0
+    latency_sigma: float = 0.8
+    drop_fraction: float = 0.01
+    duplicate_fraction: float = 0.002
+    error_fraction: float = 0.003
+    late_count: int = 5
+    pause: tuple[float, float] | None = (30.0, 3.0)  # (start s, length s): no receives in it
+    oom_at_s: tuple[float, ...] = (45.5,)
+    num_malformed: int = 37
+    drop_timeout_s: int = 30
+    seed: int = 7
+    heartbeat_until_s: float | None = None  # default: duration + drop timeout + 10 s
+
+
+@dataclass
+class SyntheticRun:
+    spec: SyntheticSpec
+    event_id: np.ndarray
+    sent_ns: np.ndarray
+    intended_ns: np.ndarray
+    recv_ns: np.ndarray            # first receive; -1 if never received
+    errored: np.ndarray            # bool: the sender got an error ack
+    dup_recv_ns: np.ndarray        # receive times of duplicate deliveries
+    dup_ids: np.ndarray
+    records: list[tuple[int, dict]] = field(default_factory=list)  # (arrival order key ns, record dict)
+    malformed: list[bytes] = field(default_factory=list)
+
+
+def generate(spec: SyntheticSpec) -> SyntheticRun:
+    rng = np.random.default_rng(spec.seed)
+    n = spec.duration_s * spec.rate_per_sec
+    seq = np.arange(n)
+    intended = spec.start_ns + (seq * NS) // spec.rate_per_sec
+    send_delay = rng.exponential(30_000, n).astype(np.int64)  # ~30 µs behind schedule
+    sent = intended + send_delay
+    latency_ns = (rng.lognormal(np.log(spec.latency_median_us), spec.latency_sigma, n) * 1000).astype(np.int64)
+    recv = sent + latency_ns
+    if spec.pause:
+        p0 = spec.start_ns + int(spec.pause[0] * NS)
+        p1 = p0 + int(spec.pause[1] * NS)
+        stalled = (recv >= p0) & (recv < p1)
+        recv[stalled] = p1 + (recv[stalled] - p0) // 20  # backlog drains quickly after the pause
+    errored = rng.random(n) < spec.error_fraction
+    dropped = (rng.random(n) < spec.drop_fraction) & ~errored
+    recv[dropped | errored] = -1
+    late_idx = rng.choice(np.flatnonzero(recv > 0)[: n // 2], spec.late_count, replace=False)
+    recv[late_idx] = sent[late_idx] + (spec.drop_timeout_s + 5) * NS
+    received = np.flatnonzero((recv > 0))
+    received_ontime = received[~np.isin(received, late_idx)]
+    dup_pick = rng.choice(received_ontime, int(n * spec.duplicate_fraction), replace=False)
+    dup_recv = recv[dup_pick] + rng.integers(1_000_000, 50_000_000, dup_pick.size)
+    ids = np.array([f"sender-0-{i}" for i in seq], dtype=object)
+
+    run = SyntheticRun(spec, ids, sent, intended, recv, errored, dup_recv, ids[dup_pick])
+    agent_delay = 50_000_000  # records reach the topic ~50 ms after their event time
+    rec = run.records
+    rid = spec.run_id
+    rec.append((spec.start_ns - NS, contract.RunStart(rid, "loadgen", spec.start_ns - NS, config=json.dumps({"rate": spec.rate_per_sec})).to_dict()))
+    for i in range(n):
+        rec.append((int(sent[i]) + agent_delay, {"v": 1, "kind": "send", "run_id": rid, "agent": "sender-0", "at_ns": int(sent[i]),
+                                                 "event_id": ids[i], "intended_at_ns": int(intended[i]), "bytes_out": 2048, "worker": 0}))
+        if errored[i]:
+            rec.append((int(sent[i]) + agent_delay + 1, {"v": 1, "kind": "ack", "run_id": rid, "agent": "sender-0", "at_ns": int(sent[i]) + 1_000_000,
+                                                         "event_id": ids[i], "sent_at_ns": int(sent[i]), "status": 503 if i % 2 else None,
+                                                         "error": None if i % 2 else "timeout"}))
+        if recv[i] > 0:
+            rec.append((int(recv[i]) + agent_delay, {"v": 1, "kind": "recv", "run_id": rid, "agent": "receiver-0", "at_ns": int(recv[i]), "event_id": ids[i]}))
+    for t, e in zip(dup_recv, run.dup_ids):
+        rec.append((int(t) + agent_delay, {"v": 1, "kind": "recv", "run_id": rid, "agent": "receiver-0", "at_ns": int(t), "event_id": e}))
+    for s in range(spec.duration_s):
+        t = spec.start_ns + s * NS + NS // 2
+        rec.append((t + agent_delay, contract.NodeSample(rid, "node-metrics", t, node="node-a", metric="cpu_utilization", value=0.5 + 0.01 * s).to_dict()))
+    for s in spec.oom_at_s:
+        t = spec.start_ns + int(s * NS)
+        rec.append((t + agent_delay, contract.OomEvent(rid, "oom-watcher", t, source="cgroup", where="node-a:/leaker", count=1).to_dict()))
+    stop = spec.start_ns + spec.duration_s * NS
+    rec.append((stop + agent_delay, contract.RunStop(rid, "loadgen", stop, reason="completed").to_dict()))
+    hb_until = spec.heartbeat_until_s if spec.heartbeat_until_s is not None else spec.duration_s + spec.drop_timeout_s + 10
+    for s in range(spec.duration_s, int(hb_until) + 1):
+        t = spec.start_ns + s * NS
+        for agent in ("sender-0", "receiver-0"):
+            rec.append((t + agent_delay, contract.Heartbeat(rid, agent, t).to_dict()))
+    rec.sort(key=lambda kv: kv[0])
+    bad = [b"{not json", b'{"v":1,"kind":"send","run_id":"%s","agent":"x","at_ns":"soon","event_id":"z","intended_at_ns":1}' % rid.encode(),
+           b'{"v":99,"kind":"send"}', b'{"v":1,"kind":"teleport","run_id":"%s","agent":"a","at_ns":1800000000000000000}' % rid.encode(),
+           b'{"v":1,"kind":"recv","run_id":"%s","agent":"a","at_ns":1800000000000000000}' % rid.encode(),  # no event_id
+           b'{"v":1,"kind":"recv","run_id":"%s","agent":"a","at_ns":-5,"event_id":"q"}' % rid.encode(), b"[1,2,3]", b'"str"']
+    run.malformed = [bad[i % len(bad)] for i in range(spec.num_malformed)]
+    return run
+
+
+def messages(run: SyntheticRun, records_per_message: int = 200) -> list[tuple[bytes, bytes, int]]:
+    """Wire messages (key, value, arrival ns) in arrival order, one agent per message, malformed lines spread in."""
+    out, buf = [], {}
+    for t, r in run.records:
+        b = buf.setdefault(r["agent"], [])
+        b.append(r)
+        if len(b) >= records_per_message:
+            out.append((r["agent"].encode(), contract.encode(b), t))
+            buf[r["agent"]] = []
+    for agent, b in buf.items():
+        if b:
+            out.append((agent.encode(), contract.encode(b), run.records[-1][0]))
+    out.sort(key=lambda m: m[2])
+    step = max(len(out) // max(len(run.malformed), 1), 1)
+    for i, bad in enumerate(run.malformed):  # each bad line inside an otherwise good message
+        k, v, t = out[(i * step) % len(out)]
+        out[(i * step) % len(out)] = (k, v + b"\n" + bad, t)
+    return out
+
+
+def truth(run: SyntheticRun) -> dict:
+    """Ground truth per 1 s window and per run, computed from the injected arrays."""
+    spec = run.spec
+    timeout = spec.drop_timeout_s * NS
+    w = lambda t: (np.asarray(t) // NS) * NS  # noqa: E731
+    in_time = (run.recv_ns > 0) & (run.recv_ns - run.sent_ns <= timeout)
+    late = (run.recv_ns > 0) & ~in_time
+    dropped = ~in_time & ~run.errored
+    lat_us = (run.recv_ns - run.sent_ns) // 1000
+    lat_int_us = (run.recv_ns - run.intended_ns) // 1000
+    windows = {}
+    def bump(key, times):
+        for win, c in zip(*np.unique(w(times), return_counts=True)):
+            windows.setdefault(int(win), {}).setdefault(key, 0)
+            windows[int(win)][key] += int(c)
+    bump("sent", run.sent_ns)
+    bump("received", run.recv_ns[in_time])
+    bump("dropped", run.sent_ns[dropped])
+    bump("late", run.recv_ns[late])
+    bump("duplicates", run.dup_recv_ns)
+    bump("errors", run.sent_ns[run.errored])
+    latency = {}
+    for win in np.unique(w(run.recv_ns[in_time])):
+        sel = in_time & (w(run.recv_ns) == win)
+        latency[int(win)] = (lat_us[sel], lat_int_us[sel])
+    recv_windows = set(int(x) for x in np.unique(w(run.recv_ns[in_time])))
+    gap_windows = [x for x in sorted(windows) if x not in recv_windows and x < spec.start_ns + spec.duration_s * NS]
+    return {"windows": windows, "latency": latency, "gap_windows": gap_windows,
+            "num_dropped": int(dropped.sum()), "num_late": int(late.sum()), "num_errors": int(run.errored.sum()),
+            "num_duplicates": int(run.dup_recv_ns.size), "num_sent": int(run.sent_ns.size),
+            "num_received": int(in_time.sum()), "num_malformed": len(run.malformed),
+            "all_latency_us": lat_us[in_time]}
+
+
+def produce(run: SyntheticRun, bootstrap: str, topic: str, records_per_message: int = 200) -> int:
+    """Write the run's messages to a telemetry topic; returns the number of messages."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), linger_ms=5, batch_size=1 << 20, max_request_size=8 << 20)
+    msgs = messages(run, records_per_message)
+    for key, value, _ in msgs:
+        producer.send(topic, key=key, value=value)
+    producer.flush()
+    producer.close()
+    return len(msgs)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m loadgen.synthetic",
+                                 description="Write a synthetic run of known truth into a telemetry topic.")
+    ap.add_argument("--bootstrap", default="127.0.0.1:19092", help="telemetry broker (default %(default)s)")
+    ap.add_argument("--topic", default="flightwatch.telemetry", help="telemetry topic (default %(default)s)")
+    ap.add_argument("--run", default="synthetic", help="run ID (default %(default)s)")
+    ap.add_argument("--duration", type=int, default=60, help="seconds of event time (default %(default)s)")
+    ap.add_argument("--rate", type=int, default=1000, help="events per second (default %(default)s)")
+    a = ap.parse_args(argv)
+    run = generate(SyntheticSpec(run_id=a.run, duration_s=a.duration, rate_per_sec=a.rate))
+    n = produce(run, a.bootstrap, a.topic)
+    print(f"wrote {len(run.records)} records in {n} messages for run {a.run} to {a.topic}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

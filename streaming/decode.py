@@ -1,0 +1,204 @@
+"""Parse ▸ validate ▸ quarantine: raw Kafka messages (NDJSON bodies) to typed telemetry rows.
+
+The fast path hands a whole set of messages to ``pyarrow.json`` in one call; a message
+that Arrow refuses (bad JSON, a wrong type) is decoded line by line in Python so that
+only the bad lines are set aside. Every row then passes the same vectorised checks
+(version, kind, required fields per kind, timestamp range). A bad row is never dropped:
+it leaves with ``quarantine_reason`` set and its text in ``raw``.
+"""
+from __future__ import annotations
+
+import io
+import json
+from typing import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+
+from agents.contract import (
+    ARROW_SCHEMA, COUNT_FIELDS, FIELD_TYPES, KINDS, MAX_TS_NS, MIN_TS_NS, SCHEMA_VERSION,
+    TIMESTAMP_FIELDS,
+)
+
+DECODED_SCHEMA = pa.schema(
+    list(ARROW_SCHEMA)
+    + [
+        pa.field("quarantine_reason", pa.string()),
+        pa.field("raw", pa.string()),
+        pa.field("src_partition", pa.int32()),
+        pa.field("src_offset", pa.int64()),
+    ]
+)
+"""Decoded telemetry: the contract's fields plus where a row came from and why it was set aside."""
+
+RAW_TEXT_MAX_CHARS = 2000
+"""A quarantined line keeps at most this much of its text."""
+
+_PARSE_OPTIONS = pajson.ParseOptions(explicit_schema=ARROW_SCHEMA, unexpected_field_behavior="ignore")
+_READ_OPTIONS = pajson.ReadOptions(use_threads=False, block_size=64 << 20)
+
+
+def _arrow_parse(body: bytes) -> pa.Table:
+    return pajson.read_json(io.BytesIO(body), read_options=_READ_OPTIONS, parse_options=_PARSE_OPTIONS)
+
+
+def _check_value(name: str, value) -> str | None:
+    """Why a Python value cannot stand in field ``name`` (None when it can)."""
+    t = FIELD_TYPES[name]
+    if value is None:
+        return None
+    if pa.types.is_integer(t):
+        ok = isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
+    elif pa.types.is_floating(t):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif pa.types.is_boolean(t):
+        ok = isinstance(value, bool)
+    else:
+        ok = isinstance(value, str)
+    return None if ok else f"field {name}: wrong type {type(value).__name__}"
+
+
+def _python_parse(body: bytes) -> tuple[list[dict], list[tuple[str, str]]]:
+    """Line-by-line decode of one message: (good rows, [(reason, raw line)])."""
+    good, bad = [], []
+    for line in body.split(b"\n"):
+        if not line.strip():
+            continue
+        text = line.decode("utf-8", errors="replace")
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            bad.append(("not json", text))
+            continue
+        if not isinstance(obj, dict):
+            bad.append(("not a json object", text))
+            continue
+        reason = next(
+            (r for r in (_check_value(k, obj.get(k)) for k in FIELD_TYPES) if r is not None), None
+        )
+        if reason:
+            bad.append((reason, text))
+        else:
+            good.append({k: obj.get(k) for k in FIELD_TYPES})
+    return good, bad
+
+
+def _validate(table: pa.Table) -> pa.Array:
+    """A reason per row (null where the row is valid), all checks vectorised."""
+    n = table.num_rows
+    reasons = np.full(n, None, dtype=object)
+
+    def mark(mask, reason: str) -> None:
+        m = np.asarray(pc.fill_null(mask, True)) & (reasons == None)  # noqa: E711
+        reasons[m] = reason
+
+    mark(pc.not_equal(table["v"], SCHEMA_VERSION), "unsupported schema version")
+    mark(pc.invert(pc.is_in(table["kind"], pa.array(list(KINDS)))), "unknown kind")
+    for kind, rtype in KINDS.items():
+        is_kind = np.asarray(pc.fill_null(pc.equal(table["kind"], kind), False))
+        if not is_kind.any():
+            continue
+        for name in rtype.REQUIRED:
+            missing = np.asarray(table[name].is_null()) & is_kind
+            mark(pa.array(missing), f"{kind}: missing {name}")
+    for name in TIMESTAMP_FIELDS:
+        col = table[name]
+        out = pc.or_(pc.less(col, MIN_TS_NS), pc.greater(col, MAX_TS_NS))
+        mark(pc.fill_null(out, False), f"field {name}: out of range")
+    for name in COUNT_FIELDS:
+        mark(pc.fill_null(pc.less(table[name], 0), False), f"field {name}: negative")
+    mark(pc.fill_null(pc.equal(table["event_id"], ""), False), "empty event_id")
+    return pa.array(reasons, type=pa.string())
+
+
+def _raw_json(table: pa.Table, mask: np.ndarray) -> list[str | None]:
+    rows = table.filter(pa.array(mask)).to_pylist()
+    it = iter(rows)
+    return [
+        json.dumps({k: v for k, v in next(it).items() if v is not None})[:RAW_TEXT_MAX_CHARS]
+        if m else None
+        for m in mask
+    ]
+
+
+def decode_messages(values: Iterable[bytes | None], partitions: Iterable[int], offsets: Iterable[int]) -> pa.Table:
+    """Kafka message bodies (with their partition and offset) to one DECODED_SCHEMA table."""
+    values, partitions, offsets = list(values), list(partitions), list(offsets)
+    pieces: list[pa.Table] = []
+    # Fast path: every message at once; on failure, message by message.
+    groups = [list(range(len(values)))]
+    try:
+        pieces.append(_with_source(_arrow_parse(b"\n".join(v or b"" for v in values)), values, partitions, offsets, groups[0]))
+        groups = []
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        groups = [[i] for i in range(len(values))]
+    for group in groups:
+        i = group[0]
+        body = values[i] or b""
+        try:
+            pieces.append(_with_source(_arrow_parse(body), values, partitions, offsets, group))
+            continue
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+        good, bad = _python_parse(body)
+        if good:
+            t = pa.Table.from_pylist(good, schema=ARROW_SCHEMA)
+            pieces.append(_attach(t, None, None, partitions[i], offsets[i]))
+        if bad:
+            t = pa.Table.from_pylist([{}] * len(bad), schema=ARROW_SCHEMA)
+            pieces.append(_attach(t, [r for r, _ in bad], [raw[:RAW_TEXT_MAX_CHARS] for _, raw in bad], partitions[i], offsets[i]))
+    if not pieces:
+        return DECODED_SCHEMA.empty_table()
+    table = pa.concat_tables(pieces)
+    # Vectorised checks on every row parsed so far (rows already quarantined keep their reason).
+    reasons = _validate(table.select(list(FIELD_TYPES)))
+    prior = table["quarantine_reason"]
+    merged = pc.coalesce(prior, reasons)
+    newly = np.asarray(pc.and_(prior.is_null(), merged.is_valid()))
+    raw = table["raw"].to_pylist()
+    if newly.any():
+        fresh = _raw_json(table.select(list(FIELD_TYPES)), newly)
+        raw = [f if f is not None else r for f, r in zip(fresh, raw)]
+    table = table.set_column(table.schema.get_field_index("quarantine_reason"), "quarantine_reason", merged)
+    table = table.set_column(table.schema.get_field_index("raw"), "raw", pa.array(raw, pa.string()))
+    return table
+
+
+def _with_source(t: pa.Table, values, partitions, offsets, group: list[int]) -> pa.Table:
+    """Give each parsed row the partition/offset of the message its line came from."""
+    lines_per_msg = [
+        sum(1 for ln in (values[i] or b"").split(b"\n") if ln.strip()) for i in group
+    ]
+    if sum(lines_per_msg) != t.num_rows:  # cannot attribute lines: attribute to the first message
+        return _attach(t, None, None, partitions[group[0]], offsets[group[0]])
+    part = np.repeat(np.array([partitions[i] for i in group], dtype=np.int32), lines_per_msg)
+    offs = np.repeat(np.array([offsets[i] for i in group], dtype=np.int64), lines_per_msg)
+    return _attach(t, None, None, pa.array(part), pa.array(offs))
+
+
+def _attach(t: pa.Table, reasons, raws, partition, offset) -> pa.Table:
+    n = t.num_rows
+    cols = {
+        "quarantine_reason": pa.array(reasons if reasons is not None else [None] * n, pa.string()),
+        "raw": pa.array(raws if raws is not None else [None] * n, pa.string()),
+        "src_partition": partition if isinstance(partition, pa.Array) else pa.array(np.full(n, partition, np.int32)),
+        "src_offset": offset if isinstance(offset, pa.Array) else pa.array(np.full(n, offset, np.int64)),
+    }
+    for name, col in cols.items():
+        t = t.append_column(DECODED_SCHEMA.field(name), col)
+    return t
+
+
+def decode_record_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: Kafka-source columns in, DECODED_SCHEMA batches out."""
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        table = decode_messages(
+            batch.column("value").to_pylist(),
+            batch.column("partition").to_pylist(),
+            batch.column("offset").to_pylist(),
+        )
+        yield from table.cast(DECODED_SCHEMA).to_batches()

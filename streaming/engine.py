@@ -1,0 +1,302 @@
+"""The per-run join and window arithmetic, pure: (state, decoded batch) -> (state, partial results).
+
+No clock, no I/O. Each call consumes one micro-batch of decoded telemetry and returns
+*partial* per-window figures (additive counts, sparse histogram buckets) that readers sum
+per window. Classification uses event time only (a receive is in time when
+``received - sent <= drop_timeout``), so the final sums do not depend on how records were
+cut into batches; the watermark only decides *when* a drop is declared. A decision that
+later data contradicts (an in-time receive that arrives after its drop was declared, an
+error ack after a drop) is corrected by a negative partial, never by rewriting history.
+
+State is one table of known event IDs (pending, delivered, dropped, errored) plus the
+receives whose send has not been seen yet (orphans). Delivered/dropped IDs are kept for
+``retention_ns`` after their deadline to recognise duplicates and late receives.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streaming import histogram
+
+PENDING, RECEIVED, LATE, DROPPED, ERRORED = 0, 1, 2, 3, 4
+"""Status of a known event ID: waiting; delivered in time; delivered after its deadline;
+declared dropped; failed at the sender (an error ack) and never delivered in time."""
+
+HISTS = ("latency_us", "latency_intended_us", "send_delay_us")
+"""Histograms kept per window: flight time from actual and from intended send time (by
+receive window), and send delay = actual - intended send time (by send window)."""
+
+EVENT_KINDS = ("node", "oom", "run_start", "run_stop")
+"""Record kinds passed through to the events table as they are."""
+
+EVENT_COLUMNS = ("kind", "agent", "at_ns", "node", "metric", "value", "missing", "source", "where", "count", "config", "reason")
+
+MAX_PREFIX = "max:"
+"""Count names with this prefix merge by max, all others by sum."""
+
+NO_TIME_NS = -(2**62)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    run_id: str
+    window_ns: int = 1_000_000_000
+    """Tumbling window length (event time)."""
+    drop_timeout_ns: int = 30 * 10**9
+    """A send with no receive within this is a drop (vegeta's default request timeout)."""
+    watermark_delay_ns: int = 5 * 10**9
+    """How far behind the newest event time the job waits before deciding drops."""
+    retention_ns: int = 30 * 10**9
+    """How long after its deadline an event ID is remembered for duplicates and late receives."""
+
+
+def _empty_known() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "sent_ns": pd.Series(dtype=np.int64),
+            "intended_ns": pd.Series(dtype=np.int64),
+            "errored": pd.Series(dtype=bool),
+            "status": pd.Series(dtype=np.int8),
+        },
+        index=pd.Index([], dtype=object, name="event_id"),
+    )
+
+
+def _empty_orphans() -> pd.DataFrame:
+    return pd.DataFrame({"event_id": pd.Series(dtype=object), "at_ns": pd.Series(dtype=np.int64)})
+
+
+@dataclass
+class EngineState:
+    known: pd.DataFrame = field(default_factory=_empty_known)
+    orphans: pd.DataFrame = field(default_factory=_empty_orphans)
+    max_event_ns: int = NO_TIME_NS
+    watermark_ns: int = NO_TIME_NS
+    start_ns: int | None = None
+    stop_ns: int | None = None
+    num_batches: int = 0
+
+    def scalars(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("known", "orphans")}
+
+
+@dataclass
+class BatchResult:
+    counts: pd.DataFrame       # window_ns, name, value
+    hists: pd.DataFrame        # window_ns, hist, bucket, count
+    events: pd.DataFrame       # EVENT_COLUMNS + window_ns
+    quarantine: pa.Table       # decoded rows set aside, with their reason and raw text
+    info: dict                 # per-batch bookkeeping (records by kind, state sizes, ...)
+    finished: bool
+
+
+class _Collector:
+    """Accumulates (window, name, value) triples and histogram values for one batch."""
+
+    def __init__(self, window_ns: int) -> None:
+        self.window_ns = window_ns
+        self.counts: list[pd.DataFrame] = []
+        self.hist_parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {h: [] for h in HISTS}
+
+    def window(self, at_ns) -> np.ndarray:
+        return (np.asarray(at_ns, dtype=np.int64) // self.window_ns) * self.window_ns
+
+    def add(self, name: str, at_ns, values=1) -> None:
+        at_ns = np.asarray(at_ns, dtype=np.int64)
+        if at_ns.size == 0:
+            return
+        values = np.broadcast_to(np.asarray(values, dtype=np.int64), at_ns.shape)
+        self.counts.append(pd.DataFrame({"window_ns": self.window(at_ns), "name": name, "value": values}))
+
+    def add_names(self, names, at_ns) -> None:
+        at_ns = np.asarray(at_ns, dtype=np.int64)
+        if at_ns.size:
+            self.counts.append(pd.DataFrame({"window_ns": self.window(at_ns), "name": np.asarray(names, dtype=object), "value": 1}))
+
+    def record(self, hist: str, at_ns, values_us, clock_skew_name: str | None = None) -> None:
+        """Histogram values by window; negatives and overflows are counted, never lost."""
+        at_ns = np.asarray(at_ns, dtype=np.int64)
+        values_us = np.asarray(values_us, dtype=np.int64)
+        negative = values_us < 0
+        overflow = values_us > histogram.HIGHEST_US
+        if negative.any() and clock_skew_name:
+            self.add(clock_skew_name, at_ns[negative])
+        if overflow.any():
+            self.add(f"overflow:{hist}", at_ns[overflow])
+        ok = ~(negative | overflow)
+        self.hist_parts[hist].append((at_ns[ok], values_us[ok]))
+
+    def counts_frame(self) -> pd.DataFrame:
+        if not self.counts:
+            return pd.DataFrame({"window_ns": pd.Series(dtype=np.int64), "name": pd.Series(dtype=object), "value": pd.Series(dtype=np.int64)})
+        df = pd.concat(self.counts, ignore_index=True)
+        is_max = df["name"].str.startswith(MAX_PREFIX)
+        summed = df[~is_max].groupby(["window_ns", "name"], as_index=False, sort=True)["value"].sum()
+        maxed = df[is_max].groupby(["window_ns", "name"], as_index=False, sort=True)["value"].max()
+        out = pd.concat([summed, maxed], ignore_index=True)
+        return out[out["value"] != 0].reset_index(drop=True) if len(out) else out
+
+    def hists_frame(self) -> pd.DataFrame:
+        frames = []
+        for hist, parts in self.hist_parts.items():
+            if not parts:
+                continue
+            at_ns = np.concatenate([p[0] for p in parts])
+            values = np.concatenate([p[1] for p in parts])
+            if at_ns.size == 0:
+                continue
+            widx = at_ns // self.window_ns
+            key = widx * histogram.NUM_BUCKETS + histogram.bucket_index(values)
+            ukey, cnt = np.unique(key, return_counts=True)
+            frames.append(pd.DataFrame({
+                "window_ns": (ukey // histogram.NUM_BUCKETS) * self.window_ns,
+                "hist": hist,
+                "bucket": (ukey % histogram.NUM_BUCKETS).astype(np.int32),
+                "count": cnt.astype(np.int64),
+            }))
+        if not frames:
+            return pd.DataFrame({"window_ns": pd.Series(dtype=np.int64), "hist": pd.Series(dtype=object),
+                                 "bucket": pd.Series(dtype=np.int32), "count": pd.Series(dtype=np.int64)})
+        return pd.concat(frames, ignore_index=True)
+
+
+def _column(df: pd.DataFrame, name: str) -> np.ndarray:
+    return df[name].to_numpy()
+
+
+def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[EngineState, BatchResult]:
+    """Consume one decoded batch (``streaming.decode.DECODED_SCHEMA``); return new state and partials."""
+    out = _Collector(cfg.window_ns)
+    bad = batch.filter(batch["quarantine_reason"].is_valid())
+    good = batch.filter(batch["quarantine_reason"].is_null())
+    mine = pc.fill_null(pc.equal(good["run_id"], cfg.run_id), False)
+    num_other_run = good.num_rows - pc.sum(mine).as_py() if good.num_rows else 0
+    good = good.filter(mine)
+    info = {"num_records": batch.num_rows, "num_quarantined": bad.num_rows, "num_other_run": int(num_other_run or 0)}
+    kinds = good["kind"].to_numpy(zero_copy_only=False) if good.num_rows else np.array([], dtype=object)
+    for k in ("send", "recv", "ack", "heartbeat") + EVENT_KINDS:
+        info[f"num_{k}"] = int((kinds == k).sum())
+
+    known = state.known
+    max_event_ns = state.max_event_ns
+    if good.num_rows:
+        max_event_ns = max(max_event_ns, pc.max(good["at_ns"]).as_py())
+    watermark_ns = max(state.watermark_ns, max_event_ns - cfg.watermark_delay_ns) if max_event_ns != NO_TIME_NS else state.watermark_ns
+
+    def rows(kind: str, cols: list[str]) -> pd.DataFrame:
+        sel = good.filter(pa.array(kinds == kind)).select(cols)
+        return pd.DataFrame({c: sel[c].to_numpy(zero_copy_only=False) for c in cols})
+
+    # Sends: new IDs become pending; a re-sent send record (agent retry) is not counted twice.
+    sends = rows("send", ["event_id", "at_ns", "intended_at_ns"]).sort_values(["at_ns", "event_id"], kind="stable")
+    repeat = sends["event_id"].duplicated().to_numpy() | (known.index.get_indexer(_column(sends, "event_id")) >= 0)
+    if repeat.any():
+        out.add("repeated_send_records", _column(sends[repeat], "at_ns"))
+        sends = sends[~repeat]
+    out.add("sent", _column(sends, "at_ns"))
+    out.record("send_delay_us", _column(sends, "at_ns"),
+               (_column(sends, "at_ns") - _column(sends, "intended_at_ns")) // 1000, "negative_send_delay")
+    if len(sends):
+        new = pd.DataFrame(
+            {"sent_ns": _column(sends, "at_ns"), "intended_ns": _column(sends, "intended_at_ns"),
+             "errored": False, "status": np.int8(PENDING)},
+            index=pd.Index(_column(sends, "event_id"), dtype=object, name="event_id"),
+        )
+        known = pd.concat([known, new]) if len(known) else new
+    sent_ns = _column(known, "sent_ns")
+    status = _column(known, "status").copy()
+    errored = _column(known, "errored").copy()
+
+    # Acks: failures by cause (charged to the send window); a failed send is not a drop.
+    acks = rows("ack", ["event_id", "sent_at_ns", "status", "error"])
+    if len(acks):
+        st = acks["status"].to_numpy(dtype=np.float64, na_value=np.nan)
+        err = acks["error"].to_numpy(dtype=object)
+        failed = pd.notna(err) | (~np.isnan(st) & ((st < 200) | (st >= 300)))
+        out.add("acked", _column(acks, "sent_at_ns")[~failed])
+        if failed.any():
+            causes = np.where(pd.notna(err[failed]), err[failed], np.char.add("http_", np.nan_to_num(st[failed]).astype(np.int64).astype(str)).astype(object))
+            out.add_names(np.char.add("errors:", causes.astype(str)).astype(object), _column(acks, "sent_at_ns")[failed])
+            out.add("errors", _column(acks, "sent_at_ns")[failed])
+            pos = known.index.get_indexer(_column(acks, "event_id")[failed])
+            pos = np.unique(pos[pos >= 0])
+            undo = pos[status[pos] == DROPPED]
+            out.add("dropped", sent_ns[undo], -1)
+            status[undo] = ERRORED
+            errored[pos] = True
+
+    # Receives (with earlier orphans): first delivery per ID decides; the rest are duplicates.
+    new_recv = rows("recv", ["event_id", "at_ns"])
+    recv = pd.concat([state.orphans, new_recv], ignore_index=True) if len(state.orphans) else new_recv
+    recv = recv.sort_values(["at_ns", "event_id"], kind="stable")
+    rid = _column(recv, "event_id")
+    rat = _column(recv, "at_ns").astype(np.int64)
+    pos = known.index.get_indexer(rid)
+    found = pos >= 0
+    first = ~recv["event_id"].duplicated().to_numpy()
+    prior = np.full(pos.shape, -1, dtype=np.int64)
+    prior[found] = status[pos[found]]
+    delivered_before = (prior == RECEIVED) | (prior == LATE)
+    decide = found & first & ~delivered_before
+    dup = found & ~decide
+    out.add("duplicates", rat[dup])
+    p = pos[decide]
+    at = rat[decide]
+    in_time = at - sent_ns[p] <= cfg.drop_timeout_ns
+    drop_before = status[p] == DROPPED
+    drop_after = ~in_time & ~errored[p]
+    delta = drop_after.astype(np.int64) - drop_before.astype(np.int64)
+    out.add("dropped", sent_ns[p][delta != 0], delta[delta != 0])
+    ok_p, ok_at = p[in_time], at[in_time]
+    out.add("received", ok_at)
+    out.record("latency_us", ok_at, (ok_at - sent_ns[ok_p]) // 1000, "clock_skew")
+    out.record("latency_intended_us", ok_at, (ok_at - _column(known, "intended_ns")[ok_p]) // 1000)
+    lat = (ok_at - sent_ns[ok_p]) // 1000
+    if lat.size:
+        out.add("max:latency_us", ok_at, lat)
+    out.add("late", at[~in_time])
+    status[p] = np.where(in_time, RECEIVED, LATE).astype(np.int8)
+
+    # Orphans: receives of IDs not seen (yet) as sent; given up after deadline + retention.
+    orphans = recv[~found][["event_id", "at_ns"]]
+    expired = _column(orphans, "at_ns") + cfg.drop_timeout_ns + cfg.retention_ns < watermark_ns
+    out.add("orphan_receives", _column(orphans, "at_ns")[expired])
+    orphans = orphans[~expired].reset_index(drop=True)
+
+    # Drops: pending sends whose deadline the watermark has passed (errored ones are not drops).
+    deadline = sent_ns + cfg.drop_timeout_ns
+    due = (status == PENDING) & (deadline < watermark_ns)
+    out.add("dropped", sent_ns[due & ~errored])
+    status[due] = np.where(errored[due], ERRORED, DROPPED).astype(np.int8)
+
+    known = known.assign(status=status, errored=errored)
+    forget = (status != PENDING) & (deadline + cfg.retention_ns < watermark_ns)
+    if forget.any():
+        known = known[~forget]
+
+    # Events passed through: node samples, OOM kills, run start/stop.
+    ev_mask = np.isin(kinds, EVENT_KINDS)
+    events = good.filter(pa.array(ev_mask)).select(list(EVENT_COLUMNS)).to_pandas()
+    events["window_ns"] = out.window(events["at_ns"].to_numpy()) if len(events) else pd.Series(dtype=np.int64)
+    start_ns, stop_ns = state.start_ns, state.stop_ns
+    starts = events.loc[events["kind"] == "run_start", "at_ns"]
+    stops = events.loc[events["kind"] == "run_stop", "at_ns"]
+    if len(starts):
+        start_ns = int(min(starts.min(), start_ns if start_ns is not None else starts.min()))
+    if len(stops):
+        stop_ns = int(max(stops.max(), stop_ns if stop_ns is not None else stops.max()))
+
+    new_state = EngineState(known=known, orphans=orphans, max_event_ns=int(max_event_ns),
+                            watermark_ns=int(watermark_ns), start_ns=start_ns, stop_ns=stop_ns,
+                            num_batches=state.num_batches + 1)
+    finished = stop_ns is not None and watermark_ns >= stop_ns + cfg.drop_timeout_ns and not (status == PENDING).any()
+    info.update({"watermark_ns": int(watermark_ns), "max_event_ns": int(max_event_ns),
+                 "num_known": int(len(known)), "num_pending": int((status == PENDING).sum()),
+                 "num_orphans": int(len(orphans))})
+    return new_state, BatchResult(out.counts_frame(), out.hists_frame(), events, bad, info, finished)

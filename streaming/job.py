@@ -1,0 +1,275 @@
+"""The flightwatch streaming job: telemetry topic ▸ decode/quarantine ▸ per-run join ▸ window partials.
+
+Usage:
+    python -m streaming run --run RUN_ID [--bootstrap 127.0.0.1:19092] [--topic flightwatch.telemetry]
+    python -m streaming replay --run RUN_ID       # recompute a finished run from its archive
+    python -m streaming summary --run RUN_ID      # print a run's figures
+
+Stages, one Spark Structured Streaming query:
+  source   Kafka through the Python Data Source ``flightwatch_kafka`` (or ``--source kafka``
+           for Spark's built-in connector), or the run's archive for a replay;
+  decode   ``mapInArrow``: NDJSON bodies to typed rows, malformed ones set aside with a reason;
+  filter   this run's records (and unattributable malformed ones);
+  sink     ``foreachBatch``: the join and window arithmetic of ``streaming.engine`` applied per
+           micro-batch, partials written per batch ID by ``streaming.sinks.RunStore``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+
+from streaming import engine
+from streaming.config import JobConfig, parse_duration_ns
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class UsageError(Exception):
+    """Bad flags or an unusable environment: one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m streaming", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, help_ in (("run", "process a run live from the telemetry topic"),
+                        ("replay", "recompute a finished run from its archive into <run>/replay"),
+                        ("summary", "print a run's summary as JSON")):
+        s = sub.add_parser(name, help=help_, description=help_)
+        s.add_argument("--run", required=True, help="run ID (records of other runs are ignored)")
+        s.add_argument("--checkpoints", default=os.path.join(PROJECT_ROOT, "checkpoints"),
+                       help="root of per-run folders (default: %(default)s)")
+        s.add_argument("--out", help="this run's folder (default: <checkpoints>/<run>)")
+        if name == "summary":
+            continue
+        s.add_argument("--trigger", default="500ms", help="micro-batch interval (default %(default)s)")
+        s.add_argument("--available-now", action="store_true",
+                       help="process what is in the topic now, then stop (tests, catch-up)")
+        s.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
+                       help="Spark master (default %(default)s)")
+        if name == "replay":
+            continue
+        s.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
+                       help="telemetry Kafka bootstrap servers (default %(default)s)")
+        s.add_argument("--topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"),
+                       help="telemetry topic (default %(default)s)")
+        s.add_argument("--source", choices=("flightwatch_kafka", "kafka"), default="flightwatch_kafka",
+                       help="Kafka reader: the Python Data Source, or Spark's connector where its jar is present")
+        s.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest")
+        s.add_argument("--max-offsets-per-trigger", type=int, help="cap on Kafka messages per micro-batch")
+        s.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                       help="extra Kafka client setting (e.g. security_protocol=SASL_SSL); repeatable")
+        s.add_argument("--window", default="1s", help="window length (default %(default)s)")
+        s.add_argument("--drop-timeout", default="30s", help="a send unanswered this long is a drop (default %(default)s)")
+        s.add_argument("--watermark-delay", default="5s", help="wait for late records this long (default %(default)s)")
+        s.add_argument("--no-heartbeat", action="store_true",
+                       help="do not write the job's own heartbeats (they close the last windows of a live run)")
+        s.add_argument("--partitions", type=int, default=2, help="partitions when creating the topic (default %(default)s)")
+    return p
+
+
+def config_from_args(a: argparse.Namespace) -> JobConfig:
+    out = a.out or os.path.join(a.checkpoints, a.run)
+    kafka_options = {}
+    for kv in getattr(a, "kafka_option", []):
+        if "=" not in kv:
+            raise UsageError(f"--kafka-option {kv!r}: expected KEY=VALUE")
+        k, v = kv.split("=", 1)
+        kafka_options[k.strip()] = v.strip()
+    try:
+        eng = engine.EngineConfig(
+            run_id=a.run,
+            window_ns=parse_duration_ns(getattr(a, "window", "1s")),
+            drop_timeout_ns=parse_duration_ns(getattr(a, "drop_timeout", "30s")),
+            watermark_delay_ns=parse_duration_ns(getattr(a, "watermark_delay", "5s")),
+        )
+        trigger_ns = parse_duration_ns(getattr(a, "trigger", "500ms"))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if eng.window_ns <= 0 or eng.drop_timeout_ns <= 0 or eng.drop_timeout_ns % eng.window_ns:
+        raise UsageError("--window must be > 0 and divide --drop-timeout")
+    if getattr(a, "max_offsets_per_trigger", None) is not None and a.max_offsets_per_trigger <= 0:
+        raise UsageError("--max-offsets-per-trigger must be a positive number")
+    return JobConfig(
+        command=a.command, run_dir=out, engine=eng, trigger_ms=trigger_ns // 1_000_000,
+        available_now=getattr(a, "available_now", False), master=getattr(a, "master", "local[2]"),
+        bootstrap=getattr(a, "bootstrap", None), topic=getattr(a, "topic", None),
+        source=getattr(a, "source", "flightwatch_kafka"), starting_offsets=getattr(a, "starting_offsets", "earliest"),
+        max_offsets_per_trigger=getattr(a, "max_offsets_per_trigger", None), kafka_options=kafka_options,
+        heartbeat=not getattr(a, "no_heartbeat", True), partitions=getattr(a, "partitions", 2),
+    )
+
+
+def check_broker(cfg: JobConfig) -> None:
+    """Fail fast, in one line, when the telemetry broker cannot be reached; create the topic if missing."""
+    for server in cfg.bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+            break
+        except (OSError, ValueError) as e:
+            err = e
+    else:
+        raise UsageError(f"cannot reach the telemetry broker at {cfg.bootstrap}: {err}")
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=cfg.bootstrap.split(","), **cfg.kafka_options)
+    try:
+        if cfg.topic not in admin.list_topics():
+            try:
+                admin.create_topics([NewTopic(cfg.topic, cfg.partitions, 1)])
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+
+
+def build_spark(cfg: JobConfig):
+    """The Spark session, kept on loopback, with the project importable by Python workers."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PROJECT_ROOT, os.environ.get("PYTHONPATH")]))
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(cfg.master).appName(f"flightwatch-{cfg.engine.run_id}")
+        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", os.environ.get("FLIGHTWATCH_DRIVER_MEMORY", "2g"))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.streaming.pollingDelay", "10ms")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def telemetry_stream(spark, cfg: JobConfig):
+    """Source ▸ decode ▸ this run's rows, as a streaming DataFrame of DECODED_SCHEMA."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from streaming.decode import DECODED_SCHEMA, decode_record_batches
+    from streaming.sources import ArchiveDataSource, KafkaDataSource
+
+    if cfg.command == "replay":
+        spark.dataSource.register(ArchiveDataSource)
+        return spark.readStream.format("flightwatch_archive").option("path", cfg.archive_dir).load()
+    reader = spark.readStream.format(cfg.source)
+    if cfg.source == "kafka":  # Spark's connector (needs spark-sql-kafka on the classpath)
+        reader = reader.option("kafka.bootstrap.servers", cfg.bootstrap)
+    else:
+        spark.dataSource.register(KafkaDataSource)
+        reader = reader.option("bootstrap", cfg.bootstrap)
+    reader = reader.option("subscribe", cfg.topic).option("startingOffsets", cfg.starting_offsets)
+    if cfg.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
+    for k, v in cfg.kafka_options.items():
+        reader = reader.option(f"kafka.{k}", v)
+    raw = reader.load()
+    decoded = raw.mapInArrow(decode_record_batches, from_arrow_schema(DECODED_SCHEMA))
+    run = F.col("run_id") == F.lit(cfg.engine.run_id)
+    unattributed = F.col("quarantine_reason").isNotNull() & (F.col("run_id").isNull() | run)
+    return decoded.where(run | unattributed)
+
+
+def _heartbeats(cfg: JobConfig, stop: threading.Event) -> None:
+    """Write the job's heartbeat every second: event time moves on when agents fall silent."""
+    from kafka import KafkaProducer
+
+    from agents import contract
+
+    producer = KafkaProducer(bootstrap_servers=cfg.bootstrap.split(","), **cfg.kafka_options)
+    while not stop.wait(1.0):
+        producer.send(cfg.topic, key=b"job", value=contract.encode([contract.Heartbeat(cfg.engine.run_id, "job", time.time_ns())]))
+    producer.close()
+
+
+def _progress_line(info: dict) -> str:
+    wm = info["watermark_ns"]
+    wm_s = time.strftime("%H:%M:%S", time.gmtime(wm / 1e9)) if wm > 0 else "-"
+    return (f"batch {info['batch_id']}: {info['num_records']:,} records ({info['num_quarantined']} quarantined), "
+            f"sent {info['num_send']:,} recv {info['num_recv']:,}, pending {info['num_pending']:,}, "
+            f"watermark {wm_s}, {info['processing_s']:.2f}s" + (" FINISHED" if info.get("finished") else ""))
+
+
+def run_query(spark, cfg: JobConfig, log=print) -> bool:
+    """Start the query, print a line per batch, stop when the run is finished. True if finished."""
+    from streaming.sinks import RunStore
+
+    finished = threading.Event()
+    store = RunStore(cfg.run_dir, cfg.engine, on_finished=finished.set, log=log)
+
+    def sink(batch_df, batch_id: int) -> None:
+        result = store.process_batch(batch_df.toArrow(), batch_id)
+        log(_progress_line(dict(result.info, batch_id=batch_id, finished=result.finished,
+                                processing_s=time.time() - t_batch[0])))
+        t_batch[0] = time.time()
+
+    t_batch = [time.time()]
+    writer = (telemetry_stream(spark, cfg).writeStream.foreachBatch(sink)
+              .option("checkpointLocation", cfg.spark_checkpoint).queryName(f"flightwatch_{cfg.engine.run_id}"))
+    writer = writer.trigger(availableNow=True) if cfg.available_now else writer.trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
+    query = writer.start()
+    try:
+        while query.isActive:
+            query.awaitTermination(0.5)
+            if finished.is_set():
+                query.stop()
+    except KeyboardInterrupt:
+        log("stopping (the run can be resumed with the same command)")
+        query.stop()
+    if query.exception():
+        raise RuntimeError(str(query.exception()))
+    return finished.is_set()
+
+
+def main(argv=None) -> int:
+    try:
+        a = build_parser().parse_args(argv)
+        cfg = config_from_args(a)
+        if cfg.command == "summary":
+            from streaming import results
+
+            if not os.path.exists(os.path.join(cfg.run_dir, "run.json")):
+                raise UsageError(f"no run at {cfg.run_dir}")
+            print(json.dumps(results.summarize(cfg.run_dir), indent=1, default=str))
+            return 0
+        if cfg.command == "replay":
+            source_dir = cfg.run_dir
+            if not os.path.isdir(os.path.join(source_dir, "archive")):
+                raise UsageError(f"no archive at {source_dir}/archive: nothing to replay")
+            cfg = cfg.for_replay()
+            shutil.rmtree(cfg.run_dir, ignore_errors=True)  # a replay starts from a fresh checkpoint
+        else:
+            check_broker(cfg)
+    except UsageError as e:
+        print(f"flightwatch streaming: error: {e}", file=sys.stderr)
+        return 2
+    print(f"flightwatch streaming: run {cfg.engine.run_id} -> {cfg.run_dir}", flush=True)
+    spark = build_spark(cfg)
+    stop = threading.Event()
+    if cfg.heartbeat and cfg.command == "run":
+        threading.Thread(target=_heartbeats, args=(cfg, stop), daemon=True).start()
+    try:
+        done = run_query(spark, cfg, log=lambda s: print(s, flush=True))
+    finally:
+        stop.set()
+        spark.stop()
+    print(f"run {cfg.engine.run_id}: {'finished' if done else 'stopped'}; results in {cfg.run_dir}", flush=True)
+    return 0

@@ -1,0 +1,207 @@
+"""Reading a run: sum the per-batch partials into per-window figures, gaps and a run summary.
+
+Only batches whose bookkeeping file exists are read, so a reader never sees half a batch.
+Everything here works on a live run (the job still writing) and on a finished one.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from streaming import engine, histogram
+from streaming.sinks import PARTIAL_KINDS, RunPaths, batch_file, ids_in
+
+PERCENTILES = (50, 90, 99)
+
+
+def run_config(root: str) -> dict:
+    with open(RunPaths(root).run_file) as f:
+        return json.load(f)
+
+
+def load_batches(root: str) -> pd.DataFrame:
+    """One row per completed micro-batch: its bookkeeping (watermark, sizes, timings)."""
+    paths = RunPaths(root)
+    rows = []
+    for b in ids_in(paths.batches, "batch-*.json"):
+        with open(batch_file(paths.batches, b, "json")) as f:
+            rows.append(json.load(f))
+    return pd.DataFrame(rows)
+
+
+def load_partials(root: str, kind: str, batch_ids=None) -> pd.DataFrame:
+    """All partial rows of one kind (counts, hists, events), tagged with their batch ID."""
+    paths = RunPaths(root)
+    if batch_ids is None:
+        batch_ids = ids_in(paths.batches, "batch-*.json")
+    frames = []
+    for b in batch_ids:
+        path = batch_file(paths.partial(kind), b)
+        if os.path.exists(path):
+            df = pq.read_table(path).to_pandas()
+            if len(df):
+                df["batch_id"] = b
+                frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def sum_counts(counts: pd.DataFrame) -> pd.DataFrame:
+    """(window_ns, name, value) partials to one column per name, merged by sum (max for max:*)."""
+    if counts.empty:
+        return pd.DataFrame(index=pd.Index([], name="window_ns", dtype=np.int64))
+    is_max = counts["name"].str.startswith(engine.MAX_PREFIX)
+    summed = counts[~is_max].pivot_table(index="window_ns", columns="name", values="value", aggfunc="sum", fill_value=0)
+    maxed = counts[is_max].pivot_table(index="window_ns", columns="name", values="value", aggfunc="max")
+    return summed.join(maxed, how="outer") if len(maxed) else summed
+
+
+def hist_figures(hists: pd.DataFrame) -> pd.DataFrame:
+    """Per window and histogram: p50/p90/p99/max and the encoded HdrHistogram of the merged buckets."""
+    rows = []
+    if hists.empty:
+        return pd.DataFrame(index=pd.Index([], name="window_ns", dtype=np.int64))
+    merged = hists.groupby(["window_ns", "hist", "bucket"], as_index=False, sort=True)["count"].sum()
+    for (window_ns, hist), g in merged.groupby(["window_ns", "hist"], sort=True):
+        idx, cnt = g["bucket"].to_numpy(), g["count"].to_numpy()
+        ps = histogram.percentiles(idx, cnt, list(PERCENTILES))
+        row = {"window_ns": window_ns}
+        for p, v in zip(PERCENTILES, ps):
+            row[f"{hist}_p{p}"] = v
+        row[f"{hist}_max"] = histogram.max_value(idx, cnt)
+        if hist == "latency_us":
+            row["latency_hdr"] = histogram.encode(idx, cnt)
+        rows.append(row)
+    return pd.DataFrame(rows).groupby("window_ns").first()
+
+
+def load_windows(root: str) -> pd.DataFrame:
+    """The run's window table: one row per 1 s window from the first to the last with data."""
+    cfg = run_config(root)
+    window_ns, timeout_ns = cfg["window_ns"], cfg["drop_timeout_ns"]
+    batches = load_batches(root)
+    if batches.empty:
+        return pd.DataFrame()
+    counts = load_partials(root, "counts")
+    table = sum_counts(counts)
+    table = table.join(hist_figures(load_partials(root, "hists")), how="outer")
+    events = load_partials(root, "events")
+    if not events.empty:
+        node = events[events["kind"] == "node"]
+        if len(node):
+            node = node.assign(series="node:" + node["node"].astype(str) + ":" + node["metric"].astype(str))
+            table = table.join(node.pivot_table(index="window_ns", columns="series", values="value", aggfunc="mean"), how="outer")
+            holes = node[node["missing"].fillna(False).astype(bool)].groupby("window_ns").size().rename("node_samples_missing")
+            table = table.join(holes, how="outer")
+        oom = events[events["kind"] == "oom"]
+        if len(oom):
+            table = table.join(oom.assign(n=oom["count"].fillna(1)).groupby("window_ns")["n"].sum().rename("oom_kills"), how="outer")
+    if table.empty:
+        return table
+    full = np.arange(table.index.min(), table.index.max() + window_ns, window_ns, dtype=np.int64)
+    table = table.reindex(pd.Index(full, name="window_ns"))
+    for name in ("sent", "received", "dropped", "duplicates", "late", "errors", "acked", "oom_kills", "orphan_receives"):
+        table[name] = table[name].fillna(0).astype(np.int64) if name in table else 0
+    for name in [c for c in table.columns if c.startswith("errors:") or c.startswith("overflow:") or c in ("clock_skew", "repeated_send_records", "negative_send_delay")]:
+        table[name] = table[name].fillna(0).astype(np.int64)
+    # In flight at a window's end: sent - received - errors - drops whose deadline has passed.
+    shift = timeout_ns // window_ns
+    dropped_at_deadline = table["dropped"].shift(shift, fill_value=0)
+    table["in_flight"] = (table["sent"].cumsum() - table["received"].cumsum() - table["errors"].cumsum()
+                          - dropped_at_deadline.cumsum()).astype(np.int64)
+    watermark = int(batches["watermark_ns"].max())
+    ends = table.index.to_numpy() + window_ns
+    table["receive_complete"] = ends <= watermark
+    table["drops_final"] = ends + timeout_ns <= watermark
+    # When each window's figures reached the sink (for freshness): first and last batch touching it.
+    written = batches.set_index("batch_id")["written_at_ns"]
+    recv_rows = counts[counts["name"] == "received"] if not counts.empty else counts
+    if len(recv_rows):
+        w = recv_rows.assign(written_at_ns=recv_rows["batch_id"].map(written)).groupby("window_ns")["written_at_ns"]
+        table["first_written_ns"] = w.min()
+        table["last_written_ns"] = w.max()
+    prev_in_flight = table["in_flight"].shift(1, fill_value=0)
+    # A gap window: nothing delivered while sending was under way and events were in flight.
+    sending = table.index[table["sent"] > 0]
+    during = (table.index >= sending.min()) & (table.index <= sending.max()) if len(sending) else False
+    table["gap"] = (table["received"] == 0) & ((prev_in_flight > 0) | (table["sent"] > 0)) & during & table["receive_complete"]
+    return table.reset_index()
+
+
+def gaps(windows: pd.DataFrame, window_ns: int) -> pd.DataFrame:
+    """Maximal runs of gap windows: start, end (exclusive) and duration."""
+    if windows.empty:
+        return pd.DataFrame(columns=["start_ns", "end_ns", "duration_s"])
+    flag = windows["gap"].to_numpy(dtype=bool)
+    starts = windows["window_ns"].to_numpy()
+    out = []
+    i = 0
+    while i < len(flag):
+        if flag[i]:
+            j = i
+            while j + 1 < len(flag) and flag[j + 1]:
+                j += 1
+            out.append({"start_ns": int(starts[i]), "end_ns": int(starts[j] + window_ns),
+                        "duration_s": (starts[j] + window_ns - starts[i]) / 1e9})
+            i = j + 1
+        else:
+            i += 1
+    return pd.DataFrame(out, columns=["start_ns", "end_ns", "duration_s"])
+
+
+def merged_percentiles(root: str, hist: str = "latency_us", start_ns: int | None = None, end_ns: int | None = None) -> dict:
+    """Exact (HDR-precision) percentiles over any time range, merged from the window histograms."""
+    h = load_partials(root, "hists")
+    if h.empty:
+        return {f"p{p}": None for p in PERCENTILES} | {"max": None, "count": 0}
+    h = h[h["hist"] == hist]
+    if start_ns is not None:
+        h = h[h["window_ns"] >= start_ns]
+    if end_ns is not None:
+        h = h[h["window_ns"] < end_ns]
+    idx, cnt = h["bucket"].to_numpy(), h["count"].to_numpy()
+    ps = histogram.percentiles(idx, cnt, list(PERCENTILES))
+    return {f"p{p}": v for p, v in zip(PERCENTILES, ps)} | {"max": histogram.max_value(idx, cnt), "count": int(cnt.sum())}
+
+
+def load_quarantine(root: str) -> pd.DataFrame:
+    paths = RunPaths(root)
+    done = set(ids_in(paths.batches, "batch-*.json"))
+    frames = [pq.read_table(batch_file(paths.quarantine, b)).to_pandas() for b in ids_in(paths.quarantine) if b in done]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
+    """Run-level figures: totals, exact run percentiles, errors by cause, gaps, OOM events."""
+    cfg = run_config(root)
+    windows = load_windows(root) if windows is None else windows
+    batches = load_batches(root)
+    if windows.empty:
+        return {"run_id": cfg["run_id"], "state": "waiting for data"}
+    total = {c: int(windows[c].sum()) for c in ("sent", "received", "dropped", "duplicates", "late", "errors", "orphan_receives", "oom_kills")}
+    errors = {c.split(":", 1)[1]: int(windows[c].sum()) for c in windows.columns if c.startswith("errors:")}
+    events = load_partials(root, "events")
+    ooms = events[events["kind"] == "oom"][["at_ns", "source", "where", "count"]].to_dict("records") if not events.empty else []
+    starts = events[events["kind"] == "run_start"]["at_ns"] if not events.empty else []
+    stops = events[events["kind"] == "run_stop"]["at_ns"] if not events.empty else []
+    return {
+        "run_id": cfg["run_id"],
+        "state": "finished" if len(batches) and bool(batches["finished"].any()) else "running",
+        "started_at_ns": int(min(starts)) if len(starts) else None,
+        "stopped_at_ns": int(max(stops)) if len(stops) else None,
+        "num_windows": int(len(windows)),
+        **total,
+        "loss_ratio": (total["dropped"] / total["sent"]) if total["sent"] else None,
+        "errors_by_cause": errors,
+        "quarantined": int(batches["num_quarantined"].sum()) if len(batches) else 0,
+        "latency_us": merged_percentiles(root, "latency_us"),
+        "latency_intended_us": merged_percentiles(root, "latency_intended_us"),
+        "send_delay_us": merged_percentiles(root, "send_delay_us"),
+        "gaps": gaps(windows, cfg["window_ns"]).to_dict("records"),
+        "oom_events": ooms,
+        "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,
+        "num_batches": int(len(batches)),
+    }

@@ -1,0 +1,268 @@
+"""Streaming sources built on Spark's Python Data Source API.
+
+``flightwatch_kafka`` reads a Kafka topic with kafka-python in assign mode and gives the
+same columns as Spark's built-in ``kafka`` source (key, value, topic, partition, offset,
+timestamp, timestampType), so the job can switch to ``format("kafka")`` on clusters that
+have the connector jar. Offsets are JSON ``{"<partition>": next_offset}``; one Spark
+partition per Kafka partition; ``read()`` is stateless and re-reads exactly the range it is
+given. The end of a partition is taken from Fetch responses' high watermark, never from
+ListOffsets (the embedded Tansu broker under-reports that).
+
+``flightwatch_archive`` replays a run's archive: one archived micro-batch per micro-batch,
+in the order the live job processed them, so a replay sees the same batches.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import time
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset bigint, "
+    "timestamp timestamp, timestampType int"
+)
+KAFKA_ARROW_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("timestampType", pa.int32()),
+])
+HIGHWATER_WAIT_S = 1.0
+"""How long the planner waits for every partition's high watermark before using what it has."""
+
+_CLIENT_PREFIX = "kafka."
+
+
+def kafka_client_config(options: dict) -> dict:
+    """kafka-python settings from source options: ``kafka.<setting>`` passes through (SASL/TLS ...)."""
+    cfg = {}
+    for key, value in options.items():
+        if key.startswith(_CLIENT_PREFIX) and key != "kafka.bootstrap.servers":
+            cfg[key[len(_CLIENT_PREFIX):].replace(".", "_")] = value
+    servers = options.get("kafka.bootstrap.servers") or options.get("bootstrap.servers") or options["bootstrap"]
+    cfg["bootstrap_servers"] = servers.split(",")
+    return cfg
+
+
+class _KafkaPartition(InputPartition):
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("flightwatch_kafka").option("bootstrap", ...).option("subscribe", topic)``.
+
+    Options: ``bootstrap`` (host:port,...), ``subscribe`` (one topic), ``startingOffsets``
+    (earliest | latest), ``maxOffsetsPerTrigger`` (messages per micro-batch), and any
+    ``kafka.<setting>`` for the client (e.g. ``kafka.security_protocol``).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "flightwatch_kafka"
+
+    def schema(self) -> str:
+        return KAFKA_SCHEMA
+
+    def streamReader(self, schema) -> "KafkaStreamReader":
+        return KafkaStreamReader(dict(self.options))
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict) -> None:
+        self.options = options
+        self.topic = options["subscribe"]
+        self.max_rows = int(options["maxoffsetspertrigger"]) if options.get("maxoffsetspertrigger") else None
+        self._consumer = None
+        self._known_end: dict[int, int] = {}
+        self._available_now_end: dict | None = None
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["_consumer"] = None
+        return d
+
+    # --- planning (driver side) ---
+    def _client(self):
+        if self._consumer is None:
+            from kafka import KafkaConsumer
+
+            self._consumer = KafkaConsumer(
+                enable_auto_commit=False, fetch_max_wait_ms=20, max_partition_fetch_bytes=1024,
+                **kafka_client_config(self.options),
+            )
+        return self._consumer
+
+    def _partitions(self) -> list[int]:
+        parts = self._client().partitions_for_topic(self.topic)
+        if not parts:
+            raise RuntimeError(f"topic {self.topic!r} does not exist")
+        return sorted(parts)
+
+    def _high_watermarks(self) -> dict[int, int]:
+        """Each partition's high watermark from a fresh Fetch response (exact, unlike ListOffsets on Tansu)."""
+        from kafka import TopicPartition
+
+        c = self._client()
+        tps = [TopicPartition(self.topic, p) for p in self._partitions()]
+        if set(c.assignment()) != set(tps):
+            c.assign(tps)
+        for tp in tps:  # start one record before the known end: the fetch answers at once
+            c.seek(tp, max(self._known_end.get(tp.partition, 0) - 1, 0))
+            c._subscription.assignment[tp].highwater = None  # only a fresh answer counts
+        deadline = time.monotonic() + HIGHWATER_WAIT_S
+        while time.monotonic() < deadline and any(c.highwater(tp) is None for tp in tps):
+            c.poll(timeout_ms=50, max_records=1, update_offsets=False)
+        for tp in tps:
+            hw = c.highwater(tp)
+            if hw is not None:
+                self._known_end[tp.partition] = max(hw, self._known_end.get(tp.partition, 0))
+        return {tp.partition: self._known_end.get(tp.partition, 0) for tp in tps}
+
+    def initialOffset(self) -> dict:
+        parts = self._partitions()
+        if self.options.get("startingoffsets", "earliest") == "latest":
+            return {str(p): o for p, o in self._high_watermarks().items()}
+        return {str(p): 0 for p in parts}
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_end = {str(p): o for p, o in self._high_watermarks().items()}
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        latest = self._available_now_end or {str(p): o for p, o in self._high_watermarks().items()}
+        end = {p: max(latest.get(p, 0), start.get(p, 0)) for p in set(latest) | set(start)}
+        if isinstance(limit, ReadMaxRows):
+            budget = limit.max_rows
+            for p in sorted(end, key=int):  # fair share first, then what is left
+                share = max(budget // max(len(end), 1), 1)
+                end[p] = min(end[p], start.get(p, 0) + share)
+        return end
+
+    def reportLatestOffset(self):
+        return {str(p): o for p, o in self._known_end.items()} or None
+
+    def partitions(self, start: dict, end: dict):
+        return [
+            _KafkaPartition(self.topic, int(p), int(start.get(p, 0)), int(o))
+            for p, o in sorted(end.items(), key=lambda kv: int(kv[0]))
+            if int(o) > int(start.get(p, 0))
+        ]
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # --- reading (executor side): stateless, exactly [start, end) ---
+    def read(self, partition: _KafkaPartition) -> Iterator[pa.RecordBatch]:
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(enable_auto_commit=False, **kafka_client_config(self.options))
+        tp = TopicPartition(partition.topic, partition.partition)
+        consumer.assign([tp])
+        consumer.seek(tp, partition.start)
+        rows: list[tuple] = []
+        next_offset = partition.start
+        deadline = time.monotonic() + 120
+        try:
+            while next_offset < partition.end:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"timed out reading {tp} at {next_offset} (end {partition.end})")
+                for records in consumer.poll(timeout_ms=500).values():
+                    for r in records:
+                        if r.offset < next_offset or r.offset >= partition.end:
+                            continue
+                        rows.append((r.key, r.value, r.topic, r.partition, r.offset, r.timestamp * 1000, r.timestamp_type))
+                        next_offset = r.offset + 1
+                if len(rows) >= 4096:
+                    yield _kafka_batch(rows)
+                    rows = []
+        finally:
+            consumer.close()
+        if rows:
+            yield _kafka_batch(rows)
+
+
+def _kafka_batch(rows: list[tuple]) -> pa.RecordBatch:
+    cols = list(zip(*rows))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(cols, KAFKA_ARROW_SCHEMA)], schema=KAFKA_ARROW_SCHEMA
+    )
+
+
+# ---------------------------------------------------------------- archive replay
+_BATCH_FILE = re.compile(r"batch-(\d+)\.parquet$")
+
+
+def archived_batches(archive_dir: str) -> list[int]:
+    """Batch IDs in an archive, in processing order."""
+    ids = []
+    for path in glob.glob(os.path.join(archive_dir, "batch-*.parquet")):
+        m = _BATCH_FILE.search(path)
+        if m:
+            ids.append(int(m.group(1)))
+    return sorted(ids)
+
+
+class _ArchivePartition(InputPartition):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+class ArchiveDataSource(DataSource):
+    """``spark.readStream.format("flightwatch_archive").option("path", archive_dir)``: one batch per trigger."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "flightwatch_archive"
+
+    def schema(self):
+        from pyspark.sql.pandas.types import from_arrow_schema
+        from streaming.decode import DECODED_SCHEMA
+
+        return from_arrow_schema(DECODED_SCHEMA)
+
+    def streamReader(self, schema) -> "ArchiveStreamReader":
+        return ArchiveStreamReader(self.options["path"])
+
+
+class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"index": n}``: the first n archived batches have been read."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def initialOffset(self) -> dict:
+        return {"index": 0}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        n = len(archived_batches(self.path))
+        return {"index": min(start["index"] + 1, n)}  # one archived batch per micro-batch
+
+    def partitions(self, start: dict, end: dict):
+        ids = archived_batches(self.path)[start["index"]:end["index"]]
+        return [_ArchivePartition(os.path.join(self.path, f"batch-{i:08d}.parquet")) for i in ids]
+
+    def read(self, partition: _ArchivePartition) -> Iterator[pa.RecordBatch]:
+        from streaming.decode import DECODED_SCHEMA
+
+        table = pq.read_table(partition.path).cast(DECODED_SCHEMA)
+        yield from table.to_batches()
+
+    def commit(self, end: dict) -> None:
+        pass
