@@ -115,18 +115,29 @@ def generate(spec: SyntheticSpec) -> SyntheticRun:
     return run
 
 
-def messages(run: SyntheticRun, records_per_message: int = 200) -> list[tuple[bytes, bytes, int]]:
-    """Wire messages (key, value, arrival ns) in arrival order, one agent per message, malformed lines spread in."""
+def messages(run: SyntheticRun, records_per_message: int = 200, linger_ns: int = NS // 2) -> list[tuple[bytes, bytes, int]]:
+    """Wire messages (key, value, arrival ns) in arrival order, malformed lines spread in.
+
+    Like a real agent, each agent sends a message when it holds ``records_per_message``
+    records or its oldest unsent record is ``linger_ns`` old.
+    """
     out, buf = [], {}
+
+    def flush(agent: str, t: int) -> None:
+        if buf.get(agent):
+            out.append((agent.encode(), contract.encode(buf[agent]), t))
+            buf[agent] = []
+
     for t, r in run.records:
+        for agent, b in buf.items():
+            if b and t - b[0]["at_ns"] > linger_ns + 50_000_000:
+                flush(agent, t)
         b = buf.setdefault(r["agent"], [])
         b.append(r)
         if len(b) >= records_per_message:
-            out.append((r["agent"].encode(), contract.encode(b), t))
-            buf[r["agent"]] = []
-    for agent, b in buf.items():
-        if b:
-            out.append((agent.encode(), contract.encode(b), run.records[-1][0]))
+            flush(r["agent"], t)
+    for agent in list(buf):
+        flush(agent, run.records[-1][0])
     out.sort(key=lambda m: m[2])
     step = max(len(out) // max(len(run.malformed), 1), 1)
     for i, bad in enumerate(run.malformed):  # each bad line inside an otherwise good message

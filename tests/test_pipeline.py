@@ -1,0 +1,129 @@
+"""End to end with the real parts: Tansu broker, the streaming job in a real Spark session.
+
+A synthetic run of known truth (60 s at 1,000 events/s, lognormal latencies, ~1% never
+received, duplicates, errors, late receives, one 3 s pause with no receives, an OOM event,
+malformed records) is written to the telemetry topic; the job processes it in many
+micro-batches; every window is checked against truth computed independently with numpy.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import ROOT, create_topic, job_command, job_env, run_job
+from loadgen.synthetic import NS, SyntheticSpec, generate, produce, truth
+from streaming import results
+
+pytestmark = pytest.mark.integration
+
+RUN = "e2e"
+TIMING_COLUMNS = ["first_written_ns", "last_written_ns"]
+
+
+@pytest.fixture(scope="module")
+def recorded(broker, tmp_path_factory):
+    """The synthetic run in a fresh topic, and its ground truth."""
+    topic = "telemetry-e2e"
+    create_topic(broker, topic)
+    run = generate(SyntheticSpec(run_id=RUN))
+    produce(run, broker, topic)
+    return {"bootstrap": broker, "topic": topic, "run": run, "truth": truth(run), "tmp": tmp_path_factory.mktemp("runs")}
+
+
+def job_args(rec, out, *extra):
+    return ["run", "--run", RUN, "--bootstrap", rec["bootstrap"], "--topic", rec["topic"], "--out", str(out),
+            "--no-heartbeat", "--available-now", "--trigger", "200ms", *extra]
+
+
+@pytest.fixture(scope="module")
+def live(recorded):
+    """An undisturbed run of the job over the recorded telemetry: its folder."""
+    out = recorded["tmp"] / "live"
+    proc = run_job(*job_args(recorded, out, "--max-offsets-per-trigger", "60"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "FINISHED" in proc.stdout
+    return out
+
+
+def comparable(windows: pd.DataFrame) -> pd.DataFrame:
+    return windows.drop(columns=[c for c in TIMING_COLUMNS if c in windows]).reset_index(drop=True)
+
+
+def test_every_window_matches_ground_truth(live, recorded):
+    t = recorded["truth"]
+    w = results.load_windows(str(live)).set_index("window_ns")
+    assert w["receive_complete"].all() and w["drops_final"].all()
+    # counts: exact, window by window
+    for name in ("sent", "received", "dropped", "duplicates", "late", "errors"):
+        expected = pd.Series({win: d.get(name, 0) for win, d in t["windows"].items()}, dtype=np.int64)
+        got = w[name].reindex(expected.index, fill_value=0)
+        assert (got == expected).all(), f"{name}: {got[got != expected].head()} vs {expected[got != expected].head()}"
+        assert int(w[name].sum()) == int(expected.sum())
+    # latency percentiles: within 0.1% of numpy's (nearest-rank) values, every window
+    worst = 0.0
+    for win, (lat_us, lat_intended_us) in t["latency"].items():
+        for p in (50, 90, 99):
+            for col, data in ((f"latency_us_p{p}", lat_us), (f"latency_intended_us_p{p}", lat_intended_us)):
+                exact = np.percentile(data, p, method="inverted_cdf")
+                err = abs(w.loc[win, col] - exact) / exact
+                worst = max(worst, err)
+                assert err <= 0.001, (win, col, w.loc[win, col], exact)
+    print(f"worst percentile error {worst:.5%} over {len(t['latency'])} windows")
+
+
+def test_run_summary_matches_ground_truth(live, recorded):
+    t, spec = recorded["truth"], recorded["run"].spec
+    s = results.summarize(str(live))
+    assert s["state"] == "finished"
+    assert (s["sent"], s["received"], s["dropped"], s["duplicates"], s["late"], s["errors"]) == (
+        t["num_sent"], t["num_received"], t["num_dropped"], t["num_duplicates"], t["num_late"], t["num_errors"])
+    assert s["quarantined"] == t["num_malformed"] == len(results.load_quarantine(str(live)))
+    # run-level percentiles merged from the window histograms
+    for p in (50, 90, 99):
+        exact = np.percentile(t["all_latency_us"], p, method="inverted_cdf")
+        assert abs(s["latency_us"][f"p{p}"] - exact) / exact <= 0.001
+    # the one pause: found, bounds within one window of the truth
+    assert len(s["gaps"]) == 1
+    gap = s["gaps"][0]
+    assert abs(gap["start_ns"] - t["gap_windows"][0]) <= NS and abs(gap["end_ns"] - (t["gap_windows"][-1] + NS)) <= NS
+    # the OOM event at its time and place; node metrics per window
+    assert [(e["at_ns"], e["where"]) for e in s["oom_events"]] == [(spec.start_ns + int(45.5 * NS), "node-a:/leaker")]
+    w = results.load_windows(str(live)).set_index("window_ns")
+    assert w.loc[spec.start_ns + 45 * NS, "oom_kills"] == 1
+    assert w.loc[spec.start_ns + 10 * NS, "node:node-a:cpu_utilization"] == pytest.approx(0.6)
+
+
+def test_kill_and_restart_gives_the_undisturbed_results(live, recorded):
+    out = recorded["tmp"] / "restarted"
+    args = job_args(recorded, out, "--max-offsets-per-trigger", "25")
+    proc = subprocess.Popen(job_command(*args), cwd=ROOT, env=job_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    batches = out / "batches"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(list(batches.glob("*.json"))) < 8:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the job and its Spark JVM, by recorded PID group
+    proc.wait()
+    done_before = len(list(batches.glob("*.json")))
+    assert 8 <= done_before < 24, "the kill must land mid-run"
+    again = run_job(*args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "FINISHED" in again.stdout
+    pd.testing.assert_frame_equal(comparable(results.load_windows(str(out))), comparable(results.load_windows(str(live))))
+    assert results.summarize(str(out))["quarantined"] == recorded["truth"]["num_malformed"]
+
+
+def test_replay_gives_the_live_results(live):
+    proc = run_job("replay", "--run", RUN, "--out", str(live), "--trigger", "100ms")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    replayed = results.load_windows(str(live / "replay"))
+    pd.testing.assert_frame_equal(comparable(replayed), comparable(results.load_windows(str(live))))
+    live_s, replay_s = results.summarize(str(live)), results.summarize(str(live / "replay"))
+    for key in ("sent", "received", "dropped", "duplicates", "late", "errors", "quarantined", "latency_us", "gaps"):
+        assert replay_s[key] == live_s[key]
