@@ -1,0 +1,219 @@
+"""Pipeline benchmark: synthetic load at rising rates into a real telemetry broker, the real job reading it.
+
+Usage:
+    python -m bench.pipeline [--rates 1000,5000,10000,20000,50000] [--seconds 20]
+
+Per rate (events/s; each event is a send and a receive record, so records/s = 2 x rate)
+a fresh topic and a fresh job run; the load is produced in real time with wall-clock
+timestamps for ``--seconds``. Reported per rate, medians over the steady part (the first
+3 s and the last 2 s are left out):
+  processed/s   records the job consumed per second of load
+  batch s       micro-batch duration (interval between batch commits)
+  fresh p50/max wall time from a window's end to its first figures in the sink
+  done p50      wall time from a window's end to the last batch that added receives to it
+  job cores     CPU used by the job (driver, JVM, Python workers) / wall time
+  gen cores     CPU used by this load generator: when it nears 1.0, the generator is the limit
+The reference column is the throwaway prototype's micro-batch time from ARCHITECTURE.md
+(stream-stream join + windowed aggregation, same machine size).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+NS = 1_000_000_000
+RECORDS_PER_MESSAGE = 200
+TICK_S = 0.1
+PROTOTYPE_BATCH_S = {1000: 1.0, 5000: 1.3, 10000: 2.0, 20000: 2.6, 30000: 5.1, 40000: 6.7}
+"""Prototype's micro-batch duration at each events/s (join + windowed aggregation, 1 s trigger)."""
+
+SEND = '{"v":1,"kind":"send","run_id":"%s","agent":"bench","at_ns":%d,"event_id":"b-%d","intended_at_ns":%d}'
+RECV = '{"v":1,"kind":"recv","run_id":"%s","agent":"bench-rx","at_ns":%d,"event_id":"b-%d"}'
+
+
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) of every live process in a process group."""
+    total = 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # field 5 (pgrp) is index 2 after the command name
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def produce_load(producer, topic: str, run_id: str, rate: int, seconds: float) -> tuple[int, float]:
+    """Open-loop: every tick, the sends due so far and their receives (~2 ms later). Returns (records, cpu s)."""
+    rng = np.random.default_rng(1)
+    cpu0 = time.process_time()
+    start = time.time_ns()
+    seq = 0
+    records = 0
+    next_tick = time.monotonic()
+    while True:
+        now = time.time_ns()
+        elapsed = now - start
+        if elapsed >= seconds * NS:
+            break
+        due = int(elapsed * rate // NS)
+        if due > seq:
+            ids = np.arange(seq, due)
+            sent = start + ids * NS // rate
+            recv = sent + (rng.lognormal(np.log(2_000), 0.5, ids.size) * 1000).astype(np.int64)
+            lines = [SEND % (run_id, s, i, s) for s, i in zip(sent.tolist(), ids.tolist())]
+            lines += [RECV % (run_id, r, i) for r, i in zip(recv.tolist(), ids.tolist())]
+            for k in range(0, len(lines), RECORDS_PER_MESSAGE):
+                producer.send(topic, key=b"bench", value="\n".join(lines[k:k + RECORDS_PER_MESSAGE]).encode())
+            records += len(lines)
+            seq = due
+        next_tick += TICK_S
+        time.sleep(max(0.0, next_tick - time.monotonic()))
+    producer.flush()
+    return records, time.process_time() - cpu0
+
+
+def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str) -> dict:
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+
+    from agents import contract
+    from streaming import results
+
+    run_id, topic = f"bench-{rate}", f"bench-{rate}-{int(time.time())}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, 2, 1)])
+    admin.close()
+    out = os.path.join(workdir, run_id)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap", bootstrap, "--topic", topic,
+         "--out", out, "--trigger", "500ms", "--no-heartbeat"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=open(os.path.join(workdir, f"{run_id}.log"), "w"),
+        stderr=subprocess.STDOUT, start_new_session=True)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=8 << 20)
+    try:
+        # warm-up: wait until the job has committed its first batch
+        producer.send(topic, key=b"bench", value=contract.encode([contract.RunStart(run_id, "bench", time.time_ns())]))
+        producer.flush()
+        deadline = time.monotonic() + 120
+        while not os.path.isdir(os.path.join(out, "batches")) or not os.listdir(os.path.join(out, "batches")):
+            if time.monotonic() > deadline or job.poll() is not None:
+                raise RuntimeError(f"job for {run_id} did not start; see {workdir}/{run_id}.log")
+            time.sleep(0.2)
+        cpu0, t0 = group_cpu_s(job.pid), time.time_ns()
+        num_records, gen_cpu = produce_load(producer, topic, run_id, rate, seconds)
+        t1 = time.time_ns()
+        cpu1 = group_cpu_s(job.pid)
+        # drain: wait until the job has read everything produced (or give up after 60 s)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            b = results.load_batches(out)
+            if int(b["num_send"].sum() + b["num_recv"].sum()) >= num_records:
+                break
+            time.sleep(0.5)
+        t_drained = time.time_ns()
+    finally:
+        producer.close()
+        os.kill(job.pid, signal.SIGINT)
+        try:
+            job.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    batches = results.load_batches(out)
+    windows = results.load_windows(out)
+    load = batches[(batches["written_at_ns"] >= t0) & (batches["written_at_ns"] <= t1)]
+    w = windows[(windows["window_ns"] >= t0 + 3 * NS) & (windows["window_ns"] + NS <= t1 - 2 * NS)]
+    fresh = (w["first_written_ns"] - (w["window_ns"] + NS)) / NS
+    done = (w["last_written_ns"] - (w["window_ns"] + NS)) / NS
+    processed = int(batches["num_send"].sum() + batches["num_recv"].sum())
+    return {
+        "rate": rate,
+        "records_per_sec": num_records / ((t1 - t0) / NS),
+        "processed_per_sec": processed / ((t_drained - t0) / NS),
+        "all_read": processed >= num_records,
+        "drain_s": (t_drained - t1) / NS,
+        "batch_s": float(np.median(np.diff(load["written_at_ns"].to_numpy()))) / NS if len(load) > 2 else float("nan"),
+        "fresh_p50_s": float(fresh.median()), "fresh_max_s": float(fresh.max()),
+        "done_p50_s": float(done.median()),
+        "job_cores": (cpu1 - cpu0) / ((t1 - t0) / NS),
+        "gen_cores": gen_cpu / ((t1 - t0) / NS),
+        "received_exact": int(w["received"].sum()),
+    }
+
+
+def print_table(rows: list[dict]) -> None:
+    head = (f"{'events/s':>9} {'records/s':>10} {'processed/s':>12} {'batch s':>8} {'proto s':>8} {'ratio':>6} "
+            f"{'fresh p50':>9} {'fresh max':>9} {'done p50':>9} {'drain s':>8} {'job cores':>9} {'gen cores':>9}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        proto = PROTOTYPE_BATCH_S.get(r["rate"])
+        ratio = f"{proto / r['batch_s']:.2f}x" if proto and r["batch_s"] == r["batch_s"] else "-"
+        print(f"{r['rate']:>9,} {r['records_per_sec']:>10,.0f} {r['processed_per_sec']:>12,.0f} {r['batch_s']:>8.2f} "
+              f"{proto if proto else '-':>8} {ratio:>6} {r['fresh_p50_s']:>9.2f} {r['fresh_max_s']:>9.2f} "
+              f"{r['done_p50_s']:>9.2f} {r['drain_s']:>8.1f} {r['job_cores']:>9.2f} {r['gen_cores']:>9.2f}"
+              + ("" if r["all_read"] else "  (did not keep up)"))
+    print("ratio = prototype batch time / ours (>1: faster). fresh = window end -> first figures in the sink.")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rates", default="1000,5000,10000,20000,50000", help="events/s, comma-separated (default %(default)s)")
+    ap.add_argument("--seconds", type=float, default=20, help="seconds of load per rate (default %(default)s)")
+    ap.add_argument("--bootstrap", help="use this broker instead of starting a Tansu broker on a free port")
+    a = ap.parse_args(argv)
+    try:
+        rates = [int(r) for r in a.rates.split(",")]
+        assert all(r > 0 for r in rates) and a.seconds >= 8
+    except (ValueError, AssertionError):
+        print("bench.pipeline: error: --rates takes positive integers, --seconds at least 8", file=sys.stderr)
+        return 2
+    import tempfile
+
+    from stack.__main__ import tansu_command, wait_port
+
+    workdir = tempfile.mkdtemp(prefix="flightwatch-bench-")
+    broker = None
+    bootstrap = a.bootstrap
+    if not bootstrap:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        broker = subprocess.Popen(tansu_command(port), stdout=open(os.path.join(workdir, "tansu.log"), "w"),
+                                  stderr=subprocess.STDOUT, env=dict(os.environ, CLUSTER_ID="bench"), start_new_session=True)
+        assert wait_port(port), "tansu did not start"
+        bootstrap = f"127.0.0.1:{port}"
+    rows = []
+    try:
+        for rate in rates:
+            print(f"rate {rate:,} events/s for {a.seconds:.0f} s ...", flush=True)
+            rows.append(bench_rate(bootstrap, rate, a.seconds, workdir))
+            print_table(rows[-1:])
+    finally:
+        if broker:
+            os.kill(broker.pid, signal.SIGTERM)
+            broker.wait(10)
+    print()
+    print_table(rows)
+    print(f"logs and run folders: {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

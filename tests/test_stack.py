@@ -1,0 +1,49 @@
+"""`make up` / `make down`: the embedded stack on loopback, idempotent, stopped by recorded PID."""
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from conftest import ROOT, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def stack(cmd, env):
+    return subprocess.run([sys.executable, "-m", "stack", cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
+    ports = {k: free_port() for k in ("TELEMETRY", "SUT", "PROMETHEUS", "NODE_EXPORTER")}
+    env = dict(os.environ, FLIGHTWATCH_STACK_DIR=str(tmp_path), PYTHONPATH=ROOT,
+               **{f"FLIGHTWATCH_{k}_PORT": str(v) for k, v in ports.items()})
+    first = stack("up", env)
+    try:
+        assert first.returncode == 0, first.stdout + first.stderr
+        for name, key in (("telemetry-broker", "TELEMETRY"), ("sut-broker", "SUT"), ("prometheus", "PROMETHEUS"),
+                          ("node-exporter", "NODE_EXPORTER")):
+            assert f"127.0.0.1:{ports[key]}" in first.stdout and "started" in first.stdout, first.stdout
+        pids = {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}
+        assert len(pids) == 4
+        assert json.loads((tmp_path / "addresses.json").read_text())["telemetry-broker"] == f"127.0.0.1:{ports['TELEMETRY']}"
+        again = stack("up", env)
+        assert again.returncode == 0 and again.stdout.count("running") == 4
+        assert {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")} == pids
+        # Prometheus scrapes the node exporter on loopback (1 s interval)
+        url = f"http://127.0.0.1:{ports['PROMETHEUS']}/api/v1/query?query=node_vmstat_oom_kill"
+        deadline = time.monotonic() + 30
+        while True:
+            result = json.loads(urllib.request.urlopen(url, timeout=5).read())["data"]["result"]
+            if result or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert result and float(result[0]["value"][1]) >= 0
+    finally:
+        down = stack("down", env)
+    assert down.returncode == 0 and down.stdout.count("stopped") == 4
+    for pid in pids.values():
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
