@@ -76,8 +76,8 @@ def produce_load(producer, topic: str, run_id: str, rate: int, seconds: float) -
             recv = sent + (rng.lognormal(np.log(2_000), 0.5, ids.size) * 1000).astype(np.int64)
             lines = [SEND % (run_id, s, i, s) for s, i in zip(sent.tolist(), ids.tolist())]
             lines += [RECV % (run_id, r, i) for r, i in zip(recv.tolist(), ids.tolist())]
-            for k in range(0, len(lines), RECORDS_PER_MESSAGE):
-                producer.send(topic, key=b"bench", value="\n".join(lines[k:k + RECORDS_PER_MESSAGE]).encode())
+            for k in range(0, len(lines), RECORDS_PER_MESSAGE):  # four agents' keys: both partitions busy
+                producer.send(topic, key=b"bench-%d" % (k // RECORDS_PER_MESSAGE % 4), value="\n".join(lines[k:k + RECORDS_PER_MESSAGE]).encode())
             records += len(lines)
             seq = due
         next_tick += TICK_S

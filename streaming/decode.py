@@ -36,12 +36,32 @@ DECODED_SCHEMA = pa.schema(
 RAW_TEXT_MAX_CHARS = 2000
 """A quarantined line keeps at most this much of its text."""
 
-_PARSE_OPTIONS = pajson.ParseOptions(explicit_schema=ARROW_SCHEMA, unexpected_field_behavior="ignore")
-_READ_OPTIONS = pajson.ReadOptions(use_threads=False, block_size=64 << 20)
+_PARSE_OPTIONS = pajson.ParseOptions(unexpected_field_behavior="infer")
+_READ_OPTIONS = pajson.ReadOptions(use_threads=True, block_size=4 << 20)
 
 
 def _arrow_parse(body: bytes) -> pa.Table:
-    return pajson.read_json(io.BytesIO(body), read_options=_READ_OPTIONS, parse_options=_PARSE_OPTIONS)
+    """NDJSON to ARROW_SCHEMA columns; raises ArrowInvalid if any value has the wrong type.
+
+    Types are inferred (twice as fast as an explicit 22-column schema) and then held to the
+    contract: a column may only widen int to float or be all-null; anything else (a string
+    where a number belongs, a float where an integer belongs) sends the message to the
+    line-by-line path, which names the bad line.
+    """
+    parsed = pajson.read_json(io.BytesIO(body), read_options=_READ_OPTIONS, parse_options=_PARSE_OPTIONS)
+    columns = []
+    for f in ARROW_SCHEMA:
+        if f.name not in parsed.column_names:
+            columns.append(pa.nulls(parsed.num_rows, f.type))
+            continue
+        col = parsed[f.name]
+        if col.type == f.type:
+            columns.append(col)
+        elif pa.types.is_null(col.type) or (pa.types.is_integer(col.type) and pa.types.is_floating(f.type)):
+            columns.append(col.cast(f.type))
+        else:
+            raise pa.ArrowInvalid(f"field {f.name}: {col.type} where {f.type} belongs")
+    return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
 def _check_value(name: str, value) -> str | None:
@@ -168,9 +188,9 @@ def decode_messages(values: Iterable[bytes | None], partitions: Iterable[int], o
 
 def _with_source(t: pa.Table, values, partitions, offsets, group: list[int]) -> pa.Table:
     """Give each parsed row the partition/offset of the message its line came from."""
-    lines_per_msg = [
-        sum(1 for ln in (values[i] or b"").split(b"\n") if ln.strip()) for i in group
-    ]
+    lines_per_msg = [(values[i] or b"").count(b"\n") + 1 if values[i] else 0 for i in group]
+    if sum(lines_per_msg) != t.num_rows:  # blank lines somewhere: count the non-blank ones
+        lines_per_msg = [sum(1 for ln in (values[i] or b"").split(b"\n") if ln.strip()) for i in group]
     if sum(lines_per_msg) != t.num_rows:  # cannot attribute lines: attribute to the first message
         return _attach(t, None, None, partitions[group[0]], offsets[group[0]])
     part = np.repeat(np.array([partitions[i] for i in group], dtype=np.int32), lines_per_msg)

@@ -8,7 +8,9 @@ cut into batches; the watermark only decides *when* a drop is declared. A decisi
 later data contradicts (an in-time receive that arrives after its drop was declared, an
 error ack after a drop) is corrected by a negative partial, never by rewriting history.
 
-State is one table of known event IDs (pending, delivered, dropped, errored) plus the
+Event IDs are keyed by a 64-bit hash (SipHash via pandas): with a million IDs in state the
+chance of any collision is about 3e-8, and it buys a numeric join an order of magnitude
+faster than one on strings. State is one table of known event IDs (pending, delivered, dropped, errored) plus the
 receives whose send has not been seen yet (orphans). Delivered/dropped IDs are kept for
 ``retention_ns`` after their deadline to recognise duplicates and late receives.
 """
@@ -64,12 +66,19 @@ def _empty_known() -> pd.DataFrame:
             "errored": pd.Series(dtype=bool),
             "status": pd.Series(dtype=np.int8),
         },
-        index=pd.Index([], dtype=object, name="event_id"),
+        index=pd.Index([], dtype=np.uint64, name="event_id"),
     )
 
 
 def _empty_orphans() -> pd.DataFrame:
-    return pd.DataFrame({"event_id": pd.Series(dtype=object), "at_ns": pd.Series(dtype=np.int64)})
+    return pd.DataFrame({"event_id": pd.Series(dtype=np.uint64), "at_ns": pd.Series(dtype=np.int64)})
+
+
+def id_hash(event_ids: np.ndarray) -> np.ndarray:
+    """64-bit key of each event ID string (deterministic across processes and runs)."""
+    if len(event_ids) == 0:
+        return np.array([], dtype=np.uint64)
+    return pd.util.hash_array(np.asarray(event_ids, dtype=object), categorize=False)
 
 
 @dataclass
@@ -191,7 +200,10 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
 
     def rows(kind: str, cols: list[str]) -> pd.DataFrame:
         sel = good.filter(pa.array(kinds == kind)).select(cols)
-        return pd.DataFrame({c: sel[c].to_numpy(zero_copy_only=False) for c in cols})
+        df = pd.DataFrame({c: sel[c].to_numpy(zero_copy_only=False) for c in cols})
+        if "event_id" in df:
+            df["event_id"] = id_hash(df["event_id"].to_numpy())
+        return df
 
     # Sends: new IDs become pending; a re-sent send record (agent retry) is not counted twice.
     sends = rows("send", ["event_id", "at_ns", "intended_at_ns"]).sort_values(["at_ns", "event_id"], kind="stable")
@@ -206,7 +218,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
         new = pd.DataFrame(
             {"sent_ns": _column(sends, "at_ns"), "intended_ns": _column(sends, "intended_at_ns"),
              "errored": False, "status": np.int8(PENDING)},
-            index=pd.Index(_column(sends, "event_id"), dtype=object, name="event_id"),
+            index=pd.Index(_column(sends, "event_id"), dtype=np.uint64, name="event_id"),
         )
         known = pd.concat([known, new]) if len(known) else new
     sent_ns = _column(known, "sent_ns")

@@ -153,6 +153,7 @@ def build_spark(cfg: JobConfig):
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.pollingDelay", "10ms")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")

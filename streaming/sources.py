@@ -169,7 +169,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: _KafkaPartition) -> Iterator[pa.RecordBatch]:
         from kafka import KafkaConsumer, TopicPartition
 
-        consumer = KafkaConsumer(enable_auto_commit=False, **kafka_client_config(self.options))
+        consumer = KafkaConsumer(**{"enable_auto_commit": False, "max_partition_fetch_bytes": 16 << 20,
+                                    "fetch_max_bytes": 64 << 20, **kafka_client_config(self.options)})
         tp = TopicPartition(partition.topic, partition.partition)
         consumer.assign([tp])
         consumer.seek(tp, partition.start)
@@ -180,7 +181,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             while next_offset < partition.end:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"timed out reading {tp} at {next_offset} (end {partition.end})")
-                for records in consumer.poll(timeout_ms=500).values():
+                for records in consumer.poll(timeout_ms=50).values():
                     for r in records:
                         if r.offset < next_offset or r.offset >= partition.end:
                             continue
