@@ -54,7 +54,8 @@ test: install ## the whole test suite (real broker, real Spark)
 test-fast: install ## the tests that need neither broker nor Spark
 	$(PYTHON) -m pytest -m "not integration" $(PYTEST_ARGS)
 
-bench: install ## pipeline benchmark: rising rates into the telemetry broker
+bench: install ## benchmarks: pipeline at rising rates, wire encodings
+	$(PYTHON) -m bench.encoding
 	$(PYTHON) -m bench.pipeline
 
 clean: ## remove run folders and the stack's state (not the venv)

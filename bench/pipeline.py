@@ -13,6 +13,8 @@ timestamps for ``--seconds``. Reported per rate, medians over the steady part (t
   done p50      wall time from a window's end to the last batch that added receives to it
   job cores     CPU used by the job (driver, JVM, Python workers) / wall time
   gen cores     CPU used by this load generator: when it nears 1.0, the generator is the limit
+  broker        CPU used by the telemetry broker (when the benchmark started it)
+  machine       CPU busy on the whole machine, in cores (2.0 = both cores saturated)
 The reference column is the throwaway prototype's micro-batch time from ARCHITECTURE.md
 (stream-stream join + windowed aggregation, same machine size).
 """
@@ -56,6 +58,18 @@ def group_cpu_s(pgid: int) -> float:
     return total / tick
 
 
+def machine_busy_s() -> float:
+    """CPU seconds spent busy by the whole machine (all cores), from /proc/stat."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def pid_cpu_s(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def produce_load(producer, topic: str, run_id: str, rate: int, seconds: float) -> tuple[int, float]:
     """Open-loop: every tick, the sends due so far and their receives (~2 ms later). Returns (records, cpu s)."""
     rng = np.random.default_rng(1)
@@ -86,7 +100,7 @@ def produce_load(producer, topic: str, run_id: str, rate: int, seconds: float) -
     return records, time.process_time() - cpu0
 
 
-def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str) -> dict:
+def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_pid: int | None = None) -> dict:
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
@@ -114,9 +128,11 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str) -> dict:
                 raise RuntimeError(f"job for {run_id} did not start; see {workdir}/{run_id}.log")
             time.sleep(0.2)
         cpu0, t0 = group_cpu_s(job.pid), time.time_ns()
+        busy0, broker0 = machine_busy_s(), pid_cpu_s(broker_pid) if broker_pid else 0.0
         num_records, gen_cpu = produce_load(producer, topic, run_id, rate, seconds)
         t1 = time.time_ns()
         cpu1 = group_cpu_s(job.pid)
+        busy1, broker1 = machine_busy_s(), pid_cpu_s(broker_pid) if broker_pid else 0.0
         # drain: wait until the job has read everything produced (or give up after 60 s)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -151,13 +167,16 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str) -> dict:
         "done_p50_s": float(done.median()),
         "job_cores": (cpu1 - cpu0) / ((t1 - t0) / NS),
         "gen_cores": gen_cpu / ((t1 - t0) / NS),
+        "broker_cores": (broker1 - broker0) / ((t1 - t0) / NS),
+        "machine_cores": (busy1 - busy0) / ((t1 - t0) / NS),
         "received_exact": int(w["received"].sum()),
     }
 
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'events/s':>9} {'records/s':>10} {'processed/s':>12} {'batch s':>8} {'proto s':>8} {'ratio':>6} "
-            f"{'fresh p50':>9} {'fresh max':>9} {'done p50':>9} {'drain s':>8} {'job cores':>9} {'gen cores':>9}")
+            f"{'fresh p50':>9} {'fresh max':>9} {'done p50':>9} {'drain s':>8} {'job cores':>9} {'gen cores':>9} "
+            f"{'broker':>6} {'machine':>7}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -165,7 +184,8 @@ def print_table(rows: list[dict]) -> None:
         ratio = f"{proto / r['batch_s']:.2f}x" if proto and r["batch_s"] == r["batch_s"] else "-"
         print(f"{r['rate']:>9,} {r['records_per_sec']:>10,.0f} {r['processed_per_sec']:>12,.0f} {r['batch_s']:>8.2f} "
               f"{proto if proto else '-':>8} {ratio:>6} {r['fresh_p50_s']:>9.2f} {r['fresh_max_s']:>9.2f} "
-              f"{r['done_p50_s']:>9.2f} {r['drain_s']:>8.1f} {r['job_cores']:>9.2f} {r['gen_cores']:>9.2f}"
+              f"{r['done_p50_s']:>9.2f} {r['drain_s']:>8.1f} {r['job_cores']:>9.2f} {r['gen_cores']:>9.2f} "
+              f"{r['broker_cores']:>6.2f} {r['machine_cores']:>7.2f}"
               + ("" if r["all_read"] else "  (did not keep up)"))
     print("ratio = prototype batch time / ours (>1: faster). fresh = window end -> first figures in the sink.")
 
@@ -203,7 +223,7 @@ def main(argv=None) -> int:
     try:
         for rate in rates:
             print(f"rate {rate:,} events/s for {a.seconds:.0f} s ...", flush=True)
-            rows.append(bench_rate(bootstrap, rate, a.seconds, workdir))
+            rows.append(bench_rate(bootstrap, rate, a.seconds, workdir, broker.pid if broker else None))
             print_table(rows[-1:])
     finally:
         if broker:
