@@ -1,0 +1,125 @@
+"""Writing telemetry without stalling the measured work: a bounded, batching, background writer.
+
+    writer = TelemetryWriter(producer, topic, agent="sender-0")
+    writer.write(contract.Send(...))      # never blocks; counted as lost if the buffer is full
+    ...
+    writer.close()                        # flushes what is buffered
+
+Records are batched as NDJSON, up to ``records_per_message`` a message or every
+``linger_s``, keyed by the agent's name (one agent's records stay in order on one
+partition). When the broker is slow or down the buffer grows up to ``max_buffered``
+records; past that, new records are counted in ``num_lost`` and never block the caller.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from agents import contract
+
+MAX_BUFFERED_RECORDS = 2_000_000
+"""Records held in memory while the telemetry broker is slow or away (about 300 MB at most)."""
+
+
+class TelemetryWriter:
+    def __init__(self, producer, topic: str, agent: str, records_per_message: int = 200,
+                 linger_s: float = 0.1, max_buffered: int = MAX_BUFFERED_RECORDS) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.key = agent.encode()
+        self.records_per_message = records_per_message
+        self.linger_s = linger_s
+        self.max_buffered = max_buffered
+        self._buf: deque = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.num_written = 0   # accepted by write()
+        self.num_lost = 0      # refused: buffer full
+        self.num_sent = 0      # acknowledged by the broker
+        self.num_failed = 0    # the broker refused a message (its records are counted here)
+        self._in_flight = 0
+        self._thread = threading.Thread(target=self._run, name=f"telemetry-{agent}", daemon=True)
+        self._thread.start()
+
+    def write(self, record: contract.Record | dict) -> bool:
+        """Queue one record; False (and counted in num_lost) when the buffer is full."""
+        with self._cond:
+            if len(self._buf) >= self.max_buffered:
+                self.num_lost += 1
+                return False
+            self._buf.append(record)
+            self.num_written += 1
+            if len(self._buf) >= self.records_per_message:
+                self._cond.notify()
+        return True
+
+    def write_many(self, records) -> int:
+        n = 0
+        for r in records:
+            n += self.write(r)
+        return n
+
+    def _take(self) -> list:
+        with self._cond:
+            n = min(len(self._buf), self.records_per_message)
+            return [self._buf.popleft() for _ in range(n)]
+
+    def _on_sent(self, n: int):
+        def ok(_):
+            with self._cond:
+                self.num_sent += n
+                self._in_flight -= n
+                self._cond.notify_all()
+        return ok
+
+    def _on_failed(self, n: int):
+        def err(_):
+            with self._cond:
+                self.num_failed += n
+                self._in_flight -= n
+                self._cond.notify_all()
+        return err
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._closed and len(self._buf) < self.records_per_message:
+                    self._cond.wait(self.linger_s)
+                if self._closed and not self._buf:
+                    return
+            while True:
+                chunk = self._take()
+                if not chunk:
+                    break
+                with self._cond:
+                    self._in_flight += len(chunk)
+                future = self.producer.send(self.topic, key=self.key, value=contract.encode(chunk))
+                future.add_callback(self._on_sent(len(chunk)))
+                future.add_errback(self._on_failed(len(chunk)))
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every record written so far is acknowledged or failed."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._cond.notify()
+        while time.monotonic() < deadline:
+            with self._cond:
+                if not self._buf and self._in_flight == 0:
+                    return True
+            self.producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+            time.sleep(0.01)
+        return False
+
+    def close(self, timeout_s: float = 30.0) -> bool:
+        done = self.flush(timeout_s)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout_s)
+        return done
+
+    def counters(self) -> dict:
+        with self._cond:
+            return {"written": self.num_written, "sent": self.num_sent, "lost": self.num_lost,
+                    "failed": self.num_failed, "buffered": len(self._buf)}

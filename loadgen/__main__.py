@@ -1,0 +1,248 @@
+"""flightwatch load generator.
+
+Usage:
+    python -m loadgen attack --rate 5000 --duration 60s [--target URL] [...]
+    python -m loadgen attack --pace 1000:60,1200:60 --target http://127.0.0.1:8080/
+
+Open-loop: each send's intended time comes from the schedule, never from the previous
+response. Prints one line per second while it runs, then a vegeta-style report; writes
+report.json and latency.hlog (HdrHistogram interval log) into --out.
+
+Exit codes: 0 ok; 1 a --fail-on threshold was crossed or the attack failed; 2 bad input
+(flags, rate, pace, unreachable target).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+
+from loadgen import report
+from loadgen.pacer import NS_PER_S, Schedule
+from loadgen.stats import RunStats
+from loadgen.targets import TargetSpec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_TARGET = "kafka://127.0.0.1:29092/flightwatch.sut"
+LOADGEN_BOUND_RATIO = 0.95
+"""A second in which fewer than this share of the scheduled sends went out marks the generator as the limit."""
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise UsageError(message)
+
+
+_THRESHOLD = re.compile(r"^\s*(p50|p90|p95|p99|max|mean|success|rate|errors)\s*(<=|>=|<|>)\s*([\d.]+)\s*(us|ms|s|%)?\s*$")
+
+
+def parse_threshold(text: str) -> tuple[str, str, float]:
+    """'p99>500ms' -> ('p99', '>', 500000.0 µs); 'success<99%' -> ('success', '<', 0.99)."""
+    m = _THRESHOLD.match(text)
+    if not m:
+        raise UsageError(f"bad --fail-on {text!r}: use e.g. p99>500ms, success<99%, errors>0, rate<4900")
+    name, op, value, unit = m.groups()
+    v = float(value)
+    if name in ("p50", "p90", "p95", "p99", "max", "mean"):
+        v *= {"us": 1, "ms": 1_000, "s": 1_000_000, None: 1_000}.get(unit, 1)
+    elif name == "success":
+        v = v / 100 if unit == "%" or v > 1 else v
+    return name, op, v
+
+
+def crossed(figures: dict, threshold: tuple[str, str, float]) -> bool:
+    name, op, limit = threshold
+    if name in ("p50", "p90", "p95", "p99", "max", "mean"):
+        value = figures["latency_us"][name if name in ("max", "mean") else name]
+    elif name == "success":
+        value = figures["success_ratio"]
+    elif name == "rate":
+        value = figures["rate_per_sec"]
+    else:
+        value = sum(figures["errors"].values())
+    if value is None:
+        return True
+    return {"<": value < limit, ">": value > limit, "<=": value <= limit, ">=": value >= limit}[op]
+
+
+def parse_duration_s(text: str) -> float:
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", str(text))
+    if not m:
+        raise UsageError(f"bad duration {text!r}: use e.g. 60s, 2m")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m loadgen", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    a = sub.add_parser("attack", help="send events at a fixed or paced rate", description="send events at a fixed or paced rate")
+    a.add_argument("--rate", help="events per second (constant), e.g. 5000")
+    a.add_argument("--pace", help="steps RATE:SECONDS[,...] or a ramp FROM-TO:SECONDS, e.g. 1000:60,1200:60")
+    a.add_argument("--duration", default="60s", help="run length with --rate (default %(default)s)")
+    a.add_argument("--target", default=os.environ.get("FLIGHTWATCH_TARGET", DEFAULT_TARGET),
+                   help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC "
+                        "(default %(default)s, the embedded SUT broker)")
+    a.add_argument("--payload", type=int, default=2048, help="event payload bytes (default %(default)s)")
+    a.add_argument("--workers", type=int, default=2, help="worker processes splitting the rate (default %(default)s)")
+    a.add_argument("--max-inflight", type=int, default=1000, help="outstanding sends per worker (default %(default)s)")
+    a.add_argument("--timeout", default="30s", help="per-send timeout (default %(default)s)")
+    a.add_argument("--run", help="run ID (default: attack-<UTC time>)")
+    a.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
+                   help="telemetry broker for send/ack records (default %(default)s)")
+    a.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
+    a.add_argument("--no-telemetry", action="store_true", help="do not write send/ack records")
+    a.add_argument("--out", help="report folder (default checkpoints/<run>/loadgen)")
+    a.add_argument("--fail-on", action="append", default=[], metavar="THRESHOLD",
+                   help="exit 1 when crossed: p50|p90|p95|p99|max|mean (ms), success (%%), errors, rate; "
+                        "e.g. 'p99>500ms', 'success<99%%'; repeatable")
+    a.add_argument("--quiet", action="store_true", help="no per-second lines")
+    return p
+
+
+def config(a: argparse.Namespace):
+    from loadgen.attack import AttackConfig
+
+    if (a.rate is None) == (a.pace is None):
+        raise UsageError("give exactly one of --rate or --pace")
+    duration_s = parse_duration_s(a.duration)
+    if duration_s <= 0:
+        raise UsageError("--duration must be > 0")
+    try:
+        if a.rate is not None:
+            rate = float(a.rate)
+            schedule = Schedule.constant(rate, int(duration_s * NS_PER_S))
+        else:
+            schedule = Schedule.parse(a.pace)
+        target = TargetSpec.parse(a.target)
+    except ValueError as e:
+        msg = str(e)
+        if a.rate is not None and "could not convert" in msg:
+            msg = f"bad rate {a.rate!r}: a number of events per second, e.g. 5000"
+        raise UsageError(msg) from None
+    if a.payload < 0 or a.workers < 1 or a.max_inflight < 1:
+        raise UsageError("--payload must be >= 0, --workers and --max-inflight >= 1")
+    run_id = a.run or time.strftime("attack-%Y%m%d-%H%M%S", time.gmtime())
+    thresholds = [parse_threshold(t) for t in a.fail_on]
+    cfg = AttackConfig(run_id=run_id, target=target, schedule=schedule, workers=a.workers,
+                       max_inflight=a.max_inflight, payload_bytes=a.payload, timeout_s=parse_duration_s(a.timeout),
+                       telemetry_bootstrap=None if a.no_telemetry else a.telemetry_bootstrap,
+                       telemetry_topic=a.telemetry_topic)
+    out = a.out or os.path.join(ROOT, "checkpoints", run_id, "loadgen")
+    return cfg, thresholds, out
+
+
+def live_line(second: int, iv, scheduled: float) -> str:
+    p50, p99 = iv.latency_percentiles((50, 99))
+    (d99,) = iv.delay_percentiles((99,))
+    errors = sum(iv.errors.values())
+    bound = iv.sent < LOADGEN_BOUND_RATIO * scheduled and second > 0
+    return (f"{second:>4}s  sent {iv.sent:>7,}/s  completed {iv.completed:>7,}/s  errors {errors:>5,}  "
+            f"send-delay p99 {report._ms(d99):>9}  latency p50 {report._ms(p50):>9} p99 {report._ms(p99):>9}"
+            + (f"  LOADGEN SATURATED ({iv.sent:,} of {scheduled:,.0f})" if bound else ""))
+
+
+def main(argv=None) -> int:
+    try:
+        a = build_parser().parse_args(argv)
+        cfg, thresholds, out = config(a)
+        why = cfg.target.reachable()
+        if why:
+            raise UsageError(f"target {cfg.target} unreachable: {why}")
+        if cfg.telemetry_bootstrap:
+            host, _, port = cfg.telemetry_bootstrap.split(",")[0].rpartition(":")
+            if TargetSpec("kafka", host, int(port), "t").reachable():
+                raise UsageError(f"telemetry broker {cfg.telemetry_bootstrap} unreachable (start it with `make up`, or --no-telemetry)")
+    except UsageError as e:
+        print(f"loadgen: error: {e}", file=sys.stderr)
+        return 2
+    return attack(cfg, thresholds, out, quiet=a.quiet)
+
+
+def _telemetry_marker(cfg, record) -> None:
+    if not cfg.telemetry_bootstrap:
+        return
+    from kafka import KafkaProducer
+
+    from agents import contract
+
+    p = KafkaProducer(bootstrap_servers=cfg.telemetry_bootstrap.split(","))
+    p.send(cfg.telemetry_topic, key=b"loadgen", value=contract.encode([record]))
+    p.flush()
+    p.close()
+
+
+def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:
+    from agents import contract
+    from loadgen.attack import run_workers
+
+    os.makedirs(out, exist_ok=True)
+    stats = RunStats()
+    pending: dict[int, set] = {}
+    printed = [-1]
+    print(f"flightwatch attack: run {cfg.run_id} -> {cfg.target} pace {cfg.schedule.describe()} "
+          f"({cfg.schedule.total_hits:,} events, {cfg.workers} workers)", flush=True)
+    _telemetry_marker(cfg, contract.RunStart(cfg.run_id, "loadgen", time.time_ns(), config=json.dumps(
+        {"target": str(cfg.target), "pace": cfg.schedule.describe(), "workers": cfg.workers,
+         "payload_bytes": cfg.payload_bytes, "max_inflight": cfg.max_inflight})))
+    bound_seconds = []
+
+    def on_interval(worker: int, snap: dict) -> None:
+        s = snap["second"]
+        stats.merge(snap)
+        pending.setdefault(s, set()).add(worker)
+        while printed[0] + 1 in pending and len(pending[printed[0] + 1]) == cfg.workers:
+            s2 = printed[0] + 1
+            iv = stats.intervals[s2]
+            scheduled = cfg.schedule.rate_at(s2 * NS_PER_S + NS_PER_S // 2)
+            if s2 * NS_PER_S < cfg.schedule.duration_ns and s2 > 0 and iv.sent < LOADGEN_BOUND_RATIO * scheduled:
+                bound_seconds.append(s2)
+            if not quiet and s2 * NS_PER_S < cfg.schedule.duration_ns + 60 * NS_PER_S:
+                print(live_line(s2, iv, scheduled if s2 * NS_PER_S < cfg.schedule.duration_ns else 0), flush=True)
+            printed[0] = s2
+
+    status = "completed"
+    try:
+        start_ns, attack_end_ns, results = run_workers(cfg, on_interval)
+    except KeyboardInterrupt:
+        status = "aborted"
+        print("attack interrupted", file=sys.stderr)
+        _telemetry_marker(cfg, contract.RunStop(cfg.run_id, "loadgen", time.time_ns(), reason=status))
+        return 1
+    except RuntimeError as e:
+        print(f"loadgen: attack failed: {e}", file=sys.stderr)
+        _telemetry_marker(cfg, contract.RunStop(cfg.run_id, "loadgen", time.time_ns(), reason="failed"))
+        return 1
+    end_ns = time.time_ns()
+    _telemetry_marker(cfg, contract.RunStop(cfg.run_id, "loadgen", end_ns, reason=status))
+    figs = report.figures(stats, attack_end_ns - start_ns, end_ns - attack_end_ns, str(cfg.target),
+                          cfg.schedule.total_hits / (cfg.schedule.duration_ns / NS_PER_S))
+    figs["run_id"] = cfg.run_id
+    figs["start_ns"] = start_ns
+    figs["telemetry"] = {w: r["telemetry"] for w, r in results.items()}
+    figs["loadgen_bound_seconds"] = bound_seconds
+    print()
+    print(report.text(figs), end="")
+    if bound_seconds:
+        print(f"loadgen saturated: achieved {figs['rate_per_sec']:,.0f}/s of {figs['requested_rate_per_sec']:,.0f}/s "
+              f"(behind schedule in {len(bound_seconds)} s); add --workers or a host")
+    report.write_json(figs, os.path.join(out, "report.json"))
+    with open(os.path.join(out, "report.txt"), "w") as f:
+        f.write(report.text(figs))
+    report.write_hlog(stats, start_ns, os.path.join(out, "latency.hlog"))
+    print(f"reports: {out}/report.txt, report.json, latency.hlog")
+    failed = [t for t in thresholds if crossed(figs, t)]
+    for name, op, limit in failed:
+        print(f"threshold crossed: {name} {op} {limit:g}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Where the load goes: an HTTP CloudEvents endpoint or a Kafka-protocol topic.
+
+    http://127.0.0.1:8080/            CloudEvents over HTTP, binary mode (ce-* headers)
+    http+structured://host:port/path  CloudEvents over HTTP, structured mode (JSON envelope)
+    kafka://127.0.0.1:29092/topic     produce to a topic; the event ID is the record key
+                                      and the ``ce_id`` header
+
+``send()`` answers (status, error cause): status is the HTTP code (None for Kafka), and
+the cause names a failure the way vegeta's error set does (timeout, connection refused,
+http 503 is reported through the status).
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+CE_SOURCE = "flightwatch/loadgen"
+CE_TYPE = "dev.flightwatch.load"
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    scheme: str          # http, http+structured, kafka
+    host: str
+    port: int
+    path: str            # URL path, or topic for kafka
+
+    @classmethod
+    def parse(cls, text: str) -> "TargetSpec":
+        u = urlsplit(text)
+        if u.scheme not in ("http", "http+structured", "kafka") or not u.hostname:
+            raise ValueError(f"bad target {text!r}: use http://HOST:PORT/PATH, http+structured://..., or kafka://HOST:PORT/TOPIC")
+        try:
+            port = u.port or (80 if u.scheme.startswith("http") else 9092)
+        except ValueError:
+            raise ValueError(f"bad target {text!r}: bad port") from None
+        path = u.path or "/"
+        if u.scheme == "kafka":
+            path = path.strip("/")
+            if not path:
+                raise ValueError(f"bad target {text!r}: kafka://HOST:PORT/TOPIC needs a topic")
+        return cls(u.scheme, u.hostname, port, path)
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}/{self.path.lstrip('/')}"
+
+    def reachable(self, timeout_s: float = 3.0) -> str | None:
+        """None if a TCP connection opens, else why not."""
+        try:
+            socket.create_connection((self.host, self.port), timeout=timeout_s).close()
+            return None
+        except OSError as e:
+            return e.strerror or str(e)
+
+
+def error_cause(exc: BaseException) -> str:
+    """A short, stable name for a failed send (what vegeta's report lists as errors)."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "timeout"
+    if isinstance(exc, ConnectionRefusedError) or "Connect call failed" in str(exc) or "refused" in str(exc).lower():
+        return "connection refused"
+    if isinstance(exc, ConnectionResetError) or "reset" in str(exc).lower():
+        return "connection reset"
+    name = type(exc).__name__
+    return {"ServerDisconnectedError": "server disconnected", "ClientOSError": "connection error",
+            "ClientConnectorError": "connection refused", "KafkaTimeoutError": "timeout"}.get(name, name)
+
+
+class HttpTarget:
+    """aiohttp with one pooled connector per worker (keep-alive, at most ``max_inflight`` connections)."""
+
+    def __init__(self, spec: TargetSpec, timeout_s: float, max_inflight: int) -> None:
+        self.spec, self.timeout_s, self.max_inflight = spec, timeout_s, max_inflight
+        self.url = f"http://{spec.host}:{spec.port}{spec.path}"
+        self.structured = spec.scheme == "http+structured"
+        self.session = None
+
+    async def start(self) -> None:
+        import aiohttp
+
+        connector = aiohttp.TCPConnector(limit=self.max_inflight, limit_per_host=self.max_inflight, force_close=False)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                                             skip_auto_headers=("User-Agent",))
+
+    async def send(self, event_id: str, payload: bytes) -> tuple[int | None, str | None]:
+        if self.structured:
+            body = json.dumps({"specversion": "1.0", "id": event_id, "source": CE_SOURCE, "type": CE_TYPE,
+                               "datacontenttype": "application/octet-stream",
+                               "data_base64": base64.b64encode(payload).decode()}).encode()
+            headers = {"content-type": "application/cloudevents+json"}
+        else:
+            body = payload
+            headers = {"ce-specversion": "1.0", "ce-id": event_id, "ce-source": CE_SOURCE, "ce-type": CE_TYPE,
+                       "content-type": "application/octet-stream"}
+        try:
+            async with self.session.post(self.url, data=body, headers=headers) as resp:
+                await resp.read()
+                return resp.status, None
+        except Exception as e:  # noqa: BLE001 - every failure is a counted error, never a crash
+            return None, error_cause(e)
+
+    async def close(self) -> None:
+        if self.session:
+            await self.session.close()
+
+
+class KafkaTarget:
+    """kafka-python producer; its futures are bridged into the event loop."""
+
+    def __init__(self, spec: TargetSpec, timeout_s: float, max_inflight: int, client_options: dict | None = None) -> None:
+        self.spec, self.timeout_s = spec, timeout_s
+        self.client_options = client_options or {}
+        self.producer = None
+        self.loop = None
+
+    async def start(self) -> None:
+        from kafka import KafkaProducer
+
+        self.loop = asyncio.get_running_loop()
+        self.producer = await self.loop.run_in_executor(None, lambda: KafkaProducer(
+            bootstrap_servers=f"{self.spec.host}:{self.spec.port}", linger_ms=2, acks=1,
+            request_timeout_ms=int(self.timeout_s * 1000), **self.client_options))
+
+    async def send(self, event_id: str, payload: bytes) -> tuple[int | None, str | None]:
+        done = self.loop.create_future()
+
+        def ok(_):
+            self.loop.call_soon_threadsafe(lambda: done.done() or done.set_result((None, None)))
+
+        def failed(exc):
+            self.loop.call_soon_threadsafe(lambda: done.done() or done.set_result((None, error_cause(exc))))
+
+        try:
+            f = self.producer.send(self.spec.path, key=event_id.encode(), value=payload,
+                                   headers=[("ce_id", event_id.encode()), ("ce_type", CE_TYPE.encode())])
+        except Exception as e:  # noqa: BLE001
+            return None, error_cause(e)
+        f.add_callback(ok)
+        f.add_errback(failed)
+        try:
+            return await asyncio.wait_for(done, self.timeout_s)
+        except asyncio.TimeoutError:
+            return None, "timeout"
+
+    async def close(self) -> None:
+        if self.producer:
+            await self.loop.run_in_executor(None, lambda: self.producer.close(timeout=5))
+
+
+def make_target(spec: TargetSpec, timeout_s: float, max_inflight: int):
+    return KafkaTarget(spec, timeout_s, max_inflight) if spec.scheme == "kafka" else HttpTarget(spec, timeout_s, max_inflight)

@@ -1,0 +1,150 @@
+"""The load generator against real loopback targets, with its telemetry in a real broker."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+from hdrh.log import HistogramLogReader
+from kafka import KafkaConsumer, TopicPartition
+
+from conftest import ROOT, create_topic, free_port
+from loadgen.pacer import NS_PER_S, Schedule
+from streaming import histogram
+from stack.__main__ import wait_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def sink():
+    """Start an HTTP sink (optionally slow); yields a factory returning its URL."""
+    procs = []
+
+    def start(delay_s: float = 0.0) -> str:
+        port = free_port()
+        p = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "http_sink.py"), str(port), str(delay_s)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        procs.append(p)
+        assert wait_port(port)
+        return f"http://127.0.0.1:{port}/"
+
+    yield start
+    for p in procs:
+        os.kill(p.pid, signal.SIGTERM)
+        p.wait(10)
+
+
+def attack(*args, timeout=180):
+    return subprocess.run([sys.executable, "-m", "loadgen", "attack", "--quiet", *args], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=timeout)
+
+
+def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
+    """Every record of one run in the telemetry topic."""
+    from agents import contract
+
+    c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
+    c.assign(tps)
+    c.seek_to_beginning()
+    out, idle = [], 0
+    while idle < 6:
+        batch = c.poll(timeout_ms=500)
+        idle = 0 if batch else idle + 1
+        for records in batch.values():
+            for r in records:
+                out += [x.to_dict() for x in contract.decode(r.value) if x.run_id == run_id]
+    c.close()
+    return out
+
+
+def test_rate_accuracy_intended_times_and_telemetry_match_the_report(sink, broker, tmp_path):
+    url = sink()
+    topic = "lg-telemetry-rate"
+    create_topic(broker, topic)
+    proc = attack("--rate", "2000", "--duration", "20s", "--target", url, "--run", "rate", "--out", str(tmp_path),
+                  "--telemetry-bootstrap", broker, "--telemetry-topic", topic)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert abs(report["requests"] - 40_000) <= 400 and report["success_ratio"] == 1.0
+    recs = telemetry(broker, topic, "rate")
+    sends = [r for r in recs if r["kind"] == "send"]
+    acks = [r for r in recs if r["kind"] == "ack"]
+    # the telemetry matches the report exactly; every send has one ack
+    assert len(sends) == report["requests"] and len(acks) == report["completed"] == report["requests"]
+    assert sum(1 for a in acks if a.get("error") or not 200 <= a.get("status", 0) < 300) == sum(report["errors"].values())
+    assert {r["kind"] for r in recs} >= {"run_start", "run_stop"}
+    # intended send times are exactly the schedule's, from the run start
+    start = report["start_ns"]
+    sched = Schedule.constant(2000, 20 * NS_PER_S)
+    k = np.array([int(s["event_id"].rsplit("-", 1)[1]) for s in sends])
+    intended = np.array([s["intended_at_ns"] for s in sends])
+    expected = np.array([start + sched.intended_ns(int(i)) for i in k])
+    assert (intended == expected).all()
+    # per-second sent counts within ±5% of 2,000 after the first second
+    sent_at = np.array([s["at_ns"] for s in sends])
+    per_second = np.bincount((sent_at - start) // NS_PER_S)[:20]
+    assert all(abs(n - 2000) <= 100 for n in per_second[1:]), per_second.tolist()
+    # the .hlog round-trips through hdrh's reader with every completed request in it
+    reader = HistogramLogReader(str(tmp_path / "latency.hlog"), histogram.new_hdr())
+    total, n = 0, 0
+    while (h := reader.get_next_interval_histogram()) is not None:
+        total += h.get_total_count()
+        n += 1
+    assert total == report["completed"] and n >= 20
+
+
+def test_paced_steps_produce_each_steps_rate(sink, broker, tmp_path):
+    url = sink()
+    proc = attack("--pace", "500:3,1500:3", "--target", url, "--run", "paced", "--out", str(tmp_path), "--no-telemetry")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["requests"] == 500 * 3 + 1500 * 3
+    per_second = [iv["sent"] for iv in report["intervals"]][:6]
+    assert all(abs(n - 500) <= 25 for n in per_second[:3]) and all(abs(n - 1500) <= 75 for n in per_second[3:6]), per_second
+
+
+def test_a_stalled_target_shows_growing_send_delay_not_a_lower_rate(sink, tmp_path):
+    url = sink(delay_s=1.0)  # every answer takes 1 s; 2 workers x 20 in flight = at most 40/s
+    proc = attack("--rate", "200", "--duration", "4s", "--target", url, "--workers", "2", "--max-inflight", "20",
+                  "--run", "stall", "--out", str(tmp_path), "--no-telemetry", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["requests"] == 800  # every scheduled send went out, late
+    delays = [iv["send_delay_p99_us"] for iv in report["intervals"] if iv["sent"]]
+    assert delays[-1] > 10 * 1_000_000 and delays[-1] > delays[1]  # > 10 s behind by the end, and growing
+    assert "loadgen saturated" in proc.stdout or report["loadgen_bound_seconds"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--rate", "abc"], "bad rate"),
+    (["--rate", "-5"], "out of range"),
+    (["--rate", "0"], "out of range"),
+    (["--pace", "1000:60,banana"], "bad pace step"),
+    (["--rate", "10", "--pace", "10:1"], "exactly one"),
+    (["--rate", "10", "--duration", "soon"], "bad duration"),
+    (["--rate", "10", "--target", "ftp://x/"], "bad target"),
+    (["--rate", "10", "--fail-on", "p99 is big"], "bad --fail-on"),
+    (["--rate", "10", "--bogus"], "unrecognized"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, words):
+    proc = attack(*args, "--no-telemetry", timeout=30)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
+
+
+def test_unreachable_target_is_exit_2():
+    proc = attack("--rate", "10", "--target", f"http://127.0.0.1:{free_port()}/", "--no-telemetry", timeout=30)
+    assert proc.returncode == 2 and "unreachable" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_fail_on_threshold_gives_exit_1(sink, tmp_path):
+    proc = attack("--rate", "50", "--duration", "2s", "--target", sink(), "--no-telemetry", "--out", str(tmp_path),
+                  "--fail-on", "p99>0.001ms", "--fail-on", "success<99%")
+    assert proc.returncode == 1 and "threshold crossed: p99" in proc.stderr and "success" not in proc.stderr

@@ -1,0 +1,80 @@
+"""Open-loop pacing: intended send times are pure arithmetic from the run start."""
+import pytest
+
+from loadgen.pacer import NS_PER_S, Schedule, Step
+
+S = NS_PER_S
+
+
+@pytest.mark.parametrize("pace,k,expected_ns", [
+    # constant 1,000/s: send k at k ms
+    ("1000:10", 0, 0),
+    ("1000:10", 1, 1_000_000),
+    ("1000:10", 9999, 9_999_000_000),
+    ("1000:10", 10000, None),  # past the end
+    # 3/s does not divide 1 s: k/3 s, rounded down to the ns
+    ("3:2", 1, 333_333_333),
+    ("3:2", 5, 1_666_666_666),
+    # steps: 1,000/s for 1 s then 2,000/s for 1 s
+    ("1000:1,2000:1", 999, 999_000_000),
+    ("1000:1,2000:1", 1000, S),
+    ("1000:1,2000:1", 1001, S + 500_000),
+    ("1000:1,2000:1", 2999, S + 999_500_000),
+    ("1000:1,2000:1", 3000, None),
+    # linear ramp 0 -> 2,000/s over 1 s: hits(t) = 1000 t^2, so send k at sqrt(k/1000) s
+    ("0.000001-2000:1", 250, 500_000_000),
+    ("0.000001-2000:1", 1000, None),
+    # milliseconds and minutes in step durations
+    ("500:1500ms", 600, 1_200_000_000),
+    ("1:1m", 59, 59 * S),
+])
+def test_intended_time_of_send_k(pace, k, expected_ns):
+    got = Schedule.parse(pace).intended_ns(k)
+    if expected_ns is None:
+        assert got is None
+    else:
+        assert abs(got - expected_ns) <= 1_000  # within 1 µs (ramps use float sqrt)
+
+
+@pytest.mark.parametrize("pace,total", [
+    ("1000:10", 10_000),
+    ("1000:60,1200:60", 132_000),
+    ("100-1000:30", 16_500),  # (100 + 1000) / 2 * 30
+    ("3:2", 6),
+])
+def test_total_hits(pace, total):
+    assert Schedule.parse(pace).total_hits == total
+
+
+def test_every_send_is_scheduled_in_order_and_per_second_counts_follow_the_rate():
+    sched = Schedule.parse("1000:2,3000:2,1000-3000:2")
+    times = [sched.intended_ns(k) for k in range(sched.total_hits)]
+    assert times == sorted(times) and times[-1] < sched.duration_ns
+    per_second = [sum(1 for t in times if s * S <= t < (s + 1) * S) for s in range(6)]
+    assert per_second[:4] == [1000, 1000, 3000, 3000]
+    assert per_second[4] == pytest.approx(1500, abs=2) and per_second[5] == pytest.approx(2500, abs=2)
+
+
+def test_default_duration_and_describe():
+    sched = Schedule.parse("5000", default_duration_ns=60 * S)
+    assert sched.total_hits == 300_000 and sched.describe() == "5000:60"
+    assert sched.step_at(30 * S) == 0 and sched.rate_at(30 * S) == 5000
+
+
+@pytest.mark.parametrize("pace,words", [
+    ("abc", "bad pace step"),
+    ("-5:10", "bad pace step"),
+    ("0:10", "out of range"),
+    ("1000:0", "duration > 0"),
+    ("1000", "needs a duration"),
+    ("1000:10,", "bad pace step"),
+    ("99999999999:1", "out of range"),
+])
+def test_bad_pace_is_refused_with_a_reason(pace, words):
+    with pytest.raises(ValueError, match=words):
+        Schedule.parse(pace)
+
+
+def test_step_is_pure():
+    step = Step(1000, S)
+    assert step.hits(S // 2) == 500 and step.time_of_hit_ns(500) == S // 2
