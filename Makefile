@@ -4,8 +4,14 @@ PYTHON     ?= $(CURDIR)/.venv/bin/python
 RUN        ?= demo
 BOOTSTRAP  ?= 127.0.0.1:19092
 TOPIC      ?= flightwatch.telemetry
-RATE       ?= 1000
-DURATION   ?= 60
+RATE       ?= 5000
+DURATION   ?= 60s
+PACE       ?=
+TARGET     ?=
+PAYLOAD    ?= 2048
+WORKERS    ?= 2
+MAX_INFLIGHT ?= 1000
+TIMEOUT    ?= 30s
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -41,12 +47,15 @@ summary: install ## print RUN's summary
 	$(PYTHON) -m streaming summary --run $(RUN)
 
 demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE, DURATION)
-	$(PYTHON) -m loadgen.synthetic --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --run $(RUN) --rate $(RATE) --duration $(DURATION)
+	$(PYTHON) -m loadgen.synthetic --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --run $(RUN) --rate 1000 --duration 60
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --no-heartbeat --available-now
 	$(PYTHON) -m streaming summary --run $(RUN)
 
-attack: ## (the load generator lands with its own issue; see README)
-	@echo "make attack: the load generator is not built yet; use 'make demo' for a synthetic run" >&2; exit 2
+attack: up ## attack the target (default: the embedded SUT broker) at RATE for DURATION, or PACE; streams the run
+	$(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) \
+	  $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
+	  --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
+	  $(if $(filter command line,$(origin RUN)),--run $(RUN))
 
 test: install ## the whole test suite (real broker, real Spark)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
@@ -56,6 +65,7 @@ test-fast: install ## the tests that need neither broker nor Spark
 
 bench: install ## benchmarks: pipeline at rising rates, wire encodings
 	$(PYTHON) -m bench.encoding
+	$(PYTHON) -m bench.loadgen
 	$(PYTHON) -m bench.pipeline
 
 clean: ## remove run folders and the stack's state (not the venv)

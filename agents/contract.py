@@ -38,10 +38,9 @@ class Record:
 
     def to_dict(self) -> dict:
         d = {"v": SCHEMA_VERSION, "kind": self.KIND}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+        for name, value in self.__dict__.items():
             if value is not None:
-                d[f.name] = value
+                d[name] = value
         return d
 
 

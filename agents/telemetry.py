@@ -9,6 +9,9 @@ Records are batched as NDJSON, up to ``records_per_message`` a message or every
 ``linger_s``, keyed by the agent's name (one agent's records stay in order on one
 partition). When the broker is slow or down the buffer grows up to ``max_buffered``
 records; past that, new records are counted in ``num_lost`` and never block the caller.
+A message the broker refuses is put back at the head of the buffer and sent again
+(``num_retried``): delivery is at-least-once, and the streaming job recognises an identical
+re-sent send or receive record, so nothing is lost and nothing counted twice.
 """
 from __future__ import annotations
 
@@ -37,7 +40,8 @@ class TelemetryWriter:
         self.num_written = 0   # accepted by write()
         self.num_lost = 0      # refused: buffer full
         self.num_sent = 0      # acknowledged by the broker
-        self.num_failed = 0    # the broker refused a message (its records are counted here)
+        self.num_failed = 0    # records the broker refused for good (too large)
+        self.num_retried = 0   # records put back after a failed send
         self._in_flight = 0
         self._thread = threading.Thread(target=self._run, name=f"telemetry-{agent}", daemon=True)
         self._thread.start()
@@ -63,7 +67,9 @@ class TelemetryWriter:
     def _take(self) -> list:
         with self._cond:
             n = min(len(self._buf), self.records_per_message)
-            return [self._buf.popleft() for _ in range(n)]
+            chunk = [self._buf.popleft() for _ in range(n)]
+            self._in_flight += n
+            return chunk
 
     def _on_sent(self, n: int):
         def ok(_):
@@ -73,11 +79,17 @@ class TelemetryWriter:
                 self._cond.notify_all()
         return ok
 
-    def _on_failed(self, n: int):
-        def err(_):
+    def _on_failed(self, chunk: list):
+        def err(exc):
+            from kafka.errors import MessageSizeTooLargeError
+
             with self._cond:
-                self.num_failed += n
-                self._in_flight -= n
+                self._in_flight -= len(chunk)
+                if isinstance(exc, MessageSizeTooLargeError):
+                    self.num_failed += len(chunk)
+                else:  # back to the head of the buffer, in order
+                    self._buf.extendleft(reversed(chunk))
+                    self.num_retried += len(chunk)
                 self._cond.notify_all()
         return err
 
@@ -92,11 +104,14 @@ class TelemetryWriter:
                 chunk = self._take()
                 if not chunk:
                     break
-                with self._cond:
-                    self._in_flight += len(chunk)
-                future = self.producer.send(self.topic, key=self.key, value=contract.encode(chunk))
+                try:
+                    future = self.producer.send(self.topic, key=self.key, value=contract.encode(chunk))
+                except Exception as exc:  # noqa: BLE001 - e.g. buffer full: keep the records, try again
+                    self._on_failed(chunk)(exc)
+                    time.sleep(0.1)
+                    continue
                 future.add_callback(self._on_sent(len(chunk)))
-                future.add_errback(self._on_failed(len(chunk)))
+                future.add_errback(self._on_failed(chunk))
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every record written so far is acknowledged or failed."""
@@ -122,4 +137,4 @@ class TelemetryWriter:
     def counters(self) -> dict:
         with self._cond:
             return {"written": self.num_written, "sent": self.num_sent, "lost": self.num_lost,
-                    "failed": self.num_failed, "buffered": len(self._buf)}
+                    "failed": self.num_failed, "retried": self.num_retried, "buffered": len(self._buf)}

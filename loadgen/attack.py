@@ -2,7 +2,9 @@
 
 Worker w of W takes sends k = w, w+W, w+2W, ... Each send's intended time is
 ``start + schedule.intended_ns(k)``; when a worker is behind (or at MAX_INFLIGHT) it fires
-as soon as it can and the lateness is recorded as send delay, never hidden as a lower rate.
+as soon as it can and the lateness is recorded as send delay. Nothing is sent after the
+schedule's end: a generator that could not keep up reports the shortfall (achieved vs
+requested rate, seconds behind schedule) instead of running on.
 Per send the sender agent writes a send record and, on completion, an ack record into the
 telemetry topic (batched, bounded, off the hot path: ``agents.telemetry``).
 """
@@ -44,7 +46,7 @@ def event_id(sender: str, k: int) -> str:
 
 
 async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop) -> dict:
-    target = make_target(cfg.target, cfg.timeout_s, cfg.max_inflight)
+    target = make_target(cfg.target, cfg.timeout_s, cfg.max_inflight, cfg.run_id)
     await target.start()
     writer = None
     if cfg.telemetry_bootstrap:
@@ -97,9 +99,10 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
 
     k = worker
     last_ship = 0
+    end_ns = start_ns + cfg.schedule.duration_ns
     while not stop.is_set():
         offset = cfg.schedule.intended_ns(k)
-        if offset is None:
+        if offset is None or time.time_ns() >= end_ns:  # like vegeta: nothing is sent after the schedule ends
             break
         intended = start_ns + offset
         now = time.time_ns()

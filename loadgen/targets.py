@@ -70,11 +70,15 @@ def error_cause(exc: BaseException) -> str:
             "ClientConnectorError": "connection refused", "KafkaTimeoutError": "timeout"}.get(name, name)
 
 
+RUN_EXTENSION = "fwrun"
+"""CloudEvents extension attribute (HTTP ``ce-fwrun``, Kafka header ``fw_run``) carrying the run ID to receivers."""
+
+
 class HttpTarget:
     """aiohttp with one pooled connector per worker (keep-alive, at most ``max_inflight`` connections)."""
 
-    def __init__(self, spec: TargetSpec, timeout_s: float, max_inflight: int) -> None:
-        self.spec, self.timeout_s, self.max_inflight = spec, timeout_s, max_inflight
+    def __init__(self, spec: TargetSpec, timeout_s: float, max_inflight: int, run_id: str = "") -> None:
+        self.spec, self.timeout_s, self.max_inflight, self.run_id = spec, timeout_s, max_inflight, run_id
         self.url = f"http://{spec.host}:{spec.port}{spec.path}"
         self.structured = spec.scheme == "http+structured"
         self.session = None
@@ -88,13 +92,14 @@ class HttpTarget:
 
     async def send(self, event_id: str, payload: bytes) -> tuple[int | None, str | None]:
         if self.structured:
-            body = json.dumps({"specversion": "1.0", "id": event_id, "source": CE_SOURCE, "type": CE_TYPE,
+            body = json.dumps({"specversion": "1.0", "id": event_id, "source": CE_SOURCE, "type": CE_TYPE, RUN_EXTENSION: self.run_id,
                                "datacontenttype": "application/octet-stream",
                                "data_base64": base64.b64encode(payload).decode()}).encode()
             headers = {"content-type": "application/cloudevents+json"}
         else:
             body = payload
             headers = {"ce-specversion": "1.0", "ce-id": event_id, "ce-source": CE_SOURCE, "ce-type": CE_TYPE,
+                       f"ce-{RUN_EXTENSION}": self.run_id,
                        "content-type": "application/octet-stream"}
         try:
             async with self.session.post(self.url, data=body, headers=headers) as resp:
@@ -111,45 +116,55 @@ class HttpTarget:
 class KafkaTarget:
     """kafka-python producer; its futures are bridged into the event loop."""
 
-    def __init__(self, spec: TargetSpec, timeout_s: float, max_inflight: int, client_options: dict | None = None) -> None:
-        self.spec, self.timeout_s = spec, timeout_s
+    def __init__(self, spec: TargetSpec, timeout_s: float, max_inflight: int, run_id: str = "",
+                 client_options: dict | None = None) -> None:
+        self.spec, self.timeout_s, self.run_id = spec, timeout_s, run_id
         self.client_options = client_options or {}
         self.producer = None
         self.loop = None
 
     async def start(self) -> None:
+        from collections import deque
+
         from kafka import KafkaProducer
 
         self.loop = asyncio.get_running_loop()
         self.producer = await self.loop.run_in_executor(None, lambda: KafkaProducer(
-            bootstrap_servers=f"{self.spec.host}:{self.spec.port}", linger_ms=2, acks=1,
-            request_timeout_ms=int(self.timeout_s * 1000), **self.client_options))
+            bootstrap_servers=f"{self.spec.host}:{self.spec.port}", linger_ms=5, acks=1, batch_size=1 << 20,
+            request_timeout_ms=int(self.timeout_s * 1000), delivery_timeout_ms=int(self.timeout_s * 1000) + 5,
+            **self.client_options))
+        # Acks arrive on the producer's thread; they are handed over through a deque that the
+        # loop drains every millisecond (one wake-up per record would cost more than the send).
+        self._acks: deque = deque()
+        self._drainer = asyncio.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while True:
+            await asyncio.sleep(0.001)
+            while self._acks:
+                fut, result = self._acks.popleft()
+                if not fut.done():
+                    fut.set_result(result)
 
     async def send(self, event_id: str, payload: bytes) -> tuple[int | None, str | None]:
         done = self.loop.create_future()
-
-        def ok(_):
-            self.loop.call_soon_threadsafe(lambda: done.done() or done.set_result((None, None)))
-
-        def failed(exc):
-            self.loop.call_soon_threadsafe(lambda: done.done() or done.set_result((None, error_cause(exc))))
-
+        acks = self._acks
         try:
             f = self.producer.send(self.spec.path, key=event_id.encode(), value=payload,
-                                   headers=[("ce_id", event_id.encode()), ("ce_type", CE_TYPE.encode())])
+                                   headers=[("ce_id", event_id.encode()), ("ce_type", CE_TYPE.encode()),
+                                            ("fw_run", self.run_id.encode())])
         except Exception as e:  # noqa: BLE001
             return None, error_cause(e)
-        f.add_callback(ok)
-        f.add_errback(failed)
-        try:
-            return await asyncio.wait_for(done, self.timeout_s)
-        except asyncio.TimeoutError:
-            return None, "timeout"
+        f.add_callback(lambda _: acks.append((done, (None, None))))
+        f.add_errback(lambda exc: acks.append((done, (None, error_cause(exc)))))
+        return await done  # the producer's delivery timeout bounds the wait
 
     async def close(self) -> None:
         if self.producer:
             await self.loop.run_in_executor(None, lambda: self.producer.close(timeout=5))
+            self._drainer.cancel()
 
 
-def make_target(spec: TargetSpec, timeout_s: float, max_inflight: int):
-    return KafkaTarget(spec, timeout_s, max_inflight) if spec.scheme == "kafka" else HttpTarget(spec, timeout_s, max_inflight)
+def make_target(spec: TargetSpec, timeout_s: float, max_inflight: int, run_id: str = ""):
+    cls = KafkaTarget if spec.scheme == "kafka" else HttpTarget
+    return cls(spec, timeout_s, max_inflight, run_id)

@@ -6,7 +6,8 @@ Usage:
     python -m stack status
 
 Two separate Tansu brokers (Kafka protocol, in-memory): the telemetry plane never shares
-a broker with the system under test. PIDs, logs and the Prometheus config live in
+a broker with the system under test. The Kafka receiver agent consumes the SUT topic
+(``flightwatch.sut``, the default target of `make attack`) into the telemetry topic. PIDs, logs and the Prometheus config live in
 ``.stack/`` (override with FLIGHTWATCH_STACK_DIR). Ports come from the environment:
 FLIGHTWATCH_TELEMETRY_PORT (19092), FLIGHTWATCH_SUT_PORT (29092), FLIGHTWATCH_PROMETHEUS_PORT
 (19090), FLIGHTWATCH_NODE_EXPORTER_PORT (19100). To use a real Kafka cluster instead, skip
@@ -32,6 +33,8 @@ PORTS = {
     "prometheus": int(os.environ.get("FLIGHTWATCH_PROMETHEUS_PORT", "19090")),
     "node-exporter": int(os.environ.get("FLIGHTWATCH_NODE_EXPORTER_PORT", "19100")),
 }
+AGENTS = ("kafka-receiver",)
+"""Components without a port of their own (started after the brokers)."""
 DEBIAN_PACKAGES = {"prometheus": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"}
 
 
@@ -90,6 +93,10 @@ def commands() -> dict[str, list[str] | None]:
         "prometheus": prom and [prom, f"--config.file={cfg}", f"--web.listen-address={HOST}:{PORTS['prometheus']}",
                                 f"--storage.tsdb.path={os.path.join(STACK_DIR, 'prometheus-data')}",
                                 "--storage.tsdb.retention.time=1d"],
+        "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka",
+                           "--bootstrap", f"{HOST}:{PORTS['sut-broker']}",
+                           "--telemetry-bootstrap", f"{HOST}:{PORTS['telemetry-broker']}",
+                           "--state-dir", os.path.join(STACK_DIR, "kafka-receiver")],
     }
 
 
@@ -114,6 +121,8 @@ def recorded_pid(name: str) -> int | None:
 
 
 def address(name: str) -> str:
+    if name in AGENTS:
+        return "-"
     port = PORTS[name]
     return f"{HOST}:{port}" if name.endswith("broker") else f"http://{HOST}:{port}"
 
@@ -123,6 +132,7 @@ def up() -> int:
     with open(os.path.join(STACK_DIR, "prometheus.yml"), "w") as f:
         f.write(prometheus_config(PORTS["node-exporter"]))
     failed = False
+    fresh_broker = False
     for name, cmd in commands().items():
         if recorded_pid(name):
             print(f"{name:18} {address(name):28} running (pid {recorded_pid(name)})")
@@ -130,20 +140,32 @@ def up() -> int:
         if cmd is None:
             print(f"{name:18} {'-':28} not installed (apt-get install {DEBIAN_PACKAGES.get(name.replace('node-exporter', 'prometheus-node-exporter'), name)})")
             continue
-        if port_open(PORTS[name]):
+        if name not in AGENTS and port_open(PORTS[name]):
             print(f"{name:18} {address(name):28} port taken by another process: not started", file=sys.stderr)
             failed = True
             continue
+        if name.endswith("broker"):
+            fresh_broker = True
+        elif name == "kafka-receiver" and fresh_broker:  # new in-memory brokers: old positions mean nothing
+            shutil.rmtree(os.path.join(STACK_DIR, "kafka-receiver"), ignore_errors=True)
         log = open(os.path.join(STACK_DIR, f"{name}.log"), "ab")
-        env = dict(os.environ, CLUSTER_ID=f"flightwatch-{name}")
+        env = dict(os.environ, CLUSTER_ID=f"flightwatch-{name}", PYTHONPATH=ROOT)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         with open(_pidfile(name), "w") as f:
             f.write(str(proc.pid))
-        ok = wait_port(PORTS[name])
+        ok = wait_port(PORTS[name]) if name not in AGENTS else _stays_up(proc)
         print(f"{name:18} {address(name):28} {'started' if ok else 'FAILED to start'} (pid {proc.pid}, log {STACK_DIR}/{name}.log)")
         failed |= not ok
     _write_env()
     return 1 if failed else 0
+
+
+def _stays_up(proc, seconds: float = 2.0) -> bool:
+    try:
+        proc.wait(seconds)
+        return False
+    except subprocess.TimeoutExpired:
+        return True
 
 
 def _write_env() -> None:
@@ -151,8 +173,12 @@ def _write_env() -> None:
         json.dump({name: address(name) for name in PORTS}, f, indent=1)
 
 
+def all_components() -> tuple[str, ...]:
+    return tuple(PORTS) + AGENTS
+
+
 def down() -> int:
-    for name in PORTS:
+    for name in reversed(all_components()):
         pid = recorded_pid(name)
         if pid:
             os.kill(pid, signal.SIGTERM)
@@ -171,7 +197,7 @@ def down() -> int:
 
 
 def status() -> int:
-    for name in PORTS:
+    for name in all_components():
         pid = recorded_pid(name)
         print(f"{name:18} {address(name):28} {'running (pid %d)' % pid if pid else 'stopped'}")
     return 0

@@ -64,6 +64,7 @@ def _empty_known() -> pd.DataFrame:
             "sent_ns": pd.Series(dtype=np.int64),
             "intended_ns": pd.Series(dtype=np.int64),
             "errored": pd.Series(dtype=bool),
+            "recv_ns": pd.Series(dtype=np.int64),
             "status": pd.Series(dtype=np.int8),
         },
         index=pd.Index([], dtype=np.uint64, name="event_id"),
@@ -217,7 +218,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     if len(sends):
         new = pd.DataFrame(
             {"sent_ns": _column(sends, "at_ns"), "intended_ns": _column(sends, "intended_at_ns"),
-             "errored": False, "status": np.int8(PENDING)},
+             "errored": False, "recv_ns": np.int64(-1), "status": np.int8(PENDING)},
             index=pd.Index(_column(sends, "event_id"), dtype=np.uint64, name="event_id"),
         )
         known = pd.concat([known, new]) if len(known) else new
@@ -247,6 +248,12 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     new_recv = rows("recv", ["event_id", "at_ns"])
     recv = pd.concat([state.orphans, new_recv], ignore_index=True) if len(state.orphans) else new_recv
     recv = recv.sort_values(["at_ns", "event_id"], kind="stable")
+    # An identical record (same event, same receive time) is the agent re-sending telemetry
+    # after a restart, not a second delivery.
+    repeat = recv.duplicated(["event_id", "at_ns"]).to_numpy()
+    if repeat.any():
+        out.add("repeated_receive_records", _column(recv, "at_ns")[repeat])
+        recv = recv[~repeat]
     rid = _column(recv, "event_id")
     rat = _column(recv, "at_ns").astype(np.int64)
     pos = known.index.get_indexer(rid)
@@ -255,8 +262,12 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     prior = np.full(pos.shape, -1, dtype=np.int64)
     prior[found] = status[pos[found]]
     delivered_before = (prior == RECEIVED) | (prior == LATE)
+    recv_ns = _column(known, "recv_ns").copy()
+    same_as_first = np.zeros(pos.shape, dtype=bool)
+    same_as_first[found] = recv_ns[pos[found]] == rat[found]
+    out.add("repeated_receive_records", rat[found & delivered_before & same_as_first])
     decide = found & first & ~delivered_before
-    dup = found & ~decide
+    dup = found & ~decide & ~(delivered_before & same_as_first)
     out.add("duplicates", rat[dup])
     p = pos[decide]
     at = rat[decide]
@@ -274,6 +285,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
         out.add("max:latency_us", ok_at, lat)
     out.add("late", at[~in_time])
     status[p] = np.where(in_time, RECEIVED, LATE).astype(np.int8)
+    recv_ns[p] = at
 
     # Orphans: receives of IDs not seen (yet) as sent; given up after deadline + retention.
     orphans = recv[~found][["event_id", "at_ns"]]
@@ -287,7 +299,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     out.add("dropped", sent_ns[due & ~errored])
     status[due] = np.where(errored[due], ERRORED, DROPPED).astype(np.int8)
 
-    known = known.assign(status=status, errored=errored)
+    known = known.assign(status=status, errored=errored, recv_ns=recv_ns)
     forget = (status != PENDING) & (deadline + cfg.retention_ns < watermark_ns)
     if forget.any():
         known = known[~forget]

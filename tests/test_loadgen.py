@@ -116,10 +116,11 @@ def test_a_stalled_target_shows_growing_send_delay_not_a_lower_rate(sink, tmp_pa
                   "--run", "stall", "--out", str(tmp_path), "--no-telemetry", timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["requests"] == 800  # every scheduled send went out, late
+    # at most 40/s get out; the shortfall is reported, and the delay of what went out grows
+    assert report["requests"] < 200 and report["requested_rate_per_sec"] == 200
     delays = [iv["send_delay_p99_us"] for iv in report["intervals"] if iv["sent"]]
-    assert delays[-1] > 10 * 1_000_000 and delays[-1] > delays[1]  # > 10 s behind by the end, and growing
-    assert "loadgen saturated" in proc.stdout or report["loadgen_bound_seconds"]
+    assert delays[-1] > 2 * 1_000_000 and delays[-1] > delays[1] > delays[0]  # seconds behind by the end, growing
+    assert "loadgen saturated: achieved" in proc.stdout and len(report["loadgen_bound_seconds"]) >= 3
 
 
 @pytest.mark.parametrize("args,words", [

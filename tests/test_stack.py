@@ -28,10 +28,10 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
                           ("node-exporter", "NODE_EXPORTER")):
             assert f"127.0.0.1:{ports[key]}" in first.stdout and "started" in first.stdout, first.stdout
         pids = {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}
-        assert len(pids) == 4
+        assert len(pids) == 5
         assert json.loads((tmp_path / "addresses.json").read_text())["telemetry-broker"] == f"127.0.0.1:{ports['TELEMETRY']}"
         again = stack("up", env)
-        assert again.returncode == 0 and again.stdout.count("running") == 4
+        assert again.returncode == 0 and again.stdout.count("running") == 5
         assert {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")} == pids
         # Prometheus scrapes the node exporter on loopback (1 s interval)
         url = f"http://127.0.0.1:{ports['PROMETHEUS']}/api/v1/query?query=node_vmstat_oom_kill"
@@ -44,6 +44,6 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
         assert result and float(result[0]["value"][1]) >= 0
     finally:
         down = stack("down", env)
-    assert down.returncode == 0 and down.stdout.count("stopped") == 4
+    assert down.returncode == 0 and down.stdout.count("stopped") == 5
     for pid in pids.values():
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
