@@ -68,6 +68,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
     intervals: dict[int, Interval] = {}
     pending: set[asyncio.Task] = set()
     agent = f"{cfg.sender}-{worker}"
+    lines = contract.FastLines(cfg.run_id, agent)
 
     def interval(t_ns: int) -> Interval:
         s = max((t_ns - start_ns) // NS_PER_S, 0)
@@ -85,8 +86,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
         sent = time.time_ns()
         interval(sent).add_send(sent - intended, cfg.payload_bytes)
         if writer:
-            writer.write(contract.Send(cfg.run_id, agent, sent, event_id=eid, intended_at_ns=intended,
-                                       bytes_out=cfg.payload_bytes, worker=worker))
+            writer.write(lines.send(sent, eid, intended, cfg.payload_bytes, worker))
         try:
             status, error = await target.send(eid, payload)
         finally:
@@ -95,7 +95,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
         ok = error is None and (status is None or 200 <= status < 300)
         interval(acked).add_completion(acked - sent, status, error, ok)
         if writer:
-            writer.write(contract.Ack(cfg.run_id, agent, acked, event_id=eid, sent_at_ns=sent, status=status, error=error))
+            writer.write(lines.ack(acked, eid, sent, status, error))
 
     k = worker
     last_ship = 0

@@ -75,42 +75,40 @@ RUN_EXTENSION = "fwrun"
 
 
 class HttpTarget:
-    """aiohttp with one pooled connector per worker (keep-alive, at most ``max_inflight`` connections)."""
+    """CloudEvents over HTTP/1.1 through ``loadgen.http`` (keep-alive, at most ``max_inflight`` connections)."""
 
     def __init__(self, spec: TargetSpec, timeout_s: float, max_inflight: int, run_id: str = "") -> None:
         self.spec, self.timeout_s, self.max_inflight, self.run_id = spec, timeout_s, max_inflight, run_id
-        self.url = f"http://{spec.host}:{spec.port}{spec.path}"
         self.structured = spec.scheme == "http+structured"
-        self.session = None
+        self.pool = None
+        common = f"POST {spec.path} HTTP/1.1\r\nHost: {spec.host}:{spec.port}\r\n"
+        if self.structured:
+            self._head = common + "content-type: application/cloudevents+json\r\ncontent-length: {n}\r\n\r\n"
+        else:
+            self._head = (common + f"ce-specversion: 1.0\r\nce-source: {CE_SOURCE}\r\nce-type: {CE_TYPE}\r\n"
+                          f"ce-{RUN_EXTENSION}: {run_id}\r\ncontent-type: application/octet-stream\r\n"
+                          "ce-id: {id}\r\ncontent-length: {n}\r\n\r\n")
 
     async def start(self) -> None:
-        import aiohttp
+        from loadgen.http import HttpPool
 
-        connector = aiohttp.TCPConnector(limit=self.max_inflight, limit_per_host=self.max_inflight, force_close=False)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                                             skip_auto_headers=("User-Agent",))
+        self.pool = HttpPool(self.spec.host, self.spec.port, self.max_inflight, self.timeout_s)
+        self.pool.start()
 
     async def send(self, event_id: str, payload: bytes) -> tuple[int | None, str | None]:
         if self.structured:
-            body = json.dumps({"specversion": "1.0", "id": event_id, "source": CE_SOURCE, "type": CE_TYPE, RUN_EXTENSION: self.run_id,
-                               "datacontenttype": "application/octet-stream",
+            body = json.dumps({"specversion": "1.0", "id": event_id, "source": CE_SOURCE, "type": CE_TYPE,
+                               RUN_EXTENSION: self.run_id, "datacontenttype": "application/octet-stream",
                                "data_base64": base64.b64encode(payload).decode()}).encode()
-            headers = {"content-type": "application/cloudevents+json"}
+            head = self._head.format(n=len(body)).encode()
         else:
             body = payload
-            headers = {"ce-specversion": "1.0", "ce-id": event_id, "ce-source": CE_SOURCE, "ce-type": CE_TYPE,
-                       f"ce-{RUN_EXTENSION}": self.run_id,
-                       "content-type": "application/octet-stream"}
-        try:
-            async with self.session.post(self.url, data=body, headers=headers) as resp:
-                await resp.read()
-                return resp.status, None
-        except Exception as e:  # noqa: BLE001 - every failure is a counted error, never a crash
-            return None, error_cause(e)
+            head = self._head.format(id=event_id, n=len(body)).encode()
+        return await self.pool.request(head, body)
 
     async def close(self) -> None:
-        if self.session:
-            await self.session.close()
+        if self.pool:
+            await self.pool.close()
 
 
 class KafkaTarget:

@@ -50,3 +50,14 @@ def test_schema_is_derived_not_retyped():
 def test_failure_rule():
     assert contract.is_failure(503, None) and contract.is_failure(None, "timeout")
     assert not contract.is_failure(202, None) and not contract.is_failure(None, None)
+
+
+@pytest.mark.parametrize("status,error", [(202, None), (503, None), (None, "timeout"), (None, 'odd "cause"\n'), (None, None)])
+def test_fast_lines_equal_the_record_encoding(status, error):
+    # the load generator's hot-path formatter writes exactly what the dataclasses encode to
+    fast = contract.FastLines('run "q"', "loadgen-1")
+    send = contract.Send('run "q"', "loadgen-1", T, event_id="loadgen-7", intended_at_ns=T - 3, bytes_out=2048, worker=1)
+    ack = contract.Ack('run "q"', "loadgen-1", T + 9, event_id="loadgen-7", sent_at_ns=T, status=status, error=error)
+    assert contract.encode([fast.send(T, "loadgen-7", T - 3, 2048, 1)]) == contract.encode([send])
+    assert contract.encode([fast.ack(T + 9, "loadgen-7", T, status, error)]) == contract.encode([ack])
+    assert contract.decode(contract.encode([fast.ack(T + 9, "loadgen-7", T, status, error)])) == [ack]
