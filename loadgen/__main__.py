@@ -142,12 +142,12 @@ def config(a: argparse.Namespace):
     return cfg, thresholds, out
 
 
-def live_line(second: int, iv, scheduled: float) -> str:
+def live_line(second: int, iv, scheduled: float, in_flight: int) -> str:
     p50, p99 = iv.latency_percentiles((50, 99))
     (d99,) = iv.delay_percentiles((99,))
     errors = sum(iv.errors.values())
     bound = iv.sent < LOADGEN_BOUND_RATIO * scheduled and second > 0
-    return (f"{second:>4}s  sent {iv.sent:>7,}/s  completed {iv.completed:>7,}/s  errors {errors:>5,}  "
+    return (f"{second:>4}s  sent {iv.sent:>7,}/s  completed {iv.completed:>7,}/s  errors {errors:>5,}  in flight {in_flight:>6,}  "
             f"send-delay p99 {report._ms(d99):>9}  latency p50 {report._ms(p50):>9} p99 {report._ms(p99):>9}"
             + (f"  LOADGEN SATURATED ({iv.sent:,} of {scheduled:,.0f})" if bound else ""))
 
@@ -251,6 +251,7 @@ def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:
         {"target": str(cfg.target), "pace": cfg.schedule.describe(), "workers": cfg.workers,
          "payload_bytes": cfg.payload_bytes, "max_inflight": cfg.max_inflight})))
     bound_seconds = []
+    totals = {"sent": 0, "completed": 0}
 
     def on_interval(worker: int, snap: dict) -> None:
         s = snap["second"]
@@ -262,8 +263,11 @@ def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:
             scheduled = cfg.schedule.rate_at(s2 * NS_PER_S + NS_PER_S // 2)
             if s2 * NS_PER_S < cfg.schedule.duration_ns and s2 > 0 and iv.sent < LOADGEN_BOUND_RATIO * scheduled:
                 bound_seconds.append(s2)
+            totals["sent"] += iv.sent
+            totals["completed"] += iv.completed
             if not quiet and s2 * NS_PER_S < cfg.schedule.duration_ns + 60 * NS_PER_S:
-                print(live_line(s2, iv, scheduled if s2 * NS_PER_S < cfg.schedule.duration_ns else 0), flush=True)
+                print(live_line(s2, iv, scheduled if s2 * NS_PER_S < cfg.schedule.duration_ns else 0,
+                                totals["sent"] - totals["completed"]), flush=True)
             printed[0] = s2
 
     status = "completed"

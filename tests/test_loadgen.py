@@ -123,6 +123,29 @@ def test_a_stalled_target_shows_growing_send_delay_not_a_lower_rate(sink, tmp_pa
     assert "loadgen saturated: achieved" in proc.stdout and len(report["loadgen_bound_seconds"]) >= 3
 
 
+def test_a_target_that_dies_mid_run_is_reported_not_a_crash(tmp_path):
+    port = free_port()
+    sink = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "http_sink.py"), str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    assert wait_port(port)
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", "200", "--duration", "4s", "--target",
+                             f"http://127.0.0.1:{port}/", "--no-telemetry", "--out", str(tmp_path), "--timeout", "2s"],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    import time
+
+    time.sleep(3.0)  # workers start, then ~2 s of successful sends
+    os.kill(sink.pid, signal.SIGKILL)
+    sink.wait()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["requests"] == 800 and report["completed"] == 800
+    assert 0 < report["success_ratio"] < 1
+    assert set(report["errors"]) <= {"connection refused", "connection reset", "server disconnected", "timeout"}
+    assert sum(report["errors"].values()) == 800 - report["status_codes"]["202"]
+    assert "Error Set:" in out and "connection refused" in out
+
+
 @pytest.mark.parametrize("args,words", [
     (["--rate", "abc"], "bad rate"),
     (["--rate", "-5"], "out of range"),
