@@ -189,6 +189,13 @@ class FastLines:
         self._ack = '{"v":%d,"kind":"ack",%s,"at_ns":%%d,"event_id":%%s,"sent_at_ns":%%d' % (SCHEMA_VERSION, prefix)
         self._dumps = dumps
 
+        self._recv = '{"v":%d,"kind":"recv",%%s,"agent":%s,"at_ns":%%d,"event_id":%%s,"bytes_in":%%d}' % (
+            SCHEMA_VERSION, dumps(agent))
+
+    def recv(self, run_id: str, at_ns: int, event_id: str, bytes_in: int) -> str:
+        """A receive line (receivers serve many runs: the run ID is given per record)."""
+        return self._recv % ('"run_id":' + self._dumps(run_id), at_ns, self._dumps(event_id), bytes_in)
+
     def send(self, at_ns: int, event_id: str, intended_at_ns: int, bytes_out: int, worker: int) -> str:
         return self._send % (at_ns, self._dumps(event_id), intended_at_ns, bytes_out, worker)
 

@@ -8,7 +8,7 @@ Each consumed record gives a receive record: event ID from the record key (or th
 header), run ID from the ``fw_run`` header the load generator sets, receive time = when the
 agent saw it. Restart-safe without losing or double-reporting: before a batch's receive
 records go to the telemetry topic, the batch (with the offsets after it) is written ahead to
-``<state-dir>/wal.json`` (replaced atomically; it survives a crash or kill -9 of the agent, not a
+``<state-dir>/wal`` (replaced atomically; it survives a crash or kill -9 of the agent, not a
 power loss of the host). On restart the agent re-sends that batch *identically* and
 continues from its offsets; the streaming job treats an identical repeat of a first delivery
 (same event ID and receive time) as a telemetry repeat, not a duplicate.
@@ -39,16 +39,21 @@ def _header(headers, name: str) -> str | None:
 class KafkaReceiver:
     def __init__(self, consumer, writer, topic: str, state_dir: str, agent: str, log=print) -> None:
         self.consumer, self.writer, self.topic = consumer, writer, topic
-        self.wal = os.path.join(state_dir, "wal.json")
+        self.wal = os.path.join(state_dir, "wal")
         self.agent, self.log = agent, log
+        self.lines = contract.FastLines("", agent)
         os.makedirs(state_dir, exist_ok=True)
         self.num_received = 0
         self.num_unattributed = 0
 
-    def _write_ahead(self, offsets: dict, records: list[dict]) -> None:
+    def _write_ahead(self, offsets: dict, records: list[str]) -> None:
+        """First line: the offsets after the batch; then the batch's receive records, one per line."""
         tmp = self.wal + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"offsets": offsets, "records": records}, f, separators=(",", ":"))
+            f.write(json.dumps(offsets))
+            for line in records:
+                f.write("\n")
+                f.write(line)
         os.replace(tmp, self.wal)
 
     def _send(self, records: list[dict]) -> None:
@@ -73,11 +78,11 @@ class KafkaReceiver:
         offsets = {str(tp.partition): 0 for tp in tps}
         if os.path.exists(self.wal):
             with open(self.wal) as f:
-                state = json.load(f)
-            offsets.update(state["offsets"])
-            if state["records"]:
-                self._send(state["records"])  # identical re-send of the batch that may not have arrived
-                self.log(f"resumed: re-sent {len(state['records'])} receive records of the last batch")
+                lines = f.read().split("\n")
+            offsets.update(json.loads(lines[0]))
+            if lines[1:]:
+                self._send(lines[1:])  # identical re-send of the batch that may not have arrived
+                self.log(f"resumed: re-sent {len(lines) - 1} receive records of the last batch")
         for tp in tps:
             self.consumer.seek(tp, int(offsets[str(tp.partition)]))
         return offsets
@@ -96,8 +101,7 @@ class KafkaReceiver:
                 if not event_id or not run_id:
                     self.num_unattributed += 1
                     continue
-                records.append(contract.Receive(run_id, self.agent, now, event_id=event_id,
-                                                bytes_in=len(m.value or b"")).to_dict())
+                records.append(self.lines.recv(run_id, now, event_id, len(m.value or b"")))
         self._write_ahead(offsets, records)
         self._send(records)
         self.num_received += len(records)

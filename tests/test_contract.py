@@ -61,3 +61,9 @@ def test_fast_lines_equal_the_record_encoding(status, error):
     assert contract.encode([fast.send(T, "loadgen-7", T - 3, 2048, 1)]) == contract.encode([send])
     assert contract.encode([fast.ack(T + 9, "loadgen-7", T, status, error)]) == contract.encode([ack])
     assert contract.decode(contract.encode([fast.ack(T + 9, "loadgen-7", T, status, error)])) == [ack]
+
+
+def test_fast_receive_line_equals_the_record_encoding():
+    fast = contract.FastLines("", "receiver-kafka")
+    rec = contract.Receive('r"1', "receiver-kafka", T, event_id="loadgen-3", bytes_in=2048)
+    assert contract.encode([fast.recv('r"1', T, "loadgen-3", 2048)]) == contract.encode([rec])

@@ -43,7 +43,7 @@ def test_restarted_receiver_loses_and_duplicates_nothing(broker, tmp_path):
     produce(0, N // 2)
     proc = start_receiver(broker, sut, tel, tmp_path)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (tmp_path / "wal.json").exists():
+    while time.monotonic() < deadline and not (tmp_path / "wal").exists():
         time.sleep(0.05)
     time.sleep(0.3)
     produce(N // 2, N)  # arrives while we kill it
