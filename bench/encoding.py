@@ -78,18 +78,12 @@ def main(argv=None) -> int:
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
-    from stack.__main__ import tansu_command, wait_port
+    from stack.__main__ import free_port, start_tansu
 
     broker, bootstrap = None, a.bootstrap
     if not bootstrap:
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        broker = subprocess.Popen(tansu_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  env=dict(os.environ, CLUSTER_ID="bench-enc"), start_new_session=True)
-        assert wait_port(port)
+        port = free_port()
+        broker = start_tansu(port, cluster_id="bench-enc")
         bootstrap = f"127.0.0.1:{port}"
     records = make_records(a.records)
     rows = []

@@ -204,20 +204,14 @@ def main(argv=None) -> int:
         return 2
     import tempfile
 
-    from stack.__main__ import tansu_command, wait_port
+    from stack.__main__ import free_port, start_tansu
 
     workdir = tempfile.mkdtemp(prefix="flightwatch-bench-")
     broker = None
     bootstrap = a.bootstrap
     if not bootstrap:
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        broker = subprocess.Popen(tansu_command(port), stdout=open(os.path.join(workdir, "tansu.log"), "w"),
-                                  stderr=subprocess.STDOUT, env=dict(os.environ, CLUSTER_ID="bench"), start_new_session=True)
-        assert wait_port(port), "tansu did not start"
+        port = free_port()
+        broker = start_tansu(port, open(os.path.join(workdir, "tansu.log"), "w"), "bench")
         bootstrap = f"127.0.0.1:{port}"
     rows = []
     try:

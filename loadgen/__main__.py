@@ -20,6 +20,7 @@ import re
 import sys
 import time
 
+from agents.units import parse_duration_ns
 from loadgen import report
 from loadgen.pacer import NS_PER_S, Schedule
 from loadgen.stats import RunStats
@@ -73,10 +74,10 @@ def crossed(figures: dict, threshold: tuple[str, str, float]) -> bool:
 
 
 def parse_duration_s(text: str) -> float:
-    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", str(text))
-    if not m:
-        raise UsageError(f"bad duration {text!r}: use e.g. 60s, 2m")
-    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    try:
+        return parse_duration_ns(text) / NS_PER_S
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

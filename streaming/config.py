@@ -3,21 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from dataclasses import dataclass, field
 
+from agents.units import parse_duration_ns  # noqa: F401 - the job's flags use it through this module
 from streaming.engine import EngineConfig
-
-_UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m|h)?\s*$")
-
-
-def parse_duration_ns(text: str) -> int:
-    """'30s', '500ms', '2m', '1.5s' (a bare number is seconds) to nanoseconds."""
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ValueError(f"bad duration {text!r}: use e.g. 500ms, 30s, 2m")
-    return int(float(m.group(1)) * _UNITS_NS[m.group(2) or "s"])
 
 
 @dataclass(frozen=True)

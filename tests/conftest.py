@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,23 +13,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from stack.__main__ import free_port, start_tansu  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
     """A real Kafka-protocol broker (Tansu, in-memory) for the whole session: its bootstrap address."""
-    from stack.__main__ import tansu_command, wait_port
-
     port = free_port()
-    log = open(tmp_path_factory.mktemp("broker") / "tansu.log", "wb")
-    proc = subprocess.Popen(tansu_command(port), stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, CLUSTER_ID="flightwatch-test"), start_new_session=True)
+    proc = start_tansu(port, open(tmp_path_factory.mktemp("broker") / "tansu.log", "wb"), "flightwatch-test")
     try:
-        assert wait_port(port), "tansu did not start"
         yield f"127.0.0.1:{port}"
     finally:
         os.kill(proc.pid, signal.SIGTERM)

@@ -1,0 +1,15 @@
+"""Durations as every flightwatch command line spells them: 500ms, 30s, 2m, 1.5s (a bare number is seconds)."""
+from __future__ import annotations
+
+import re
+
+UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m|h)?\s*$")
+
+
+def parse_duration_ns(text: str) -> int:
+    """'30s', '500ms', '2m', '1.5s' (a bare number is seconds) to nanoseconds; ValueError otherwise."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ValueError(f"bad duration {text!r}: use e.g. 500ms, 30s, 2m")
+    return int(float(m.group(1)) * UNITS_NS[m.group(2) or "s"])
