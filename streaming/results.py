@@ -112,10 +112,13 @@ def load_windows(root: str) -> pd.DataFrame:
     dropped_at_deadline = table["dropped"].shift(shift, fill_value=0)
     table["in_flight"] = (table["sent"].cumsum() - table["received"].cumsum() - table["errors"].cumsum()
                           - dropped_at_deadline.cumsum()).astype(np.int64)
+    # Complete once the watermark has passed; all of them once the run is finished (no send
+    # comes after its stop, so no later record can change a window).
     watermark = int(batches["watermark_ns"].max())
+    finished = bool(batches["finished"].any())
     ends = table.index.to_numpy() + window_ns
-    table["receive_complete"] = ends <= watermark
-    table["drops_final"] = ends + timeout_ns <= watermark
+    table["receive_complete"] = finished | (ends <= watermark)
+    table["drops_final"] = finished | (ends + timeout_ns <= watermark)
     # When each window's figures reached the sink (for freshness): first and last batch touching it.
     written = batches.set_index("batch_id")["written_at_ns"]
     recv_rows = counts[counts["name"] == "received"] if not counts.empty else counts
