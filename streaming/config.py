@@ -5,7 +5,6 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from agents.units import parse_duration_ns  # noqa: F401 - the job's flags use it through this module
 from streaming.engine import EngineConfig
 
 

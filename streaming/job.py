@@ -25,7 +25,8 @@ import threading
 import time
 
 from streaming import engine
-from streaming.config import JobConfig, parse_duration_ns
+from agents.units import parse_duration_ns
+from streaming.config import JobConfig
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from streaming import engine, histogram
-from streaming.sinks import PARTIAL_KINDS, RunPaths, batch_file, ids_in
+from streaming.sinks import RunPaths, batch_file, ids_in
 
 PERCENTILES = (50, 90, 99)
 

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections import Counter
 
 import numpy as np
 import pytest

@@ -11,7 +11,6 @@ from collections import defaultdict
 import pytest
 from kafka import KafkaProducer
 
-from agents import contract
 from conftest import ROOT, create_topic
 from test_loadgen import telemetry
 
