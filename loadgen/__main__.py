@@ -14,6 +14,8 @@ Exit codes: 0 ok; 1 a --fail-on threshold was crossed or the attack failed; 2 ba
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import json
 import os
 import re
@@ -24,7 +26,7 @@ from agents.units import parse_duration_ns
 from loadgen import report
 from loadgen.pacer import NS_PER_S, Schedule
 from loadgen.stats import RunStats
-from loadgen.targets import TargetSpec
+from loadgen.targets import TargetSpec, tcp_unreachable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TARGET = "kafka://127.0.0.1:29092/flightwatch.sut"
@@ -61,7 +63,7 @@ def parse_threshold(text: str) -> tuple[str, str, float]:
 def crossed(figures: dict, threshold: tuple[str, str, float]) -> bool:
     name, op, limit = threshold
     if name in ("p50", "p90", "p95", "p99", "max", "mean"):
-        value = figures["latency_us"][name if name in ("max", "mean") else name]
+        value = figures["latency_us"][name]
     elif name == "success":
         value = figures["success_ratio"]
     elif name == "rate":
@@ -162,7 +164,7 @@ def main(argv=None) -> int:
             raise UsageError(f"target {cfg.target} unreachable: {why}")
         if cfg.telemetry_bootstrap:
             host, _, port = cfg.telemetry_bootstrap.split(",")[0].rpartition(":")
-            if TargetSpec("kafka", host, int(port), "t").reachable():
+            if tcp_unreachable(host, int(port)):
                 raise UsageError(f"telemetry broker {cfg.telemetry_bootstrap} unreachable (start it with `make up`, or --no-telemetry)")
     except UsageError as e:
         print(f"loadgen: error: {e}", file=sys.stderr)
@@ -215,7 +217,13 @@ def wait_job(cfg, job, timeout_s: float = 120) -> None:
     except subprocess.TimeoutExpired:
         print(f"streaming job still running (pid {job.pid}); see `make summary RUN={cfg.run_id}` later")
         return
-    s = results.summarize(os.path.join(ROOT, "checkpoints", cfg.run_id))
+    run_dir = os.path.join(ROOT, "checkpoints", cfg.run_id)
+    summary_file = os.path.join(run_dir, "summary.json")
+    if os.path.exists(summary_file):  # written by the job when it closed the run
+        with open(summary_file) as f:
+            s = json.load(f)
+    else:
+        s = results.summarize(run_dir)
     if s.get("state") == "waiting for data":
         print("streaming job: no windows written; see its job.log")
         return
@@ -225,17 +233,24 @@ def wait_job(cfg, job, timeout_s: float = 120) -> None:
           f"p90 {report._ms(lat['p90'])} p99 {report._ms(lat['p99'])} max {report._ms(lat['max'])}; gaps {len(s['gaps'])}")
 
 
+@functools.lru_cache(maxsize=None)
+def _marker_producer(bootstrap: str):
+    """One producer for the run's markers (start, stop, heartbeats while the job starts)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","))
+    atexit.register(producer.close)
+    return producer
+
+
 def _telemetry_marker(cfg, record) -> None:
     if not cfg.telemetry_bootstrap:
         return
-    from kafka import KafkaProducer
-
     from agents import contract
 
-    p = KafkaProducer(bootstrap_servers=cfg.telemetry_bootstrap.split(","))
+    p = _marker_producer(cfg.telemetry_bootstrap)
     p.send(cfg.telemetry_topic, key=b"loadgen", value=contract.encode([record]))
     p.flush()
-    p.close()
 
 
 def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:

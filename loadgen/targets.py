@@ -50,11 +50,16 @@ class TargetSpec:
 
     def reachable(self, timeout_s: float = 3.0) -> str | None:
         """None if a TCP connection opens, else why not."""
-        try:
-            socket.create_connection((self.host, self.port), timeout=timeout_s).close()
-            return None
-        except OSError as e:
-            return e.strerror or str(e)
+        return tcp_unreachable(self.host, self.port, timeout_s)
+
+
+def tcp_unreachable(host: str, port: int, timeout_s: float = 3.0) -> str | None:
+    """None if a TCP connection to host:port opens, else why not."""
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
 
 
 def error_cause(exc: BaseException) -> str:

@@ -278,11 +278,10 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     out.add("dropped", sent_ns[p][delta != 0], delta[delta != 0])
     ok_p, ok_at = p[in_time], at[in_time]
     out.add("received", ok_at)
-    out.record("latency_us", ok_at, (ok_at - sent_ns[ok_p]) // 1000, "clock_skew")
+    latency_us = (ok_at - sent_ns[ok_p]) // 1000
+    out.record("latency_us", ok_at, latency_us, "clock_skew")
     out.record("latency_intended_us", ok_at, (ok_at - _column(known, "intended_ns")[ok_p]) // 1000)
-    lat = (ok_at - sent_ns[ok_p]) // 1000
-    if lat.size:
-        out.add("max:latency_us", ok_at, lat)
+    out.add("max:latency_us", ok_at, latency_us)
     out.add("late", at[~in_time])
     status[p] = np.where(in_time, RECEIVED, LATE).astype(np.int8)
     recv_ns[p] = at

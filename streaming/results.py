@@ -155,9 +155,13 @@ def gaps(windows: pd.DataFrame, window_ns: int) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["start_ns", "end_ns", "duration_s"])
 
 
-def merged_percentiles(root: str, hist: str = "latency_us", start_ns: int | None = None, end_ns: int | None = None) -> dict:
-    """Exact (HDR-precision) percentiles over any time range, merged from the window histograms."""
-    h = load_partials(root, "hists")
+def merged_percentiles(root: str, hist: str = "latency_us", start_ns: int | None = None, end_ns: int | None = None,
+                       hists: pd.DataFrame | None = None) -> dict:
+    """Exact (HDR-precision) percentiles over any time range, merged from the window histograms.
+
+    ``hists``: the run's histogram partials when the caller has them already loaded.
+    """
+    h = load_partials(root, "hists") if hists is None else hists
     if h.empty:
         return {f"p{p}": None for p in PERCENTILES} | {"max": None, "count": 0}
     h = h[h["hist"] == hist]
@@ -187,6 +191,7 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
     total = {c: int(windows[c].sum()) for c in ("sent", "received", "dropped", "duplicates", "late", "errors", "orphan_receives", "oom_kills")}
     errors = {c.split(":", 1)[1]: int(windows[c].sum()) for c in windows.columns if c.startswith("errors:")}
     events = load_partials(root, "events")
+    hists = load_partials(root, "hists")
     ooms = events[events["kind"] == "oom"][["at_ns", "source", "where", "count"]].to_dict("records") if not events.empty else []
     starts = events[events["kind"] == "run_start"]["at_ns"] if not events.empty else []
     stops = events[events["kind"] == "run_stop"]["at_ns"] if not events.empty else []
@@ -200,9 +205,8 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
         "loss_ratio": (total["dropped"] / total["sent"]) if total["sent"] else None,
         "errors_by_cause": errors,
         "quarantined": int(batches["num_quarantined"].sum()) if len(batches) else 0,
-        "latency_us": merged_percentiles(root, "latency_us"),
-        "latency_intended_us": merged_percentiles(root, "latency_intended_us"),
-        "send_delay_us": merged_percentiles(root, "send_delay_us"),
+        **{name: merged_percentiles(root, name, hists=hists)
+           for name in ("latency_us", "latency_intended_us", "send_delay_us")},
         "gaps": gaps(windows, cfg["window_ns"]).to_dict("records"),
         "oom_events": ooms,
         "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,
