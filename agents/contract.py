@@ -20,6 +20,12 @@ import pyarrow as pa
 SCHEMA_VERSION = 1
 """Version stamped into every record as ``v``; the job quarantines any other."""
 
+ANY_RUN = "*"
+"""Run ID of records about the machines rather than one run (node samples, OOM kills, restarts,
+clock offsets): every run's job takes those that fall within the run's time span."""
+SHARED_KINDS = ("node", "oom", "restart", "clock")
+"""Record kinds that may carry ``ANY_RUN``."""
+
 MIN_TS_NS = 946_684_800 * 10**9
 """Earliest timestamp accepted (2000-01-01T00:00:00Z): anything earlier is quarantined."""
 MAX_TS_NS = 4_102_444_800 * 10**9
@@ -106,6 +112,28 @@ class OomEvent(Record):
 
 
 @dataclass(frozen=True)
+class ContainerRestart(Record):
+    """A container restarted (Kubernetes): ``where`` is namespace/pod/container@node, ``reason`` why it ended."""
+
+    where: str | None = None
+    reason: str | None = None
+    count: int | None = None
+    KIND: ClassVar[str] = "restart"
+    REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("where",)
+
+
+@dataclass(frozen=True)
+class ClockOffset(Record):
+    """This agent's clock against a reference: ``offset_us`` = reference − agent, known to ± ``rtt_us`` / 2."""
+
+    reference: str = ""
+    offset_us: float = 0.0
+    rtt_us: float = 0.0
+    KIND: ClassVar[str] = "clock"
+    REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("reference", "offset_us", "rtt_us")
+
+
+@dataclass(frozen=True)
 class RunStart(Record):
     """A run began; ``config`` is the run's configuration as a JSON object string."""
 
@@ -129,7 +157,7 @@ class Heartbeat(Record):
 
 
 RECORD_TYPES: tuple[type[Record], ...] = (
-    Send, Receive, Ack, NodeSample, OomEvent, RunStart, RunStop, Heartbeat,
+    Send, Receive, Ack, NodeSample, OomEvent, ContainerRestart, ClockOffset, RunStart, RunStop, Heartbeat,
 )
 KINDS: dict[str, type[Record]] = {t.KIND: t for t in RECORD_TYPES}
 

@@ -1,10 +1,17 @@
-"""Receiver agent for the Kafka-protocol SUT: consume the SUT topic, record each delivery's receive time.
+"""Receiver agents: record the receive time of every event the system under test delivers.
 
 Usage:
-    python -m agents.receiver kafka [--bootstrap 127.0.0.1:29092] [--topic flightwatch.sut]
-                                    [--telemetry-bootstrap 127.0.0.1:19092] [--state-dir DIR]
+    python -m agents.receiver http  [--listen 127.0.0.1:18080] [--run RUN] [--workers N]
+    python -m agents.receiver kafka [--bootstrap 127.0.0.1:29092] [--topic flightwatch.sut] [--state-dir DIR]
+    (both: [--telemetry-bootstrap 127.0.0.1:19092] [--telemetry-topic flightwatch.telemetry] [--agent NAME])
 
-Each consumed record gives a receive record: event ID from the record key (or the ``ce_id``
+``http`` is a CloudEvents sink (``agents.http_receiver``): point a Knative trigger, a
+broker's subscriber or the load generator at it. ``kafka`` consumes a topic of the SUT.
+Both write receive records into the telemetry topic and, every 30 s, a clock record: this
+host's clock offset against the clock reference (``agents.clock``) that the node-metrics
+agent serves, so latencies measured across hosts can be corrected or flagged.
+
+Kafka mode: each consumed record gives a receive record: event ID from the record key (or the ``ce_id``
 header), run ID from the ``fw_run`` header the load generator sets, receive time = when the
 agent saw it. Restart-safe without losing or double-reporting: before a batch's receive
 records go to the telemetry topic, the batch (with the offsets after it) is written ahead to
@@ -19,10 +26,11 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import time
 
-from agents import contract
+from agents import clock, contract, http_receiver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_HEADER = "fw_run"
@@ -108,24 +116,170 @@ class KafkaReceiver:
         return len(records)
 
 
-def main(argv=None) -> int:
+def _common(p: argparse.ArgumentParser, agent: str) -> None:
+    p.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
+                   help="telemetry Kafka bootstrap (env FLIGHTWATCH_BOOTSTRAP; default %(default)s)")
+    p.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
+    p.add_argument("--agent", default=agent, help="this agent's name in its records (default %(default)s)")
+    p.add_argument("--clock-reference", default=os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE),
+                   metavar="HOST:PORT", help="clock reference to estimate this host's clock offset against "
+                   "(env FLIGHTWATCH_CLOCK_REFERENCE; default %(default)s; 'none' to skip)")
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m agents.receiver", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    sub = ap.add_subparsers(dest="mode", required=True)
+    sub = ap.add_subparsers(dest="mode", required=True, metavar="{http,kafka}")
+    h = sub.add_parser("http", help="CloudEvents HTTP sink (binary, structured and batched modes)",
+                       description=http_receiver.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    h.add_argument("--listen", default=os.environ.get("FLIGHTWATCH_RECEIVER_LISTEN", "127.0.0.1:18080"), metavar="HOST:PORT",
+                   help="where to listen (env FLIGHTWATCH_RECEIVER_LISTEN; default %(default)s)")
+    h.add_argument("--run", default=None, help="run ID for events that carry no ce-fwrun (default: count them as unattributed)")
+    h.add_argument("--workers", type=int, default=1, help="serving processes sharing the port (SO_REUSEPORT; default %(default)s)")
+    h.add_argument("--no-telemetry", action="store_true", help="record nothing (to measure the sink's own capacity)")
+    h.add_argument("--spool-dir", default=os.path.join(ROOT, ".stack", "spool"),
+                   help="where receive records wait for the shipper (one folder per agent; default %(default)s)")
+    _common(h, "receiver-http")
     k = sub.add_parser("kafka", help="consume the SUT topic")
     k.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_SUT_BOOTSTRAP", "127.0.0.1:29092"))
     k.add_argument("--topic", default="flightwatch.sut")
-    k.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"))
-    k.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
-    k.add_argument("--agent", default="receiver-kafka")
     k.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", "receiver-kafka"))
     k.add_argument("--create-topic", type=int, default=2, metavar="PARTITIONS",
                    help="create the SUT topic with this many partitions if missing (default %(default)s)")
+    _common(k, "receiver-kafka")
+    return ap
+
+
+def _listen_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad --listen {text!r}: use HOST:PORT, e.g. 127.0.0.1:18080")
+    return host, int(port)
+
+
+def _telemetry_producer(bootstrap: str):
+    from kafka import KafkaProducer
+
+    return KafkaProducer(bootstrap_servers=bootstrap.split(","), linger_ms=5)
+
+
+def _report_clock(writer, agent: str, reference: str, log) -> None:
+    """Estimate this host's clock offset against the reference and write it as a clock record."""
+    if reference == "none":
+        return
+    rec = clock.estimate_record(reference, agent)
+    if rec is None:
+        log(f"{agent}: clock reference {reference} not answering; clock offset not reported")
+    else:
+        writer.write(rec)
+
+
+def main_http(a, log=print) -> int:
     try:
-        a = ap.parse_args(argv)
-    except SystemExit as e:
-        return 2 if e.code else 0
-    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+        host, port = _listen_address(a.listen)
+    except ValueError as e:
+        print(f"receiver: error: {e}", file=sys.stderr)
+        return 2
+    if a.workers < 1:
+        print("receiver: error: --workers must be at least 1", file=sys.stderr)
+        return 2
+    if a.workers > 1:
+        return _serve_workers(a, host, port)
+    return _serve_one(a, host, port, a.agent, reuse_port=False, log=log)
+
+
+def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=print) -> int:
+    import asyncio
+
+    from agents.spool import SpoolWriter, start_shipper
+
+    spool = shipper = None
+    if not a.no_telemetry:
+        spool_dir = os.path.join(a.spool_dir, agent)
+        spool = SpoolWriter(spool_dir)
+        shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, agent,
+                                log_path=os.path.join(a.spool_dir, f"{agent}.shipper.log"))
+    receiver = http_receiver.HttpReceiver(spool, agent, a.run)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+
+    def report_clock() -> None:
+        rec = None if a.clock_reference == "none" else clock.estimate_record(a.clock_reference, agent)
+        if rec is not None:
+            spool.append(contract.encode([rec]).decode())
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+        async def clock_every(seconds: float) -> None:
+            while spool is not None:
+                await loop.run_in_executor(None, report_clock)
+                await asyncio.sleep(seconds)
+
+        async def progress() -> None:
+            while True:
+                await asyncio.sleep(10)
+                c = receiver.counters()
+                t = c.get("telemetry", {})
+                log(f"receiver {agent}: {c['received']:,} received, {c['bad_total']:,} bad requests, "
+                    f"{c['unattributed']:,} without run ID; spooled {t.get('spooled', 0):,} lost {t.get('lost', 0):,}",
+                    flush=True)
+
+        tasks = [asyncio.create_task(clock_every(30.0)), asyncio.create_task(progress())]
+        await http_receiver.serve(receiver, host, port, reuse_port=reuse_port, stop=stop,
+                                  ready=lambda: log(f"receiver {agent}: http://{host}:{port}/ -> " + (
+                                      "(no telemetry)" if spool is None else
+                                      f"spool {spool.dir} -> {a.telemetry_bootstrap}/{a.telemetry_topic}"), flush=True))
+        for t in tasks:
+            t.cancel()
+
+    try:
+        asyncio.run(run())
+    except OSError as e:
+        print(f"receiver: error: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    finally:
+        if spool is not None:
+            spool.close()
+            shipper.terminate()  # it drains the spool, then exits
+            try:
+                shipper.wait(30)
+            except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
+                pass
+    return 0
+
+
+def _serve_workers(a, host: str, port: int) -> int:
+    """N serving processes on one port (SO_REUSEPORT); each writes telemetry as ``<agent>-<i>``."""
+    import multiprocessing as mp
+
+    probe = socket.socket()
+    try:
+        probe.bind((host, port))
+    except OSError as e:
+        print(f"receiver: error: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    finally:
+        probe.close()
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_serve_one, args=(a, host, port, f"{a.agent}-{i}", True), daemon=False)
+             for i in range(a.workers)]
+    for p in procs:
+        p.start()
+    signal.signal(signal.SIGTERM, lambda *_: [os.kill(p.pid, signal.SIGTERM) for p in procs if p.is_alive()])
+    for p in procs:
+        p.join()
+    return max((p.exitcode or 0) for p in procs)
+
+
+def main_kafka(a) -> int:
+    from kafka import KafkaAdminClient, KafkaConsumer
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
@@ -141,7 +295,7 @@ def main(argv=None) -> int:
         admin.close()
         consumer = KafkaConsumer(bootstrap_servers=a.bootstrap.split(","), enable_auto_commit=False,
                                  fetch_max_wait_ms=20, max_partition_fetch_bytes=8 << 20)
-        producer = KafkaProducer(bootstrap_servers=a.telemetry_bootstrap.split(","), linger_ms=5)
+        producer = _telemetry_producer(a.telemetry_bootstrap)
     except KafkaError as e:
         print(f"receiver: error: cannot reach a broker ({a.bootstrap} / {a.telemetry_bootstrap}): {e}", file=sys.stderr)
         return 2
@@ -152,9 +306,13 @@ def main(argv=None) -> int:
     offsets = receiver.start()
     print(f"receiver {a.agent}: {a.bootstrap}/{a.topic} -> {a.telemetry_bootstrap}/{a.telemetry_topic}", flush=True)
     last = time.monotonic()
+    last_clock = 0.0
     try:
         while not stopping:
             receiver.poll_once(offsets)
+            if time.monotonic() - last_clock >= 30:
+                _report_clock(writer, a.agent, a.clock_reference, print)
+                last_clock = time.monotonic()
             if time.monotonic() - last >= 10:
                 c = writer.counters()
                 print(f"receiver {a.agent}: {receiver.num_received:,} received, {receiver.num_unattributed:,} without "
@@ -165,6 +323,14 @@ def main(argv=None) -> int:
     writer.close()
     consumer.close()
     return 0
+
+
+def main(argv=None) -> int:
+    try:
+        a = _parser().parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    return main_http(a) if a.mode == "http" else main_kafka(a)
 
 
 if __name__ == "__main__":

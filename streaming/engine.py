@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agents import contract
 from streaming import histogram
 
 PENDING, RECEIVED, LATE, DROPPED, ERRORED = 0, 1, 2, 3, 4
@@ -34,10 +35,11 @@ HISTS = ("latency_us", "latency_intended_us", "send_delay_us")
 """Histograms kept per window: flight time from actual and from intended send time (by
 receive window), and send delay = actual - intended send time (by send window)."""
 
-EVENT_KINDS = ("node", "oom", "run_start", "run_stop")
+EVENT_KINDS = ("node", "oom", "restart", "clock", "run_start", "run_stop")
 """Record kinds passed through to the events table as they are."""
 
-EVENT_COLUMNS = ("kind", "agent", "at_ns", "node", "metric", "value", "missing", "source", "where", "count", "config", "reason")
+EVENT_COLUMNS = ("kind", "agent", "at_ns", "node", "metric", "value", "missing", "source", "where", "count", "config",
+                 "reason", "reference", "offset_us", "rtt_us")
 
 MAX_PREFIX = "max:"
 """Count names with this prefix merge by max, all others by sum."""
@@ -186,7 +188,10 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     bad = batch.filter(batch["quarantine_reason"].is_valid())
     good = batch.filter(batch["quarantine_reason"].is_null())
     mine = pc.fill_null(pc.equal(good["run_id"], cfg.run_id), False)
-    num_other_run = good.num_rows - pc.sum(mine).as_py() if good.num_rows else 0
+    is_shared = pc.fill_null(pc.and_(pc.equal(good["run_id"], contract.ANY_RUN),
+                                     pc.is_in(good["kind"], pa.array(list(contract.SHARED_KINDS)))), False)
+    num_other_run = good.num_rows - pc.sum(pc.or_(mine, is_shared)).as_py() if good.num_rows else 0
+    shared = good.filter(is_shared)
     good = good.filter(mine)
     info = {"num_records": batch.num_rows, "num_quarantined": bad.num_rows, "num_other_run": int(num_other_run or 0)}
     kinds = good["kind"].to_numpy(zero_copy_only=False) if good.num_rows else np.array([], dtype=object)
@@ -306,7 +311,6 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     # Events passed through: node samples, OOM kills, run start/stop.
     ev_mask = np.isin(kinds, EVENT_KINDS)
     events = good.filter(pa.array(ev_mask)).select(list(EVENT_COLUMNS)).to_pandas()
-    events["window_ns"] = out.window(events["at_ns"].to_numpy()) if len(events) else pd.Series(dtype=np.int64)
     start_ns, stop_ns = state.start_ns, state.stop_ns
     starts = events.loc[events["kind"] == "run_start", "at_ns"]
     stops = events.loc[events["kind"] == "run_stop", "at_ns"]
@@ -314,6 +318,16 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
         start_ns = int(min(starts.min(), start_ns if start_ns is not None else starts.min()))
     if len(stops):
         stop_ns = int(max(stops.max(), stop_ns if stop_ns is not None else stops.max()))
+    # Records about the machines (for every run): those within the run's span, once it is known.
+    # They never move the watermark (an agent's clock is not the run's event time).
+    info["num_shared"] = shared.num_rows
+    if shared.num_rows and start_ns is not None:
+        at = shared["at_ns"].to_numpy()
+        span = (at >= start_ns - cfg.window_ns) & (at <= (stop_ns if stop_ns is not None else at.max()) + cfg.drop_timeout_ns)
+        if span.any():
+            events = pd.concat([events, shared.filter(pa.array(span)).select(list(EVENT_COLUMNS)).to_pandas()],
+                               ignore_index=True)
+    events["window_ns"] = out.window(events["at_ns"].to_numpy()) if len(events) else pd.Series(dtype=np.int64)
 
     new_state = EngineState(known=known, orphans=orphans, max_event_ns=int(max_event_ns),
                             watermark_ns=int(watermark_ns), start_ns=start_ns, stop_ns=stop_ns,

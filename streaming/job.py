@@ -166,6 +166,7 @@ def telemetry_stream(spark, cfg: JobConfig):
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    from agents import contract
     from streaming.decode import DECODED_SCHEMA, decode_record_batches
     from streaming.sources import ArchiveDataSource, KafkaDataSource
 
@@ -186,8 +187,9 @@ def telemetry_stream(spark, cfg: JobConfig):
     raw = reader.load()
     decoded = raw.mapInArrow(decode_record_batches, from_arrow_schema(DECODED_SCHEMA))
     run = F.col("run_id") == F.lit(cfg.engine.run_id)
+    shared = (F.col("run_id") == F.lit(contract.ANY_RUN)) & F.col("kind").isin(*contract.SHARED_KINDS)
     unattributed = F.col("quarantine_reason").isNotNull() & (F.col("run_id").isNull() | run)
-    return decoded.where(run | unattributed)
+    return decoded.where(run | shared | unattributed)
 
 
 def _heartbeats(cfg: JobConfig, stop: threading.Event) -> None:

@@ -98,12 +98,19 @@ def load_windows(root: str) -> pd.DataFrame:
             table = table.join(holes, how="outer")
         oom = events[events["kind"] == "oom"]
         if len(oom):
-            table = table.join(oom.assign(n=oom["count"].fillna(1)).groupby("window_ns")["n"].sum().rename("oom_kills"), how="outer")
+            # One kill is often seen by two detectors (vmstat and its cgroup): per window, the
+            # detector that saw most, not their sum.
+            per_source = oom.assign(n=oom["count"].fillna(1)).groupby(["window_ns", "source"])["n"].sum()
+            table = table.join(per_source.groupby(level="window_ns").max().rename("oom_kills"), how="outer")
+        restarts = events[events["kind"] == "restart"]
+        if len(restarts):
+            table = table.join(restarts.groupby("window_ns").size().rename("container_restarts"), how="outer")
     if table.empty:
         return table
     full = np.arange(table.index.min(), table.index.max() + window_ns, window_ns, dtype=np.int64)
     table = table.reindex(pd.Index(full, name="window_ns"))
-    for name in ("sent", "received", "dropped", "duplicates", "late", "errors", "acked", "oom_kills", "orphan_receives"):
+    for name in ("sent", "received", "dropped", "duplicates", "late", "errors", "acked", "oom_kills", "orphan_receives",
+                 "container_restarts"):
         table[name] = table[name].fillna(0).astype(np.int64) if name in table else 0
     for name in [c for c in table.columns if c.startswith("errors:") or c.startswith("overflow:") or c in ("clock_skew", "repeated_send_records", "negative_send_delay")]:
         table[name] = table[name].fillna(0).astype(np.int64)
@@ -181,6 +188,32 @@ def load_quarantine(root: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _records(events: pd.DataFrame, kind: str, columns: list[str]) -> list[dict]:
+    if events.empty:
+        return []
+    sel = events[events["kind"] == kind][columns].sort_values("at_ns")
+    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in sel.to_dict("records")]
+
+
+CLOCK_FLAG_US = 1000.0
+"""A clock offset beyond ±1 ms is flagged: latencies measured across those hosts are off by it."""
+
+
+def clock_offsets(events: pd.DataFrame) -> list[dict]:
+    """Per agent, its latest clock offset against the reference (``reference − agent``) and the round trip."""
+    if events.empty or not (events["kind"] == "clock").any():
+        return []
+    clocks = events[events["kind"] == "clock"].sort_values("at_ns").groupby("agent").agg(
+        reference=("reference", "last"), offset_us=("offset_us", "last"), rtt_us=("rtt_us", "last"),
+        max_abs_offset_us=("offset_us", lambda v: float(np.abs(v).max())), samples=("offset_us", "size"))
+    out = []
+    for agent, r in clocks.iterrows():
+        out.append({"agent": agent, "reference": r["reference"], "offset_us": float(r["offset_us"]),
+                    "rtt_us": float(r["rtt_us"]), "max_abs_offset_us": r["max_abs_offset_us"], "samples": int(r["samples"]),
+                    "flagged": bool(r["max_abs_offset_us"] > CLOCK_FLAG_US)})
+    return out
+
+
 def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
     """Run-level figures: totals, exact run percentiles, errors by cause, gaps, OOM events."""
     cfg = run_config(root)
@@ -192,7 +225,11 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
     errors = {c.split(":", 1)[1]: int(windows[c].sum()) for c in windows.columns if c.startswith("errors:")}
     events = load_partials(root, "events")
     hists = load_partials(root, "hists")
-    ooms = events[events["kind"] == "oom"][["at_ns", "source", "where", "count"]].to_dict("records") if not events.empty else []
+    ooms = _records(events, "oom", ["at_ns", "source", "where", "count"])
+    by_source: dict[str, int] = {}
+    for o in ooms:
+        by_source[o["source"]] = by_source.get(o["source"], 0) + int(o["count"] or 1)
+    total["oom_kills"] = max(by_source.values(), default=0)
     starts = events[events["kind"] == "run_start"]["at_ns"] if not events.empty else []
     stops = events[events["kind"] == "run_stop"]["at_ns"] if not events.empty else []
     return {
@@ -209,6 +246,9 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
            for name in ("latency_us", "latency_intended_us", "send_delay_us")},
         "gaps": gaps(windows, cfg["window_ns"]).to_dict("records"),
         "oom_events": ooms,
+        "oom_kills_by_source": by_source,
+        "container_restarts": _records(events, "restart", ["at_ns", "where", "reason", "count"]),
+        "clock_offsets": clock_offsets(events),
         "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,
         "num_batches": int(len(batches)),
     }

@@ -51,3 +51,75 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])
     admin.close()
     time.sleep(0.2)
+
+
+def _stop(proc) -> None:
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory):
+    """A real Prometheus (1 s scrapes) and node exporter on free loopback ports: Prometheus' base URL.
+
+    Both come from Debian's packages (`.ci/run` installs them); the URL is answered once the
+    node exporter has been scraped twice (rates need two samples).
+    """
+    import json
+    import shutil
+    import urllib.request
+
+    from stack.__main__ import prometheus_config, wait_port
+
+    node_bin, prom_bin = shutil.which("prometheus-node-exporter"), shutil.which("prometheus")
+    if not node_bin or not prom_bin:
+        pytest.fail("prometheus and prometheus-node-exporter are needed (apt-get install prometheus prometheus-node-exporter)")
+    d = tmp_path_factory.mktemp("prometheus")
+    node_port, prom_port = free_port(), free_port()
+    (d / "prometheus.yml").write_text(prometheus_config(node_port))
+    log = open(d / "log", "wb")
+    node = subprocess.Popen([node_bin, f"--web.listen-address=127.0.0.1:{node_port}"], stdout=log, stderr=subprocess.STDOUT)
+    prom = subprocess.Popen([prom_bin, f"--config.file={d / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{prom_port}",
+                             f"--storage.tsdb.path={d / 'data'}"], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{prom_port}"
+    try:
+        assert wait_port(node_port) and wait_port(prom_port, 30), (d / "log").read_text()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            q = urllib.request.quote('count_over_time(up{job="node"}[10s])')
+            try:
+                res = json.load(urllib.request.urlopen(f"{url}/api/v1/query?query={q}", timeout=2))["data"]["result"]
+            except OSError:
+                res = []
+            if res and float(res[0]["value"][1]) >= 3:
+                break
+            time.sleep(0.5)
+        yield url
+    finally:
+        _stop(prom)
+        _stop(node)
+
+
+def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
+    """Every record of one run in the telemetry topic."""
+    from agents import contract
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
+    c.assign(tps)
+    c.seek_to_beginning()
+    out, idle = [], 0
+    while idle < 6:
+        batch = c.poll(timeout_ms=500)
+        idle = 0 if batch else idle + 1
+        for records in batch.values():
+            for r in records:
+                out += [x.to_dict() for x in contract.decode(r.value) if x.run_id == run_id]
+    c.close()
+    return out

@@ -10,9 +10,8 @@ import sys
 import numpy as np
 import pytest
 from hdrh.log import HistogramLogReader
-from kafka import KafkaConsumer, TopicPartition
 
-from conftest import ROOT, create_topic, free_port
+from conftest import ROOT, create_topic, free_port, telemetry
 from loadgen.pacer import NS_PER_S, Schedule
 from streaming import histogram
 from stack.__main__ import wait_port
@@ -42,25 +41,6 @@ def sink():
 def attack(*args, timeout=180):
     return subprocess.run([sys.executable, "-m", "loadgen", "attack", "--quiet", *args], cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=timeout)
-
-
-def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
-    """Every record of one run in the telemetry topic."""
-    from agents import contract
-
-    c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
-    tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
-    c.assign(tps)
-    c.seek_to_beginning()
-    out, idle = [], 0
-    while idle < 6:
-        batch = c.poll(timeout_ms=500)
-        idle = 0 if batch else idle + 1
-        for records in batch.values():
-            for r in records:
-                out += [x.to_dict() for x in contract.decode(r.value) if x.run_id == run_id]
-    c.close()
-    return out
 
 
 def test_rate_accuracy_intended_times_and_telemetry_match_the_report(sink, broker, tmp_path):

@@ -11,8 +11,7 @@ from collections import defaultdict
 import pytest
 from kafka import KafkaProducer
 
-from conftest import ROOT, create_topic
-from test_loadgen import telemetry
+from conftest import ROOT, create_topic, telemetry
 
 pytestmark = pytest.mark.integration
 

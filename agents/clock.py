@@ -1,0 +1,161 @@
+"""Clock offset between hosts, NTP-style, against one reference clock.
+
+Agents on different hosts stamp send and receive times with different clocks; a flight
+time measured across hosts is off by the clocks' offset. The node-metrics agent serves a
+**clock reference** on UDP (default 127.0.0.1:19123); every other agent runs a few NTP-style
+exchanges against it and writes a ``clock`` record with its offset and the round trip:
+
+    t0 client sends ─▶ t1 reference receives, t2 reference answers ─▶ t3 client receives
+    offset = ((t1 − t0) + (t2 − t3)) / 2      (reference clock − this clock)
+    rtt    = (t3 − t0) − (t2 − t1)
+
+Of ``samples`` exchanges the one with the smallest round trip is kept (NTP's clock filter);
+the offset is then known to within ± rtt / 2. Usage:
+
+    python -m agents.clock serve [--listen 127.0.0.1:19123]
+    python -m agents.clock probe [127.0.0.1:19123]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+from agents import contract
+
+DEFAULT_REFERENCE = "127.0.0.1:19123"
+_REQUEST = struct.Struct("!qQ")      # t0, nonce
+_REPLY = struct.Struct("!qQqq")      # t0, nonce, t1, t2
+
+
+def split_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"bad clock address {text!r}: use HOST:PORT")
+    return host, int(port)
+
+
+class ClockReference:
+    """Answers clock requests on a UDP socket from a background thread. ``skew_ns`` shifts its clock (tests)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 19123, skew_ns: int = 0) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((host, port))
+        self.sock.settimeout(0.5)
+        self.address = "%s:%d" % self.sock.getsockname()
+        self.skew_ns = skew_ns
+        self.num_answered = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="clock-reference", daemon=True)
+
+    def start(self) -> "ClockReference":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, peer = self.sock.recvfrom(64)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            t1 = time.time_ns() + self.skew_ns
+            if len(data) != _REQUEST.size:
+                continue
+            t0, nonce = _REQUEST.unpack(data)
+            try:
+                self.sock.sendto(_REPLY.pack(t0, nonce, t1, time.time_ns() + self.skew_ns), peer)
+                self.num_answered += 1
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+def estimate(reference: str, samples: int = 8, timeout_s: float = 0.5) -> tuple[int, int] | None:
+    """(offset_ns, rtt_ns) of the best of ``samples`` exchanges, or None if the reference never answered."""
+    host, port = split_address(reference)
+    best = None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout_s)
+        for _ in range(samples):
+            nonce = int.from_bytes(os.urandom(8), "big")
+            t0 = time.time_ns()
+            try:
+                s.sendto(_REQUEST.pack(t0, nonce), (host, port))
+                while True:
+                    data = s.recv(64)
+                    t3 = time.time_ns()
+                    if len(data) == _REPLY.size:
+                        r0, rnonce, t1, t2 = _REPLY.unpack(data)
+                        if rnonce == nonce and r0 == t0:
+                            break
+            except OSError:  # timeout, refused (ICMP port unreachable on loopback)
+                continue
+            rtt = (t3 - t0) - (t2 - t1)
+            offset = ((t1 - t0) + (t2 - t3)) // 2
+            if best is None or rtt < best[1]:
+                best = (offset, rtt)
+    return best
+
+
+def estimate_record(reference: str, agent: str, samples: int = 8) -> contract.ClockOffset | None:
+    """This host's offset against the reference as a telemetry record (for every run), or None."""
+    try:
+        est = estimate(reference, samples)
+    except (ValueError, OSError):
+        return None
+    if est is None:
+        return None
+    offset_ns, rtt_ns = est
+    return contract.ClockOffset(contract.ANY_RUN, agent, time.time_ns(), reference=reference,
+                                offset_us=offset_ns / 1e3, rtt_us=rtt_ns / 1e3)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m agents.clock", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sv = sub.add_parser("serve", help="serve the clock reference")
+    sv.add_argument("--listen", default=DEFAULT_REFERENCE)
+    pr = sub.add_parser("probe", help="print this host's offset against a reference")
+    pr.add_argument("reference", nargs="?", default=os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", DEFAULT_REFERENCE))
+    try:
+        a = ap.parse_args(argv)
+        address = split_address(a.listen if a.cmd == "serve" else a.reference)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    except ValueError as e:
+        print(f"clock: error: {e}", file=sys.stderr)
+        return 2
+    if a.cmd == "probe":
+        est = estimate(a.reference)
+        if est is None:
+            print(f"clock: error: no answer from {a.reference}", file=sys.stderr)
+            return 1
+        print(f"offset {est[0] / 1e6:+.3f} ms (reference - this host), round trip {est[1] / 1e6:.3f} ms")
+        return 0
+    try:
+        ref = ClockReference(*address).start()
+    except OSError as e:
+        print(f"clock: error: cannot listen on {a.listen}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"clock reference on udp://{ref.address}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        ref.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

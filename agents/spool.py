@@ -1,0 +1,286 @@
+"""A disk spool between a hot agent and the telemetry broker, and the process that ships it.
+
+The HTTP receiver must answer thousands of requests a second on one core; a Kafka client
+in the same process costs it a quarter of its capacity (kafka-python's sender thread
+takes the GIL ~30% of the time while traffic flows, measured). So the receiver only
+*appends* each receive line to a spool file (a copy into a file mapped in memory,
+no system call) **before it answers 202**, and a separate shipper process tails the spool into
+the telemetry topic:
+
+    receiver ──append──▶ <spool>/000000000001.ndjson ──tail──▶ shipper ──▶ telemetry topic
+                          <spool>/shipped  (segment, byte offset acknowledged by the broker)
+
+Guarantees: a receive answered 202 is in the spool (the OS page cache: it survives a kill -9
+of either process, not a power loss). The shipper commits its position only after the
+broker acknowledged everything before it; after a crash it re-sends from the committed
+position, i.e. identical records the streaming job recognises as repeats. Nothing is lost
+and nothing counted twice.
+
+Budget: segments rotate at ``segment_bytes``; acknowledged segments are deleted. While
+the spool holds more than ``budget_bytes`` (the broker has been away for long), new lines
+are refused and counted as lost (``num_lost``), never silently.
+
+    python -m agents.spool ship --spool-dir DIR --agent NAME [--bootstrap 127.0.0.1:19092]
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import mmap
+import os
+import signal
+import sys
+import time
+
+SEGMENT_BYTES = 64 << 20
+BUDGET_BYTES = 2 << 30
+"""Disk the spool may hold while the broker is away: ~14M receive records."""
+SUFFIX = ".ndjson"
+
+
+def _segments(spool_dir: str) -> list[int]:
+    return sorted(int(n[:-len(SUFFIX)]) for n in os.listdir(spool_dir) if n.endswith(SUFFIX) and n[:-len(SUFFIX)].isdigit())
+
+
+def _segment_path(spool_dir: str, seq: int) -> str:
+    return os.path.join(spool_dir, f"{seq:012d}{SUFFIX}")
+
+
+def spool_bytes(spool_dir: str) -> int:
+    """Disk the spool's segments take (blocks in use: the unwritten part of a segment is sparse)."""
+    total = 0
+    for seq in _segments(spool_dir):
+        try:
+            total += os.stat(_segment_path(spool_dir, seq)).st_blocks * 512
+        except FileNotFoundError:
+            pass
+    return total
+
+
+class SpoolWriter:
+    """Appends lines to the newest segment, a file mapped into memory (``MAP_SHARED``).
+
+    An append is a copy into the page cache, no system call: the line is in the file, for
+    the shipper to read and for any later process, as soon as ``append`` returns. A segment
+    is created at its full size (sparse) and cut to what it holds when the writer moves on;
+    readers stop at the first NUL byte (the unwritten part).
+    """
+
+    def __init__(self, spool_dir: str, segment_bytes: int = SEGMENT_BYTES, budget_bytes: int = BUDGET_BYTES) -> None:
+        self.dir = spool_dir
+        os.makedirs(spool_dir, exist_ok=True)
+        self.segment_bytes, self.budget_bytes = segment_bytes, budget_bytes
+        existing = _segments(spool_dir)
+        self.seq = existing[-1] if existing else 0  # always a fresh segment: never append after a torn line
+        self.num_written = 0
+        self.num_lost = 0
+        self._over_budget = False
+        self._next_check = 0
+        self.mm = None
+        self._open_next()
+
+    def _open_next(self) -> None:
+        self.seq += 1
+        fd = os.open(_segment_path(self.dir, self.seq), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, self.segment_bytes)
+            self.mm = mmap.mmap(fd, self.segment_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.pos = 0
+
+    def append(self, line: str) -> bool:
+        if self._over_budget:
+            self._next_check -= 1
+            if self._next_check > 0 or self._check_budget():
+                self.num_lost += 1
+                return False
+        data = (line + "\n").encode()
+        end = self.pos + len(data)
+        if end > self.segment_bytes:
+            self._rotate()
+            if self._over_budget:
+                self.num_lost += 1
+                return False
+            end = len(data)
+        self.mm[self.pos:end] = data
+        self.pos = end
+        self.num_written += 1
+        return True
+
+    def _check_budget(self) -> bool:
+        """True while over budget (re-checked every 1,000 refused lines)."""
+        self._over_budget = spool_bytes(self.dir) >= self.budget_bytes
+        self._next_check = 1000
+        return self._over_budget
+
+    def _close_segment(self) -> None:
+        self.mm.close()
+        os.truncate(_segment_path(self.dir, self.seq), self.pos)
+
+    def _rotate(self) -> None:
+        self._close_segment()
+        self._open_next()
+        self._check_budget()
+
+    def counters(self) -> dict:
+        return {"spooled": self.num_written, "lost": self.num_lost, "over_budget": self._over_budget}
+
+    def close(self) -> None:
+        self._close_segment()
+
+
+class Shipper:
+    """Tails a spool into a Kafka topic; commits its position after the broker's acknowledgement."""
+
+    def __init__(self, spool_dir: str, producer, topic: str, key: str, lines_per_message: int = 1000,
+                 read_bytes: int = 4 << 20, log=print) -> None:
+        self.dir, self.producer, self.topic, self.key = spool_dir, producer, topic, key.encode()
+        self.lines_per_message, self.read_bytes, self.log = lines_per_message, read_bytes, log
+        self.position_file = os.path.join(spool_dir, "shipped")
+        self.seq, self.offset = self._load_position()
+        self.num_shipped = 0
+        self.num_failures = 0
+        self.backlog = False
+
+    def _load_position(self) -> tuple[int, int]:
+        try:
+            with open(self.position_file) as f:
+                p = json.load(f)
+            return int(p["segment"]), int(p["offset"])
+        except (OSError, ValueError, KeyError):
+            segs = _segments(self.dir)
+            return (segs[0] if segs else 1), 0
+
+    def _commit(self) -> None:
+        tmp = self.position_file + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"segment": self.seq, "offset": self.offset}, f)
+        os.replace(tmp, self.position_file)
+
+    def _send(self, lines: list[bytes]) -> None:
+        """Send and wait for the broker's acknowledgement of every message; raises on failure."""
+        futures = [self.producer.send(self.topic, key=self.key, value=b"\n".join(lines[i:i + self.lines_per_message]))
+                   for i in range(0, len(lines), self.lines_per_message)]
+        self.producer.flush(timeout=30)
+        for f in futures:
+            f.get(timeout=0)
+
+    def ship_once(self) -> int:
+        """Ship what the spool holds past the committed position (up to ``read_bytes``); lines shipped."""
+        path = _segment_path(self.dir, self.seq)
+        try:
+            with open(path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(self.read_bytes)
+        except FileNotFoundError:
+            data = b""
+        nul = data.find(b"\0")
+        if nul >= 0:  # the segment's unwritten part
+            data = data[:nul]
+        end = data.rfind(b"\n") + 1
+        self.backlog = len(data) == self.read_bytes
+        if end == 0:
+            # Nothing complete past the position. Once the writer has moved on to a later
+            # segment this one is finished (what is left is a line torn by a crash): next.
+            later = [s for s in _segments(self.dir) if s > self.seq]
+            if later:
+                if os.path.exists(path):
+                    os.remove(path)
+                self.seq, self.offset = later[0], 0
+                self._commit()
+            return 0
+        lines = [ln for ln in data[:end].split(b"\n") if ln]
+        self._send(lines)
+        self.offset += end
+        self._commit()
+        self.num_shipped += len(lines)
+        return len(lines)
+
+    def run(self, should_stop, idle_s: float = 0.05) -> None:
+        """Ship until ``should_stop()`` and the spool is drained; back off and retry while the broker fails.
+
+        Caught up, it ships every ``idle_s``: a Kafka request costs kafka-python ~2 ms of CPU
+        whatever its size, so shipping every few lines would cost half a core (measured)."""
+        backoff = 0.1
+        last_log = 0.0
+        while True:
+            try:
+                n = self.ship_once()
+                backoff = 0.1
+            except Exception as e:  # noqa: BLE001 - broker away or refusing: keep the spool, retry
+                self.num_failures += 1
+                if should_stop():  # the spool stays on disk for the next shipper
+                    self.log(f"shipper {self.key.decode()}: stopping with {spool_bytes(self.dir):,} bytes unshipped "
+                             "(kept in the spool)", flush=True)
+                    return
+                if time.monotonic() - last_log > 10:
+                    self.log(f"shipper {self.key.decode()}: telemetry broker not acknowledging ({e}); "
+                             f"{spool_bytes(self.dir):,} bytes spooled, retrying", flush=True)
+                    last_log = time.monotonic()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            if n == 0 and should_stop():
+                return
+            if not self.backlog:  # caught up: let lines gather (one request per interval, not one per few lines)
+                time.sleep(idle_s)
+
+
+def start_shipper(spool_dir: str, bootstrap: str, topic: str, agent: str, log_path: str | None = None):
+    """Start the shipper process for a spool; it follows this process and drains the spool when it ends."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, "-m", "agents.spool", "ship", "--spool-dir", spool_dir, "--bootstrap", bootstrap,
+                             "--topic", topic, "--agent", agent, "--parent", str(os.getpid())],
+                            env=dict(os.environ, PYTHONPATH=root), stdout=log, stderr=subprocess.STDOUT)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m agents.spool", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("ship", help="ship a spool into the telemetry topic")
+    s.add_argument("--spool-dir", required=True)
+    s.add_argument("--agent", required=True, help="message key (the agent whose records these are)")
+    s.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"))
+    s.add_argument("--topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
+    s.add_argument("--parent", type=int, default=0, help="drain and exit once this process is gone")
+    try:
+        a = ap.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    os.makedirs(a.spool_dir, exist_ok=True)
+    lock = open(os.path.join(a.spool_dir, "shipper.lock"), "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # one shipper per spool: a new one waits for a draining old one
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+
+    def should_stop() -> bool:
+        return bool(stopping) or bool(a.parent and os.getppid() != a.parent)
+
+    producer = None
+    while producer is None:  # the broker may be away when we start: the spool holds the records meanwhile
+        try:
+            producer = KafkaProducer(bootstrap_servers=a.bootstrap.split(","), linger_ms=5, batch_size=1 << 20,
+                                     max_request_size=16 << 20)
+        except KafkaError as e:
+            if should_stop():
+                return 0
+            print(f"shipper {a.agent}: telemetry broker {a.bootstrap} not reachable ({e}); retrying", flush=True)
+            time.sleep(2)
+    shipper = Shipper(a.spool_dir, producer, a.topic, a.agent)
+
+    shipper.run(should_stop)
+    producer.close(timeout=10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
