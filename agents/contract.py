@@ -217,12 +217,24 @@ class FastLines:
         self._ack = '{"v":%d,"kind":"ack",%s,"at_ns":%%d,"event_id":%%s,"sent_at_ns":%%d' % (SCHEMA_VERSION, prefix)
         self._dumps = dumps
 
-        self._recv = '{"v":%d,"kind":"recv",%%s,"agent":%s,"at_ns":%%d,"event_id":%%s,"bytes_in":%%d}' % (
+        self._recv = '{"v":%d,"kind":"recv","run_id":%%s,"agent":%s,"at_ns":%%%%d,"event_id":%%%%s,"bytes_in":%%%%d}' % (
             SCHEMA_VERSION, dumps(agent))
+        self._recv_by_run: dict[str, str] = {}
+
+    def _quote(self, text: str) -> str:
+        """JSON string literal; the common plain-ASCII case without the encoder."""
+        if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+            return '"' + text + '"'
+        return self._dumps(text)
 
     def recv(self, run_id: str, at_ns: int, event_id: str, bytes_in: int) -> str:
         """A receive line (receivers serve many runs: the run ID is given per record)."""
-        return self._recv % ('"run_id":' + self._dumps(run_id), at_ns, self._dumps(event_id), bytes_in)
+        fmt = self._recv_by_run.get(run_id)
+        if fmt is None:
+            if len(self._recv_by_run) > 1000:
+                self._recv_by_run.clear()
+            fmt = self._recv_by_run[run_id] = self._recv % self._dumps(run_id).replace("%", "%%")
+        return fmt % (at_ns, self._quote(event_id), bytes_in)
 
     def send(self, at_ns: int, event_id: str, intended_at_ns: int, bytes_out: int, worker: int) -> str:
         return self._send % (at_ns, self._dumps(event_id), intended_at_ns, bytes_out, worker)

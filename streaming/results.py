@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 
 import numpy as np
 import pandas as pd
@@ -40,13 +41,37 @@ def load_partials(root: str, kind: str, batch_ids=None) -> pd.DataFrame:
         batch_ids = ids_in(paths.batches, "batch-*.json")
     frames = []
     for b in batch_ids:
-        path = batch_file(paths.partial(kind), b)
-        if os.path.exists(path):
-            df = pq.read_table(path).to_pandas()
-            if len(df):
-                df["batch_id"] = b
-                frames.append(df)
+        df = _read_partial(batch_file(paths.partial(kind), b), b)
+        if df is not None and len(df):
+            frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+_PARTIALS: "OrderedDict[str, tuple[tuple, pd.DataFrame]]" = OrderedDict()
+_PARTIALS_MAX = 20_000
+
+
+def _read_partial(path: str, batch_id: int) -> pd.DataFrame | None:
+    """One batch's partial file, cached by its identity (a live reader re-reads only what is new).
+
+    A batch file is written once, atomically (rewritten whole only if its batch is redone after
+    a crash, which changes its inode and mtime): the cache key is (inode, mtime, size).
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    hit = _PARTIALS.get(path)
+    if hit is not None and hit[0] == key:
+        _PARTIALS.move_to_end(path)
+        return hit[1]
+    df = pq.read_table(path).to_pandas()
+    df["batch_id"] = batch_id
+    _PARTIALS[path] = (key, df)
+    if len(_PARTIALS) > _PARTIALS_MAX:
+        _PARTIALS.popitem(last=False)
+    return df
 
 
 def sum_counts(counts: pd.DataFrame) -> pd.DataFrame:
@@ -59,27 +84,31 @@ def sum_counts(counts: pd.DataFrame) -> pd.DataFrame:
     return summed.join(maxed, how="outer") if len(maxed) else summed
 
 
-def hist_figures(hists: pd.DataFrame) -> pd.DataFrame:
-    """Per window and histogram: p50/p90/p99/max and the encoded HdrHistogram of the merged buckets."""
-    rows = []
+def hist_figures(hists: pd.DataFrame, encode_hdr: bool = True) -> pd.DataFrame:
+    """Per window and histogram: p50/p90/p99/max and (``encode_hdr``) the encoded HdrHistogram of the merged buckets."""
     if hists.empty:
         return pd.DataFrame(index=pd.Index([], name="window_ns", dtype=np.int64))
     merged = hists.groupby(["window_ns", "hist", "bucket"], as_index=False, sort=True)["count"].sum()
-    for (window_ns, hist), g in merged.groupby(["window_ns", "hist"], sort=True):
-        idx, cnt = g["bucket"].to_numpy(), g["count"].to_numpy()
-        ps = histogram.percentiles(idx, cnt, list(PERCENTILES))
-        row = {"window_ns": window_ns}
-        for p, v in zip(PERCENTILES, ps):
+    w, h = merged["window_ns"].to_numpy(), merged["hist"].to_numpy()
+    b, c = merged["bucket"].to_numpy(), merged["count"].to_numpy()
+    cuts = np.flatnonzero((w[1:] != w[:-1]) | (h[1:] != h[:-1])) + 1
+    rows: dict[int, dict] = {}
+    for lo, hi in zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(w)]))):
+        idx, cnt, hist = b[lo:hi], c[lo:hi], h[lo]
+        row = rows.setdefault(int(w[lo]), {"window_ns": int(w[lo])})
+        for p, v in zip(PERCENTILES, histogram.percentiles(idx, cnt, list(PERCENTILES))):
             row[f"{hist}_p{p}"] = v
         row[f"{hist}_max"] = histogram.max_value(idx, cnt)
-        if hist == "latency_us":
+        if encode_hdr and hist == "latency_us":
             row["latency_hdr"] = histogram.encode(idx, cnt)
-        rows.append(row)
-    return pd.DataFrame(rows).groupby("window_ns").first()
+    return pd.DataFrame(list(rows.values())).set_index("window_ns")
 
 
-def load_windows(root: str) -> pd.DataFrame:
-    """The run's window table: one row per 1 s window from the first to the last with data."""
+def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
+    """The run's window table: one row per 1 s window from the first to the last with data.
+
+    ``encode_hdr``: include each window's encoded HdrHistogram (``latency_hdr``; costly, the
+    dashboard does without)."""
     cfg = run_config(root)
     window_ns, timeout_ns = cfg["window_ns"], cfg["drop_timeout_ns"]
     batches = load_batches(root)
@@ -87,7 +116,7 @@ def load_windows(root: str) -> pd.DataFrame:
         return pd.DataFrame()
     counts = load_partials(root, "counts")
     table = sum_counts(counts)
-    table = table.join(hist_figures(load_partials(root, "hists")), how="outer")
+    table = table.join(hist_figures(load_partials(root, "hists"), encode_hdr), how="outer")
     events = load_partials(root, "events")
     if not events.empty:
         node = events[events["kind"] == "node"]

@@ -63,7 +63,10 @@ def test_fast_lines_equal_the_record_encoding(status, error):
     assert contract.decode(contract.encode([fast.ack(T + 9, "loadgen-7", T, status, error)])) == [ack]
 
 
-def test_fast_receive_line_equals_the_record_encoding():
+@pytest.mark.parametrize("run_id", ['r"1', "plain", "100%d", "ü"])
+@pytest.mark.parametrize("event_id", ["loadgen-3", 'q"uote', "back\\slash", "tab\t", "é-ü", "a/b", "", "%s%d"])
+def test_fast_receive_line_equals_the_record_encoding(run_id, event_id):
     fast = contract.FastLines("", "receiver-kafka")
-    rec = contract.Receive('r"1', "receiver-kafka", T, event_id="loadgen-3", bytes_in=2048)
-    assert contract.encode([fast.recv('r"1', T, "loadgen-3", 2048)]) == contract.encode([rec])
+    for _ in range(2):  # the second time from the per-run cache
+        rec = contract.Receive(run_id, "receiver-kafka", T, event_id=event_id, bytes_in=2048)
+        assert contract.encode([fast.recv(run_id, T, event_id, 2048)]) == contract.encode([rec])

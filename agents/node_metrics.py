@@ -1,0 +1,257 @@
+"""Node-metrics agent: what the machines under the test are doing, every second, into the telemetry topic.
+
+Every ``--interval`` (1 s) it asks Prometheus (prometheus-api-client; one PromQL query for
+all metrics, evaluated at the agent's own timestamp) for each node that a node exporter
+reports, and writes one ``node`` record per node and metric:
+
+    cpu_util              busy share of all CPUs, 0..1 (irate over the last two scrapes)
+    mem_used_bytes        MemTotal − MemAvailable
+    mem_available_bytes   MemAvailable
+    net_rx_drops_per_s    receive drops, all interfaces      net_tx_drops_per_s   transmit drops
+    net_rx_errors_per_s   receive errors                     net_tx_errors_per_s  transmit errors
+    load1                 1-minute load average
+    oom_kills_total       node_vmstat_oom_kill
+
+A failed or slow query (longer than the interval), a node whose scrape is down, or a
+metric a node does not report gives a sample marked ``missing``: a visible hole, never a
+silent gap. An increase of ``oom_kills_total`` is also an OOM event (source ``vmstat``,
+stamped with the scrape that first showed it).
+
+The agent also runs the OOM watchers of ``agents.oom`` (``--cgroup``/``--pid`` for memory
+cgroups, ``--kubernetes`` for pods) and serves the clock reference (``agents.clock``) the
+other agents measure their clock offset against.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from agents import clock, contract
+
+METRICS = {
+    "cpu_util": '1 - avg by (instance) (irate(node_cpu_seconds_total{mode="idle"}[5s]))',
+    "mem_used_bytes": "node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes",
+    "mem_available_bytes": "node_memory_MemAvailable_bytes",
+    "net_rx_drops_per_s": "sum by (instance) (irate(node_network_receive_drop_total[5s]))",
+    "net_tx_drops_per_s": "sum by (instance) (irate(node_network_transmit_drop_total[5s]))",
+    "net_rx_errors_per_s": "sum by (instance) (irate(node_network_receive_errs_total[5s]))",
+    "net_tx_errors_per_s": "sum by (instance) (irate(node_network_transmit_errs_total[5s]))",
+    "load1": "node_load1",
+    "oom_kills_total": "node_vmstat_oom_kill",
+}
+"""Metric name -> PromQL giving one value per ``instance`` (a node exporter)."""
+_EXTRA = {
+    "_oom_scraped_at": "timestamp(node_vmstat_oom_kill)",
+    "_up": "up",
+    "_uname": "node_uname_info",
+}
+LABEL = "fw_metric"
+
+
+def combined_query() -> str:
+    """One PromQL expression for every metric: each series labelled with its metric name."""
+    parts = [f'label_replace({q}, "{LABEL}", "{name}", "", "")' for name, q in {**METRICS, **_EXTRA}.items()]
+    return " or ".join(parts)
+
+
+class NodeMetrics:
+    """Turns one query answer into node samples and vmstat OOM events (pure apart from ``query``)."""
+
+    def __init__(self, query, emit, agent: str) -> None:
+        self.query, self.emit, self.agent = query, emit, agent
+        self.nodes: dict[str, str] = {}       # instance -> node name
+        self.oom_counts: dict[str, float] = {}
+        self.num_cycles = 0
+        self.num_missing_cycles = 0
+
+    def _node(self, instance: str) -> str:
+        return self.nodes.get(instance, instance)
+
+    def _missing(self, at_ns: int, instances, metrics=METRICS) -> None:
+        for inst in instances:
+            for m in metrics:
+                self.emit(contract.NodeSample(contract.ANY_RUN, self.agent, at_ns, node=self._node(inst), metric=m,
+                                              missing=True))
+
+    def cycle(self, at_ns: int, timeout_s: float) -> int:
+        """Query at ``at_ns``; emit a sample (or a hole) per node and metric. Returns samples with values."""
+        self.num_cycles += 1
+        try:
+            result = self.query(combined_query(), at_ns / 1e9, timeout_s)
+        except Exception:  # noqa: BLE001 - Prometheus down, slow or failing: a hole for every known node
+            self.num_missing_cycles += 1
+            self._missing(at_ns, self.nodes or ["prometheus"])
+            return 0
+        by_inst: dict[str, dict[str, float]] = {}
+        for series in result:
+            labels = series["metric"]
+            inst = labels.get("instance", "?")
+            name = labels.get(LABEL)
+            if name == "_uname":
+                self.nodes[inst] = labels.get("nodename", inst)
+            by_inst.setdefault(inst, {})[name] = float(series["value"][1])
+        n = 0
+        for inst, values in by_inst.items():
+            if "_uname" not in values and inst not in self.nodes:
+                continue  # not a node exporter
+            if values.get("_up", 1.0) == 0.0:
+                self._missing(at_ns, [inst])
+                continue
+            node = self._node(inst)
+            for m in METRICS:
+                v = values.get(m)
+                if v is None or v != v:  # absent or NaN
+                    self.emit(contract.NodeSample(contract.ANY_RUN, self.agent, at_ns, node=node, metric=m, missing=True))
+                    continue
+                self.emit(contract.NodeSample(contract.ANY_RUN, self.agent, at_ns, node=node, metric=m, value=v))
+                n += 1
+            self._check_oom(inst, node, values, at_ns)
+        missing_nodes = set(self.nodes) - set(by_inst)
+        if missing_nodes:
+            self._missing(at_ns, missing_nodes)
+        return n
+
+    def _check_oom(self, inst: str, node: str, values: dict, at_ns: int) -> None:
+        count = values.get("oom_kills_total")
+        if count is None:
+            return
+        before = self.oom_counts.get(inst)
+        self.oom_counts[inst] = count
+        if before is not None and count > before:
+            scraped = values.get("_oom_scraped_at")
+            at = int(scraped * 1e9) if scraped else at_ns
+            self.emit(contract.OomEvent(contract.ANY_RUN, self.agent, at, source="vmstat", where=node,
+                                        count=int(count - before)))
+
+
+def prometheus_query(url: str):
+    """A query function over prometheus-api-client: (promql, eval time s, timeout s) -> result list."""
+    from prometheus_api_client import PrometheusConnect
+    from urllib3.util.retry import Retry
+
+    prom = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0))
+
+    def query(promql: str, at_s: float, timeout_s: float):
+        return prom.custom_query(promql, params={"time": f"{at_s:.3f}", "timeout": f"{max(1, int(timeout_s * 1000))}ms"},
+                                 timeout=timeout_s)
+    return query
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m agents.node_metrics", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--prometheus", default=os.environ.get("FLIGHTWATCH_PROMETHEUS", "http://127.0.0.1:19090"),
+                    help="Prometheus base URL (env FLIGHTWATCH_PROMETHEUS; default %(default)s)")
+    ap.add_argument("--interval", default="1s", help="sampling interval (default %(default)s)")
+    ap.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"))
+    ap.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
+    ap.add_argument("--agent", default="node-metrics")
+    ap.add_argument("--node", default=socket.gethostname(), help="this host's name in cgroup OOM events (default %(default)s)")
+    ap.add_argument("--cgroup", action="append", metavar="DIR",
+                    default=[c for c in os.environ.get("FLIGHTWATCH_OOM_CGROUPS", "").split(",") if c],
+                    help="watch this memory cgroup directory and all below it for OOM kills (repeatable; "
+                    "env FLIGHTWATCH_OOM_CGROUPS, comma-separated)")
+    ap.add_argument("--pid", action="append", type=int, default=[], help="watch the memory cgroup of this process (repeatable)")
+    ap.add_argument("--kubernetes", action="store_true", help="watch pods for OOMKilled containers and restarts "
+                    "(in-cluster config, else ~/.kube/config)")
+    ap.add_argument("--namespace", default=None, help="with --kubernetes: one namespace (default: all)")
+    ap.add_argument("--clock-listen", default=os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE),
+                    metavar="HOST:PORT", help="serve the clock reference here (UDP; 'none' to not serve; default %(default)s)")
+    return ap
+
+
+def main(argv=None) -> int:
+    from agents.units import parse_duration_ns
+
+    try:
+        a = _parser().parse_args(argv)
+        interval_s = parse_duration_ns(a.interval) / 1e9
+        if interval_s < 0.1:
+            raise ValueError(f"--interval {a.interval!r} is too short (at least 100ms)")
+        roots = list(a.cgroup)
+        from agents.oom import cgroup_of_pid
+
+        for pid in a.pid:
+            try:
+                roots.append(cgroup_of_pid(pid))
+            except OSError:
+                raise ValueError(f"--pid {pid}: no such process") from None
+        for r in roots:
+            if not os.path.isdir(r):
+                raise ValueError(f"--cgroup {r!r}: not a directory")
+    except SystemExit as e:
+        return 2 if e.code else 0
+    except ValueError as e:
+        print(f"node_metrics: error: {e}", file=sys.stderr)
+        return 2
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    from agents.oom import CgroupWatcher, KubeWatcher
+    from agents.telemetry import TelemetryWriter
+
+    try:
+        producer = KafkaProducer(bootstrap_servers=a.telemetry_bootstrap.split(","), linger_ms=20)
+    except KafkaError as e:
+        print(f"node_metrics: error: cannot reach the telemetry broker {a.telemetry_bootstrap}: {e}", file=sys.stderr)
+        return 2
+    writer = TelemetryWriter(producer, a.telemetry_topic, agent=a.agent)
+    ref = None
+    if a.clock_listen != "none":
+        try:
+            ref = clock.ClockReference(*clock.split_address(a.clock_listen)).start()
+        except (OSError, ValueError) as e:
+            print(f"node_metrics: clock reference not served on {a.clock_listen}: {e}", flush=True)
+    watchers = []
+    if roots:
+        watchers.append(CgroupWatcher(roots, writer.write, a.node, a.agent).start())
+    kube = None
+    if a.kubernetes:
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        kube = KubeWatcher(client.CoreV1Api(), writer.write, a.agent, a.namespace)
+        threading.Thread(target=kube.run, name="kube-watch", daemon=True).start()
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    metrics = NodeMetrics(prometheus_query(a.prometheus), writer.write, a.agent)
+    print(f"node_metrics {a.agent}: {a.prometheus} every {interval_s:g}s -> {a.telemetry_bootstrap}/{a.telemetry_topic}"
+          + (f"; clock reference udp://{ref.address}" if ref else "")
+          + (f"; cgroups {', '.join(roots)}" if roots else "") + ("; kubernetes pods" if kube else ""), flush=True)
+    next_at = (time.time_ns() // 10**9 + 1) * 10**9
+    last_log = time.monotonic()
+    try:
+        while not stopping.is_set():
+            stopping.wait(max(0.0, (next_at - time.time_ns()) / 1e9))
+            if stopping.is_set():
+                break
+            metrics.cycle(next_at, timeout_s=interval_s * 0.9)
+            next_at += int(interval_s * 1e9)
+            if next_at < time.time_ns():  # fell behind (a slow query): skip to the next slot, the hole is recorded
+                next_at = (time.time_ns() // int(interval_s * 1e9) + 1) * int(interval_s * 1e9)
+            if time.monotonic() - last_log >= 30:
+                print(f"node_metrics {a.agent}: {metrics.num_cycles:,} cycles ({metrics.num_missing_cycles:,} failed), "
+                      f"nodes {sorted(set(metrics.nodes.values()))}", flush=True)
+                last_log = time.monotonic()
+    except KeyboardInterrupt:
+        pass
+    for w in watchers:
+        w.stop()
+    if kube:
+        kube.stop()
+    if ref:
+        ref.close()
+    writer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

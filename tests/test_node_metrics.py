@@ -1,0 +1,137 @@
+"""The node-metrics agent and OOM detection with the real parts: Prometheus, node exporter, a
+memory-limited cgroup the kernel really OOM-kills in, the broker and the streaming job."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from agents import contract
+from agents.node_metrics import METRICS, NodeMetrics, prometheus_query
+from conftest import ROOT, create_topic, free_port, run_job, telemetry
+from loadgen.synthetic import NS, SyntheticSpec, generate, produce
+from streaming import results
+
+pytestmark = pytest.mark.integration
+
+
+def start_agent(prometheus, broker, topic, *extra):
+    proc = subprocess.Popen([sys.executable, "-m", "agents.node_metrics", "--prometheus", prometheus,
+                             "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--clock-listen", "none", *extra],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    line = proc.stdout.readline()
+    assert line.startswith("node_metrics"), line + proc.stdout.read()
+    return proc
+
+
+def stop(proc):
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(30)
+
+
+def test_samples_every_second_and_a_cpu_burner_shows_within_3_s(prometheus, broker):
+    topic = "tel-node-metrics"
+    create_topic(broker, topic)
+    agent = start_agent(prometheus, broker, topic)
+    burners = []
+    try:
+        time.sleep(5)
+        burn_ns = time.time_ns()
+        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+        time.sleep(6)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+        time.sleep(1.5)
+        stop(agent)
+    samples = [r for r in telemetry(broker, topic, contract.ANY_RUN) if r["kind"] == "node"]
+    cpu = sorted((r["at_ns"], r.get("value"), r.get("missing")) for r in samples if r["metric"] == "cpu_util")
+    at = np.array([c[0] for c in cpu])
+    steps = np.diff(at)
+    assert len(cpu) >= 11 and (steps == NS).all(), steps  # one sample every second, on the second, no hole
+    assert {r["metric"] for r in samples} == set(METRICS)
+    assert not [c for c in cpu[2:] if c[2]], "holes while Prometheus was up"  # (the first ones may lack two scrapes)
+    before = [v for t, v, _ in cpu if t < burn_ns and v is not None]
+    baseline = float(np.median(before))
+    risen = [(t - burn_ns) / NS for t, v, _ in cpu if burn_ns <= t <= burn_ns + 3 * NS and v is not None and v >= baseline + 0.3]
+    assert risen, f"no rise within 3 s: baseline {baseline:.2f}, samples {[(round((t - burn_ns) / NS, 1), v) for t, v, _ in cpu]}"
+    mem = [r["value"] for r in samples if r["metric"] == "mem_available_bytes" and r.get("value")]
+    assert mem and 0 < min(mem) <= max(mem) < 1 << 50
+
+
+def test_prometheus_down_is_a_visible_hole_every_second():
+    out = []
+    m = NodeMetrics(prometheus_query(f"http://127.0.0.1:{free_port()}"), out.append, "nm")
+    for k in range(3):
+        m.cycle((1_800_000_000 + k) * NS, timeout_s=0.5)
+    assert len(out) == 3 * len(METRICS) and all(r.missing and r.value is None for r in out)
+    assert sorted({r.at_ns for r in out}) == [(1_800_000_000 + k) * NS for k in range(3)]
+    assert m.num_missing_cycles == 3
+
+
+def own_memory_cgroup() -> str:
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            if "memory" in controllers.split(","):
+                return f"/sys/fs/cgroup/memory{path}"
+    pytest.fail("no cgroup v1 memory controller (see ARCHITECTURE.md)")
+
+
+def test_real_oom_kill_reaches_the_topic_and_the_jobs_output(prometheus, broker, tmp_path):
+    """A leaking process in a 64 MiB child cgroup is killed by the kernel; the cgroup watcher and
+    node_vmstat_oom_kill both report it, at the right time and place, through the job's output."""
+    topic, run_id = "tel-oom", "oom-e2e"
+    create_topic(broker, topic)
+    cg = os.path.join(own_memory_cgroup(), f"flightwatch-test-{uuid.uuid4().hex[:8]}")
+    os.mkdir(cg)
+    try:
+        with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(64 << 20))
+        # The run's own telemetry: 12 s at 100 events/s starting now (its span takes the machine's records).
+        start_ns = time.time_ns()
+        run = generate(SyntheticSpec(run_id=run_id, start_ns=start_ns, duration_s=12, rate_per_sec=100, pause=None,
+                                     oom_at_s=(), num_malformed=0, late_count=0))
+        produce(run, broker, topic)
+        agent = start_agent(prometheus, broker, topic, "--cgroup", cg, "--node", "test-node")
+        try:
+            time.sleep(3)
+            leak_ns = time.time_ns()
+            leaker = subprocess.Popen([sys.executable, "-c", "x = []\nwhile True: x.append(bytearray(8 << 20))"],
+                                      preexec_fn=lambda: open(os.path.join(cg, "cgroup.procs"), "w").write(str(os.getpid())))
+            assert leaker.wait(30) == -signal.SIGKILL
+            killed_ns = time.time_ns()
+            time.sleep(3)  # two scrapes and a query for vmstat
+        finally:
+            stop(agent)
+        with open(os.path.join(cg, "memory.oom_control")) as f:
+            assert "oom_kill 1" in f.read()
+    finally:
+        os.rmdir(cg)
+    ooms = [r for r in telemetry(broker, topic, contract.ANY_RUN) if r["kind"] == "oom"]
+    by_source = {o["source"]: o for o in ooms}
+    assert set(by_source) == {"cgroup", "vmstat"}, ooms
+    assert by_source["cgroup"]["where"] == f"test-node:{cg}" and by_source["cgroup"]["count"] == 1
+    for o in ooms:
+        assert leak_ns - 2 * NS <= o["at_ns"] <= killed_ns + 2 * NS, (o, leak_ns, killed_ns)
+    # ... and out of the streaming job, in the run's windows and summary.
+    out = tmp_path / "run"
+    job = run_job("run", "--run", run_id, "--bootstrap", broker, "--topic", topic, "--out", str(out), "--no-heartbeat",
+                  "--available-now")
+    assert job.returncode == 0, job.stderr[-3000:]
+    summary = results.summarize(str(out))
+    got = {o["source"]: o for o in summary["oom_events"]}
+    assert {s: (got[s]["at_ns"], got[s]["where"]) for s in got} == {s: (o["at_ns"], o["where"]) for s, o in by_source.items()}
+    assert summary["oom_kills"] == 1 and summary["oom_kills_by_source"] == {"cgroup": 1, "vmstat": 1}
+    w = results.load_windows(str(out))
+    assert int(w["oom_kills"].sum()) in (1, 2)  # one kill: one per window, two if the detectors straddle a window edge
+    assert w.loc[w["window_ns"] == by_source["cgroup"]["at_ns"] // NS * NS, "oom_kills"].item() == 1
+    assert any(c.startswith("node:") and c.endswith(":cpu_util") for c in w.columns)
