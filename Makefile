@@ -12,10 +12,11 @@ PAYLOAD    ?= 2048
 WORKERS    ?= 2
 MAX_INFLIGHT ?= 1000
 TIMEOUT    ?= 30s
+UI_PORT    ?= 18501
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status stream replay summary demo test test-fast bench clean attack
+.PHONY: help install up down status ui stream replay summary demo test test-fast bench clean attack
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -28,7 +29,7 @@ help: ## list the targets
 
 install: .venv/.installed ## create .venv and install the pinned dependencies
 
-up: install ## start the embedded stack on loopback (brokers, Prometheus, node exporter); prints addresses
+up: install ## start the embedded stack on loopback (brokers, Prometheus, node exporter, receivers, node metrics); prints addresses
 	$(PYTHON) -m stack up
 
 down: ## stop exactly what `make up` started
@@ -36,6 +37,10 @@ down: ## stop exactly what `make up` started
 
 status: ## what of the embedded stack is running
 	$(PYTHON) -m stack status
+
+ui: install ## serve the dashboard on 127.0.0.1:$(UI_PORT) (opens on the live run, else the latest)
+	$(PYTHON) -m streamlit run ui/app.py --server.address 127.0.0.1 --server.port $(UI_PORT) --server.headless true \
+	  --browser.gatherUsageStats false
 
 stream: install ## run the streaming job for RUN (results in checkpoints/RUN)
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC)
@@ -63,9 +68,10 @@ test: install ## the whole test suite (real broker, real Spark)
 test-fast: install ## the tests that need neither broker nor Spark
 	$(PYTHON) -m pytest -m "not integration" $(PYTEST_ARGS)
 
-bench: install ## benchmarks: pipeline at rising rates, wire encodings
+bench: install ## benchmarks: wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates
 	$(PYTHON) -m bench.encoding
 	$(PYTHON) -m bench.loadgen
+	$(PYTHON) -m bench.receiver
 	$(PYTHON) -m bench.pipeline
 
 clean: ## remove run folders and the stack's state (not the venv)

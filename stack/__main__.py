@@ -6,12 +6,15 @@ Usage:
     python -m stack status
 
 Two separate Tansu brokers (Kafka protocol, in-memory): the telemetry plane never shares
-a broker with the system under test. The Kafka receiver agent consumes the SUT topic
-(``flightwatch.sut``, the default target of `make attack`) into the telemetry topic. PIDs, logs and the Prometheus config live in
+a broker with the system under test. Agents: the Kafka receiver consumes the SUT topic
+(``flightwatch.sut``, the default target of `make attack`); the HTTP receiver is a CloudEvents
+sink (``make attack TARGET=http://127.0.0.1:18080/``); the node-metrics agent samples
+Prometheus every second and watches for OOM kills. All write into the telemetry topic. PIDs, logs and the Prometheus config live in
 ``.stack/`` (override with FLIGHTWATCH_STACK_DIR). Ports come from the environment:
 FLIGHTWATCH_TELEMETRY_PORT (19092), FLIGHTWATCH_SUT_PORT (29092), FLIGHTWATCH_PROMETHEUS_PORT
-(19090), FLIGHTWATCH_NODE_EXPORTER_PORT (19100). To use a real Kafka cluster instead, skip
-`up` and give the job ``--bootstrap``.
+(19090), FLIGHTWATCH_NODE_EXPORTER_PORT (19100), FLIGHTWATCH_RECEIVER_PORT (18080, the HTTP
+CloudEvents receiver), FLIGHTWATCH_CLOCK_PORT (19123, UDP clock reference served by the
+node-metrics agent), FLIGHTWATCH_UI_PORT (18501, the dashboard). To use a real Kafka cluster instead, skip `up` and give the job ``--bootstrap``.
 """
 from __future__ import annotations
 
@@ -32,8 +35,11 @@ PORTS = {
     "sut-broker": int(os.environ.get("FLIGHTWATCH_SUT_PORT", "29092")),
     "prometheus": int(os.environ.get("FLIGHTWATCH_PROMETHEUS_PORT", "19090")),
     "node-exporter": int(os.environ.get("FLIGHTWATCH_NODE_EXPORTER_PORT", "19100")),
+    "http-receiver": int(os.environ.get("FLIGHTWATCH_RECEIVER_PORT", "18080")),
+    "ui": int(os.environ.get("FLIGHTWATCH_UI_PORT", "18501")),
 }
-AGENTS = ("kafka-receiver",)
+CLOCK_PORT = int(os.environ.get("FLIGHTWATCH_CLOCK_PORT", "19123"))
+AGENTS = ("kafka-receiver", "node-metrics")
 """Components without a port of their own (started after the brokers)."""
 DEBIAN_PACKAGES = {"prometheus": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"}
 
@@ -88,6 +94,12 @@ def prometheus_config(node_exporter_port: int) -> str:
     )
 
 
+def ui_command(port: int) -> list[str]:
+    """The dashboard (Streamlit) on 127.0.0.1:port, reading ./checkpoints (FLIGHTWATCH_CHECKPOINTS)."""
+    return [sys.executable, "-m", "streamlit", "run", os.path.join(ROOT, "ui", "app.py"), "--server.address", HOST,
+            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+
+
 def _ensure_debian(binary: str) -> str | None:
     found = shutil.which(binary)
     if found or os.geteuid() != 0 or os.environ.get("FLIGHTWATCH_NO_INSTALL"):
@@ -103,6 +115,8 @@ def commands() -> dict[str, list[str] | None]:
     prom = _ensure_debian("prometheus")
     node = _ensure_debian("prometheus-node-exporter")
     cfg = os.path.join(STACK_DIR, "prometheus.yml")
+    telemetry = f"{HOST}:{PORTS['telemetry-broker']}"
+    clock = f"{HOST}:{CLOCK_PORT}"
     return {
         "telemetry-broker": tansu_command(PORTS["telemetry-broker"]),
         "sut-broker": tansu_command(PORTS["sut-broker"]),
@@ -110,10 +124,15 @@ def commands() -> dict[str, list[str] | None]:
         "prometheus": prom and [prom, f"--config.file={cfg}", f"--web.listen-address={HOST}:{PORTS['prometheus']}",
                                 f"--storage.tsdb.path={os.path.join(STACK_DIR, 'prometheus-data')}",
                                 "--storage.tsdb.retention.time=1d"],
+        "node-metrics": [sys.executable, "-m", "agents.node_metrics", "--prometheus", f"http://{HOST}:{PORTS['prometheus']}",
+                         "--telemetry-bootstrap", telemetry, "--clock-listen", clock],
         "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka",
-                           "--bootstrap", f"{HOST}:{PORTS['sut-broker']}",
-                           "--telemetry-bootstrap", f"{HOST}:{PORTS['telemetry-broker']}",
-                           "--state-dir", os.path.join(STACK_DIR, "kafka-receiver")],
+                           "--bootstrap", f"{HOST}:{PORTS['sut-broker']}", "--telemetry-bootstrap", telemetry,
+                           "--clock-reference", clock, "--state-dir", os.path.join(STACK_DIR, "kafka-receiver")],
+        "http-receiver": [sys.executable, "-m", "agents.receiver", "http", "--listen", f"{HOST}:{PORTS['http-receiver']}",
+                          "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
+                          "--spool-dir", os.path.join(STACK_DIR, "spool")],
+        "ui": ui_command(PORTS["ui"]),
     }
 
 

@@ -18,20 +18,20 @@ def stack(cmd, env):
 
 
 def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
-    ports = {k: free_port() for k in ("TELEMETRY", "SUT", "PROMETHEUS", "NODE_EXPORTER")}
+    ports = {k: free_port() for k in ("TELEMETRY", "SUT", "PROMETHEUS", "NODE_EXPORTER", "RECEIVER", "UI")}
     env = dict(os.environ, FLIGHTWATCH_STACK_DIR=str(tmp_path), PYTHONPATH=ROOT,
-               **{f"FLIGHTWATCH_{k}_PORT": str(v) for k, v in ports.items()})
+               FLIGHTWATCH_CLOCK_PORT=str(free_port()), **{f"FLIGHTWATCH_{k}_PORT": str(v) for k, v in ports.items()})
     first = stack("up", env)
     try:
         assert first.returncode == 0, first.stdout + first.stderr
         for name, key in (("telemetry-broker", "TELEMETRY"), ("sut-broker", "SUT"), ("prometheus", "PROMETHEUS"),
-                          ("node-exporter", "NODE_EXPORTER")):
+                          ("node-exporter", "NODE_EXPORTER"), ("http-receiver", "RECEIVER"), ("ui", "UI")):
             assert f"127.0.0.1:{ports[key]}" in first.stdout and "started" in first.stdout, first.stdout
         pids = {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}
-        assert len(pids) == 5
+        assert len(pids) == 8
         assert json.loads((tmp_path / "addresses.json").read_text())["telemetry-broker"] == f"127.0.0.1:{ports['TELEMETRY']}"
         again = stack("up", env)
-        assert again.returncode == 0 and again.stdout.count("running") == 5
+        assert again.returncode == 0 and again.stdout.count("running") == 8
         assert {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")} == pids
         # Prometheus scrapes the node exporter on loopback (1 s interval)
         url = f"http://127.0.0.1:{ports['PROMETHEUS']}/api/v1/query?query=node_vmstat_oom_kill"
@@ -42,8 +42,12 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
                 break
             time.sleep(0.5)
         assert result and float(result[0]["value"][1]) >= 0
+        # the HTTP receiver takes a CloudEvent
+        req = urllib.request.Request(f"http://127.0.0.1:{ports['RECEIVER']}/", data=b"x", method="POST",
+                                     headers={"ce-id": "stack-1", "ce-fwrun": "stack"})
+        assert urllib.request.urlopen(req, timeout=5).status == 202
     finally:
         down = stack("down", env)
-    assert down.returncode == 0 and down.stdout.count("stopped") == 5
+    assert down.returncode == 0 and down.stdout.count("stopped") == 8
     for pid in pids.values():
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"

@@ -1,0 +1,227 @@
+"""The dashboard: Streamlit AppTest for its states, and a real browser on the live pipeline.
+
+The AppTest runs use run folders written by the real engine and sink (``RunStore``) from
+a synthetic run of known truth, decoded in-process (no Spark needed). The browser test runs
+everything for real: the broker, the streaming job in Spark, the Streamlit server and Debian's
+Chromium driven by Playwright.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import ROOT, create_topic, free_port, job_command, job_env
+from loadgen.synthetic import NS, SyntheticSpec, generate, messages
+from stack.__main__ import wait_port
+from streaming import engine, results
+from streaming.decode import decode_messages
+from streaming.sinks import RunStore
+from ui import data
+
+APP = os.path.join(ROOT, "ui", "app.py")
+
+
+def build_run(folder, spec: SyntheticSpec, batches: int = 8, finish: bool = True):
+    """Write a run folder the way the streaming job does (real decode, engine and sink, no Spark)."""
+    msgs = messages(generate(spec))
+    store = RunStore(str(folder), engine.EngineConfig(spec.run_id, drop_timeout_ns=spec.drop_timeout_s * NS))
+    chunks = np.array_split(np.arange(len(msgs)), batches)
+    for b, idx in enumerate(chunks if finish else chunks[: batches // 2]):
+        table = decode_messages([msgs[i][1] for i in idx], [0] * len(idx), list(idx))
+        store.process_batch(table, b)
+    return folder
+
+
+@pytest.fixture
+def app(monkeypatch):
+    """Run the dashboard script under AppTest over a checkpoints folder."""
+    from streamlit.testing.v1 import AppTest
+
+    def run(checkpoints):
+        monkeypatch.setenv("FLIGHTWATCH_CHECKPOINTS", str(checkpoints))
+        return AppTest.from_file(APP, default_timeout=60).run()
+    return run
+
+
+def metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def test_empty_checkpoints_folder_waits_for_data(app, tmp_path):
+    at = app(tmp_path)
+    assert not at.exception
+    assert "waiting for data" in at.info[0].value and not at.metric
+
+
+def test_a_run_without_telemetry_yet_waits_for_data(app, tmp_path):
+    RunStore(str(tmp_path / "fresh"), engine.EngineConfig("fresh"))  # what the job writes when it starts
+    at = app(tmp_path)
+    assert not at.exception
+    assert at.info[0].value.startswith("waiting for data") and not at.metric
+
+
+def test_finished_run_shows_the_jobs_figures(app, tmp_path):
+    spec = SyntheticSpec(run_id="done", start_ns=1_800_000_000 * NS, duration_s=20, rate_per_sec=200, pause=(8.0, 3.0),
+                         oom_at_s=(12.5,), drop_timeout_s=5, num_malformed=3)
+    build_run(tmp_path / "done", spec)
+    summary = json.load(open(tmp_path / "done" / "summary.json"))
+    assert summary["state"] == "finished"
+    at = app(tmp_path)
+    assert not at.exception
+    assert metric(at, "p99 (run)") == data.fmt_us(summary["latency_us"]["p99"])
+    assert metric(at, "loss") == data.fmt_ratio(summary["loss_ratio"])
+    text = at.code[0].value
+    assert f"Requests      [total, rate]                     {summary['sent']}," in text
+    assert re.search(r"Gaps\s+\[count, seconds\]\s+1, 3\.0", text) and re.search(r"OOM kills\s+\[total\]\s+1", text)
+    # the time range slider over the whole run gives the run's exact percentiles
+    assert [m.value for m in at.metric if m.label == "p99"] == [data.fmt_us(summary["latency_us"]["p99"])]
+    # and over a sub-range, exactly the merged-histogram figures
+    view = data.load_run(str(tmp_path / "done"))
+    lo, hi = 2.0, 8.0
+    at.slider[0].set_range(lo, hi).run()
+    f = data.range_figures(view, lo, hi)
+    assert metric(at, "sent") == f"{f['sent']:,}"
+    assert f["latency_us"] == results.merged_percentiles(str(tmp_path / "done"), "latency_us", view.t0_ns + 2 * NS, view.t0_ns + 8 * NS)
+
+
+def test_half_written_run_is_shown_as_far_as_it_goes(app, tmp_path):
+    spec = SyntheticSpec(run_id="half", start_ns=1_800_000_000 * NS, duration_s=20, rate_per_sec=100, drop_timeout_s=5)
+    build_run(tmp_path / "half", spec, finish=False)
+    os.remove(next((tmp_path / "half" / "batches").glob("batch-*.json")))  # a batch the job has not finished writing
+    at = app(tmp_path)
+    assert not at.exception
+    assert at.metric and not (tmp_path / "half" / "summary.json").exists()
+
+
+# --- the real thing: pipeline, server, browser --------------------------------------------------
+
+def start_streamlit(checkpoints, port):
+    return subprocess.Popen([sys.executable, "-m", "streamlit", "run", APP, "--server.address", "127.0.0.1", "--server.port",
+                             str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
+                             "--server.fileWatcherType", "none"],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CHECKPOINTS=str(checkpoints)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def produce_in_real_time(run_msgs, broker, topic, stop):
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=broker, linger_ms=5)
+    for key, value, arrival_ns in run_msgs:
+        while not stop.is_set() and time.time_ns() < arrival_ns:
+            time.sleep(min(0.05, max(0.0, (arrival_ns - time.time_ns()) / 1e9)))
+        if stop.is_set():
+            break
+        producer.send(topic, key=key, value=value)
+    producer.flush()
+    producer.close()
+
+
+def wait_for_first_batch(broker, topic, run_id, batches, seconds=180):
+    """Heartbeats for the run until the job has processed its first batch (Spark takes a while to start)."""
+    from kafka import KafkaProducer
+
+    from agents import contract
+
+    producer = KafkaProducer(bootstrap_servers=broker)
+    deadline = time.monotonic() + seconds
+    while not (batches.is_dir() and any(batches.glob("batch-*.json"))):
+        assert time.monotonic() < deadline, "the streaming job did not start"
+        producer.send(topic, key=b"test", value=contract.encode([contract.Heartbeat(run_id, "test", time.time_ns())]))
+        producer.flush()
+        time.sleep(0.5)
+    producer.close()
+
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.mark.integration
+def test_live_dashboard_in_a_real_browser(broker, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian chromium is needed (apt-get install chromium)"
+    topic, run_id = "tel-ui", "ui-live"
+    create_topic(broker, topic)
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    port = free_port()
+    ui = start_streamlit(checkpoints, port)
+    job = subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", broker, "--topic", topic, "--checkpoints",
+                                       str(checkpoints), "--no-heartbeat", "--drop-timeout", "5s", "--trigger", "500ms"),
+                           cwd=ROOT, env=job_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    stop = threading.Event()
+    seen: dict[int, float] = {}  # window t (s) -> wall time it first showed
+    try:
+        assert wait_port(port, 60), "streamlit did not start"
+        wait_for_first_batch(broker, topic, run_id, checkpoints / run_id / "batches")
+        # The run starts now that the job runs, in real time: 24 s at 200 events/s, no receive in
+        # [8 s, 11 s) (a gap), an OOM kill at 12.5 s.
+        start_ns = (time.time_ns() // NS + 2) * NS
+        spec = SyntheticSpec(run_id=run_id, start_ns=start_ns, duration_s=24, rate_per_sec=200, pause=(8.0, 3.0),
+                             oom_at_s=(12.5,), drop_timeout_s=5, num_malformed=3, heartbeat_until_s=24 + 5 + 8)
+        producer = threading.Thread(target=produce_in_real_time, args=(messages(generate(spec)), broker, topic, stop), daemon=True)
+        producer.start()
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1500, "height": 2000})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.get_by_text("waiting for data").first.wait_for(timeout=60_000)
+            page.screenshot(path=str(shots / "0-waiting.png"))
+            # live: the caption names the newest window; note when each first shows
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not (tmp_path / "checkpoints" / run_id / "summary.json").exists():
+                cap = page.locator("text=/newest figures: window t=\\+\\d+ s/").all_inner_texts()
+                m = re.search(r"(LIVE) · run .* window t=\+(\d+) s", cap[0]) if cap else None
+                if m:
+                    seen.setdefault(int(m.group(2)), time.time())
+                    if int(m.group(2)) >= 21 and not (shots / "1-live.png").exists():
+                        labels = page.locator("text.annotation-text").all_text_contents()
+                        assert "OOM" in labels, labels   # the OOM marker
+                        assert "gap" in labels, labels   # the gap shading's label
+                        page.screenshot(path=str(shots / "1-live.png"), full_page=True)
+                time.sleep(0.1)
+            assert len(seen) >= 10, f"live updates seen for windows {sorted(seen)}"
+            assert (shots / "1-live.png").exists()
+            assert job.wait(60) == 0
+            page.get_by_text("Summary").first.wait_for(timeout=30_000)  # the finished run's sections
+            time.sleep(2)
+            summary = json.load(open(checkpoints / run_id / "summary.json"))
+            value = lambda label: page.locator('[data-testid="stMetric"]', has_text=label).first.locator(
+                '[data-testid="stMetricValue"]').inner_text()
+            assert value("p99 (run)") == data.fmt_us(summary["latency_us"]["p99"])
+            assert value("loss") == data.fmt_ratio(summary["loss_ratio"])
+            labels = page.locator("text.annotation-text").all_text_contents()
+            assert "OOM" in labels and "gap" in labels, labels
+            page.screenshot(path=str(shots / "2-finished.png"), full_page=True)
+            browser.close()
+    finally:
+        stop.set()
+        for p in (job, ui):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(30)
+    # Freshness: from the job writing a window's first figures to the browser showing that window.
+    w = results.load_windows(str(checkpoints / run_id))
+    view = data.load_run(str(checkpoints / run_id))
+    w["t"] = np.round(view.t(w["window_ns"].to_numpy())).astype(int)
+    lag = pd.Series({t: seen[t] - w.loc[w["t"] == t, "first_written_ns"].iloc[0] / 1e9 for t in seen
+                     if (w["t"] == t).any() and w.loc[w["t"] == t, "first_written_ns"].notna().all()})
+    report = {"windows": len(lag), "median_s": float(lag.median()), "max_s": float(lag.max())}
+    (tmp_path / "freshness.json").write_text(json.dumps(report))
+    print(f"\nfreshness (job writes a window -> browser shows it): {report}; screenshots in {shots}")

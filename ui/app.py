@@ -1,0 +1,188 @@
+"""flightwatch dashboard (Streamlit): a load test's flight-time telemetry, live and after the run.
+
+    streamlit run ui/app.py --server.address 127.0.0.1 -- [--checkpoints DIR]      (or: make ui)
+
+Layout only: the figures come from ``ui.data`` (reads the run folders the streaming job
+writes) and the charts from ``ui.charts``. Live runs refresh every second inside a fragment
+(no page reload); finished runs get the time-range, summary, replay, comparison and export
+sections.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import streamlit as st  # noqa: E402
+
+from ui import charts, data  # noqa: E402
+
+REFRESH_S = 1.0
+
+
+def checkpoints_dir() -> str:
+    ap = argparse.ArgumentParser(prog="ui/app.py", add_help=False)
+    ap.add_argument("--checkpoints", default=os.environ.get("FLIGHTWATCH_CHECKPOINTS", os.path.join(ROOT, "checkpoints")))
+    args, _ = ap.parse_known_args(sys.argv[1:])
+    return args.checkpoints
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def cached_run(path: str, version: tuple) -> data.RunView:
+    return data.load_run(path)
+
+
+def current(path: str) -> data.RunView:
+    return cached_run(path, data.version(path))
+
+
+def tiles(view: data.RunView, live: bool) -> None:
+    h = data.headline(view)
+    cols = st.columns(7)
+    cols[0].metric("rate (sent/s)", f"{h['rate']:,.0f}")
+    cols[1].metric("received/s", f"{h['received_rate']:,.0f}")
+    cols[2].metric("p99 (last 5 s)", data.fmt_us(h["p99_recent_us"]))
+    cols[3].metric("p99 (run)", data.fmt_us(h["p99_run_us"]))
+    cols[4].metric("loss", data.fmt_ratio(h["loss_ratio"]))
+    cols[5].metric("in flight", f"{h['in_flight']:,}")
+    cols[6].metric("elapsed", f"{h['elapsed_s']:,.0f} s")
+
+
+def freshness_line(view: data.RunView, live: bool) -> str:
+    state = "LIVE" if live else view.summary.get("state", "")
+    w = view.windows
+    newest = ""
+    if "first_written_ns" in w and w["first_written_ns"].notna().any():
+        last = w[w["first_written_ns"].notna()].iloc[-1]
+        newest = (f" · newest figures: window t=+{view.t(int(last['window_ns'])):.0f} s, written "
+                  f"{time.strftime('%H:%M:%S', time.localtime(last['last_written_ns'] / 1e9))}")
+    return f"{state} · run {view.run_id}{newest} · shown {time.strftime('%H:%M:%S')}"
+
+
+def live_view(view: data.RunView, live: bool, log_latency: bool) -> None:
+    """Banner, tiles, the timeline: what refreshes every second."""
+    if not view.ready:
+        st.info(view.reason)
+        return
+    banner = data.saturation(view)
+    if banner:
+        st.error(f"SATURATION: {banner}")
+    tiles(view, live)
+    st.caption(freshness_line(view, live))
+    st.plotly_chart(charts.timeline(view, log_latency), key=f"timeline-{view.run_id}", width="stretch",
+                    config=charts.png_config(f"flightwatch-{view.run_id}"))
+
+
+def after_run(view: data.RunView, runs: list[data.RunInfo]) -> None:
+    """Time range with exact percentiles, summary, steps, comparison, exports."""
+    w = view.windows
+    end_s = float(view.t(int(w["window_ns"].max())) + view.window_ns / 1e9)
+    st.subheader("Time range")
+    lo, hi = st.slider("seconds since the run's start", 0.0, max(end_s, 1.0), (0.0, max(end_s, 1.0)), step=1.0,
+                       key=f"range-{view.run_id}")
+    f = data.range_figures(view, lo, hi)
+    cols = st.columns(6)
+    cols[0].metric("sent", f"{f['sent']:,}")
+    cols[1].metric("received", f"{f['received']:,}")
+    cols[2].metric("loss", data.fmt_ratio(f["loss_ratio"]))
+    cols[3].metric("p50", data.fmt_us(f["latency_us"]["p50"]))
+    cols[4].metric("p99", data.fmt_us(f["latency_us"]["p99"]))
+    cols[5].metric("max", data.fmt_us(f["latency_us"]["max"]))
+    st.caption("Percentiles over the range are exact (merged from the window histograms), not averages of window percentiles.")
+    st.subheader("Summary")
+    st.code(data.vegeta_text(view), language=None)
+    steps = data.step_table(view)
+    if len(steps):
+        st.subheader("Per pace step")
+        st.dataframe(steps, hide_index=True)
+    others = [r.run_id for r in runs if r.run_id != view.run_id]
+    other = st.selectbox("compare with", ["(none)"] + others, key="compare")
+    if other != "(none)":
+        ov = current(next(r.path for r in runs if r.run_id == other))
+        if ov.ready:
+            st.plotly_chart(charts.comparison(view, ov), key="comparison", width="stretch",
+                            config=charts.png_config(f"flightwatch-{view.run_id}-vs-{other}"))
+            if len(steps) or ov.steps:
+                c1, c2 = st.columns(2)
+                c1.dataframe(steps, hide_index=True)
+                c2.dataframe(data.step_table(ov), hide_index=True)
+        else:
+            st.info(f"{other}: {ov.reason}")
+    st.subheader("Export")
+    cols = st.columns(4)
+    cols[0].download_button("windows (CSV)", data.windows_csv(view), f"{view.run_id}-windows.csv", "text/csv")
+    cols[1].download_button("summary (JSON)", data.summary_json(view), f"{view.run_id}-summary.json", "application/json")
+    hlog = data.hlog_path(view)
+    if hlog:
+        cols[2].download_button("latency (.hlog)", open(hlog, "rb").read(), f"{view.run_id}.hlog", "text/plain")
+    cols[3].caption("Charts: the camera button on each chart saves it as PNG.")
+
+
+def replay_view(info: data.RunInfo, speed: float, log_latency: bool) -> None:
+    key = f"replay-{info.run_id}"
+    if key not in st.session_state or st.session_state.get("replay-restart"):
+        st.session_state[key] = (time.monotonic(), speed)
+        st.session_state["replay-restart"] = False
+
+    @st.fragment(run_every=REFRESH_S)
+    def frame() -> None:
+        started, sp = st.session_state[key]
+        view = current(info.path)
+        if not view.ready:
+            st.info(view.reason)
+            return
+        t = (time.monotonic() - started) * sp
+        end_s = float(view.t(int(view.windows["window_ns"].max())) + 1)
+        st.progress(min(t / end_s, 1.0), text=f"replay at {sp:g}×: t = {min(t, end_s):.0f} s of {end_s:.0f} s")
+        live_view(data.until(view, min(t, end_s)), False, log_latency)
+
+    frame()
+
+
+def main() -> None:
+    st.set_page_config(page_title="flightwatch", layout="wide")
+    folder = checkpoints_dir()
+    runs = data.list_runs(folder)
+    st.sidebar.title("flightwatch")
+    if not runs:
+        st.info(f"waiting for data: no runs in {folder} yet. Start one with `make attack RATE=5000`.")
+
+        @st.fragment(run_every=REFRESH_S)
+        def wait_for_runs() -> None:
+            if data.list_runs(folder):
+                st.rerun()
+
+        wait_for_runs()
+        return
+    default = data.default_run(runs)
+    names = [r.run_id for r in runs]
+    label = {r.run_id: f"{r.run_id}  ({'live' if r.live else 'finished' if r.finished else 'stopped'})" for r in runs}
+    run_id = st.sidebar.selectbox("run", names, index=names.index(default.run_id), format_func=label.get, key="run")
+    info = next(r for r in runs if r.run_id == run_id)
+    live = info.live
+    mode = st.sidebar.radio("view", ["live" if live else "whole run", "replay"], key="mode")
+    log_latency = st.sidebar.checkbox("latency on a log scale", key="log")
+    if mode == "replay":
+        speed = st.sidebar.select_slider("replay speed", [1, 2, 5, 10, 20, 50], value=10, key="speed")
+        if st.sidebar.button("restart replay"):
+            st.session_state["replay-restart"] = True
+        replay_view(info, float(speed), log_latency)
+        return
+
+    @st.fragment(run_every=REFRESH_S if live else None)
+    def panel() -> None:
+        view = current(info.path)
+        live_now = data.is_live(info.path)
+        live_view(view, live_now, log_latency)
+        if view.ready and not live_now:
+            after_run(view, runs)
+
+    panel()
+
+
+main()

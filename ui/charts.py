@@ -1,0 +1,122 @@
+"""Plotly figures of a run (no Streamlit, no I/O): one shared time axis, seconds since the run's start.
+
+``timeline`` stacks the panels an operator reads together: throughput, latency, in flight and
+losses, node CPU and memory, network drops. OOM kills are dashed vertical lines across all
+panels, gaps shaded intervals, pace steps dotted lines; each has a text label.
+"""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ui.data import RunView, node_series
+
+COLORS = {"sent": "#1f77b4", "received": "#2ca02c", "errors": "#d62728", "p50": "#9467bd", "p90": "#8c564b",
+          "p99": "#e377c2", "max": "#7f7f7f", "in_flight": "#ff7f0e", "dropped": "#d62728", "late": "#bcbd22"}
+OOM_COLOR = "crimson"
+PANELS = ("events/s", "latency (ms)", "in flight · drops · late", "node CPU · memory (%)", "network drops/s")
+
+
+def _line(fig, x, y, name, row, color=None, dash=None, legendgroup=None, width=1.6):
+    fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines", line=dict(color=color, dash=dash, width=width),
+                             legendgroup=legendgroup or name, connectgaps=False), row=row, col=1)
+
+
+def _ms(series):
+    return None if series is None else series / 1000.0
+
+
+def add_markers(fig: go.Figure, view: RunView) -> None:
+    """OOM kills (dashed lines), gaps (shaded) and pace steps (dotted), across every panel."""
+    for g in view.gaps:
+        x0, x1 = view.t(g["start_ns"]), view.t(g["end_ns"])
+        fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1, fillcolor="#888", opacity=0.18,
+                      line_width=0, layer="below")
+        fig.add_annotation(x=(x0 + x1) / 2, xref="x", yref="paper", y=0.985, yanchor="top", text="gap",
+                           showarrow=False, font=dict(size=11, color="#555"))
+    for o in view.oom:
+        x = view.t(o["at_ns"])
+        fig.add_shape(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
+                      line=dict(color=OOM_COLOR, dash="dash", width=1.5))
+        fig.add_annotation(x=x, xref="x", yref="paper", y=1.0, yanchor="bottom", text="OOM", showarrow=False,
+                           font=dict(size=11, color=OOM_COLOR), hovertext=f"{o.get('source')}: {o.get('where')}")
+    for st in view.steps[1:]:
+        fig.add_shape(type="line", xref="x", yref="y domain", x0=st.start_s, x1=st.start_s, y0=0, y1=1,
+                      line=dict(color="#999", dash="dot", width=1))
+    for st in view.steps:
+        fig.add_annotation(x=st.start_s, xref="x", yref="y domain", y=1.0, xanchor="left", yanchor="top",
+                           text=f"step {st.index}: {st.label}", showarrow=False, font=dict(size=10, color="#666"))
+
+
+def timeline(view: RunView, log_latency: bool = False, intended: bool = True, height: int = 1150) -> go.Figure:
+    w = view.windows
+    fig = make_subplots(rows=5, cols=1, shared_xaxes=True, vertical_spacing=0.035, subplot_titles=PANELS,
+                        row_heights=[0.22, 0.26, 0.18, 0.18, 0.16])
+    if w.empty:
+        return fig
+    x = view.t(w["window_ns"].to_numpy())
+    # 1: throughput
+    _line(fig, x, w["sent"], "sent/s", 1, COLORS["sent"])
+    _line(fig, x, w["received"], "received/s", 1, COLORS["received"])
+    _line(fig, x, w["errors"], "errors/s", 1, COLORS["errors"])
+    # 2: latency, actual send time (solid) and intended (dotted: coordinated omission shows as the gap between them)
+    for p in ("p50", "p90", "p99", "max"):
+        col = f"latency_us_{p}"
+        if col in w:
+            _line(fig, x, _ms(w[col]), f"{p}", 2, COLORS[p], width=2.2 if p == "p99" else 1.4)
+        icol = f"latency_intended_us_{p}"
+        if intended and p in ("p50", "p99") and icol in w:
+            _line(fig, x, _ms(w[icol]), f"{p} from intended", 2, COLORS[p], dash="dot")
+    # 3: in flight, drops and late receives
+    _line(fig, x, w["in_flight"], "in flight", 3, COLORS["in_flight"])
+    _line(fig, x, w["dropped"], "dropped/s", 3, COLORS["dropped"], dash="dash")
+    _line(fig, x, w["late"], "late/s", 3, COLORS["late"], dash="dot")
+    # 4: node CPU and memory, per node
+    cpu = node_series(w, "cpu_util")
+    used, avail = node_series(w, "mem_used_bytes"), node_series(w, "mem_available_bytes")
+    for node, s in cpu.items():
+        _line(fig, x, s * 100, f"cpu {node}", 4)
+    for node, s in used.items():
+        if node in avail:
+            _line(fig, x, 100 * s / (s + avail[node]), f"memory {node}", 4, dash="dash")
+    # 5: network drops, per node
+    rx, tx = node_series(w, "net_rx_drops_per_s"), node_series(w, "net_tx_drops_per_s")
+    for node in sorted(set(rx) | set(tx)):
+        total = rx.get(node, 0) + tx.get(node, 0)
+        _line(fig, x, total if not np.isscalar(total) else np.full(len(x), total), f"net drops {node}", 5)
+    add_markers(fig, view)
+    fig.update_yaxes(type="log" if log_latency else "linear", row=2, col=1)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(range=[0, 105], row=4, col=1)
+    fig.update_xaxes(title_text="seconds since the run's start", row=5, col=1)
+    fig.update_layout(height=height, margin=dict(l=60, r=20, t=50, b=40), uirevision=view.run_id,
+                      legend=dict(orientation="h", yanchor="bottom", y=1.03, x=0), hovermode="x unified")
+    return fig
+
+
+def comparison(a: RunView, b: RunView, height: int = 650) -> go.Figure:
+    """Two runs on the same axes (seconds since each run's start): throughput and p99."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("events/s", "latency p99 (ms)"))
+    for view, dash in ((a, None), (b, "dash")):
+        w = view.windows
+        if w.empty:
+            continue
+        x = view.t(w["window_ns"].to_numpy())
+        _line(fig, x, w["sent"], f"{view.run_id} sent/s", 1, COLORS["sent"], dash)
+        _line(fig, x, w["received"], f"{view.run_id} received/s", 1, COLORS["received"], dash)
+        if "latency_us_p99" in w:
+            _line(fig, x, _ms(w["latency_us_p99"]), f"{view.run_id} p99", 2, COLORS["p99"], dash)
+    fig.update_xaxes(title_text="seconds since each run's start", row=2, col=1)
+    fig.update_layout(height=height, margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=1.08),
+                      hovermode="x unified")
+    return fig
+
+
+PNG_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+def png_config(name: str) -> dict:
+    """Plotly's own 'download as PNG' button (rendered by the browser), named after the run."""
+    return {**PNG_CONFIG, "toImageButtonOptions": {**PNG_CONFIG["toImageButtonOptions"], "filename": name}}

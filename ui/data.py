@@ -1,0 +1,324 @@
+"""What the dashboard shows, read from the run folders the streaming job writes (no Streamlit here).
+
+Everything is a plain function of a run folder (``checkpoints/<run>/``): the window table,
+the summary, OOM markers, gaps, pace steps. Nothing is read or connected at import. A run
+folder that is empty or half-written gives a ``RunView`` with ``ready = False`` and a reason,
+never an exception.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from streaming import results
+
+NS = 1_000_000_000
+LIVE_AFTER_S = 10.0
+"""A run whose job wrote a batch within this many seconds, and is not finished, is live."""
+SATURATION_RATIO = 0.95
+SATURATION_WINDOWS = 5
+"""Placeholder saturation rule (until the saturation detector lands): received/sent below
+0.95 in each of the last 5 complete windows with sends."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    path: str
+    updated_s: float      # wall time of the job's newest batch file
+    finished: bool
+
+    @property
+    def live(self) -> bool:
+        return not self.finished and time.time() - self.updated_s < LIVE_AFTER_S
+
+
+def _newest_batch(path: str) -> tuple[int, float]:
+    """(number of batch files, mtime of the newest) in a run folder's batches/."""
+    d = os.path.join(path, "batches")
+    try:
+        names = [n for n in os.listdir(d) if n.startswith("batch-") and n.endswith(".json")]
+    except OSError:
+        return 0, 0.0
+    if not names:
+        return 0, 0.0
+    return len(names), max(os.path.getmtime(os.path.join(d, n)) for n in names)
+
+
+def version(path: str) -> tuple[int, float]:
+    """Changes whenever the job writes a batch: a cache key for everything read from the folder."""
+    return _newest_batch(path)
+
+
+def run_info(path: str) -> RunInfo:
+    n, mtime = _newest_batch(path)
+    return RunInfo(os.path.basename(os.path.normpath(path)), path, mtime or os.path.getmtime(os.path.join(path, "run.json")),
+                   os.path.exists(os.path.join(path, "summary.json")))
+
+
+def is_live(path: str) -> bool:
+    return run_info(path).live
+
+
+def list_runs(checkpoints: str) -> list[RunInfo]:
+    """Runs in a checkpoints folder, newest first."""
+    out = []
+    try:
+        names = os.listdir(checkpoints)
+    except OSError:
+        return []
+    for name in names:
+        path = os.path.join(checkpoints, name)
+        if not os.path.isfile(os.path.join(path, "run.json")):
+            continue
+        out.append(run_info(path))
+    return sorted(out, key=lambda r: r.updated_s, reverse=True)
+
+
+def default_run(runs: list[RunInfo]) -> RunInfo | None:
+    """The live run if there is one, else the newest."""
+    live = [r for r in runs if r.live]
+    return (live or runs or [None])[0]
+
+
+@dataclass
+class PaceStep:
+    index: int
+    start_s: float
+    end_s: float
+    rate: float          # events/s at the step's start (a ramp's start rate)
+    label: str
+
+
+@dataclass
+class RunView:
+    run_id: str
+    path: str
+    ready: bool
+    reason: str = ""
+    windows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    summary: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    t0_ns: int = 0                      # time axis origin: the run's start (its first window when unknown)
+    window_ns: int = NS
+    oom: list[dict] = field(default_factory=list)
+    gaps: list[dict] = field(default_factory=list)
+    steps: list[PaceStep] = field(default_factory=list)
+    newest_written_ns: int | None = None
+    finished: bool = False
+
+    def t(self, at_ns) -> np.ndarray | float:
+        """Seconds since the run's start."""
+        return (np.asarray(at_ns, dtype=np.int64) - self.t0_ns) / NS if not np.isscalar(at_ns) else (at_ns - self.t0_ns) / NS
+
+
+def _run_start(windows_events: pd.DataFrame) -> tuple[int | None, dict]:
+    if windows_events.empty or not (windows_events["kind"] == "run_start").any():
+        return None, {}
+    starts = windows_events[windows_events["kind"] == "run_start"].sort_values("at_ns")
+    try:
+        config = json.loads(starts["config"].dropna().iloc[0]) if starts["config"].notna().any() else {}
+    except (ValueError, TypeError):
+        config = {}
+    return int(starts["at_ns"].iloc[0]), config if isinstance(config, dict) else {}
+
+
+def pace_steps(config: dict) -> list[PaceStep]:
+    """The schedule's steps from the run's configuration (``pace`` as the load generator describes it)."""
+    from loadgen.pacer import Schedule
+
+    pace = config.get("pace")
+    if not pace:
+        return []
+    try:
+        sched = Schedule.parse(str(pace))
+    except (ValueError, TypeError):
+        return []
+    out, t = [], 0.0
+    for i, step in enumerate(sched.steps):
+        dur = step.duration_ns / NS
+        r0, r1 = step.rate_per_sec, step.final_rate_per_sec
+        out.append(PaceStep(i + 1, t, t + dur, float(r0), f"{r0:,.0f}" + (f"→{r1:,.0f}" if r1 != r0 else "") + "/s"))
+        t += dur
+    return out
+
+
+def load_run(path: str) -> RunView:
+    """Everything the dashboard shows about one run, as of now."""
+    run_id = os.path.basename(os.path.normpath(path))
+    try:
+        cfg = results.run_config(path)
+    except (OSError, ValueError):
+        return RunView(run_id, path, False, "waiting for data: the streaming job has not started this run yet")
+    try:
+        windows = results.load_windows(path, encode_hdr=False)
+    except (OSError, ValueError, KeyError) as e:  # a batch being written right now: next refresh
+        return RunView(run_id, path, False, f"waiting for data ({type(e).__name__} while the job writes)")
+    if windows.empty or "sent" not in windows:
+        return RunView(run_id, path, False, "waiting for data: no telemetry for this run yet")
+    events = results.load_partials(path, "events")
+    summary = results.summarize(path, windows)
+    start_ns, config = _run_start(events)
+    window_ns = int(cfg["window_ns"])
+    t0 = (start_ns // window_ns * window_ns) if start_ns is not None else int(windows["window_ns"].min())
+    view = RunView(run_id, path, True, windows=windows, summary=summary, config=config, t0_ns=t0, window_ns=window_ns,
+                   finished=summary.get("state") == "finished")
+    view.oom = summary.get("oom_events", [])
+    view.gaps = summary.get("gaps", [])
+    view.steps = pace_steps(config)
+    if "last_written_ns" in windows:
+        lw = windows["last_written_ns"].dropna()
+        view.newest_written_ns = int(lw.max()) if len(lw) else None
+    return view
+
+
+def node_series(windows: pd.DataFrame, metric: str) -> dict[str, pd.Series]:
+    """Per node, one metric's values by window (columns ``node:<node>:<metric>``)."""
+    out = {}
+    for c in windows.columns:
+        if c.startswith("node:") and c.endswith(":" + metric):
+            out[c[len("node:"):-len(metric) - 1]] = windows[c]
+    return out
+
+
+def complete(view: RunView) -> pd.DataFrame:
+    """The windows whose receive figures are final (the watermark has passed them)."""
+    w = view.windows
+    return w[w["receive_complete"]] if "receive_complete" in w else w
+
+
+def headline(view: RunView, now_ns: int | None = None) -> dict:
+    """The tiles: current rate, p99 (last 5 s and run), loss ratio, in flight, elapsed."""
+    w = complete(view)
+    w = w[w["sent"] > 0] if len(w) else w
+    last = w.tail(5)
+    s = view.summary
+    p99_recent = None
+    if len(last):
+        p99_recent = results.merged_percentiles(view.path, "latency_us", int(last["window_ns"].min()),
+                                                int(last["window_ns"].max()) + view.window_ns)["p99"]
+    end_ns = s.get("stopped_at_ns") if view.finished and s.get("stopped_at_ns") else (now_ns or time.time_ns())
+    return {
+        "rate": float(last["sent"].iloc[-1]) if len(last) else 0.0,
+        "received_rate": float(last["received"].iloc[-1]) if len(last) else 0.0,
+        "p99_recent_us": p99_recent,
+        "p99_run_us": (s.get("latency_us") or {}).get("p99"),
+        "loss_ratio": s.get("loss_ratio"),
+        "in_flight": int(view.windows["in_flight"].iloc[-1]) if len(view.windows) else 0,
+        "elapsed_s": max(0.0, (end_ns - view.t0_ns) / NS),
+    }
+
+
+def saturation(view: RunView) -> str | None:
+    """Placeholder rule: received/sent < 0.95 in each of the last 5 complete windows with sends."""
+    w = complete(view)
+    w = w[w["sent"] > 0].tail(SATURATION_WINDOWS)
+    if len(w) < SATURATION_WINDOWS:
+        return None
+    ratio = w["received"] / w["sent"]
+    if (ratio < SATURATION_RATIO).all():
+        t = view.t(int(w["window_ns"].iloc[0]))
+        return (f"saturation suspected since t={t:.0f} s: received/sent {ratio.iloc[-1]:.2f} "
+                f"(below {SATURATION_RATIO} for {SATURATION_WINDOWS} s)")
+    return None
+
+
+def range_figures(view: RunView, start_s: float, end_s: float) -> dict:
+    """Exact figures over [start_s, end_s) of the run: counts summed, percentiles merged from the histograms."""
+    lo, hi = view.t0_ns + int(start_s * NS), view.t0_ns + int(end_s * NS)
+    w = view.windows[(view.windows["window_ns"] >= lo) & (view.windows["window_ns"] < hi)]
+    out = {c: int(w[c].sum()) for c in ("sent", "received", "dropped", "duplicates", "late", "errors")}
+    out["seconds"] = (hi - lo) / NS
+    out["loss_ratio"] = out["dropped"] / out["sent"] if out["sent"] else None
+    for h in ("latency_us", "latency_intended_us", "send_delay_us"):
+        out[h] = results.merged_percentiles(view.path, h, lo, hi)
+    return out
+
+
+def until(view: RunView, t_s: float) -> RunView:
+    """The run as it stood at t_s seconds (replay): windows up to then, markers up to then."""
+    cut = view.t0_ns + int(t_s * NS)
+    w = view.windows[view.windows["window_ns"] < cut]
+    out = RunView(view.run_id, view.path, view.ready, windows=w, summary=view.summary, config=view.config, t0_ns=view.t0_ns,
+                  window_ns=view.window_ns, steps=view.steps, finished=False)
+    out.oom = [o for o in view.oom if o["at_ns"] < cut]
+    out.gaps = [g for g in view.gaps if g["start_ns"] < cut]
+    return out
+
+
+def fmt_us(us) -> str:
+    """A latency in µs, three significant figures (what the histograms resolve)."""
+    if us is None or us != us:
+        return "–"
+    for scale, unit in ((1e6, "s"), (1e3, "ms"), (1.0, "µs")):
+        if us >= scale or unit == "µs":
+            v = us / scale
+            return f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}" if v >= 10 else f"{v:.2f} {unit}"
+    return "–"
+
+
+def fmt_ratio(r) -> str:
+    return "–" if r is None or r != r else f"{r:.2%}"
+
+
+def vegeta_text(view: RunView) -> str:
+    """The run's flight-time figures in the layout of vegeta's text report."""
+    s = view.summary
+    lat = s.get("latency_us") or {}
+    lat_i = s.get("latency_intended_us") or {}
+    dur = max((s.get("stopped_at_ns") or 0) - (s.get("started_at_ns") or 0), 0) / NS
+    sent, recv = s.get("sent", 0), s.get("received", 0)
+    lines = [
+        f"Requests      [total, rate]                     {sent}, {sent / dur if dur else 0:.2f}",
+        f"Duration      [sending]                         {dur:.3f}s",
+        f"Latencies     [p50, p90, p99, max]              {', '.join(fmt_us(lat.get(k)) for k in ('p50', 'p90', 'p99', 'max'))}",
+        f"  intended    [p50, p90, p99, max]              {', '.join(fmt_us(lat_i.get(k)) for k in ('p50', 'p90', 'p99', 'max'))}",
+        f"Delivered     [received, ratio]                 {recv}, {recv / sent if sent else 0:.4%}",
+        f"Lost          [dropped, late, duplicates]       {s.get('dropped', 0)}, {s.get('late', 0)}, {s.get('duplicates', 0)}",
+        f"Errors        [total]                           {s.get('errors', 0)}",
+        f"Gaps          [count, seconds]                  {len(s.get('gaps', []))}, {sum(g['duration_s'] for g in s.get('gaps', [])):.1f}",
+        f"OOM kills     [total]                           {s.get('oom_kills', 0)}",
+        f"Quarantined   [records]                         {s.get('quarantined', 0)}",
+    ]
+    errs = s.get("errors_by_cause") or {}
+    if errs:
+        lines.append("Error Set:")
+        lines += [f"{cause}: {n}" for cause, n in sorted(errs.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines)
+
+
+def step_table(view: RunView) -> pd.DataFrame:
+    """Per pace step: achieved sent/received rates, loss and exact latency percentiles."""
+    rows = []
+    for st in view.steps:
+        f = range_figures(view, st.start_s, st.end_s)
+        secs = st.end_s - st.start_s
+        rows.append({"step": st.index, "pace": st.label, "from_s": st.start_s, "to_s": st.end_s,
+                     "sent_per_s": f["sent"] / secs if secs else None, "received_per_s": f["received"] / secs if secs else None,
+                     "loss": f["loss_ratio"], "p50_ms": _ms(f["latency_us"]["p50"]), "p99_ms": _ms(f["latency_us"]["p99"]),
+                     "max_ms": _ms(f["latency_us"]["max"])})
+    return pd.DataFrame(rows)
+
+
+def _ms(us):
+    return None if us is None else us / 1000
+
+
+def hlog_path(view: RunView) -> str | None:
+    p = os.path.join(view.path, "loadgen", "latency.hlog")
+    return p if os.path.exists(p) else None
+
+
+def windows_csv(view: RunView) -> bytes:
+    w = view.windows.copy()
+    w.insert(1, "t_s", view.t(w["window_ns"].to_numpy()))
+    return w.to_csv(index=False).encode()
+
+
+def summary_json(view: RunView) -> bytes:
+    return json.dumps(view.summary, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)).encode()
