@@ -107,10 +107,10 @@ def estimate(reference: str, samples: int = 8, timeout_s: float = 0.5) -> tuple[
     return best
 
 
-def estimate_record(reference: str, agent: str, samples: int = 8) -> contract.ClockOffset | None:
+def estimate_record(reference: str, agent: str, samples: int = 8, timeout_s: float = 0.2) -> contract.ClockOffset | None:
     """This host's offset against the reference as a telemetry record (for every run), or None."""
     try:
-        est = estimate(reference, samples)
+        est = estimate(reference, samples, timeout_s)
     except (ValueError, OSError):
         return None
     if est is None:

@@ -105,6 +105,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
     from kafka.admin import NewTopic
 
     from agents import contract
+    from stack.__main__ import stop_process
     from streaming import results
 
     run_id, topic = f"bench-{rate}", f"bench-{rate}-{int(time.time())}"
@@ -143,12 +144,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
         t_drained = time.time_ns()
     finally:
         producer.close()
-        os.kill(job.pid, signal.SIGINT)
-        try:
-            job.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
+        stop_process(job, signal.SIGINT, wait_s=30, group=True)
     batches = results.load_batches(out)
     windows = results.load_windows(out)
     load = batches[(batches["written_at_ns"] >= t0) & (batches["written_at_ns"] <= t1)]
@@ -204,7 +200,7 @@ def main(argv=None) -> int:
         return 2
     import tempfile
 
-    from stack.__main__ import free_port, start_tansu
+    from stack.__main__ import free_port, start_tansu, stop_process
 
     workdir = tempfile.mkdtemp(prefix="flightwatch-bench-")
     broker = None
@@ -221,8 +217,7 @@ def main(argv=None) -> int:
             print_table(rows[-1:])
     finally:
         if broker:
-            os.kill(broker.pid, signal.SIGTERM)
-            broker.wait(10)
+            stop_process(broker)
     print()
     print_table(rows)
     print(f"logs and run folders: {workdir}")

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.loadgen import NGINX_CONF  # noqa: E402
-from stack.__main__ import free_port, start_tansu, wait_port  # noqa: E402
+from stack.__main__ import free_port, start_tansu, stop_process, wait_port  # noqa: E402
 
 LUA = """
 counter = 0
@@ -72,15 +71,6 @@ def run_wrk(port: int, seconds: float, lua: str, cpu: int | None) -> float:
     if "Non-2xx" in out:
         raise RuntimeError("the sink answered errors:\n" + out)
     return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-
-
-def stop(proc) -> None:
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def bench_receiver(port: int, seconds: float, lua: str, telemetry: str | None, workdir: str, cpus) -> dict:
@@ -120,7 +110,7 @@ def bench_receiver(port: int, seconds: float, lua: str, telemetry: str | None, w
             shipped_s = time.monotonic() - t0
             s1 = sum(cpu_s(s) for s in shippers)
     finally:
-        stop(proc)
+        stop_process(proc, wait_s=60, group=True)
         shutil.rmtree(spool, ignore_errors=True)
     return {"rps": rps, "events": events, "recv_us": (r1 - r0) / events * 1e6, "ship_us": (s1 - s0) / events * 1e6,
             "catch_up_s": shipped_s}
@@ -140,7 +130,7 @@ def bench_nginx(port: int, seconds: float, lua: str, workdir: str, cpus) -> dict
             pin(pid, cpus[0])
         return {"rps": run_wrk(port, seconds, lua, cpus[1])}
     finally:
-        stop(proc)
+        stop_process(proc, wait_s=60, group=True)
 
 
 def main(argv=None) -> int:
@@ -173,8 +163,7 @@ def main(argv=None) -> int:
             print(f"  repeat {k + 1}/{a.repeats}: " + ", ".join(f"{name} {r[-1]['rps']:,.0f}/s" for name, r in runs.items() if r),
                   flush=True)
     finally:
-        os.kill(broker.pid, signal.SIGTERM)
-        broker.wait(10)
+        stop_process(broker)
         shutil.rmtree(work, ignore_errors=True)
 
     def med(name, key):
@@ -184,7 +173,7 @@ def main(argv=None) -> int:
     off, on = med("off", "rps"), med("on", "rps")
     print(f"\nHTTP receiver, wrk -t1 -c50, {a.payload} B binary-mode CloudEvents, {a.seconds:g} s x {a.repeats}, medians"
           + (" (receiver pinned to CPU 0; wrk, shipper, broker to CPU 1)" if cpus[0] is not None else ""))
-    print(f"| sink | events/s | vs telemetry off | receiver CPU µs/event | shipper µs/event | broker µs/event |")
+    print("| sink | events/s | vs telemetry off | receiver CPU µs/event | shipper µs/event | broker µs/event |")
     print("|---|---|---|---|---|---|")
     if runs["nginx"]:
         print(f"| nginx `return 202` (wrk's ceiling) | {med('nginx', 'rps'):,.0f} | | | | |")

@@ -258,6 +258,18 @@ def _telemetry_marker(cfg, record) -> None:
     p.flush()
 
 
+def _report_clock(cfg) -> None:
+    """This host's clock offset against the clock reference (FLIGHTWATCH_CLOCK_REFERENCE), as a clock record."""
+    from agents import clock
+
+    reference = os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE)
+    if not cfg.telemetry_bootstrap or reference == "none":
+        return
+    rec = clock.estimate_record(reference, "loadgen", samples=8)
+    if rec is not None:
+        _telemetry_marker(cfg, rec)
+
+
 def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:
     from agents import contract
     from loadgen.attack import run_workers
@@ -271,6 +283,7 @@ def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:
     _telemetry_marker(cfg, contract.RunStart(cfg.run_id, "loadgen", time.time_ns(), config=json.dumps(
         {"target": str(cfg.target), "pace": cfg.schedule.describe(), "workers": cfg.workers,
          "payload_bytes": cfg.payload_bytes, "max_inflight": cfg.max_inflight})))
+    _report_clock(cfg)
     bound_seconds = []
     totals = {"sent": 0, "completed": 0}
 

@@ -61,6 +61,18 @@ def wait_port(port: int, seconds: float = 15.0) -> bool:
     return False
 
 
+def stop_process(proc, sig: int = signal.SIGTERM, wait_s: float = 10.0, group: bool = False) -> None:
+    """Stop a process we started, by its PID: ``sig``, then SIGKILL (its whole group if ``group``) after ``wait_s``."""
+    if proc.poll() is not None:
+        return
+    os.kill(proc.pid, sig)
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        (os.killpg if group else os.kill)(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def free_port() -> int:
     """A loopback port nothing listens on right now."""
     with socket.socket() as s:
@@ -246,7 +258,7 @@ def main(argv=None) -> int:
         if argv and argv[0] in ("-h", "--help"):
             print(__doc__)
             return 0
-        print(f"usage: python -m stack {{up|down|status}}", file=sys.stderr)
+        print("usage: python -m stack {up|down|status}", file=sys.stderr)
         return 2
     return actions[argv[0]]()
 

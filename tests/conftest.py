@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-from stack.__main__ import free_port, start_tansu  # noqa: E402
+from stack.__main__ import free_port, start_tansu, stop_process  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -24,11 +23,7 @@ def broker(tmp_path_factory):
     try:
         yield f"127.0.0.1:{port}"
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
+        stop_process(proc)
 
 
 def job_command(*args: str) -> list[str]:
@@ -51,15 +46,6 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])
     admin.close()
     time.sleep(0.2)
-
-
-def _stop(proc) -> None:
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 @pytest.fixture(scope="session")
@@ -100,8 +86,8 @@ def prometheus(tmp_path_factory):
             time.sleep(0.5)
         yield url
     finally:
-        _stop(prom)
-        _stop(node)
+        stop_process(prom)
+        stop_process(node)
 
 
 def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:

@@ -104,6 +104,34 @@ def test_half_written_run_is_shown_as_far_as_it_goes(app, tmp_path):
     assert at.metric and not (tmp_path / "half" / "summary.json").exists()
 
 
+def test_comparison_and_replay(app, tmp_path):
+    base = dict(start_ns=1_800_000_000 * NS, duration_s=12, drop_timeout_s=5, num_malformed=0, pause=None, oom_at_s=())
+    build_run(tmp_path / "a", SyntheticSpec(run_id="a", rate_per_sec=100, **base))
+    build_run(tmp_path / "b", SyntheticSpec(run_id="b", rate_per_sec=300, latency_median_us=9000, **base))
+    at = app(tmp_path)
+    at.selectbox(key="compare").set_value("a" if at.selectbox(key="run").value == "b" else "b").run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 2  # the timeline and the comparison on the same axes
+    at.sidebar.radio(key="mode").set_value("replay").run()
+    assert not at.exception
+    progress = at.get("progress")[0].proto.text
+    assert progress.startswith("replay at 10×: t = ") and progress.endswith(" s")
+    assert metric(at, "rate (sent/s)")  # the run as it stood at the replay's position
+
+
+@pytest.mark.parametrize("ratios,expected", [
+    ([1.0] * 5 + [0.9] * 5, "saturation suspected since t=5 s: received/sent 0.90 (below 0.95 for 5 s)"),
+    ([0.9] * 4 + [1.0] + [0.9] * 4, None),          # not 5 in a row
+    ([0.96] * 10, None),
+    ([0.5] * 4, None),                               # fewer than 5 complete windows
+])
+def test_placeholder_saturation_rule(ratios, expected):
+    w = pd.DataFrame({"window_ns": np.arange(len(ratios)) * NS, "sent": 1000, "received": (np.array(ratios) * 1000).astype(int),
+                      "receive_complete": True})
+    view = data.RunView("r", "/nonexistent", True, windows=w, t0_ns=0)
+    assert data.saturation(view) == expected
+
+
 # --- the real thing: pipeline, server, browser --------------------------------------------------
 
 def start_streamlit(checkpoints, port):
@@ -179,7 +207,7 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
         producer.start()
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1500, "height": 2000})
+            page = browser.new_page(viewport={"width": 1500, "height": 2000}, accept_downloads=True)
             page.goto(f"http://127.0.0.1:{port}/")
             page.get_by_text("waiting for data").first.wait_for(timeout=60_000)
             page.screenshot(path=str(shots / "0-waiting.png"))
@@ -209,7 +237,20 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
             labels = page.locator("text.annotation-text").all_text_contents()
             assert "OOM" in labels and "gap" in labels, labels
             page.screenshot(path=str(shots / "2-finished.png"), full_page=True)
+            # exports: the chart as PNG (Plotly's camera button) and the window table as CSV
+            chart = page.locator(".js-plotly-plot").first
+            chart.hover()
+            with page.expect_download(timeout=30_000) as png:
+                chart.locator('.modebar-btn[data-title="Download plot as a PNG"]').click()
+            png.value.save_as(shots / "chart.png")
+            assert png.value.suggested_filename == f"flightwatch-{run_id}.png"
+            assert (shots / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            with page.expect_download(timeout=30_000) as csv:
+                page.get_by_role("button", name="windows (CSV)").click()
+            csv.value.save_as(tmp_path / "windows.csv")
             browser.close()
+        exported = pd.read_csv(tmp_path / "windows.csv")
+        assert exported["sent"].sum() == summary["sent"] and exported["dropped"].sum() == summary["dropped"]
     finally:
         stop.set()
         for p in (job, ui):

@@ -96,6 +96,11 @@ def after_run(view: data.RunView, runs: list[data.RunInfo]) -> None:
     st.caption("Percentiles over the range are exact (merged from the window histograms), not averages of window percentiles.")
     st.subheader("Summary")
     st.code(data.vegeta_text(view), language=None)
+    clocks = view.summary.get("clock_offsets") or []
+    if clocks:
+        st.caption("Clock offsets against the reference (reference − agent; a latency measured across two hosts is off "
+                   "by the difference of their offsets, known to ± round trip / 2):")
+        st.dataframe(data.clock_table(clocks), hide_index=True)
     steps = data.step_table(view)
     if len(steps):
         st.subheader("Per pace step")
@@ -128,6 +133,9 @@ def replay_view(info: data.RunInfo, speed: float, log_latency: bool) -> None:
     if key not in st.session_state or st.session_state.get("replay-restart"):
         st.session_state[key] = (time.monotonic(), speed)
         st.session_state["replay-restart"] = False
+    started, old_speed = st.session_state[key]
+    if old_speed != speed:  # a new speed carries on from where the replay is
+        st.session_state[key] = (time.monotonic() - (time.monotonic() - started) * old_speed / speed, speed)
 
     @st.fragment(run_every=REFRESH_S)
     def frame() -> None:

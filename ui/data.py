@@ -309,6 +309,12 @@ def _ms(us):
     return None if us is None else us / 1000
 
 
+def clock_table(clocks: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame([{"agent": c["agent"], "offset_ms": c["offset_us"] / 1000, "round_trip_ms": c["rtt_us"] / 1000,
+                          "max |offset| ms": c["max_abs_offset_us"] / 1000, "samples": c["samples"],
+                          "flag": "beyond ±1 ms" if c["flagged"] else ""} for c in clocks])
+
+
 def hlog_path(view: RunView) -> str | None:
     p = os.path.join(view.path, "loadgen", "latency.hlog")
     return p if os.path.exists(p) else None
