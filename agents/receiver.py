@@ -157,6 +157,15 @@ def _listen_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _reachable(host_port: str, timeout_s: float = 3.0) -> bool:
+    host, _, port = host_port.strip().rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def _telemetry_producer(bootstrap: str):
     from kafka import KafkaProducer
 
@@ -285,6 +294,10 @@ def main_kafka(a) -> int:
 
     from agents.telemetry import TelemetryWriter
 
+    for name, servers in (("SUT", a.bootstrap), ("telemetry", a.telemetry_bootstrap)):
+        if not any(_reachable(hp) for hp in servers.split(",")):
+            print(f"receiver: error: cannot reach the {name} broker {servers}", file=sys.stderr)
+            return 2
     try:
         admin = KafkaAdminClient(bootstrap_servers=a.bootstrap.split(","))
         if a.topic not in admin.list_topics():

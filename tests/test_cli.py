@@ -35,3 +35,45 @@ def test_unreachable_bootstrap():
 def test_help_explains():
     proc = run_job("run", "--help", timeout=60)
     assert proc.returncode == 0 and "--drop-timeout" in proc.stdout and "--bootstrap" in proc.stdout
+
+
+AGENT_CASES = [
+    # (module, arguments, words the error line must contain); the usage line argparse prints is allowed
+    ("agents.receiver", ["http", "--listen", "nope"], "bad --listen"),
+    ("agents.receiver", ["http", "--workers", "0"], "at least 1"),
+    ("agents.receiver", ["http", "--bogus"], "unrecognized arguments"),
+    ("agents.receiver", ["kafka", "--bootstrap", "127.0.0.1:{free}"], "cannot reach the SUT broker"),
+    ("agents.node_metrics", ["--interval", "0s"], "too short"),
+    ("agents.node_metrics", ["--interval", "x"], "bad duration"),
+    ("agents.node_metrics", ["--cgroup", "/nonexistent"], "not a directory"),
+    ("agents.node_metrics", ["--pid", "999999999"], "no such process"),
+    ("agents.clock", ["probe", "nohostport"], "HOST:PORT"),
+]
+
+
+@pytest.mark.parametrize("module,args,words", AGENT_CASES, ids=[f"{m} {' '.join(a)}" for m, a, _ in AGENT_CASES])
+def test_agents_bad_flags(module, args, words):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    args = [a.format(free=free_port()) for a in args]
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("usage:")]
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("module,args,flag", [("agents.receiver", ["http", "--help"], "--spool-dir"),
+                                              ("agents.receiver", ["kafka", "--help"], "--state-dir"),
+                                              ("agents.node_metrics", ["--help"], "--prometheus"),
+                                              ("agents.spool", ["ship", "--help"], "--spool-dir")])
+def test_agents_help(module, args, flag):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and flag in proc.stdout
