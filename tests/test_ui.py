@@ -197,20 +197,21 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
     seen: dict[int, float] = {}  # window t (s) -> wall time it first showed
     try:
         assert wait_port(port, 60), "streamlit did not start"
-        wait_for_first_batch(broker, topic, run_id, checkpoints / run_id / "batches")
-        # The run starts now that the job runs, in real time: 24 s at 200 events/s, no receive in
-        # [8 s, 11 s) (a gap), an OOM kill at 12.5 s.
-        start_ns = (time.time_ns() // NS + 2) * NS
-        spec = SyntheticSpec(run_id=run_id, start_ns=start_ns, duration_s=24, rate_per_sec=200, pause=(8.0, 3.0),
-                             oom_at_s=(12.5,), drop_timeout_s=5, num_malformed=3, heartbeat_until_s=24 + 5 + 8)
-        producer = threading.Thread(target=produce_in_real_time, args=(messages(generate(spec)), broker, topic, stop), daemon=True)
-        producer.start()
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1500, "height": 2000}, accept_downloads=True)
             page.goto(f"http://127.0.0.1:{port}/")
-            page.get_by_text("waiting for data").first.wait_for(timeout=60_000)
+            page.get_by_text("waiting for data").first.wait_for(timeout=60_000)  # before any telemetry
             page.screenshot(path=str(shots / "0-waiting.png"))
+            wait_for_first_batch(broker, topic, run_id, checkpoints / run_id / "batches")
+            # The run starts now that the job runs, in real time: 24 s at 200 events/s, no receive in
+            # [8 s, 11 s) (a gap), an OOM kill at 12.5 s.
+            start_ns = (time.time_ns() // NS + 2) * NS
+            spec = SyntheticSpec(run_id=run_id, start_ns=start_ns, duration_s=24, rate_per_sec=200, pause=(8.0, 3.0),
+                                 oom_at_s=(12.5,), drop_timeout_s=5, num_malformed=3, heartbeat_until_s=24 + 5 + 8)
+            producer = threading.Thread(target=produce_in_real_time, args=(messages(generate(spec)), broker, topic, stop),
+                                        daemon=True)
+            producer.start()
             # live: the caption names the newest window; note when each first shows
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not (tmp_path / "checkpoints" / run_id / "summary.json").exists():
