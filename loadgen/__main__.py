@@ -9,7 +9,9 @@ response. Prints one line per second while it runs, then a vegeta-style report; 
 report.json and latency.hlog (HdrHistogram interval log) into --out.
 
 Exit codes: 0 ok; 1 a --fail-on threshold was crossed or the attack failed; 2 bad input
-(flags, rate, pace, unreachable target).
+(flags, rate, pace, unreachable target); 3 stopped early by an --abort-on threshold.
+Thresholds: 'METRIC OP VALUE[UNIT] [for DURATION]' (loadgen/thresholds.py), e.g.
+--fail-on 'p99>500ms for 10s' --fail-on 'loss>0.1%' --abort-on 'p99>2s for 5s'.
 """
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ import atexit
 import functools
 import json
 import os
-import re
 import sys
 import time
 
@@ -27,6 +28,7 @@ from loadgen import report
 from loadgen.pacer import NS_PER_S, Schedule
 from loadgen.stats import RunStats
 from loadgen.targets import TargetSpec, tcp_unreachable
+from loadgen.thresholds import Sustained, Threshold, run_value, second_value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TARGET = "kafka://127.0.0.1:29092/flightwatch.sut"
@@ -41,38 +43,6 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
         raise UsageError(message)
-
-
-_THRESHOLD = re.compile(r"^\s*(p50|p90|p95|p99|max|mean|success|rate|errors)\s*(<=|>=|<|>)\s*([\d.]+)\s*(us|ms|s|%)?\s*$")
-
-
-def parse_threshold(text: str) -> tuple[str, str, float]:
-    """'p99>500ms' -> ('p99', '>', 500000.0 µs); 'success<99%' -> ('success', '<', 0.99)."""
-    m = _THRESHOLD.match(text)
-    if not m:
-        raise UsageError(f"bad --fail-on {text!r}: use e.g. p99>500ms, success<99%, errors>0, rate<4900")
-    name, op, value, unit = m.groups()
-    v = float(value)
-    if name in ("p50", "p90", "p95", "p99", "max", "mean"):
-        v *= {"us": 1, "ms": 1_000, "s": 1_000_000, None: 1_000}.get(unit, 1)
-    elif name == "success":
-        v = v / 100 if unit == "%" or v > 1 else v
-    return name, op, v
-
-
-def crossed(figures: dict, threshold: tuple[str, str, float]) -> bool:
-    name, op, limit = threshold
-    if name in ("p50", "p90", "p95", "p99", "max", "mean"):
-        value = figures["latency_us"][name]
-    elif name == "success":
-        value = figures["success_ratio"]
-    elif name == "rate":
-        value = figures["rate_per_sec"]
-    else:
-        value = sum(figures["errors"].values())
-    if value is None:
-        return True
-    return {"<": value < limit, ">": value > limit, "<=": value <= limit, ">=": value >= limit}[op]
 
 
 def parse_duration_s(text: str) -> float:
@@ -104,8 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--no-telemetry", action="store_true", help="do not write send/ack records")
     a.add_argument("--out", help="report folder (default checkpoints/<run>/loadgen)")
     a.add_argument("--fail-on", action="append", default=[], metavar="THRESHOLD",
-                   help="exit 1 when crossed: p50|p90|p95|p99|max|mean (ms), success (%%), errors, rate; "
-                        "e.g. 'p99>500ms', 'success<99%%'; repeatable")
+                   help="exit 1 when crossed: 'METRIC OP VALUE[UNIT] [for DURATION]' with METRIC p50|p90|p95|p99|max|"
+                        "mean (ms), success (%%), errors, rate, loss (%%, needs --stream); e.g. 'p99>500ms for 10s', "
+                        "'success<99%%', 'loss>0.1%%'; repeatable (see loadgen/thresholds.py)")
+    a.add_argument("--abort-on", action="append", default=[], metavar="THRESHOLD",
+                   help="stop the attack at once when crossed, judged every second (exit 3); e.g. 'p99>2s for 5s', "
+                        "'errors>100'; repeatable")
     a.add_argument("--quiet", action="store_true", help="no per-second lines")
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
@@ -136,13 +110,19 @@ def config(a: argparse.Namespace):
     if a.payload < 0 or a.workers < 1 or a.max_inflight < 1:
         raise UsageError("--payload must be >= 0, --workers and --max-inflight >= 1")
     run_id = a.run or time.strftime("attack-%Y%m%d-%H%M%S", time.gmtime())
-    thresholds = [parse_threshold(t) for t in a.fail_on]
+    try:
+        thresholds = [Threshold.parse(t, "--fail-on") for t in a.fail_on]
+        aborts = [Threshold.parse(t, "--abort-on") for t in a.abort_on]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if any(t.metric == "loss" for t in thresholds) and not a.stream:
+        raise UsageError("--fail-on loss needs --stream (loss is measured by the streaming job)")
     cfg = AttackConfig(run_id=run_id, target=target, schedule=schedule, workers=a.workers,
                        max_inflight=a.max_inflight, payload_bytes=a.payload, timeout_s=parse_duration_s(a.timeout),
                        telemetry_bootstrap=None if a.no_telemetry else a.telemetry_bootstrap,
                        telemetry_topic=a.telemetry_topic)
     out = a.out or os.path.join(ROOT, "checkpoints", run_id, "loadgen")
-    return cfg, thresholds, out
+    return cfg, (thresholds, aborts), out
 
 
 def live_line(second: int, iv, scheduled: float, in_flight: int) -> str:
@@ -174,9 +154,16 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
-    code = attack(cfg, thresholds, out, quiet=a.quiet)
+    fail_on, abort_on = thresholds
+    code = attack(cfg, fail_on, abort_on, out, quiet=a.quiet)
     if job is not None:
-        wait_job(cfg, job)
+        summary = wait_job(cfg, job)
+        loss = [t for t in fail_on if t.metric == "loss"]
+        crossed = [t for t in loss if t.holds(run_value(t, {}, summary))]
+        for t in crossed:
+            print(f"threshold crossed: {t.text} (loss {run_value(t, {}, summary) if summary else 'unknown'})", file=sys.stderr)
+        if crossed and code == 0:
+            code = 1
     return code
 
 
@@ -211,7 +198,7 @@ def start_job(cfg):
     return job
 
 
-def wait_job(cfg, job, timeout_s: float = 120) -> None:
+def wait_job(cfg, job, timeout_s: float = 120) -> dict | None:
     import subprocess
 
     from streaming import results
@@ -221,7 +208,7 @@ def wait_job(cfg, job, timeout_s: float = 120) -> None:
         job.wait(timeout_s)
     except subprocess.TimeoutExpired:
         print(f"streaming job still running (pid {job.pid}); see `make summary RUN={cfg.run_id}` later")
-        return
+        return None
     run_dir = os.path.join(ROOT, "checkpoints", cfg.run_id)
     summary_file = os.path.join(run_dir, "summary.json")
     if os.path.exists(summary_file):  # written by the job when it closed the run
@@ -231,11 +218,16 @@ def wait_job(cfg, job, timeout_s: float = 120) -> None:
         s = results.summarize(run_dir)
     if s.get("state") == "waiting for data":
         print("streaming job: no windows written; see its job.log")
-        return
+        return None
     lat = s["latency_us"]
     print(f"flight time (sender -> receiver): sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,} "
           f"duplicates {s['duplicates']:,} late {s['late']:,} errors {s['errors']:,}; latency p50 {report._ms(lat['p50'])} "
           f"p90 {report._ms(lat['p90'])} p99 {report._ms(lat['p99'])} max {report._ms(lat['max'])}; gaps {len(s['gaps'])}")
+    v = s.get("verdict") or {}
+    if v.get("message"):
+        knee = v.get("knee")
+        print(f"verdict: {v['message']}" + (f"; knee {knee['rate']:,.0f}/s" if knee else ""))
+    return s
 
 
 @functools.lru_cache(maxsize=None)
@@ -270,7 +262,10 @@ def _report_clock(cfg) -> None:
         _telemetry_marker(cfg, rec)
 
 
-def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:
+def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) -> int:
+    """Run the attack; exit code 0, 1 (a --fail-on crossed, or the attack failed) or 3 (stopped by --abort-on)."""
+    import threading
+
     from agents import contract
     from loadgen.attack import run_workers
 
@@ -280,12 +275,19 @@ def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:
     printed = [-1]
     print(f"flightwatch attack: run {cfg.run_id} -> {cfg.target} pace {cfg.schedule.describe()} "
           f"({cfg.schedule.total_hits:,} events, {cfg.workers} workers)", flush=True)
-    _telemetry_marker(cfg, contract.RunStart(cfg.run_id, "loadgen", time.time_ns(), config=json.dumps(
-        {"target": str(cfg.target), "pace": cfg.schedule.describe(), "workers": cfg.workers,
-         "payload_bytes": cfg.payload_bytes, "max_inflight": cfg.max_inflight})))
+    run_config = {"target": str(cfg.target), "pace": cfg.schedule.describe(), "workers": cfg.workers,
+                  "payload_bytes": cfg.payload_bytes, "max_inflight": cfg.max_inflight}
+    _telemetry_marker(cfg, contract.RunStart(cfg.run_id, "loadgen", time.time_ns(), config=json.dumps(run_config)))
+
+    def on_start(start_ns: int) -> None:  # the schedule's exact start, for the pace steps' boundaries
+        _telemetry_marker(cfg, contract.RunStart(cfg.run_id, "loadgen", start_ns, config=json.dumps(
+            {**run_config, "schedule_start_ns": start_ns})))
     _report_clock(cfg)
     bound_seconds = []
     totals = {"sent": 0, "completed": 0}
+    sustained = {t: Sustained(t) for t in fail_on if t.for_s}
+    aborts = {t: Sustained(t) for t in abort_on}
+    abort_event, aborted = threading.Event(), []
 
     def on_interval(worker: int, snap: dict) -> None:
         s = snap["second"]
@@ -302,11 +304,19 @@ def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:
             if not quiet and s2 * NS_PER_S < cfg.schedule.duration_ns + 60 * NS_PER_S:
                 print(live_line(s2, iv, scheduled if s2 * NS_PER_S < cfg.schedule.duration_ns else 0,
                                 totals["sent"] - totals["completed"]), flush=True)
+            if s2 * NS_PER_S < cfg.schedule.duration_ns:
+                for t, w in sustained.items():
+                    w.feed(s2, second_value(t, iv))
+                for t, w in aborts.items():
+                    if w.feed(s2, second_value(t, iv)) and not aborted:
+                        aborted.append((t, s2))
+                        abort_event.set()
+                        print(f"ABORT: {t.text} at {s2} s: stopping the attack", file=sys.stderr, flush=True)
             printed[0] = s2
 
     status = "completed"
     try:
-        start_ns, attack_end_ns, results = run_workers(cfg, on_interval)
+        start_ns, attack_end_ns, results = run_workers(cfg, on_interval, on_start=on_start, stop_event=abort_event)
     except KeyboardInterrupt:
         status = "aborted"
         print("attack interrupted", file=sys.stderr)
@@ -317,6 +327,8 @@ def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:
         _telemetry_marker(cfg, contract.RunStop(cfg.run_id, "loadgen", time.time_ns(), reason="failed"))
         return 1
     end_ns = time.time_ns()
+    if aborted:
+        status = f"aborted: {aborted[0][0].text}"
     _telemetry_marker(cfg, contract.RunStop(cfg.run_id, "loadgen", end_ns, reason=status))
     figs = report.figures(stats, attack_end_ns - start_ns, end_ns - attack_end_ns, str(cfg.target),
                           cfg.schedule.total_hits / (cfg.schedule.duration_ns / NS_PER_S))
@@ -335,9 +347,15 @@ def attack(cfg, thresholds, out: str, quiet: bool = False) -> int:
         f.write(report.text(figs))
     report.write_hlog(stats, start_ns, os.path.join(out, "latency.hlog"))
     print(f"reports: {out}/report.txt, report.json, latency.hlog")
-    failed = [t for t in thresholds if crossed(figs, t)]
-    for name, op, limit in failed:
-        print(f"threshold crossed: {name} {op} {limit:g}", file=sys.stderr)
+    failed = [t for t in fail_on if (sustained[t].crossed_at is not None if t.for_s else
+                                     t.metric != "loss" and t.holds(run_value(t, figs)))]
+    for t in failed:
+        at = f" (from {sustained[t].crossed_at - t.for_s + 1} s)" if t.for_s else ""
+        print(f"threshold crossed: {t.text}{at}", file=sys.stderr)
+    if aborted:
+        t, second = aborted[0]
+        print(f"aborted by --abort-on {t.text!r} at {second} s", file=sys.stderr)
+        return 3
     return 1 if failed else 0
 
 

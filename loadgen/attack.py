@@ -142,8 +142,10 @@ def worker_main(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop) -
         out.put(("failed", worker, f"{type(e).__name__}: {e}"))
 
 
-def run_workers(cfg: AttackConfig, on_interval, start_delay_s: float = 0.2, stop_event=None):
+def run_workers(cfg: AttackConfig, on_interval, start_delay_s: float = 0.2, stop_event=None, on_start=None):
     """Start the workers, feed every interval snapshot to ``on_interval`` as it arrives.
+
+    ``on_start(start_ns)`` is called once all workers are ready, with the schedule's start time.
 
     Returns (start_ns, attack_end_ns, per-worker results). Raises RuntimeError if a worker failed.
     """
@@ -171,6 +173,8 @@ def run_workers(cfg: AttackConfig, on_interval, start_delay_s: float = 0.2, stop
                 ready += 1
                 if ready == cfg.workers:
                     start_at.value = time.time_ns() + int(start_delay_s * NS_PER_S)
+                    if on_start is not None:
+                        on_start(start_at.value)
             elif kind == "interval":
                 on_interval(worker, payload)
             elif kind == "done":

@@ -217,6 +217,64 @@ def load_quarantine(root: str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def run_configuration(events: pd.DataFrame) -> dict:
+    """The run's configuration: the run_start records' configs merged in time order (later ones add to it)."""
+    out: dict = {}
+    if events.empty or not (events["kind"] == "run_start").any():
+        return out
+    for text in events[events["kind"] == "run_start"].sort_values("at_ns")["config"].dropna():
+        try:
+            cfg = json.loads(text)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(cfg, dict):
+            out.update(cfg)
+    return out
+
+
+def pace_steps(events: pd.DataFrame) -> list[dict]:
+    """The schedule's steps in event time (``rate`` at the step's start, ``end_rate``, ``start_ns``, ``end_ns``)."""
+    from loadgen.pacer import Schedule
+
+    cfg = run_configuration(events)
+    pace = cfg.get("pace")
+    start = cfg.get("schedule_start_ns")
+    if start is None and not events.empty and (events["kind"] == "run_start").any():
+        start = int(events.loc[events["kind"] == "run_start", "at_ns"].min())
+    if not pace or start is None:
+        return []
+    try:
+        sched = Schedule.parse(str(pace))
+    except (ValueError, TypeError):
+        return []
+    out, t = [], int(start)
+    for step in sched.steps:
+        out.append({"rate": float(step.rate_per_sec), "end_rate": float(step.final_rate_per_sec), "start_ns": t,
+                    "end_ns": t + step.duration_ns})
+        t += step.duration_ns
+    return out
+
+
+def run_verdict(root: str, windows: pd.DataFrame, events: pd.DataFrame, hists: pd.DataFrame | None = None) -> dict:
+    """The saturation verdict and scalability profile (``streaming.saturation``) with exact per-step figures."""
+    from streaming import saturation
+
+    cfg = run_config(root)
+    steps = pace_steps(events)
+    h = load_partials(root, "hists") if hists is None else hists
+    counts = windows.set_index("window_ns")
+
+    half = cfg["window_ns"] // 2
+
+    def figures(lo: int, hi: int) -> dict:  # the windows whose middle lies in [lo, hi), as the detector assigns them
+        lo, hi = lo - half, hi - half
+        sel = counts[(counts.index >= lo) & (counts.index < hi)]
+        return {"sent": int(sel["sent"].sum()), "received": int(sel["received"].sum()),
+                "latency_us": merged_percentiles(root, "latency_us", lo, hi, hists=h)}
+    return saturation.verdict(windows, steps, cfg["window_ns"], figures,
+                              cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US))
+
+
 def _records(events: pd.DataFrame, kind: str, columns: list[str]) -> list[dict]:
     if events.empty:
         return []
@@ -278,6 +336,7 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
         "oom_kills_by_source": by_source,
         "container_restarts": _records(events, "restart", ["at_ns", "where", "reason", "count"]),
         "clock_offsets": clock_offsets(events),
+        "verdict": run_verdict(root, windows, events, hists),
         "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,
         "num_batches": int(len(batches)),
     }

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -134,6 +135,10 @@ def test_a_target_that_dies_mid_run_is_reported_not_a_crash(tmp_path):
     (["--rate", "10", "--duration", "soon"], "bad duration"),
     (["--rate", "10", "--target", "ftp://x/"], "bad target"),
     (["--rate", "10", "--fail-on", "p99 is big"], "bad --fail-on"),
+    (["--rate", "10", "--fail-on", "p99>5ms for 0s"], "at least 1s"),
+    (["--rate", "10", "--fail-on", "loss>0.1%"], "needs --stream"),
+    (["--rate", "10", "--abort-on", "loss>1%"], "use it with --fail-on"),
+    (["--rate", "10", "--abort-on", "p99>5%"], "us, ms or s"),
     (["--rate", "10", "--bogus"], "unrecognized"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
@@ -151,3 +156,19 @@ def test_fail_on_threshold_gives_exit_1(sink, tmp_path):
     proc = attack("--rate", "50", "--duration", "2s", "--target", sink(), "--no-telemetry", "--out", str(tmp_path),
                   "--fail-on", "p99>0.001ms", "--fail-on", "success<99%")
     assert proc.returncode == 1 and "threshold crossed: p99" in proc.stderr and "success" not in proc.stderr
+
+
+def test_sustained_fail_on_and_abort_on_give_their_exit_codes(sink, tmp_path):
+    slow = sink(0.1)  # every answer takes 100 ms
+    held = attack("--rate", "50", "--duration", "4s", "--target", slow, "--no-telemetry", "--out", str(tmp_path / "a"),
+                  "--fail-on", "p99>50ms for 3s", "--fail-on", "p99>50ms for 30s")
+    assert held.returncode == 1 and "threshold crossed: p99>50ms for 3s (from 0 s)" in held.stderr
+    assert "for 30s" not in held.stderr  # never held that long
+    started = time.monotonic()
+    aborted = attack("--rate", "50", "--duration", "30s", "--target", slow, "--no-telemetry", "--out", str(tmp_path / "b"),
+                     "--abort-on", "p99>50ms for 2s", "--fail-on", "p99>50ms")
+    assert aborted.returncode == 3, aborted.stderr
+    assert "aborted by --abort-on 'p99>50ms for 2s' at 1 s" in aborted.stderr
+    assert time.monotonic() - started < 20  # stopped long before its 30 s
+    report = json.load(open(tmp_path / "b" / "report.json"))
+    assert report["requests"] < 50 * 6

@@ -71,7 +71,8 @@ def live_view(view: data.RunView, live: bool, log_latency: bool) -> None:
         return
     banner = data.saturation(view)
     if banner:
-        st.error(f"SATURATION: {banner}")
+        state, message = banner
+        (st.error if state == "saturated" else st.warning)(f"{state.upper()}: {message}")
     tiles(view, live)
     st.caption(freshness_line(view, live))
     st.plotly_chart(charts.timeline(view, log_latency), key=f"timeline-{view.run_id}", width="stretch",
@@ -103,7 +104,13 @@ def after_run(view: data.RunView, runs: list[data.RunInfo]) -> None:
         st.dataframe(data.clock_table(clocks), hide_index=True)
     steps = data.step_table(view)
     if len(steps):
-        st.subheader("Per pace step")
+        st.subheader("Scalability profile (per pace step)")
+        v = view.summary.get("verdict") or {}
+        knee = v.get("knee")
+        st.caption(f"knee: {knee['rate']:,.0f}/s (p99 {data.fmt_us(knee['p99_us'])}, under {data.fmt_us(v.get('latency_bound_us'))})"
+                   if knee else "knee: none found (no step delivered ≥ 99% under the latency bound)")
+        if v.get("steps"):
+            st.plotly_chart(charts.profile(v), key="profile", width="stretch", config=charts.png_config(f"flightwatch-{view.run_id}-profile"))
         st.dataframe(steps, hide_index=True)
     others = [r.run_id for r in runs if r.run_id != view.run_id]
     other = st.selectbox("compare with", ["(none)"] + others, key="compare")

@@ -120,3 +120,26 @@ PNG_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "s
 def png_config(name: str) -> dict:
     """Plotly's own 'download as PNG' button (rendered by the browser), named after the run."""
     return {**PNG_CONFIG, "toImageButtonOptions": {**PNG_CONFIG["toImageButtonOptions"], "filename": name}}
+
+
+def profile(verdict: dict, height: int = 420) -> go.Figure:
+    """Scalability profile: achieved rates and p99 per offered rate (one point per pace step), the knee marked."""
+    rows = verdict.get("steps") or []
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    x = [r["rate"] for r in rows]
+    fig.add_trace(go.Scatter(x=x, y=[r["sent_per_s"] for r in rows], name="sent/s", mode="lines+markers",
+                             line=dict(color=COLORS["sent"])))
+    fig.add_trace(go.Scatter(x=x, y=[r["received_per_s"] for r in rows], name="received/s", mode="lines+markers",
+                             line=dict(color=COLORS["received"])))
+    fig.add_trace(go.Scatter(x=x, y=[(r["p99_us"] or 0) / 1000 for r in rows], name="p99 (ms)", mode="lines+markers",
+                             line=dict(color=COLORS["p99"], dash="dot")), secondary_y=True)
+    knee = verdict.get("knee")
+    if knee:
+        fig.add_shape(type="line", xref="x", yref="paper", x0=knee["rate"], x1=knee["rate"], y0=0, y1=1,
+                      line=dict(color="#2ca02c", dash="dash"))
+        fig.add_annotation(x=knee["rate"], xref="x", yref="paper", y=1.0, yanchor="bottom", text="knee", showarrow=False)
+    fig.update_xaxes(title_text="offered rate (events/s)")
+    fig.update_yaxes(title_text="events/s", secondary_y=False)
+    fig.update_yaxes(title_text="p99 (ms)", secondary_y=True, type="log")
+    fig.update_layout(height=height, margin=dict(l=60, r=60, t=40, b=40), legend=dict(orientation="h", y=1.12))
+    return fig

@@ -20,10 +20,6 @@ from streaming import results
 NS = 1_000_000_000
 LIVE_AFTER_S = 10.0
 """A run whose job wrote a batch within this many seconds, and is not finished, is live."""
-SATURATION_RATIO = 0.95
-SATURATION_WINDOWS = 5
-"""Placeholder saturation rule (until the saturation detector lands): received/sent below
-0.95 in each of the last 5 complete windows with sends."""
 
 
 @dataclass(frozen=True)
@@ -214,17 +210,16 @@ def headline(view: RunView, now_ns: int | None = None) -> dict:
     }
 
 
-def saturation(view: RunView) -> str | None:
-    """Placeholder rule: received/sent < 0.95 in each of the last 5 complete windows with sends."""
-    w = complete(view)
-    w = w[w["sent"] > 0].tail(SATURATION_WINDOWS)
-    if len(w) < SATURATION_WINDOWS:
-        return None
-    ratio = w["received"] / w["sent"]
-    if (ratio < SATURATION_RATIO).all():
-        t = view.t(int(w["window_ns"].iloc[0]))
-        return (f"saturation suspected since t={t:.0f} s: received/sent {ratio.iloc[-1]:.2f} "
-                f"(below {SATURATION_RATIO} for {SATURATION_WINDOWS} s)")
+def saturation(view: RunView) -> tuple[str, str] | None:
+    """The saturation detector's verdict (``streaming.saturation``, as in the run's summary) for the banner:
+    (state, message), or None while all is well."""
+    v = view.summary.get("verdict") or {}
+    if v.get("saturated_at"):
+        return "saturated", v["message"]
+    if v.get("loadgen_bound_at"):
+        return "loadgen-bound", v["message"]
+    if v.get("state") == "degrading":
+        return "degrading", v["message"]
     return None
 
 

@@ -1,0 +1,201 @@
+"""Where the system under test saturates: pure rules over the window table, with their evidence.
+
+Signals per 1 s window (only *settled* windows, at least ``SETTLE_WINDOWS`` behind the newest,
+so a receive still in flight is not mistaken for a loss):
+
+    ratio       received / sent over the window and the one before
+    backlog     in flight grew by more than 10% of a second's sends over the last 2 windows,
+                to more than half a second of sends
+    p99 jump    p99 at least ``P99_JUMP``× the previous pace step's median p99
+    gap         no delivery while sending
+    loadgen     sent below ``LOADGEN_SHORT`` of the scheduled rate: the generator is the limit
+    node        CPU ≥ 95%, memory available < 5%, network drops, OOM kills
+
+States, worst first: ``saturated`` (ratio < 0.9, a growing backlog or a gap), ``loadgen-bound``
+(the generator falls short of its schedule while the SUT keeps up), ``degrading`` (ratio
+< 0.97, a p99 jump, node pressure or an OOM kill), ``ok``. Saturation starts at the first of
+``CONFIRM_WINDOWS`` consecutive saturated windows. The knee is the highest-rate pace step
+before that whose received/sent ≥ 0.99 and p99 ≤ the latency bound.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+SETTLE_WINDOWS = 2
+SATURATED_RATIO = 0.90
+DEGRADING_RATIO = 0.97
+KNEE_RATIO = 0.99
+P99_JUMP = 4.0
+LOADGEN_SHORT = 0.90
+CPU_HIGH = 0.95
+MEM_LOW = 0.05
+CONFIRM_WINDOWS = 2
+BACKLOG_SECONDS = 0.5
+"""A backlog counts once more than half a second of sends is in flight (start-up fills the pipe)."""
+DEFAULT_LATENCY_BOUND_US = 500_000.0
+STATES = ("ok", "degrading", "loadgen-bound", "saturated")
+
+
+def _node_max(w: pd.DataFrame, metric: str) -> pd.Series:
+    cols = [c for c in w.columns if c.startswith("node:") and c.endswith(":" + metric)]
+    return w[cols].max(axis=1) if cols else pd.Series(np.nan, index=w.index)
+
+
+def _mem_min_share(w: pd.DataFrame) -> pd.Series:
+    out = pd.Series(np.nan, index=w.index)
+    for c in [c for c in w.columns if c.startswith("node:") and c.endswith(":mem_available_bytes")]:
+        used = c.replace(":mem_available_bytes", ":mem_used_bytes")
+        if used in w:
+            share = w[c] / (w[c] + w[used])
+            out = pd.concat([out, share], axis=1).min(axis=1)
+    return out
+
+
+def step_of(window_ns: np.ndarray, steps: list[dict], length_ns: int = 1_000_000_000) -> np.ndarray:
+    """Index of the pace step holding each window's middle (-1 outside every step)."""
+    mid = np.asarray(window_ns) + length_ns // 2
+    idx = np.full(len(mid), -1)
+    for i, s in enumerate(steps):
+        idx[(mid >= s["start_ns"]) & (mid < s["end_ns"])] = i
+    return idx
+
+
+def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000) -> pd.DataFrame:
+    """One row per settled window with sends: its signals, state and the reasons for it."""
+    if w.empty or "sent" not in w:
+        return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
+    w = w.sort_values("window_ns").reset_index(drop=True)
+    settled = w.iloc[: max(len(w) - SETTLE_WINDOWS, 0)]
+    w = settled[settled["sent"] > 0].copy()
+    if w.empty:
+        return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
+    t = w["window_ns"].to_numpy()
+    w["step"] = step_of(t, steps, window_ns)
+    sent, recv = w["sent"].to_numpy(float), w["received"].to_numpy(float)
+    # over two windows: a delivery that crosses a window edge is not a loss
+    w["ratio"] = (recv + np.concatenate(([0.0], recv[:-1]))) / (sent + np.concatenate(([0.0], sent[:-1])))
+    inflight = w["in_flight"].to_numpy(float) if "in_flight" in w else np.zeros(len(w))
+    grown = np.zeros(len(w), bool)
+    grown[2:] = ((inflight[2:] - inflight[:-2] > 0.1 * sent[2:]) & (inflight[2:] > inflight[1:-1]) & (inflight[1:-1] > inflight[:-2])
+                 & (inflight[2:] >= BACKLOG_SECONDS * sent[2:]))
+    w["backlog"] = grown
+    sched = np.array([steps[i]["rate"] if i >= 0 else np.nan for i in w["step"]], float)
+    # only windows wholly inside a step are judged for the generator (the others are partly another step)
+    first_or_last = np.array([i < 0 or t_ < steps[i]["start_ns"] or t_ + window_ns > steps[i]["end_ns"]
+                              for i, t_ in zip(w["step"], t)])
+    w["loadgen_short"] = ~first_or_last & (sent < LOADGEN_SHORT * sched)
+    p99 = w["latency_us_p99"].to_numpy(float) if "latency_us_p99" in w else np.full(len(w), np.nan)
+    base = np.full(len(w), np.nan)
+    for i in range(1, len(steps)):
+        prev = p99[w["step"].to_numpy() == i - 1]
+        prev = prev[~np.isnan(prev)]
+        if len(prev):
+            base[w["step"].to_numpy() == i] = np.median(prev)
+    w["p99_base"] = base
+    w["p99_jump"] = p99 >= P99_JUMP * base
+    w["cpu"] = _node_max(w, "cpu_util").to_numpy()
+    w["mem_share"] = _mem_min_share(w).to_numpy()
+    drops = _node_max(w, "net_rx_drops_per_s").fillna(0) + _node_max(w, "net_tx_drops_per_s").fillna(0)
+    w["net_drops"] = drops.to_numpy()
+    states, reasons = [], []
+    for r in w.itertuples(index=False):
+        why = []
+        gap = bool(getattr(r, "gap", False))
+        sat = r.ratio < SATURATED_RATIO or r.backlog or gap
+        if r.ratio < SATURATED_RATIO:
+            why.append(f"received/sent {r.ratio:.2f}")
+        if r.backlog:
+            why.append(f"in flight growing ({r.in_flight:,.0f})")
+        if gap:
+            why.append("gap: no deliveries")
+        if r.loadgen_short:
+            why.append(f"loadgen sent {r.sent:,.0f}/s of {sched[len(states)]:,.0f}/s")
+        if r.p99_jump:
+            why.append(f"p99 {_fmt_us(r.p99_base)} → {_fmt_us(getattr(r, 'latency_us_p99'))}")
+        if r.cpu == r.cpu and r.cpu >= CPU_HIGH:
+            why.append(f"node cpu {r.cpu:.0%}")
+        if r.mem_share == r.mem_share and r.mem_share < MEM_LOW:
+            why.append(f"memory available {r.mem_share:.0%}")
+        if r.net_drops > 0:
+            why.append(f"network drops {r.net_drops:,.0f}/s")
+        if getattr(r, "oom_kills", 0):
+            why.append(f"OOM kills {r.oom_kills}")
+        if r.loadgen_short and r.ratio >= DEGRADING_RATIO and not r.backlog and not gap:
+            state = "loadgen-bound"
+        elif sat:
+            state = "saturated"
+        elif why or r.ratio < DEGRADING_RATIO:
+            state = "degrading"
+            if r.ratio < DEGRADING_RATIO and not any(x.startswith("received/sent") for x in why):
+                why.insert(0, f"received/sent {r.ratio:.2f}")
+        else:
+            state = "ok"
+        states.append(state)
+        reasons.append(why)
+    w["state"] = states
+    w["reasons"] = reasons
+    return w
+
+
+def _fmt_us(us) -> str:
+    if us is None or us != us:
+        return "–"
+    return f"{us / 1000:.0f} ms" if us >= 10_000 else f"{us / 1000:.1f} ms"
+
+
+def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, step_figures=None,
+            latency_bound_us: float = DEFAULT_LATENCY_BOUND_US) -> dict:
+    """The run's verdict: current state, where saturation began (with evidence), per-step profile and knee.
+
+    ``step_figures(start_ns, end_ns)`` gives exact figures over a step (counts and merged percentiles);
+    without it the step table is built from the windows.
+    """
+    a = assess_windows(w, steps, window_ns)
+    out = {"state": "ok" if a.empty else a["state"].iloc[-1], "saturated_at": None, "knee": None, "steps": [],
+           "message": "no settled windows yet" if a.empty else "", "latency_bound_us": latency_bound_us}
+    if a.empty:
+        return out
+    sat = (a["state"] == "saturated").to_numpy()
+    run = np.convolve(sat.astype(int), np.ones(CONFIRM_WINDOWS, int), "valid") == CONFIRM_WINDOWS
+    first = int(np.flatnonzero(run)[0]) if run.any() else None
+    if first is not None:
+        r = a.iloc[first]
+        step = int(r["step"])
+        ev = list(r["reasons"])
+        out["saturated_at"] = {"window_ns": int(r["window_ns"]), "step": step + 1 if step >= 0 else None,
+                               "rate": steps[step]["rate"] if step >= 0 else None, "evidence": ev}
+        where = f"step {step + 1} ({steps[step]['rate']:,.0f}/s)" if step >= 0 else "t=" + str(int(r["window_ns"]))
+        out["message"] = f"saturated at {where}: " + ", ".join(ev)
+    elif (a["state"] == "loadgen-bound").sum() >= CONFIRM_WINDOWS:
+        lb = a[a["state"] == "loadgen-bound"].iloc[0]
+        out["message"] = "loadgen-bound: " + ", ".join(lb["reasons"]) + " (the generator, not the SUT, is the limit)"
+        out["loadgen_bound_at"] = {"window_ns": int(lb["window_ns"]), "step": int(lb["step"]) + 1 if lb["step"] >= 0 else None}
+    else:
+        out["message"] = {"ok": "ok", "degrading": "degrading: " + ", ".join(a["reasons"].iloc[-1])}.get(out["state"], out["state"])
+    sat_step = out["saturated_at"]["step"] if out["saturated_at"] else None
+    for i, s in enumerate(steps):
+        in_step = a[a["step"] == i]
+        if step_figures is not None:
+            f = step_figures(s["start_ns"], s["end_ns"])
+        else:
+            f = {"sent": int(in_step["sent"].sum()), "received": int(in_step["received"].sum()),
+                 "latency_us": {"p50": None, "p99": float(in_step["latency_us_p99"].median()) if len(in_step) else None}}
+        secs = (s["end_ns"] - s["start_ns"]) / 1e9
+        states = in_step["state"].tolist()
+        state = max(states, key=STATES.index) if states else None
+        if state == "saturated" and states.count("saturated") < CONFIRM_WINDOWS:
+            state = "degrading"
+        row = {"step": i + 1, "rate": s["rate"], "start_ns": s["start_ns"], "end_ns": s["end_ns"],
+               "sent_per_s": f["sent"] / secs, "received_per_s": f["received"] / secs,
+               "success_ratio": f["received"] / f["sent"] if f["sent"] else None,
+               "p50_us": f["latency_us"].get("p50"), "p99_us": f["latency_us"].get("p99"), "state": state}
+        out["steps"].append(row)
+    for row in out["steps"]:
+        if sat_step is not None and row["step"] >= sat_step:
+            break
+        if row["success_ratio"] is not None and row["success_ratio"] >= KNEE_RATIO and row["p99_us"] is not None \
+                and row["p99_us"] <= latency_bound_us and row["state"] in ("ok", "degrading") \
+                and (out["knee"] is None or row["rate"] > out["knee"]["rate"]):
+            out["knee"] = {"step": row["step"], "rate": row["rate"], "p99_us": row["p99_us"]}
+    return out

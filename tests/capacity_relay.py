@@ -1,0 +1,67 @@
+"""A system under test of known capacity, for the saturation tests: a CloudEvents relay.
+
+    python tests/capacity_relay.py PORT TARGET_URL [--capacity N] [--delay S]
+
+Answers each POST with 202 (after ``--delay`` seconds), queues the event, and forwards the
+queue to TARGET_URL (the HTTP receiver agent) at most ``--capacity`` events a second, like a
+broker whose dispatcher has a fixed throughput: beyond it, a backlog builds up.
+"""
+import argparse
+import asyncio
+import collections
+import time
+
+import aiohttp
+from aiohttp import web
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("port", type=int)
+    ap.add_argument("target")
+    ap.add_argument("--capacity", type=float, default=0, help="events/s forwarded at most (0: no limit)")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds before answering 202")
+    a = ap.parse_args()
+    queue: collections.deque = collections.deque()
+    wake = asyncio.Event()
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.read()
+        queue.append(({k: v for k, v in request.headers.items() if k.lower().startswith("ce-")}, body))
+        wake.set()
+        if a.delay:
+            await asyncio.sleep(a.delay)
+        return web.Response(status=202)
+
+    async def post(session, headers, body) -> None:
+        async with session.post(a.target, data=body, headers=headers) as r:
+            await r.read()
+
+    async def forward() -> None:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=32)) as session:
+            credit, last = 0.0, time.monotonic()
+            while True:
+                if not queue:
+                    wake.clear()
+                    await wake.wait()
+                now = time.monotonic()
+                credit = min(credit + (now - last) * a.capacity, max(a.capacity / 10, 1)) if a.capacity else len(queue)
+                last = now
+                batch = []
+                while queue and credit >= 1:
+                    batch.append(queue.popleft())
+                    credit -= 1
+                if batch:
+                    await asyncio.gather(*(post(session, h, b) for h, b in batch))
+                await asyncio.sleep(0.01)
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", a.port).start()
+    await forward()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

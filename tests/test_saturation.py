@@ -1,0 +1,196 @@
+"""Saturation rules on window tables of known shape (pure: no broker, no Spark)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from streaming import saturation
+
+NS = 1_000_000_000
+
+
+def steps_of(rates, seconds=4):
+    return [{"rate": r, "start_ns": i * seconds * NS, "end_ns": (i + 1) * seconds * NS} for i, r in enumerate(rates)]
+
+
+def windows(sent, received, p99_ms=None, gap=None, **node):
+    sent, received = np.asarray(sent, float), np.asarray(received, float)
+    w = pd.DataFrame({"window_ns": np.arange(len(sent)) * NS, "sent": sent, "received": received,
+                      "in_flight": np.cumsum(sent - received), "gap": gap if gap is not None else np.zeros(len(sent), bool),
+                      "latency_us_p99": np.asarray(p99_ms if p99_ms is not None else [5.0] * len(sent)) * 1000,
+                      "oom_kills": 0})
+    for name, values in node.items():
+        w[f"node:n1:{name}"] = values
+    return w
+
+
+def test_capacity_250_saturates_at_the_300_step_and_the_knee_is_200():
+    steps = steps_of([100, 200, 300, 400])
+    sent = np.repeat([100, 200, 300, 400], 4)
+    recv = np.minimum(sent, 250)
+    v = saturation.verdict(windows(sent, recv), steps + [], NS)
+    at = v["saturated_at"]
+    assert at["step"] == 3 and at["rate"] == 300 and 8 * NS <= at["window_ns"] <= 11 * NS
+    assert "received/sent 0.83" in at["evidence"] and v["message"].startswith("saturated at step 3 (300/s): ")
+    assert v["knee"]["rate"] == 200
+    assert [s["state"] for s in v["steps"]] == ["ok", "ok", "saturated", "saturated"]
+
+
+def test_nothing_before_the_crossing_step():
+    steps = steps_of([100, 200, 300])
+    sent = np.repeat([100, 200, 300], 4)
+    a = saturation.assess_windows(windows(sent, np.minimum(sent, 250)), steps, NS)
+    assert (a.loc[a["window_ns"] < 8 * NS, "state"] == "ok").all()
+
+
+def test_loadgen_short_of_its_schedule_is_loadgen_bound_not_saturation():
+    steps = steps_of([1000, 2000], seconds=6)
+    sent = np.repeat([1000, 1200], 6)  # the generator cannot do 2,000/s
+    v = saturation.verdict(windows(sent, sent), steps, NS)
+    assert v["saturated_at"] is None and v["message"].startswith("loadgen-bound: loadgen sent 1,200/s of 2,000/s")
+    assert v["steps"][1]["state"] == "loadgen-bound" and v["knee"]["rate"] == 1000
+
+
+def test_gap_p99_jump_and_node_pressure_are_evidence():
+    steps = steps_of([100, 100], seconds=6)
+    sent = [100] * 12
+    p99 = [5] * 6 + [5, 50, 50, 5, 5, 5]
+    gap = np.array([False] * 9 + [True, True, False])
+    recv = [100] * 9 + [0, 0, 100]
+    w = windows(sent, recv, p99_ms=p99, gap=gap, cpu_util=[0.5] * 7 + [0.99] * 5)
+    a = saturation.assess_windows(w, steps, NS)
+    row = a.set_index("window_ns")
+    assert row.loc[7 * NS, "state"] == "degrading" and "p99 5.0 ms → 50 ms" in row.loc[7 * NS, "reasons"]
+    assert "node cpu 99%" in row.loc[7 * NS, "reasons"]
+    assert row.loc[9 * NS, "state"] == "saturated" and "gap: no deliveries" in row.loc[9 * NS, "reasons"]
+
+
+def test_unsettled_windows_are_not_judged():
+    steps = steps_of([100], seconds=10)
+    sent = [100] * 10
+    recv = [100] * 8 + [10, 10]  # the last two are still arriving
+    v = saturation.verdict(windows(sent, recv), steps, NS)
+    assert v["state"] == "ok" and v["saturated_at"] is None
+
+
+def test_empty_is_no_verdict_yet():
+    assert saturation.verdict(pd.DataFrame(), [], NS)["message"] == "no settled windows yet"
+
+
+@pytest.mark.parametrize("ratio,state", [(1.0, "ok"), (0.98, "ok"), (0.95, "degrading"), (0.85, "saturated")])
+def test_ratio_thresholds(ratio, state):
+    sent = np.array([1000.0] * 6)
+    a = saturation.assess_windows(windows(sent, sent * ratio)[["window_ns", "sent", "received", "gap", "latency_us_p99"]]
+                                  .assign(in_flight=0), steps_of([1000], 6), NS)
+    assert set(a["state"]) == {state}
+
+
+# --- with real parts: a relay of known capacity between the load generator and the receiver -----
+
+def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=()):
+    """Receiver <- relay <- load generator, the streaming job live; the run's summary."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, create_topic, free_port, job_command, job_env
+    from stack.__main__ import stop_process, wait_port
+
+    topic = f"tel-{run_id}"
+    create_topic(broker, topic)
+    recv_port, relay_port = free_port(), free_port()
+    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
+    procs = []
+    try:
+        procs.append(subprocess.Popen([sys.executable, "-m", "agents.receiver", "http", "--listen", f"127.0.0.1:{recv_port}",
+                                       "--telemetry-bootstrap", broker, "--telemetry-topic", topic,
+                                       "--spool-dir", str(tmp_path / "spool")],
+                                      cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        procs.append(subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "capacity_relay.py"), str(relay_port),
+                                       f"http://127.0.0.1:{recv_port}/", *relay_args],
+                                      cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        job = subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", broker, "--topic", topic, "--checkpoints",
+                                           str(tmp_path), "--drop-timeout", "10s"),
+                               cwd=ROOT, env=job_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        procs.append(job)
+        assert wait_port(recv_port, 30) and wait_port(relay_port, 30)
+        from test_ui import wait_for_first_batch
+
+        wait_for_first_batch(broker, topic, run_id, tmp_path / run_id / "batches")
+        lg = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--quiet", "--pace", pace, "--target",
+                             f"http://127.0.0.1:{relay_port}/", "--run", run_id, "--out", str(tmp_path / "lg"),
+                             "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--workers", "1", *attack_args],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        assert lg.returncode == 0, lg.stderr
+        assert job.wait(120) == 0
+        return json.load(open(tmp_path / run_id / "summary.json"))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                stop_process(p, wait_s=30, group=True)
+
+
+@pytest.mark.integration
+def test_real_sut_of_capacity_250_saturates_at_the_300_step(broker, tmp_path):
+    s = _saturation_run(broker, tmp_path, "capacity", "100:5,200:5,300:5,400:5", ["--capacity", "250"])
+    v = s["verdict"]
+    steps = {r["step"]: r for r in v["steps"]}
+    at = v["saturated_at"]
+    assert at is not None and at["step"] == 3 and at["rate"] == 300, v
+    assert steps[3]["start_ns"] <= at["window_ns"] <= steps[3]["start_ns"] + 3 * NS  # within 3 s of the crossing step
+    assert steps[1]["state"] in ("ok", "degrading") and steps[2]["state"] in ("ok", "degrading")  # not before
+    assert v["knee"]["rate"] in (200, 300)  # truth 250/s: the knee is the 200/s step, within one step
+    assert 230 <= steps[4]["received_per_s"] <= 270  # the relay's capacity shows as the received rate
+
+
+@pytest.mark.integration
+def test_a_generator_short_of_its_schedule_is_loadgen_bound(broker, tmp_path):
+    # 4 requests in flight against 50 ms answers: the generator tops out near 80/s; the SUT keeps up
+    s = _saturation_run(broker, tmp_path, "lgbound", "40:5,200:5", ["--delay", "0.05"], ["--max-inflight", "4"])
+    v = s["verdict"]
+    assert v["saturated_at"] is None, v
+    assert v["loadgen_bound_at"]["step"] == 2 and v["message"].startswith("loadgen-bound"), v
+    assert [r["state"] for r in v["steps"]] == ["ok", "loadgen-bound"]
+
+
+# --- thresholds (pure) ------------------------------------------------------------------------------
+
+from loadgen.thresholds import Sustained, Threshold, run_value  # noqa: E402
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("p99>500ms", ("p99", ">", 500_000, 0)),
+    ("p99 > 2s for 10s", ("p99", ">", 2_000_000, 10)),
+    ("mean>=800us", ("mean", ">=", 800, 0)),
+    ("success<99%", ("success", "<", 0.99, 0)),
+    ("success<0.995", ("success", "<", 0.995, 0)),
+    ("loss>0.1%", ("loss", ">", 0.001, 0)),
+    ("errors>0 for 5s", ("errors", ">", 0, 5)),
+    ("rate<4900", ("rate", "<", 4900, 0)),
+])
+def test_threshold_syntax(text, expected):
+    t = Threshold.parse(text)
+    assert (t.metric, t.op, t.limit, t.for_s) == expected
+
+
+@pytest.mark.parametrize("text", ["p99", "p99>", "p98>5ms", "rate<5ms", "p99>5ms for soon", "p99>5ms for 0s", "loss>1% for 5s"])
+def test_threshold_refused(text):
+    with pytest.raises(ValueError):
+        Threshold.parse(text)
+
+
+def test_sustained_needs_consecutive_seconds():
+    w = Sustained(Threshold.parse("p99>100ms for 3s"))
+    seconds = [150e3, 150e3, 50e3, 150e3, 150e3, 150e3, 150e3]
+    crossed = [w.feed(s, v) for s, v in enumerate(seconds)]
+    assert crossed == [False, False, False, False, False, True, True] and w.crossed_at == 5
+
+
+def test_run_values_and_missing_figures():
+    figs = {"latency_us": {"p99": 1200.0}, "success_ratio": 0.98, "rate_per_sec": 4999.0, "errors": {"timeout": 3}}
+    assert run_value(Threshold.parse("p99>1ms"), figs) == 1200.0
+    assert run_value(Threshold.parse("errors>0"), figs) == 3
+    assert run_value(Threshold.parse("loss>0.1%"), figs, {"loss_ratio": 0.002}) == 0.002
+    assert Threshold.parse("loss>0.1%").holds(None)  # not measured is not a pass
