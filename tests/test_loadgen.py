@@ -85,7 +85,8 @@ def test_paced_steps_produce_each_steps_rate(sink, broker, tmp_path):
     proc = attack("--pace", "500:3,1500:3", "--target", url, "--run", "paced", "--out", str(tmp_path), "--no-telemetry")
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["requests"] == 500 * 3 + 1500 * 3
+    # sends still due when the schedule ends are not sent late (as in vegeta): a loaded machine may miss a few
+    assert 0 <= 500 * 3 + 1500 * 3 - report["requests"] <= 30
     per_second = [iv["sent"] for iv in report["intervals"]][:6]
     assert all(abs(n - 500) <= 25 for n in per_second[:3]) and all(abs(n - 1500) <= 75 for n in per_second[3:6]), per_second
 
