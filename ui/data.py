@@ -113,34 +113,13 @@ class RunView:
         return (np.asarray(at_ns, dtype=np.int64) - self.t0_ns) / NS if not np.isscalar(at_ns) else (at_ns - self.t0_ns) / NS
 
 
-def _run_start(windows_events: pd.DataFrame) -> tuple[int | None, dict]:
-    if windows_events.empty or not (windows_events["kind"] == "run_start").any():
-        return None, {}
-    starts = windows_events[windows_events["kind"] == "run_start"].sort_values("at_ns")
-    try:
-        config = json.loads(starts["config"].dropna().iloc[0]) if starts["config"].notna().any() else {}
-    except (ValueError, TypeError):
-        config = {}
-    return int(starts["at_ns"].iloc[0]), config if isinstance(config, dict) else {}
-
-
-def pace_steps(config: dict) -> list[PaceStep]:
-    """The schedule's steps from the run's configuration (``pace`` as the load generator describes it)."""
-    from loadgen.pacer import Schedule
-
-    pace = config.get("pace")
-    if not pace:
-        return []
-    try:
-        sched = Schedule.parse(str(pace))
-    except (ValueError, TypeError):
-        return []
-    out, t = [], 0.0
-    for i, step in enumerate(sched.steps):
-        dur = step.duration_ns / NS
-        r0, r1 = step.rate_per_sec, step.final_rate_per_sec
-        out.append(PaceStep(i + 1, t, t + dur, float(r0), f"{r0:,.0f}" + (f"→{r1:,.0f}" if r1 != r0 else "") + "/s"))
-        t += dur
+def pace_steps(events: pd.DataFrame, t0_ns: int) -> list[PaceStep]:
+    """The schedule's steps (``results.pace_steps``: aligned to the schedule's exact start), in seconds since t0."""
+    out = []
+    for i, st in enumerate(results.pace_steps(events)):
+        r0, r1 = st["rate"], st["end_rate"]
+        out.append(PaceStep(i + 1, (st["start_ns"] - t0_ns) / NS, (st["end_ns"] - t0_ns) / NS, r0,
+                            f"{r0:,.0f}" + (f"→{r1:,.0f}" if r1 != r0 else "") + "/s"))
     return out
 
 
@@ -159,14 +138,14 @@ def load_run(path: str) -> RunView:
         return RunView(run_id, path, False, "waiting for data: no telemetry for this run yet")
     events = results.load_partials(path, "events")
     summary = results.summarize(path, windows)
-    start_ns, config = _run_start(events)
+    start_ns = summary.get("started_at_ns")
     window_ns = int(cfg["window_ns"])
     t0 = (start_ns // window_ns * window_ns) if start_ns is not None else int(windows["window_ns"].min())
-    view = RunView(run_id, path, True, windows=windows, summary=summary, config=config, t0_ns=t0, window_ns=window_ns,
-                   finished=summary.get("state") == "finished")
+    view = RunView(run_id, path, True, windows=windows, summary=summary, config=results.run_configuration(events), t0_ns=t0,
+                   window_ns=window_ns, finished=summary.get("state") == "finished")
     view.oom = summary.get("oom_events", [])
     view.gaps = summary.get("gaps", [])
-    view.steps = pace_steps(config)
+    view.steps = pace_steps(events, t0)
     if "last_written_ns" in windows:
         lw = windows["last_written_ns"].dropna()
         view.newest_written_ns = int(lw.max()) if len(lw) else None
@@ -288,16 +267,12 @@ def vegeta_text(view: RunView) -> str:
 
 
 def step_table(view: RunView) -> pd.DataFrame:
-    """Per pace step: achieved sent/received rates, loss and exact latency percentiles."""
-    rows = []
-    for st in view.steps:
-        f = range_figures(view, st.start_s, st.end_s)
-        secs = st.end_s - st.start_s
-        rows.append({"step": st.index, "pace": st.label, "from_s": st.start_s, "to_s": st.end_s,
-                     "sent_per_s": f["sent"] / secs if secs else None, "received_per_s": f["received"] / secs if secs else None,
-                     "loss": f["loss_ratio"], "p50_ms": _ms(f["latency_us"]["p50"]), "p99_ms": _ms(f["latency_us"]["p99"]),
-                     "max_ms": _ms(f["latency_us"]["max"])})
-    return pd.DataFrame(rows)
+    """Per pace step, the saturation verdict's profile (exact figures): achieved rates, success, p50/p99, state."""
+    rows = (view.summary.get("verdict") or {}).get("steps") or []
+    return pd.DataFrame([{"step": r["step"], "pace": st.label, "from_s": st.start_s, "to_s": st.end_s,
+                          "sent_per_s": r["sent_per_s"], "received_per_s": r["received_per_s"],
+                          "success": r["success_ratio"], "p50_ms": _ms(r["p50_us"]), "p99_ms": _ms(r["p99_us"]),
+                          "state": r["state"]} for r, st in zip(rows, view.steps)])
 
 
 def _ms(us):
