@@ -26,6 +26,7 @@ import threading
 import time
 
 from agents import contract
+from agents.units import split_host_port
 
 DEFAULT_REFERENCE = "127.0.0.1:19123"
 _REQUEST = struct.Struct("!qQ")      # t0, nonce
@@ -33,10 +34,7 @@ _REPLY = struct.Struct("!qQqq")      # t0, nonce, t1, t2
 
 
 def split_address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"bad clock address {text!r}: use HOST:PORT")
-    return host, int(port)
+    return split_host_port(text, "clock address", DEFAULT_REFERENCE)
 
 
 class ClockReference:

@@ -31,6 +31,7 @@ import sys
 import time
 
 from agents import clock, contract, http_receiver
+from agents.units import split_host_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_HEADER = "fw_run"
@@ -150,17 +151,9 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _listen_address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"bad --listen {text!r}: use HOST:PORT, e.g. 127.0.0.1:18080")
-    return host, int(port)
-
-
 def _reachable(host_port: str, timeout_s: float = 3.0) -> bool:
-    host, _, port = host_port.strip().rpartition(":")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        socket.create_connection(split_host_port(host_port, "broker"), timeout=timeout_s).close()
         return True
     except (OSError, ValueError):
         return False
@@ -185,7 +178,7 @@ def _report_clock(writer, agent: str, reference: str, log) -> None:
 
 def main_http(a, log=print) -> int:
     try:
-        host, port = _listen_address(a.listen)
+        host, port = split_host_port(a.listen, "--listen")
     except ValueError as e:
         print(f"receiver: error: {e}", file=sys.stderr)
         return 2

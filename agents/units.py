@@ -1,4 +1,5 @@
-"""Durations as every flightwatch command line spells them: 500ms, 30s, 2m, 1.5s (a bare number is seconds)."""
+"""Durations and addresses as every flightwatch command line spells them: 500ms, 30s, 2m, 1.5s (a bare
+number is seconds); HOST:PORT."""
 from __future__ import annotations
 
 import re
@@ -13,3 +14,11 @@ def parse_duration_ns(text: str) -> int:
     if not m:
         raise ValueError(f"bad duration {text!r}: use e.g. 500ms, 30s, 2m")
     return int(float(m.group(1)) * UNITS_NS[m.group(2) or "s"])
+
+
+def split_host_port(text: str, what: str = "address", example: str = "127.0.0.1:18080") -> tuple[str, int]:
+    """'HOST:PORT' to (host, port); ValueError naming ``what`` otherwise."""
+    host, _, port = str(text).strip().rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad {what} {text!r}: use HOST:PORT, e.g. {example}")
+    return host, int(port)
