@@ -165,15 +165,15 @@ def _telemetry_producer(bootstrap: str):
     return KafkaProducer(bootstrap_servers=bootstrap.split(","), linger_ms=5)
 
 
-def _report_clock(writer, agent: str, reference: str, log) -> None:
-    """Estimate this host's clock offset against the reference and write it as a clock record."""
+def _report_clock(write, agent: str, reference: str, log) -> None:
+    """Estimate this host's clock offset against the reference; ``write`` the clock record (or log why not)."""
     if reference == "none":
         return
     rec = clock.estimate_record(reference, agent)
     if rec is None:
-        log(f"{agent}: clock reference {reference} not answering; clock offset not reported")
+        log(f"{agent}: clock reference {reference} not answering; clock offset not reported", flush=True)
     else:
-        writer.write(rec)
+        write(rec)
 
 
 def main_http(a, log=print) -> int:
@@ -209,9 +209,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=print)
         pass
 
     def report_clock() -> None:
-        rec = None if a.clock_reference == "none" else clock.estimate_record(a.clock_reference, agent)
-        if rec is not None:
-            spool.append(contract.encode([rec]).decode())
+        _report_clock(lambda rec: spool.append(contract.encode([rec]).decode()), agent, a.clock_reference, log)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -317,7 +315,7 @@ def main_kafka(a) -> int:
         while not stopping:
             receiver.poll_once(offsets)
             if time.monotonic() - last_clock >= 30:
-                _report_clock(writer, a.agent, a.clock_reference, print)
+                _report_clock(writer.write, a.agent, a.clock_reference, print)
                 last_clock = time.monotonic()
             if time.monotonic() - last >= 10:
                 c = writer.counters()
