@@ -255,11 +255,12 @@ def pace_steps(events: pd.DataFrame) -> list[dict]:
     return out
 
 
-def run_verdict(root: str, windows: pd.DataFrame, events: pd.DataFrame, hists: pd.DataFrame | None = None) -> dict:
+def run_verdict(root: str, windows: pd.DataFrame, events: pd.DataFrame, hists: pd.DataFrame | None = None,
+                cfg: dict | None = None) -> dict:
     """The saturation verdict and scalability profile (``streaming.saturation``) with exact per-step figures."""
     from streaming import saturation
 
-    cfg = run_config(root)
+    cfg = run_config(root) if cfg is None else cfg
     steps = pace_steps(events)
     h = load_partials(root, "hists") if hists is None else hists
     counts = windows.set_index("window_ns")
@@ -336,7 +337,7 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
         "oom_kills_by_source": by_source,
         "container_restarts": _records(events, "restart", ["at_ns", "where", "reason", "count"]),
         "clock_offsets": clock_offsets(events),
-        "verdict": run_verdict(root, windows, events, hists),
+        "verdict": run_verdict(root, windows, events, hists, cfg),
         "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,
         "num_batches": int(len(batches)),
     }
