@@ -179,7 +179,8 @@ def test_a_generator_short_of_its_schedule_is_loadgen_bound(broker, tmp_path):
     v = s["verdict"]
     assert v["saturated_at"] is None, v
     assert v["loadgen_bound_at"]["step"] == 2 and v["message"].startswith("loadgen-bound"), v
-    assert [r["state"] for r in v["steps"]] == ["ok", "loadgen-bound"]
+    # step 1 is not the limit (at 40/s one delivery across a window edge can read as degrading, as in the capacity test)
+    assert v["steps"][0]["state"] in ("ok", "degrading") and v["steps"][1]["state"] == "loadgen-bound"
 
 
 # --- thresholds (pure) ------------------------------------------------------------------------------
