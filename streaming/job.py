@@ -217,7 +217,7 @@ def run_query(spark, cfg: JobConfig, log=print) -> bool:
     from streaming.sinks import RunStore
 
     finished = threading.Event()
-    store = RunStore(cfg.run_dir, cfg.engine, on_finished=finished.set, log=log)
+    store = RunStore(cfg.run_dir, cfg.engine, on_finished=finished.set, log=log, live_verdict=True)
 
     def sink(batch_df, batch_id: int) -> None:
         result = store.process_batch(batch_df.toArrow(), batch_id)
@@ -238,6 +238,9 @@ def run_query(spark, cfg: JobConfig, log=print) -> bool:
     except KeyboardInterrupt:
         log("stopping (the run can be resumed with the same command)")
         query.stop()
+    finally:
+        if store.verdict is not None and not finished.is_set():
+            store.verdict.close()
     if query.exception():
         raise RuntimeError(str(query.exception()))
     return finished.is_set()

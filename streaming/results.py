@@ -276,6 +276,23 @@ def run_verdict(root: str, windows: pd.DataFrame, events: pd.DataFrame, hists: p
                               cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US))
 
 
+def live_verdict(root: str) -> dict | None:
+    """The verdict over the windows written so far (what the job publishes after each batch); None before data."""
+    windows = load_windows(root, encode_hdr=False)
+    if windows.empty or "sent" not in windows:
+        return None
+    return run_verdict(root, windows, load_partials(root, "events"))
+
+
+def job_verdict(root: str) -> dict | None:
+    """The verdict the streaming job last published for this run (``verdict.json``), if any."""
+    try:
+        with open(os.path.join(root, "verdict.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def _records(events: pd.DataFrame, kind: str, columns: list[str]) -> list[dict]:
     if events.empty:
         return []
@@ -320,9 +337,10 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
     total["oom_kills"] = max(by_source.values(), default=0)
     starts = events[events["kind"] == "run_start"]["at_ns"] if not events.empty else []
     stops = events[events["kind"] == "run_stop"]["at_ns"] if not events.empty else []
+    finished = bool(len(batches) and batches["finished"].any())
     return {
         "run_id": cfg["run_id"],
-        "state": "finished" if len(batches) and bool(batches["finished"].any()) else "running",
+        "state": "finished" if finished else "running",
         "started_at_ns": int(min(starts)) if len(starts) else None,
         "stopped_at_ns": int(max(stops)) if len(stops) else None,
         "num_windows": int(len(windows)),
@@ -337,7 +355,8 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
         "oom_kills_by_source": by_source,
         "container_restarts": _records(events, "restart", ["at_ns", "where", "reason", "count"]),
         "clock_offsets": clock_offsets(events),
-        "verdict": run_verdict(root, windows, events, hists, cfg),
+        # while live, the job's own verdict (one detector for the UI, the CLI and CI); at the end, recomputed here
+        "verdict": (live if not finished and (live := job_verdict(root)) else run_verdict(root, windows, events, hists, cfg)),
         "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,
         "num_batches": int(len(batches)),
     }

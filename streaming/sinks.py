@@ -8,6 +8,7 @@ Layout (all Parquet/JSON, readable while the job writes):
     quarantine/batch-N.parquet  the records batch N set aside, with reason and raw text
     batches/batch-N.json        batch N's bookkeeping; written last, it marks N as complete
     state/snap-N/               the engine state after batch N (every few batches)
+    verdict.json                the saturation detector's live verdict, rewritten after every batch
     windows.parquet, summary.json   final results, written when the run is finished
 
 Exactly once: Spark re-runs an unfinished batch with the same offsets and the same ID;
@@ -22,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 
@@ -92,16 +94,72 @@ class RunPaths:
         return os.path.join(self.root, "run.json")
 
 
+class LiveVerdict:
+    """The saturation detector, run by the job after every batch: ``verdict.json`` and a log line per change.
+
+    It runs on a thread of its own so a batch never waits for it; batches that complete while it
+    computes are folded into its next pass. The UI, ``loadgen`` and CI read this one file while
+    the run is live; the final verdict is the summary's, computed from the same windows.
+    """
+
+    def __init__(self, root: str, log=print) -> None:
+        self.root, self.log = root, log
+        self.path = os.path.join(root, "verdict.json")
+        self._poke = threading.Event()
+        self._stop = threading.Event()
+        self._batch = -1
+        self._said: tuple | None = None
+        self._thread = threading.Thread(target=self._loop, name="flightwatch-verdict", daemon=True)
+        self._thread.start()
+
+    def poke(self, batch_id: int) -> None:
+        self._batch = batch_id
+        self._poke.set()
+
+    def close(self, final: dict | None = None, batch_id: int | None = None) -> None:
+        self._stop.set()
+        self._poke.set()
+        self._thread.join(30)
+        if final is not None:
+            self._publish(final, self._batch if batch_id is None else batch_id)
+
+    def _loop(self) -> None:
+        from streaming import results
+
+        while True:
+            self._poke.wait()
+            if self._stop.is_set():
+                return
+            self._poke.clear()
+            batch = self._batch
+            try:
+                v = results.live_verdict(self.root)
+            except Exception as e:  # noqa: BLE001 - a reader racing a batch being written: the next pass retries
+                self.log(f"verdict: not computed after batch {batch} ({type(e).__name__}: {e})")
+                continue
+            if v is not None:
+                self._publish(v, batch)
+
+    def _publish(self, v: dict, batch: int) -> None:
+        write_json(self.path, dict(v, batch_id=batch, computed_at_ns=time.time_ns()))
+        said = (v.get("state"), bool(v.get("saturated_at")), bool(v.get("loadgen_bound_at")), (v.get("knee") or {}).get("rate"))
+        if said != self._said and v.get("message") not in (None, "", "no settled windows yet"):
+            self._said = said
+            knee = v.get("knee")
+            self.log(f"verdict after batch {batch}: {v['message']}" + (f"; knee {knee['rate']:,.0f}/s" if knee else ""))
+
+
 class RunStore:
     """The foreachBatch sink of one run: recovers engine state, applies a batch, writes its partials."""
 
-    def __init__(self, root: str, cfg: engine.EngineConfig, on_finished=None, log=print) -> None:
+    def __init__(self, root: str, cfg: engine.EngineConfig, on_finished=None, log=print, live_verdict: bool = False) -> None:
         self.paths = RunPaths(root)
         self.cfg = cfg
         self.on_finished = on_finished
         self.log = log
         self.state: engine.EngineState | None = None
         self.next_batch: int | None = None
+        self.verdict = LiveVerdict(root, log) if live_verdict else None
         os.makedirs(root, exist_ok=True)
         write_json(self.paths.run_file, {"run_id": cfg.run_id, "window_ns": cfg.window_ns,
                                          "drop_timeout_ns": cfg.drop_timeout_ns,
@@ -169,7 +227,12 @@ class RunStore:
 
             windows = results.load_windows(self.paths.root)
             write_parquet(self.paths.windows_file, windows)
-            write_json(self.paths.summary_file, results.summarize(self.paths.root, windows))
+            summary = results.summarize(self.paths.root, windows)
+            write_json(self.paths.summary_file, summary)
+            if self.verdict is not None:
+                self.verdict.close(summary.get("verdict"), batch_id)
             if self.on_finished:
                 self.on_finished()
+        elif self.verdict is not None:
+            self.verdict.poke(batch_id)
         return result

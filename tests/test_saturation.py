@@ -113,9 +113,10 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=()):
         procs.append(subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "capacity_relay.py"), str(relay_port),
                                        f"http://127.0.0.1:{recv_port}/", *relay_args],
                                       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        job_log = open(tmp_path / "job.log", "w")
         job = subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", broker, "--topic", topic, "--checkpoints",
                                            str(tmp_path), "--drop-timeout", "10s"),
-                               cwd=ROOT, env=job_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                               cwd=ROOT, env=job_env(), stdout=job_log, stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(job)
         assert wait_port(recv_port, 30) and wait_port(relay_port, 30)
         from test_ui import wait_for_first_batch
@@ -123,17 +124,14 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=()):
         wait_for_first_batch(broker, topic, run_id, tmp_path / run_id / "batches")
         seen, done = {}, threading.Event()
 
-        def watch() -> None:  # what a live reader (the dashboard) sees: when the verdict first says saturated
+        def watch() -> None:  # what every live reader sees: the verdict the job publishes after each batch
             from streaming import results
 
             while not done.is_set():
-                try:
-                    v = results.summarize(str(tmp_path / run_id)).get("verdict") or {}
-                except Exception:  # noqa: BLE001 - a batch being written
-                    v = {}
-                if v.get("saturated_at") and "saturated_ns" not in seen:
-                    seen["saturated_ns"] = time.time_ns()
-                done.wait(0.25)
+                v = results.job_verdict(str(tmp_path / run_id)) or {}
+                if v.get("saturated_at") and "saturated" not in seen:
+                    seen["saturated"] = dict(v, seen_ns=time.time_ns())
+                done.wait(0.05)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -147,6 +145,7 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=()):
         watcher.join(10)
         summary = json.load(open(tmp_path / run_id / "summary.json"))
         summary["seen_live"] = seen
+        summary["job_log"] = (tmp_path / "job.log").read_text()
         return summary
     finally:
         for p in procs:
@@ -165,10 +164,15 @@ def test_real_sut_of_capacity_250_saturates_at_the_300_step(broker, tmp_path):
     assert steps[1]["state"] in ("ok", "degrading") and steps[2]["state"] in ("ok", "degrading")  # not before
     assert v["knee"]["rate"] in (200, 300)  # truth 250/s: the knee is the 200/s step, within one step
     assert 230 <= steps[4]["received_per_s"] <= 270  # the relay's capacity shows as the received rate
-    # reported, not asserted (timing): from the crossing step's start to a live reader seeing the verdict
-    lag_s = (s["seen_live"]["saturated_ns"] - steps[3]["start_ns"]) / NS
+    # live, the job published the same verdict (same window, same step) while the attack ran, and logged it
+    live = s["seen_live"]["saturated"]
+    assert live["saturated_at"]["window_ns"] == at["window_ns"] and live["saturated_at"]["step"] == 3, live
+    assert live["computed_at_ns"] < s["stopped_at_ns"]  # before the load generator stopped: live, not after the fact
+    assert "verdict after batch" in s["job_log"] and "saturated at step 3 (300/s)" in s["job_log"], s["job_log"][-2000:]
+    # reported, not asserted (timing): from the crossing step's start to the job publishing the verdict
+    lag_s = (live["computed_at_ns"] - steps[3]["start_ns"]) / NS
     print(f"\nsaturation: flagged at window +{(at['window_ns'] - steps[3]['start_ns']) / NS:.1f} s of step 3 "
-          f"(event time); a live reader saw the verdict {lag_s:.1f} s after the step began")
+          f"(event time); the job published it {lag_s:.1f} s after the step began (wall clock)")
     assert lag_s > 0  # never before the step that crosses capacity
 
 
