@@ -52,6 +52,22 @@ def parse_duration_s(text: str) -> float:
         raise UsageError(str(e)) from None
 
 
+def _default_shard() -> str:
+    count = os.environ.get("FLIGHTWATCH_SHARDS")
+    return f"{os.environ.get('JOB_COMPLETION_INDEX', '0')}/{count}" if count else "0/1"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    index, _, count = str(text).partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise UsageError(f"bad --shard {text!r}: use INDEX/COUNT, e.g. 0/2") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise UsageError(f"bad --shard {text!r}: INDEX must be 0..COUNT-1 and COUNT >= 1")
+    return i, n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m loadgen", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
@@ -68,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-inflight", type=int, default=1000, help="outstanding sends per worker (default %(default)s)")
     a.add_argument("--timeout", default="30s", help="per-send timeout (default %(default)s)")
     a.add_argument("--run", help="run ID (default: attack-<UTC time>)")
+    a.add_argument("--shard", default=_default_shard(), metavar="INDEX/COUNT",
+                   help="this process is shard INDEX (from 0) of COUNT load generators that split the rate and the "
+                        "pace among them, each with its own sender ID; the run closes once every shard has stopped. "
+                        "Needs --run (the same on every shard). Default 0/1, or JOB_COMPLETION_INDEX/FLIGHTWATCH_SHARDS "
+                        "in a Kubernetes indexed Job")
     a.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
                    help="telemetry broker for send/ack records (default %(default)s)")
     a.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
@@ -109,6 +130,15 @@ def config(a: argparse.Namespace):
         raise UsageError(msg) from None
     if a.payload < 0 or a.workers < 1 or a.max_inflight < 1:
         raise UsageError("--payload must be >= 0, --workers and --max-inflight >= 1")
+    shard, shards = parse_shard(a.shard)
+    if shards > 1 and not a.run:
+        raise UsageError("--shard needs --run: every shard of a run must write the same run ID")
+    if shards > 1 and a.stream and shard != 0:
+        raise UsageError("--stream starts the run's streaming job: give it to shard 0 only")
+    try:
+        schedule = schedule.share(shards)
+    except ValueError as e:
+        raise UsageError(f"--shard {a.shard}: {e}") from None
     run_id = a.run or time.strftime("attack-%Y%m%d-%H%M%S", time.gmtime())
     try:
         thresholds = [Threshold.parse(t, "--fail-on") for t in a.fail_on]
@@ -120,8 +150,9 @@ def config(a: argparse.Namespace):
     cfg = AttackConfig(run_id=run_id, target=target, schedule=schedule, workers=a.workers,
                        max_inflight=a.max_inflight, payload_bytes=a.payload, timeout_s=parse_duration_s(a.timeout),
                        telemetry_bootstrap=None if a.no_telemetry else a.telemetry_bootstrap,
-                       telemetry_topic=a.telemetry_topic)
-    out = a.out or os.path.join(ROOT, "checkpoints", run_id, "loadgen")
+                       telemetry_topic=a.telemetry_topic, sender="loadgen" if shards == 1 else f"loadgen{shard}",
+                       shard=shard, shards=shards)
+    out = a.out or os.path.join(ROOT, "checkpoints", run_id, "loadgen" if shards == 1 else f"loadgen{shard}")
     return cfg, (thresholds, aborts), out
 
 
@@ -184,7 +215,7 @@ def start_job(cfg):
     deadline = time.monotonic() + 120
     batches = os.path.join(run_dir, "batches")
     while time.monotonic() < deadline and job.poll() is None:
-        _telemetry_marker(cfg, contract.Heartbeat(cfg.run_id, "loadgen", time.time_ns()))
+        _telemetry_marker(cfg, contract.Heartbeat(cfg.run_id, cfg.sender, time.time_ns()))
         if os.path.isdir(batches) and os.listdir(batches):
             break
         time.sleep(1.0)
@@ -257,7 +288,7 @@ def _report_clock(cfg) -> None:
     reference = os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE)
     if not cfg.telemetry_bootstrap or reference == "none":
         return
-    rec = clock.estimate_record(reference, "loadgen", samples=8)
+    rec = clock.estimate_record(reference, cfg.sender, samples=8)
     if rec is not None:
         _telemetry_marker(cfg, rec)
 
@@ -277,10 +308,13 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
           f"({cfg.schedule.total_hits:,} events, {cfg.workers} workers)", flush=True)
     run_config = {"target": str(cfg.target), "pace": cfg.schedule.describe(), "workers": cfg.workers,
                   "payload_bytes": cfg.payload_bytes, "max_inflight": cfg.max_inflight}
-    _telemetry_marker(cfg, contract.RunStart(cfg.run_id, "loadgen", time.time_ns(), config=json.dumps(run_config)))
+    if cfg.shards > 1:  # the run's pace is the sum of the shards'; the job waits for every shard's stop
+        run_config.update(pace=cfg.schedule.share(1.0 / cfg.shards).describe(), shard=cfg.shard, shards=cfg.shards,
+                          shard_pace=cfg.schedule.describe())
+    _telemetry_marker(cfg, contract.RunStart(cfg.run_id, cfg.sender, time.time_ns(), config=json.dumps(run_config)))
 
     def on_start(start_ns: int) -> None:  # the schedule's exact start, for the pace steps' boundaries
-        _telemetry_marker(cfg, contract.RunStart(cfg.run_id, "loadgen", start_ns, config=json.dumps(
+        _telemetry_marker(cfg, contract.RunStart(cfg.run_id, cfg.sender, start_ns, config=json.dumps(
             {**run_config, "schedule_start_ns": start_ns})))
     _report_clock(cfg)
     bound_seconds = []
@@ -320,16 +354,16 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
     except KeyboardInterrupt:
         status = "aborted"
         print("attack interrupted", file=sys.stderr)
-        _telemetry_marker(cfg, contract.RunStop(cfg.run_id, "loadgen", time.time_ns(), reason=status))
+        _telemetry_marker(cfg, contract.RunStop(cfg.run_id, cfg.sender, time.time_ns(), reason=status))
         return 1
     except RuntimeError as e:
         print(f"loadgen: attack failed: {e}", file=sys.stderr)
-        _telemetry_marker(cfg, contract.RunStop(cfg.run_id, "loadgen", time.time_ns(), reason="failed"))
+        _telemetry_marker(cfg, contract.RunStop(cfg.run_id, cfg.sender, time.time_ns(), reason="failed"))
         return 1
     end_ns = time.time_ns()
     if aborted:
         status = f"aborted: {aborted[0][0].text}"
-    _telemetry_marker(cfg, contract.RunStop(cfg.run_id, "loadgen", end_ns, reason=status))
+    _telemetry_marker(cfg, contract.RunStop(cfg.run_id, cfg.sender, end_ns, reason=status))
     figs = report.figures(stats, attack_end_ns - start_ns, end_ns - attack_end_ns, str(cfg.target),
                           cfg.schedule.total_hits / (cfg.schedule.duration_ns / NS_PER_S))
     figs["run_id"] = cfg.run_id

@@ -36,6 +36,8 @@ class AttackConfig:
     payload_bytes: int = 2048
     timeout_s: float = 30.0
     sender: str = "loadgen"
+    shard: int = 0                  # this process's shard of ``shards`` that split the run's rate
+    shards: int = 1
     telemetry_bootstrap: str | None = None
     telemetry_topic: str = "flightwatch.telemetry"
     kafka_options: dict = field(default_factory=dict)

@@ -91,6 +91,14 @@ class Schedule:
                     raise ValueError(f"rate {r:g}/s out of range (0 < rate <= {MAX_RATE_PER_SEC:,})")
         return self
 
+    def share(self, count: int) -> "Schedule":
+        """This schedule's rates divided by ``count``: one of ``count`` shards that together send the whole."""
+        if count == 1:
+            return self
+        return Schedule(tuple(Step(s.rate_per_sec / count, s.duration_ns,
+                                   None if s.end_rate_per_sec is None else s.end_rate_per_sec / count)
+                              for s in self.steps)).validated()
+
     @property
     def duration_ns(self) -> int:
         return sum(s.duration_ns for s in self.steps)

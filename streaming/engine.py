@@ -17,6 +17,7 @@ receives whose send has not been seen yet (orphans). Delivered/dropped IDs are k
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,9 +94,20 @@ class EngineState:
     start_ns: int | None = None
     stop_ns: int | None = None
     num_batches: int = 0
+    shards: int = 1                  # load-generator shards of the run (from its start records)
+    stopped: list = field(default_factory=list)   # the senders whose stop record has arrived
 
     def scalars(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("known", "orphans")}
+
+
+def _shards_of(config_text: str) -> int:
+    """How many load-generator shards a run start record announces (1 unless ``shards`` says more)."""
+    try:
+        n = json.loads(config_text).get("shards", 1)
+        return max(int(n), 1)
+    except (ValueError, TypeError, AttributeError):
+        return 1
 
 
 @dataclass
@@ -318,6 +330,11 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
         start_ns = int(min(starts.min(), start_ns if start_ns is not None else starts.min()))
     if len(stops):
         stop_ns = int(max(stops.max(), stop_ns if stop_ns is not None else stops.max()))
+    shards, stopped = state.shards, state.stopped
+    for text in events.loc[events["kind"] == "run_start", "config"].dropna():
+        shards = max(shards, _shards_of(text))
+    if len(stops):
+        stopped = sorted(set(stopped) | set(events.loc[events["kind"] == "run_stop", "agent"].astype(str)))
     # Records about the machines (for every run): those within the run's span, once it is known.
     # They never move the watermark (an agent's clock is not the run's event time).
     info["num_shared"] = shared.num_rows
@@ -331,8 +348,10 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
 
     new_state = EngineState(known=known, orphans=orphans, max_event_ns=int(max_event_ns),
                             watermark_ns=int(watermark_ns), start_ns=start_ns, stop_ns=stop_ns,
-                            num_batches=state.num_batches + 1)
-    finished = stop_ns is not None and watermark_ns >= stop_ns + cfg.drop_timeout_ns and not (status == PENDING).any()
+                            num_batches=state.num_batches + 1, shards=shards, stopped=stopped)
+    # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
+    finished = (stop_ns is not None and len(stopped) >= shards and watermark_ns >= stop_ns + cfg.drop_timeout_ns
+                and not (status == PENDING).any())
     info.update({"watermark_ns": int(watermark_ns), "max_event_ns": int(max_event_ns),
                  "num_known": int(len(known)), "num_pending": int((status == PENDING).sum()),
                  "num_orphans": int(len(orphans))})

@@ -155,6 +155,9 @@ def build_spark(cfg: JobConfig):
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.pollingDelay", "10ms")
         .config("spark.ui.showConsoleProgress", "false")
+        # executors of a cluster (standalone, Kubernetes) import the project and use the same interpreter
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        .config("spark.executor.memory", os.environ.get("FLIGHTWATCH_EXECUTOR_MEMORY", "1g"))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")

@@ -114,3 +114,29 @@ def test_results_do_not_depend_on_batch_boundaries():
     for counts, hists in results[1:]:
         pd.testing.assert_series_equal(counts, results[0][0])
         pd.testing.assert_series_equal(hists, results[0][1])
+
+
+def _finished(batches) -> list[bool]:
+    state, out = engine.EngineState(), []
+    for records in batches:
+        state, result = engine.process(state, decode_messages([c.encode(records)], [0], [0]), CFG)
+        out.append(result.finished)
+    return out
+
+
+def test_a_sharded_run_closes_only_once_every_shard_has_stopped():
+    def start(agent):
+        return c.RunStart("r", agent, S, config='{"pace": "200:30", "shards": 2}')
+
+    def stop(agent, t_ms):
+        return c.RunStop("r", agent, S + t_ms * MS, reason="completed")
+    # shard 0 stops at 1 s; shard 1 keeps sending until 30 s; the watermark passes shard 0's stop + timeout at 12 s
+    assert _finished([[start("loadgen0"), start("loadgen1"), send(1, 0), recv(1, 2), stop("loadgen0", 1_000)],
+                      [send(2, 20_000), recv(2, 20_002)], [stop("loadgen1", 30_000)], [beat(45_000)]]) \
+        == [False, False, False, True]
+    # one shard alone (the default, no "shards" in the start record) closes the run as before
+    assert _finished([[c.RunStart("r", "loadgen", S, config="{}"), send(1, 0), recv(1, 2), stop("loadgen", 1_000)],
+                      [beat(15_000)]]) == [False, True]
+    # a stop re-sent by the same shard does not count as the other shard's
+    assert _finished([[start("loadgen0"), start("loadgen1"), send(1, 0), recv(1, 2), stop("loadgen0", 1_000)],
+                      [stop("loadgen0", 1_000), beat(15_000)]]) == [False, False]

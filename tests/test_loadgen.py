@@ -141,6 +141,9 @@ def test_a_target_that_dies_mid_run_is_reported_not_a_crash(tmp_path):
     (["--rate", "10", "--abort-on", "loss>1%"], "use it with --fail-on"),
     (["--rate", "10", "--abort-on", "p99>5%"], "us, ms or s"),
     (["--rate", "10", "--bogus"], "unrecognized"),
+    (["--rate", "10", "--shard", "2/2", "--run", "r"], "bad --shard"),
+    (["--rate", "10", "--shard", "one/two", "--run", "r"], "bad --shard"),
+    (["--rate", "10", "--shard", "0/2"], "needs --run"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
     proc = attack(*args, "--no-telemetry", timeout=30)

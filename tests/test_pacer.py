@@ -78,3 +78,11 @@ def test_bad_pace_is_refused_with_a_reason(pace, words):
 def test_step_is_pure():
     step = Step(1000, S)
     assert step.hits(S // 2) == 500 and step.time_of_hit_ns(500) == S // 2
+
+
+def test_shards_split_the_rate_and_together_send_the_whole():
+    full = Schedule.parse("1000:10,1500-3000:20")
+    half = full.share(2)
+    assert half.describe() == "500:10,750-1500:20" and half.duration_ns == full.duration_ns
+    assert abs(2 * half.total_hits - full.total_hits) <= 2  # each shard rounds its own steps up
+    assert full.share(1) is full

@@ -1,0 +1,105 @@
+"""A distributed run on this machine, with real engines.
+
+The streaming job runs on a Spark standalone cluster (a master and two workers started from the
+pyspark distribution with ``spark-class``, ``stack/spark.py``); two load-generator processes
+(``--shard 0/2`` and ``--shard 1/2``) split one rate with distinct sender IDs against the real
+HTTP receiver agent. The run's counts and percentiles are checked against ground truth computed
+here from the raw telemetry records, and its results have the same form as a one-process run's.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, create_topic, job_command, job_env, telemetry
+from stack.__main__ import free_port, stop_process, wait_port
+from test_http_receiver import start_receiver
+from test_ui import wait_for_first_batch
+
+RATE, SECONDS = 400, 10
+
+
+@pytest.mark.integration
+def test_job_on_a_spark_standalone_cluster_with_two_loadgen_shards(broker, tmp_path):
+    from stack.spark import Cluster
+    from streaming import results
+
+    run_id, topic = "distributed", "tel-distributed"
+    create_topic(broker, topic, partitions=4)
+    port = free_port()
+    cluster = Cluster(workers=2, work_dir=str(tmp_path / "spark-work"), log=open(tmp_path / "spark.log", "wb"))
+    procs = []
+    try:
+        procs.append(start_receiver(broker, topic, tmp_path / "spool", port))
+        job_log = open(tmp_path / "job.log", "w")
+        job = subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", broker, "--topic", topic,
+                                           "--checkpoints", str(tmp_path), "--drop-timeout", "5s",
+                                           "--master", cluster.url),
+                               cwd=ROOT, env=dict(job_env(), FLIGHTWATCH_EXECUTOR_MEMORY="512m"), stdout=job_log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(job)
+        wait_for_first_batch(broker, topic, run_id, tmp_path / run_id / "batches")
+        # the job is the cluster's application, with executors on both workers
+        apps = cluster.state()["activeapps"]
+        assert len(apps) == 1 and apps[0]["name"] == f"flightwatch-{run_id}", apps
+        env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
+        shards = [subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--rate", str(RATE),
+                                    "--duration", f"{SECONDS}s", "--target", f"http://127.0.0.1:{port}/", "--run", run_id,
+                                    "--shard", f"{i}/2", "--workers", "1", "--out", str(tmp_path / f"lg{i}"),
+                                    "--telemetry-bootstrap", broker, "--telemetry-topic", topic],
+                                   cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                  for i in range(2)]
+        outs = [p.communicate(timeout=120)[0] for p in shards]
+        assert [p.returncode for p in shards] == [0, 0], outs
+        assert job.wait(180) == 0, (tmp_path / "job.log").read_text()[-3000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                stop_process(p, wait_s=30, group=True)
+        cluster.stop()
+
+    # the work ran on both workers: each has an executor of this application that finished tasks
+    import glob
+
+    for i in range(2):
+        logs = glob.glob(str(tmp_path / "spark-work" / f"worker-{i}" / "app-*" / "*" / "stderr"))
+        assert any("Finished task" in open(f, errors="replace").read() for f in logs), (i, logs)
+
+    # ground truth from the raw records: each shard sent half the rate, with its own event IDs
+    recs = telemetry(broker, topic, run_id)
+    sends = {r["event_id"]: r for r in recs if r["kind"] == "send"}
+    first_recv: dict[str, int] = {}
+    for r in sorted((r for r in recs if r["kind"] == "recv"), key=lambda r: r["at_ns"]):
+        first_recv.setdefault(r["event_id"], r["at_ns"])
+    by_shard = {p: sum(1 for e in sends if e.startswith(p + "-")) for p in ("loadgen0", "loadgen1")}
+    assert sum(by_shard.values()) == len(sends)
+    for n in by_shard.values():  # RATE/2 per second each; like vegeta, a send due after the end is not made
+        assert RATE // 2 * SECONDS - 30 <= n <= RATE // 2 * SECONDS
+    lat_us = np.array([(first_recv[e] - s["at_ns"]) / 1000 for e, s in sends.items() if e in first_recv])
+
+    s = results.summarize(str(tmp_path / run_id))
+    assert s["state"] == "finished"
+    assert s["sent"] == len(sends) and s["received"] == len(lat_us) == len(sends)  # nothing lost on loopback
+    assert s["dropped"] == 0 and s["duplicates"] == 0 and s["quarantined"] == 0
+    for p in (50, 90, 99):
+        exact = float(np.percentile(lat_us, p, method="inverted_cdf"))
+        assert abs(s["latency_us"][f"p{p}"] - exact) <= max(0.001 * exact, 2.0), (p, s["latency_us"], exact)
+    assert {e["agent"] for e in recs if e["kind"] == "run_stop"} == {"loadgen0", "loadgen1"}
+    # the same results, in the same form, as one process: replay the run's archive with Spark in local mode
+    from conftest import run_job
+
+    r = run_job("replay", "--run", run_id, "--checkpoints", str(tmp_path), "--master", "local[2]")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    local = results.summarize(str(tmp_path / run_id / "replay"))
+    assert sorted(local) == sorted(s)
+    for k in ("sent", "received", "dropped", "duplicates", "late", "errors", "num_windows", "latency_us", "gaps"):
+        assert local[k] == s[k], k
+    w_dist, w_local = results.load_windows(str(tmp_path / run_id)), results.load_windows(str(tmp_path / run_id / "replay"))
+    assert list(w_dist.columns) == list(w_local.columns)
+    assert w_dist[["window_ns", "sent", "received"]].equals(w_local[["window_ns", "sent", "received"]])
+    print(f"\ndistributed run: sent {s['sent']:,} ({by_shard}), received {s['received']:,}, "
+          f"p50 {s['latency_us']['p50']:.0f} µs p99 {s['latency_us']['p99']:.0f} µs over {s['num_windows']} windows")
