@@ -13,10 +13,13 @@ WORKERS    ?= 2
 MAX_INFLIGHT ?= 1000
 TIMEOUT    ?= 30s
 UI_PORT    ?= 18501
+OVERLAY    ?= small
+DRY_RUN    ?=
+SPARK_WORKERS ?= 2
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo test test-fast bench clean attack
+.PHONY: help install up down status ui stream replay summary demo test test-fast bench clean attack deploy undeploy spark-cluster
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -73,6 +76,15 @@ bench: install ## benchmarks: wire encodings, load generator vs hey, HTTP receiv
 	$(PYTHON) -m bench.loadgen
 	$(PYTHON) -m bench.receiver
 	$(PYTHON) -m bench.pipeline
+
+spark-cluster: install ## a Spark standalone master + SPARK_WORKERS workers on 127.0.0.1:7077 (then: make stream SPARK_MASTER=spark://127.0.0.1:7077)
+	$(PYTHON) -m stack.spark up --workers $(SPARK_WORKERS)
+
+deploy: install ## apply deploy/overlays/OVERLAY to the current Kubernetes cluster (DRY_RUN=1: only print what it would apply)
+	$(PYTHON) -m stack.deploy apply --overlay $(OVERLAY) $(if $(DRY_RUN),--dry-run)
+
+undeploy: install ## delete what `make deploy` applied (DRY_RUN=1: only print it)
+	$(PYTHON) -m stack.deploy delete --overlay $(OVERLAY) $(if $(DRY_RUN),--dry-run)
 
 clean: ## remove run folders and the stack's state (not the venv)
 	rm -rf checkpoints/*/ .stack

@@ -31,6 +31,8 @@ from loadgen.targets import TargetSpec, tcp_unreachable
 from loadgen.thresholds import Sustained, Threshold, run_value, second_value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECKPOINTS = os.environ.get("FLIGHTWATCH_CHECKPOINTS", os.path.join(ROOT, "checkpoints"))
+"""Where run folders live (the streaming job's and the dashboard's default too)."""
 DEFAULT_TARGET = "kafka://127.0.0.1:29092/flightwatch.sut"
 LOADGEN_BOUND_RATIO = 0.95
 """A second in which fewer than this share of the scheduled sends went out marks the generator as the limit."""
@@ -152,7 +154,7 @@ def config(a: argparse.Namespace):
                        telemetry_bootstrap=None if a.no_telemetry else a.telemetry_bootstrap,
                        telemetry_topic=a.telemetry_topic, sender="loadgen" if shards == 1 else f"loadgen{shard}",
                        shard=shard, shards=shards)
-    out = a.out or os.path.join(ROOT, "checkpoints", run_id, "loadgen" if shards == 1 else f"loadgen{shard}")
+    out = a.out or os.path.join(CHECKPOINTS, run_id, "loadgen" if shards == 1 else f"loadgen{shard}")
     return cfg, (thresholds, aborts), out
 
 
@@ -202,7 +204,7 @@ def start_job(cfg):
     """The streaming job for this run, in the background (it stops by itself once the run is closed)."""
     import subprocess
 
-    run_dir = os.path.join(ROOT, "checkpoints", cfg.run_id)
+    run_dir = os.path.join(CHECKPOINTS, cfg.run_id)
     os.makedirs(run_dir, exist_ok=True)
     log = open(os.path.join(run_dir, "job.log"), "ab")
     job = subprocess.Popen([sys.executable, "-m", "streaming", "run", "--run", cfg.run_id, "--bootstrap",
@@ -240,7 +242,7 @@ def wait_job(cfg, job, timeout_s: float = 120) -> dict | None:
     except subprocess.TimeoutExpired:
         print(f"streaming job still running (pid {job.pid}); see `make summary RUN={cfg.run_id}` later")
         return None
-    run_dir = os.path.join(ROOT, "checkpoints", cfg.run_id)
+    run_dir = os.path.join(CHECKPOINTS, cfg.run_id)
     summary_file = os.path.join(run_dir, "summary.json")
     if os.path.exists(summary_file):  # written by the job when it closed the run
         with open(summary_file) as f:

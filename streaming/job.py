@@ -48,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                         ("replay", "recompute a finished run from its archive into <run>/replay"),
                         ("summary", "print a run's summary as JSON")):
         s = sub.add_parser(name, help=help_, description=help_)
-        s.add_argument("--run", required=True, help="run ID (records of other runs are ignored)")
-        s.add_argument("--checkpoints", default=os.path.join(PROJECT_ROOT, "checkpoints"),
+        s.add_argument("--run", required="FLIGHTWATCH_RUN" not in os.environ, default=os.environ.get("FLIGHTWATCH_RUN"),
+                       help="run ID (records of other runs are ignored; default $FLIGHTWATCH_RUN)")
+        s.add_argument("--checkpoints", default=os.environ.get("FLIGHTWATCH_CHECKPOINTS", os.path.join(PROJECT_ROOT, "checkpoints")),
                        help="root of per-run folders (default: %(default)s)")
         s.add_argument("--out", help="this run's folder (default: <checkpoints>/<run>)")
         if name == "summary":

@@ -1,0 +1,226 @@
+"""The Kubernetes deployment, checked offline: every overlay renders (kustomize, through kubectl),
+every built-in resource validates strictly against the Kubernetes schemas (kubernetes-validate),
+every custom resource against deploy/schemas/custom-resources.yaml (hand-written from the
+operators' API references: their CRDs are not available from any registry here; set
+FLIGHTWATCH_CRD_DIR to a folder of the real CRD files to check against those too).
+
+There is no Kubernetes cluster on these machines, so nothing here is applied; the dry run and
+the "no cluster" error are what ``make deploy`` does without one.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from stack import deploy
+
+OVERLAYS = deploy.overlays()
+WORKLOADS = ("Deployment", "DaemonSet", "Job")
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict]]:
+    return {o: deploy.render(o) for o in OVERLAYS}
+
+
+def by_kind(docs, kind):
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def pod_specs(docs):
+    for d in docs:
+        if d["kind"] in WORKLOADS:
+            yield d, d["spec"]["template"]["spec"]
+
+
+def test_every_overlay_renders_and_validates(rendered):
+    assert OVERLAYS == ["large", "small"]
+    for overlay, docs in rendered.items():
+        assert deploy.validate(docs, os.environ.get("FLIGHTWATCH_CRD_DIR")) == [], overlay
+        kinds = sorted(d["kind"] for d in docs)
+        assert {"Namespace", "ConfigMap", "PersistentVolumeClaim", "Kafka", "KafkaNodePool", "KafkaTopic", "SparkApplication",
+                "DaemonSet", "Job", "ClusterRole", "Role"} <= set(kinds), overlay
+        assert sorted(by_kind(docs, "Deployment")) == ["flightwatch-node-metrics", "flightwatch-prometheus",
+                                                       "flightwatch-receiver", "flightwatch-ui"]
+        assert all(d["metadata"].get("namespace") == "flightwatch" for d in docs if d["kind"] not in
+                   ("Namespace", "ClusterRole", "ClusterRoleBinding")), overlay
+    # the overlays differ where they should
+    small, large = rendered["small"], rendered["large"]
+    assert by_kind(small, "KafkaNodePool")["telemetry"]["spec"]["replicas"] == 1
+    assert by_kind(large, "KafkaNodePool")["telemetry"]["spec"]["replicas"] == 3
+    assert by_kind(large, "Kafka")["flightwatch-telemetry"]["spec"]["kafka"]["config"]["min.insync.replicas"] == 2
+    assert by_kind(large, "Deployment")["flightwatch-receiver"]["spec"]["replicas"] == 4
+    assert by_kind(large, "SparkApplication")["flightwatch-streaming"]["spec"]["executor"]["instances"] == 4
+
+
+def test_validation_catches_mistakes(rendered):
+    docs = rendered["small"]
+
+    def broken(kind, name, edit):
+        doc = copy.deepcopy(next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name))
+        edit(doc)
+        return deploy.validate([doc])
+
+    assert broken("Deployment", "flightwatch-ui", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(imagee="x"))
+    assert broken("Job", "flightwatch-loadgen", lambda d: d["spec"].update(completions="two"))
+    assert broken("KafkaTopic", "flightwatch.telemetry", lambda d: d["spec"].update(partition=4))
+    assert broken("KafkaNodePool", "telemetry", lambda d: d["spec"].update(roles=["leader"]))
+    assert broken("Kafka", "flightwatch-telemetry", lambda d: d["spec"]["kafka"]["listeners"][0].update(tls="no"))
+    assert broken("SparkApplication", "flightwatch-streaming", lambda d: d["spec"].update(type="Go"))
+    assert broken("SparkApplication", "flightwatch-streaming", lambda d: d["spec"]["driver"].update(memory="2 GB"))
+    assert deploy.validate([{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}])
+
+
+def test_crd_dir_checks_against_the_operators_own_schemas(rendered, tmp_path):
+    # a CRD of the shape operators ship (apiextensions.k8s.io/v1), stricter than ours: at most 2 partitions
+    (tmp_path / "kafkatopic.yaml").write_text("""
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: kafkatopics.kafka.strimzi.io}
+spec:
+  group: kafka.strimzi.io
+  names: {kind: KafkaTopic, plural: kafkatopics}
+  scope: Namespaced
+  versions:
+    - name: v1beta2
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                partitions: {type: integer, minimum: 1, maximum: 2}
+""")
+    topic = [d for d in rendered["small"] if d["kind"] == "KafkaTopic"]
+    problems = deploy.validate(topic, str(tmp_path))
+    assert len(problems) == 1 and "(CRD): spec.partitions: 4 is greater than the maximum of 2" in problems[0]
+    others = [d for d in rendered["small"] if d["kind"] == "KafkaNodePool"]
+    assert deploy.validate(others, str(tmp_path)) == ["KafkaNodePool/telemetry: no CRD for kafka.strimzi.io/v1beta2/KafkaNodePool in "
+                                                      + str(tmp_path)]
+
+
+def test_security_defaults(rendered):
+    for overlay, docs in rendered.items():
+        for d, spec in pod_specs(docs):
+            ctx = spec.get("securityContext", {})
+            assert ctx.get("runAsNonRoot") is True and ctx.get("runAsUser", 0) > 0, d["metadata"]["name"]
+            assert ctx.get("seccompProfile", {}).get("type") == "RuntimeDefault"
+            for c in spec["containers"]:
+                where = f"{overlay} {d['metadata']['name']}/{c['name']}"
+                res = c.get("resources", {})
+                assert {"cpu", "memory"} <= set(res.get("requests", {})) and {"cpu", "memory"} <= set(res.get("limits", {})), where
+                sc = c.get("securityContext", {})
+                assert sc.get("allowPrivilegeEscalation") is False and sc.get("capabilities", {}).get("drop") == ["ALL"], where
+                assert sc.get("readOnlyRootFilesystem") is True, where
+                if d["kind"] != "Job":
+                    assert c.get("readinessProbe") or c.get("livenessProbe"), where
+            # a service account token only where the API is used (Prometheus' discovery, the OOM watcher)
+            if spec.get("serviceAccountName") is None:
+                assert spec.get("automountServiceAccountToken") is False, d["metadata"]["name"]
+        spark = by_kind(docs, "SparkApplication")["flightwatch-streaming"]["spec"]
+        for role in ("driver", "executor"):
+            assert spark[role]["securityContext"]["runAsNonRoot"] is True
+            assert spark[role]["securityContext"]["allowPrivilegeEscalation"] is False
+        # least privilege: the OOM watcher reads pods and nothing else; no role anywhere reads secrets
+        watcher = by_kind(docs, "ClusterRole")["flightwatch-oom-watcher"]
+        assert watcher["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+        for d in docs:
+            if d["kind"] in ("Role", "ClusterRole"):
+                assert all("secrets" not in r["resources"] and "*" not in r["resources"] and "*" not in r["verbs"]
+                           for r in d["rules"]), d["metadata"]["name"]
+        # the host-network node exporter listens on the node's address, not on every interface
+        ne = by_kind(docs, "DaemonSet")["flightwatch-node-exporter"]["spec"]["template"]["spec"]
+        assert ne["hostNetwork"] is True and "--web.listen-address=$(NODE_IP):9100" in ne["containers"][0]["args"]
+
+
+def test_loadgen_is_an_indexed_job_whose_shards_split_the_rate(rendered):
+    for overlay, shards in (("small", 2), ("large", 8)):
+        docs = rendered[overlay]
+        job = by_kind(docs, "Job")["flightwatch-loadgen"]["spec"]
+        c = job["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert job["completionMode"] == "Indexed" and job["completions"] == job["parallelism"] == shards
+        assert int(env["FLIGHTWATCH_SHARDS"]) == shards and job["backoffLimitPerIndex"] == 0
+        # every shard and the streaming job read the run ID from the same ConfigMap
+        assert "$(FLIGHTWATCH_RUN)" in c["args"] and c["envFrom"] == [{"configMapRef": {"name": "flightwatch-run"}}]
+        spark = by_kind(docs, "SparkApplication")["flightwatch-streaming"]["spec"]
+        assert spark["driver"]["envFrom"] == [{"configMapRef": {"name": "flightwatch-run"}}]
+        assert "FLIGHTWATCH_RUN" in by_kind(docs, "ConfigMap")["flightwatch-run"]["data"]
+    # what an indexed Job's pod gets: its shard from JOB_COMPLETION_INDEX, the count from FLIGHTWATCH_SHARDS
+    from loadgen.__main__ import _default_shard
+
+    os.environ.update(JOB_COMPLETION_INDEX="5", FLIGHTWATCH_SHARDS="8")
+    try:
+        assert _default_shard() == "5/8"
+    finally:
+        del os.environ["JOB_COMPLETION_INDEX"], os.environ["FLIGHTWATCH_SHARDS"]
+
+
+def test_images_run_what_exists_here(rendered):
+    import importlib.util
+
+    docs = rendered["small"]
+    for d, spec in pod_specs(docs):
+        for c in spec["containers"]:
+            if "flightwatch" in c["image"]:
+                assert c["image"] == "ghcr.io/flightwatch/flightwatch:0.1.0"
+                module = c["args"][c["args"].index("-m") + 1]
+                assert importlib.util.find_spec(module) is not None, module
+    spark = by_kind(docs, "SparkApplication")["flightwatch-streaming"]["spec"]
+    assert spark["image"] == "ghcr.io/flightwatch/flightwatch-spark:0.1.0"
+    import pyspark
+
+    assert spark["sparkVersion"] == pyspark.__version__
+    main_file = spark["mainApplicationFile"].removeprefix("local:///opt/flightwatch/")
+    assert os.path.isfile(os.path.join(ROOT, main_file))
+    # the Dockerfile: both targets, non-root, everything it copies exists
+    text = open(os.path.join(ROOT, "deploy", "Dockerfile")).read()
+    stages = re.findall(r"^FROM \S+ AS (\S+)", text, re.M)
+    assert stages == ["python", "flightwatch", "flightwatch-spark"]
+    for stage in text.split("\nFROM ")[2:]:
+        assert re.findall(r"^USER (\S+)", stage, re.M)[-1] == "10001:10001"
+    for src in re.findall(r"^COPY (?!--)(.+) \S+$", text, re.M):
+        for path in src.split():
+            assert os.path.exists(os.path.join(ROOT, path)), path
+
+
+@pytest.mark.integration
+def test_spark_entrypoint_runs_the_job_as_the_driver_pod_would():
+    """The image's entrypoint in driver mode: spark-submit (client mode) runs the SparkApplication's main file."""
+    import pyspark
+
+    env = dict(os.environ, SPARK_HOME=os.path.dirname(pyspark.__file__), SPARK_DRIVER_BIND_ADDRESS="127.0.0.1",
+               SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYTHONPATH=ROOT, FLIGHTWATCH_RUN="k8s-run-1")
+    r = subprocess.run([os.path.join(ROOT, "deploy", "spark-entrypoint.sh"), "driver", "--master", "local[1]",
+                        os.path.join(ROOT, "streaming", "__main__.py"), "summary", "--checkpoints", os.path.join(ROOT, "nowhere")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    # the run ID came from the environment (as from the ConfigMap), the job's own one-line error came back
+    out = r.stdout + r.stderr  # spark-submit passes the Python program's stderr to its stdout
+    assert r.returncode == 2 and "flightwatch streaming: error: no run at" in out and "k8s-run-1" in out, out[-2000:]
+
+
+def test_deploy_dry_run_and_errors():
+    def run(*args, **env):
+        return subprocess.run([sys.executable, "-m", "stack.deploy", *args], cwd=ROOT, capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=ROOT, **env), timeout=120)
+    r = run("apply", "--overlay", "small", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    plan = [line for line in r.stderr.splitlines() if line.startswith("would apply: ")]
+    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 27
+    assert "would apply: sparkoperator.k8s.io/v1beta2 SparkApplication/flightwatch-streaming (namespace flightwatch)" in plan
+    r = run("delete", "--overlay", "large", "--dry-run")
+    assert r.returncode == 0 and "would delete: batch/v1 Job/flightwatch-loadgen" in r.stderr
+    r = run("apply", "--overlay", "medium")
+    assert r.returncode == 2 and r.stderr.strip() == "deploy: error: unknown overlay 'medium' (have: large, small)"
+    # no cluster here: a clear one-line error, nothing applied (kubectl's default server is loopback)
+    r = run("apply", "--overlay", "small", KUBECONFIG=os.path.join(ROOT, "no-such-kubeconfig"))
+    assert r.returncode == 2 and r.stderr.startswith("deploy: error: no Kubernetes cluster reachable"), r.stderr
