@@ -19,7 +19,7 @@ SPARK_WORKERS ?= 2
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo test test-fast bench clean attack deploy undeploy spark-cluster
+.PHONY: help install up down status ui stream replay summary demo test test-fast bench clean attack deploy undeploy spark-cluster test-faults
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -67,6 +67,9 @@ attack: up ## attack the target (default: the embedded SUT broker) at RATE for D
 
 test: install ## the whole test suite (real broker, real Spark)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+test-faults: install ## the fault suite alone: kill -9 of job, receivers and load generator, broker away, fuzzing
+	$(PYTHON) -m pytest -m faults $(PYTEST_ARGS)
 
 test-fast: install ## the tests that need neither broker nor Spark
 	$(PYTHON) -m pytest -m "not integration" $(PYTEST_ARGS)

@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 ANY_RUN = "*"
 """Run ID of records about the machines rather than one run (node samples, OOM kills, restarts,
 clock offsets): every run's job takes those that fall within the run's time span."""
-SHARED_KINDS = ("node", "oom", "restart", "clock")
+SHARED_KINDS = ("node", "oom", "restart", "clock", "lost")
 """Record kinds that may carry ``ANY_RUN``."""
 
 MIN_TS_NS = 946_684_800 * 10**9
@@ -134,6 +134,17 @@ class ClockOffset(Record):
 
 
 @dataclass(frozen=True)
+class TelemetryLost(Record):
+    """Records an agent had to refuse (its buffer or spool over budget): ``count`` since its previous
+    report, ``reason`` which budget. Never silent: the run's summary adds them up per agent."""
+
+    count: int = 0
+    reason: str | None = None
+    KIND: ClassVar[str] = "lost"
+    REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("count",)
+
+
+@dataclass(frozen=True)
 class RunStart(Record):
     """A run began; ``config`` is the run's configuration as a JSON object string."""
 
@@ -157,7 +168,7 @@ class Heartbeat(Record):
 
 
 RECORD_TYPES: tuple[type[Record], ...] = (
-    Send, Receive, Ack, NodeSample, OomEvent, ContainerRestart, ClockOffset, RunStart, RunStop, Heartbeat,
+    Send, Receive, Ack, NodeSample, OomEvent, ContainerRestart, ClockOffset, TelemetryLost, RunStart, RunStop, Heartbeat,
 )
 KINDS: dict[str, type[Record]] = {t.KIND: t for t in RECORD_TYPES}
 

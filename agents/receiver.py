@@ -31,7 +31,7 @@ import sys
 import time
 
 from agents import clock, contract, http_receiver
-from agents.units import split_host_port
+from agents.units import parse_size, split_host_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_HEADER = "fw_run"
@@ -140,6 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--no-telemetry", action="store_true", help="record nothing (to measure the sink's own capacity)")
     h.add_argument("--spool-dir", default=os.path.join(ROOT, ".stack", "spool"),
                    help="where receive records wait for the shipper (one folder per agent; default %(default)s)")
+    h.add_argument("--spool-budget", default="2GiB", metavar="SIZE",
+                   help="disk the spool may take while the telemetry broker is away (default %(default)s); "
+                        "receives over it are counted as lost, in /healthz and in the run's summary")
     _common(h, "receiver-http")
     k = sub.add_parser("kafka", help="consume the SUT topic")
     k.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_SUT_BOOTSTRAP", "127.0.0.1:29092"))
@@ -185,6 +188,11 @@ def main_http(a, log=print) -> int:
     if a.workers < 1:
         print("receiver: error: --workers must be at least 1", file=sys.stderr)
         return 2
+    try:
+        a.spool_budget_bytes = parse_size(a.spool_budget)
+    except ValueError as e:
+        print(f"receiver: error: --spool-budget: {e}", file=sys.stderr)
+        return 2
     if a.workers > 1:
         return _serve_workers(a, host, port)
     return _serve_one(a, host, port, a.agent, reuse_port=False, log=log)
@@ -198,7 +206,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=print)
     spool = shipper = None
     if not a.no_telemetry:
         spool_dir = os.path.join(a.spool_dir, agent)
-        spool = SpoolWriter(spool_dir)
+        spool = SpoolWriter(spool_dir, budget_bytes=a.spool_budget_bytes, agent=agent)
         shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, agent,
                                 log_path=os.path.join(a.spool_dir, f"{agent}.shipper.log"))
     receiver = http_receiver.HttpReceiver(spool, agent, a.run)
@@ -231,7 +239,12 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=print)
                     f"{c['unattributed']:,} without run ID; spooled {t.get('spooled', 0):,} lost {t.get('lost', 0):,}",
                     flush=True)
 
-        tasks = [asyncio.create_task(clock_every(30.0)), asyncio.create_task(progress())]
+        async def report_lost() -> None:  # the last refused lines too, once nothing more arrives
+            while spool is not None:
+                await asyncio.sleep(1.0)
+                spool.report_lost()
+
+        tasks = [asyncio.create_task(clock_every(30.0)), asyncio.create_task(progress()), asyncio.create_task(report_lost())]
         await http_receiver.serve(receiver, host, port, reuse_port=reuse_port, stop=stop,
                                   ready=lambda: log(f"receiver {agent}: http://{host}:{port}/ -> " + (
                                       "(no telemetry)" if spool is None else

@@ -67,10 +67,16 @@ class SpoolWriter:
     readers stop at the first NUL byte (the unwritten part).
     """
 
-    def __init__(self, spool_dir: str, segment_bytes: int = SEGMENT_BYTES, budget_bytes: int = BUDGET_BYTES) -> None:
+    def __init__(self, spool_dir: str, segment_bytes: int = SEGMENT_BYTES, budget_bytes: int = BUDGET_BYTES,
+                 agent: str | None = None) -> None:
         self.dir = spool_dir
         os.makedirs(spool_dir, exist_ok=True)
-        self.segment_bytes, self.budget_bytes = segment_bytes, budget_bytes
+        # a segment is at most an eighth of the budget, so the budget is checked often enough to hold
+        self.segment_bytes = max(min(segment_bytes, budget_bytes // 8), 64 << 10)
+        self.budget_bytes = budget_bytes
+        self.agent = agent or os.path.basename(os.path.normpath(spool_dir))
+        self._lost_reported = 0
+        self._next_lost_report = 0.0
         existing = _segments(spool_dir)
         self.seq = existing[-1] if existing else 0  # always a fresh segment: never append after a torn line
         self.num_written = 0
@@ -94,20 +100,43 @@ class SpoolWriter:
         if self._over_budget:
             self._next_check -= 1
             if self._next_check > 0 or self._check_budget():
-                self.num_lost += 1
-                return False
+                return self._lose()
         data = (line + "\n").encode()
+        if self.pos + len(data) > self.segment_bytes:
+            self._rotate()
+            if self._over_budget:
+                return self._lose()
+        self._put(data)
+        self.num_written += 1
+        return True
+
+    def _put(self, data: bytes) -> None:
         end = self.pos + len(data)
         if end > self.segment_bytes:
             self._rotate()
-            if self._over_budget:
-                self.num_lost += 1
-                return False
             end = len(data)
         self.mm[self.pos:end] = data
         self.pos = end
-        self.num_written += 1
-        return True
+
+    def _lose(self) -> bool:
+        self.num_lost += 1
+        if time.monotonic() >= self._next_lost_report:
+            self.report_lost()
+        return False
+
+    def report_lost(self) -> None:
+        """Spool a ``lost`` record for the lines refused since the last one (a few bytes, over budget
+        or not), at most once a second: the run's summary shows them, nothing is lost silently."""
+        from agents import contract
+
+        delta = self.num_lost - self._lost_reported
+        if delta <= 0:
+            return
+        rec = contract.TelemetryLost(contract.ANY_RUN, self.agent, time.time_ns(), count=delta,
+                                     reason=f"spool over its budget of {self.budget_bytes:,} bytes")
+        self._put((contract.encode([rec]).decode().rstrip("\n") + "\n").encode())
+        self._lost_reported = self.num_lost
+        self._next_lost_report = time.monotonic() + 1.0
 
     def _check_budget(self) -> bool:
         """True while over budget (re-checked every 1,000 refused lines)."""

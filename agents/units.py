@@ -1,5 +1,5 @@
-"""Durations and addresses as every flightwatch command line spells them: 500ms, 30s, 2m, 1.5s (a bare
-number is seconds); HOST:PORT."""
+"""Durations, sizes and addresses as every flightwatch command line spells them: 500ms, 30s, 2m, 1.5s
+(a bare number is seconds); 64MiB, 2GiB, 500KB (a bare number is bytes); HOST:PORT."""
 from __future__ import annotations
 
 import re
@@ -14,6 +14,18 @@ def parse_duration_ns(text: str) -> int:
     if not m:
         raise ValueError(f"bad duration {text!r}: use e.g. 500ms, 30s, 2m")
     return int(float(m.group(1)) * UNITS_NS[m.group(2) or "s"])
+
+
+SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """'2GiB', '64MiB', '500KB', '1048576' (bytes) to bytes, > 0; ValueError otherwise."""
+    m = _SIZE.match(str(text).lower())
+    if not m or m.group(2) not in SIZE_UNITS or float(m.group(1)) <= 0:
+        raise ValueError(f"bad size {text!r}: use e.g. 64MiB, 2GiB, 500KB")
+    return int(float(m.group(1)) * SIZE_UNITS[m.group(2)])
 
 
 def split_host_port(text: str, what: str = "address", example: str = "127.0.0.1:18080") -> tuple[str, int]:

@@ -39,7 +39,8 @@ class JobConfig:
         """Read the run's archive; write into <run>/replay with a fresh checkpoint."""
         run_cfg = _read_run_config(self.run_dir)
         eng = dataclasses.replace(self.engine, **{k: v for k, v in run_cfg.items() if k in
-                                                  ("window_ns", "drop_timeout_ns", "watermark_delay_ns", "retention_ns")})
+                                                  ("window_ns", "drop_timeout_ns", "watermark_delay_ns", "retention_ns",
+                                                   "silence_timeout_ns")})
         return dataclasses.replace(self, engine=eng, source_dir=self.run_dir,
                                    run_dir=os.path.join(self.run_dir, "replay"), heartbeat=False)
 

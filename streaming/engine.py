@@ -36,7 +36,7 @@ HISTS = ("latency_us", "latency_intended_us", "send_delay_us")
 """Histograms kept per window: flight time from actual and from intended send time (by
 receive window), and send delay = actual - intended send time (by send window)."""
 
-EVENT_KINDS = ("node", "oom", "restart", "clock", "run_start", "run_stop")
+EVENT_KINDS = ("node", "oom", "restart", "clock", "lost", "run_start", "run_stop")
 """Record kinds passed through to the events table as they are."""
 
 EVENT_COLUMNS = ("kind", "agent", "at_ns", "node", "metric", "value", "missing", "source", "where", "count", "config",
@@ -59,6 +59,9 @@ class EngineConfig:
     """How far behind the newest event time the job waits before deciding drops."""
     retention_ns: int = 30 * 10**9
     """How long after its deadline an event ID is remembered for duplicates and late receives."""
+    silence_timeout_ns: int = 60 * 10**9
+    """A started run whose load generator has written nothing (no send, ack, start or stop) for this
+    long, while the job's own heartbeats move the watermark on, is closed as aborted (killed)."""
 
 
 def _empty_known() -> pd.DataFrame:
@@ -96,6 +99,8 @@ class EngineState:
     num_batches: int = 0
     shards: int = 1                  # load-generator shards of the run (from its start records)
     stopped: list = field(default_factory=list)   # the senders whose stop record has arrived
+    last_sender_ns: int = NO_TIME_NS  # the newest send, ack or start record: the generator's last sign of life
+    aborted: str | None = None       # why the job closed the run itself
 
     def scalars(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("known", "orphans")}
@@ -335,6 +340,21 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
         shards = max(shards, _shards_of(text))
     if len(stops):
         stopped = sorted(set(stopped) | set(events.loc[events["kind"] == "run_stop", "agent"].astype(str)))
+    # A load generator killed without its stop record: once it has been silent for the silence
+    # timeout (the job's heartbeats move the watermark on), close the run as aborted at its last record.
+    alive = good.filter(pa.array(np.isin(kinds, ("send", "ack", "run_start", "run_stop"))))["at_ns"] if good.num_rows else None
+    last_sender_ns = max(state.last_sender_ns, pc.max(alive).as_py() if alive is not None and len(alive) else NO_TIME_NS)
+    aborted = state.aborted
+    if (aborted is None and start_ns is not None and len(stopped) < shards and last_sender_ns != NO_TIME_NS
+            and watermark_ns >= last_sender_ns + cfg.silence_timeout_ns):
+        missing = shards - len(stopped)
+        aborted = (f"aborted: no record from {missing} of {shards} load generator(s) for "
+                   f"{cfg.silence_timeout_ns / 1e9:g} s (killed?); closed by the job at their last record")
+        stop_ns = max(stop_ns if stop_ns is not None else last_sender_ns, last_sender_ns)
+        stopped = sorted(set(stopped) | {"job"})
+        shards = len(stopped)
+        events = pd.concat([events, pd.DataFrame([{"kind": "run_stop", "agent": "job", "at_ns": stop_ns, "reason": aborted}])],
+                           ignore_index=True)
     # Records about the machines (for every run): those within the run's span, once it is known.
     # They never move the watermark (an agent's clock is not the run's event time).
     info["num_shared"] = shared.num_rows
@@ -348,7 +368,8 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
 
     new_state = EngineState(known=known, orphans=orphans, max_event_ns=int(max_event_ns),
                             watermark_ns=int(watermark_ns), start_ns=start_ns, stop_ns=stop_ns,
-                            num_batches=state.num_batches + 1, shards=shards, stopped=stopped)
+                            num_batches=state.num_batches + 1, shards=shards, stopped=stopped,
+                            last_sender_ns=int(last_sender_ns), aborted=aborted)
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     finished = (stop_ns is not None and len(stopped) >= shards and watermark_ns >= stop_ns + cfg.drop_timeout_ns
                 and not (status == PENDING).any())

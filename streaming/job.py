@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--window", default="1s", help="window length (default %(default)s)")
         s.add_argument("--drop-timeout", default="30s", help="a send unanswered this long is a drop (default %(default)s)")
         s.add_argument("--watermark-delay", default="5s", help="wait for late records this long (default %(default)s)")
+        s.add_argument("--silence-timeout", default="60s",
+                       help="close a run as aborted when its load generator has written nothing for this long, "
+                            "e.g. after a kill -9 (default %(default)s)")
         s.add_argument("--no-heartbeat", action="store_true",
                        help="do not write the job's own heartbeats (they close the last windows of a live run)")
         s.add_argument("--partitions", type=int, default=2, help="partitions when creating the topic (default %(default)s)")
@@ -95,12 +98,15 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
             window_ns=parse_duration_ns(getattr(a, "window", "1s")),
             drop_timeout_ns=parse_duration_ns(getattr(a, "drop_timeout", "30s")),
             watermark_delay_ns=parse_duration_ns(getattr(a, "watermark_delay", "5s")),
+            silence_timeout_ns=parse_duration_ns(getattr(a, "silence_timeout", "60s")),
         )
         trigger_ns = parse_duration_ns(getattr(a, "trigger", "500ms"))
     except ValueError as e:
         raise UsageError(str(e)) from None
     if eng.window_ns <= 0 or eng.drop_timeout_ns <= 0 or eng.drop_timeout_ns % eng.window_ns:
         raise UsageError("--window must be > 0 and divide --drop-timeout")
+    if eng.silence_timeout_ns <= eng.window_ns:
+        raise UsageError("--silence-timeout must be longer than a window")
     if getattr(a, "max_offsets_per_trigger", None) is not None and a.max_offsets_per_trigger <= 0:
         raise UsageError("--max-offsets-per-trigger must be a positive number")
     return JobConfig(

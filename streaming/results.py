@@ -300,6 +300,14 @@ def _records(events: pd.DataFrame, kind: str, columns: list[str]) -> list[dict]:
     return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in sel.to_dict("records")]
 
 
+def telemetry_lost(events: pd.DataFrame) -> dict[str, int]:
+    """Per agent, the records it reported it had to refuse (a re-sent report is counted once)."""
+    if events.empty or not (events["kind"] == "lost").any():
+        return {}
+    lost = events[events["kind"] == "lost"].drop_duplicates(["agent", "at_ns", "count"])
+    return {str(a): int(n) for a, n in lost.groupby("agent")["count"].sum().items() if n}
+
+
 CLOCK_FLAG_US = 1000.0
 """A clock offset beyond ±1 ms is flagged: latencies measured across those hosts are off by it."""
 
@@ -343,6 +351,9 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
         "state": "finished" if finished else "running",
         "started_at_ns": int(min(starts)) if len(starts) else None,
         "stopped_at_ns": int(max(stops)) if len(stops) else None,
+        "stop_reasons": _records(events, "run_stop", ["at_ns", "agent", "reason"]),
+        "aborted": bool(len(stops)) and any(str(r).startswith(("aborted", "failed"))
+                                            for r in events.loc[events["kind"] == "run_stop", "reason"].dropna()),
         "num_windows": int(len(windows)),
         **total,
         "loss_ratio": (total["dropped"] / total["sent"]) if total["sent"] else None,
@@ -355,6 +366,7 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
         "oom_kills_by_source": by_source,
         "container_restarts": _records(events, "restart", ["at_ns", "where", "reason", "count"]),
         "clock_offsets": clock_offsets(events),
+        "telemetry_lost": telemetry_lost(events),
         # while live, the job's own verdict (one detector for the UI, the CLI and CI); at the end, recomputed here
         "verdict": (live if not finished and (live := job_verdict(root)) else run_verdict(root, windows, events, hists, cfg)),
         "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,

@@ -164,7 +164,7 @@ class RunStore:
         write_json(self.paths.run_file, {"run_id": cfg.run_id, "window_ns": cfg.window_ns,
                                          "drop_timeout_ns": cfg.drop_timeout_ns,
                                          "watermark_delay_ns": cfg.watermark_delay_ns,
-                                         "retention_ns": cfg.retention_ns})
+                                         "retention_ns": cfg.retention_ns, "silence_timeout_ns": cfg.silence_timeout_ns})
 
     # --- state recovery
     def _save_snapshot(self, batch_id: int) -> None:

@@ -33,6 +33,9 @@ KAFKA_ARROW_SCHEMA = pa.schema([
     pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
     pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("timestampType", pa.int32()),
 ])
+READ_WAIT_S = 600
+"""How long a read task waits for the broker (away, restarting) before failing its batch; the job
+resumes from its checkpoint when restarted."""
 HIGHWATER_WAIT_S = 1.0
 """How long the planner waits for every partition's high watermark before using what it has."""
 
@@ -102,6 +105,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _partitions(self) -> list[int]:
         parts = self._client().partitions_for_topic(self.topic)
         if not parts:
+            if self._known_end:  # the broker is away: keep planning from what is known, read nothing new
+                return sorted(self._known_end)
             raise RuntimeError(f"topic {self.topic!r} does not exist")
         return sorted(parts)
 
@@ -169,18 +174,28 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: _KafkaPartition) -> Iterator[pa.RecordBatch]:
         from kafka import KafkaConsumer, TopicPartition
 
-        consumer = KafkaConsumer(**{"enable_auto_commit": False, "max_partition_fetch_bytes": 16 << 20,
-                                    "fetch_max_bytes": 64 << 20, **kafka_client_config(self.options)})
+        from kafka.errors import KafkaError
+
         tp = TopicPartition(partition.topic, partition.partition)
+        deadline = time.monotonic() + READ_WAIT_S
+        while True:  # the broker may be away for a while: wait for it rather than fail the batch
+            try:
+                consumer = KafkaConsumer(**{"enable_auto_commit": False, "max_partition_fetch_bytes": 16 << 20,
+                                            "fetch_max_bytes": 64 << 20, **kafka_client_config(self.options)})
+                break
+            except KafkaError as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"telemetry broker unreachable for {READ_WAIT_S} s reading {tp}: {e}") from None
+                time.sleep(1.0)
         consumer.assign([tp])
         consumer.seek(tp, partition.start)
         rows: list[tuple] = []
         next_offset = partition.start
-        deadline = time.monotonic() + 120
         try:
             while next_offset < partition.end:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"timed out reading {tp} at {next_offset} (end {partition.end})")
+                    raise RuntimeError(f"timed out reading {tp} at {next_offset} (end {partition.end}) "
+                                       f"after {READ_WAIT_S} s")
                 for records in consumer.poll(timeout_ms=50).values():
                     for r in records:
                         if r.offset < next_offset or r.offset >= partition.end:

@@ -1,4 +1,5 @@
 """The join and window rules, table by table, without Spark or a broker (pure function tests)."""
+import dataclasses
 import numpy as np
 import pandas as pd
 import pytest
@@ -140,3 +141,34 @@ def test_a_sharded_run_closes_only_once_every_shard_has_stopped():
     # a stop re-sent by the same shard does not count as the other shard's
     assert _finished([[start("loadgen0"), start("loadgen1"), send(1, 0), recv(1, 2), stop("loadgen0", 1_000)],
                       [stop("loadgen0", 1_000), beat(15_000)]]) == [False, False]
+
+
+def test_a_silent_load_generator_is_closed_as_aborted():
+    """kill -9 of the generator: no stop record. The job's heartbeats move the watermark; after the
+    silence timeout (here 20 s) the run closes as aborted at the generator's last record."""
+    cfg = dataclasses.replace(CFG, silence_timeout_ns=20_000 * MS)
+    state, finished, events = engine.EngineState(), [], []
+    batches = [[c.RunStart("r", "loadgen", S, config="{}"), send(1, 0), recv(1, 2), send(2, 1_000)],  # 2 is never received
+               [beat(15_000)], [beat(25_000)], [beat(26_000)], [beat(45_000)]]
+    for records in batches:
+        state, result = engine.process(state, decode_messages([c.encode(records)], [0], [0]), cfg)
+        finished.append(result.finished)
+        events.append(result.events)
+    # at 15 s the watermark (14 s) is short of the last record + 20 s; at 25 s it is past it (24 s > 21 s)
+    assert finished == [False, False, True, True, True]
+    ev = pd.concat(events)
+    stop = ev[ev["kind"] == "run_stop"]
+    assert len(stop) == 1 and stop["agent"].iloc[0] == "job" and stop["at_ns"].iloc[0] == S + 1_000 * MS
+    assert stop["reason"].iloc[0].startswith("aborted: no record from 1 of 1 load generator(s) for 20 s")
+    assert state.aborted is not None
+    # what was sent is kept: 2 sent, 1 received, the other dropped after the drop timeout
+    totals, _, _ = run(batches)  # the default silence timeout (60 s) has not passed: same counts, run still open
+    assert totals["sent"] == 2 and totals["received"] == 1
+
+
+def test_a_generator_that_stops_is_not_aborted():
+    state = engine.EngineState()
+    for records in [[c.RunStart("r", "loadgen", S, config="{}"), send(1, 0), recv(1, 2),
+                     c.RunStop("r", "loadgen", S + 1_000 * MS, reason="completed")], [beat(100_000)]]:
+        state, result = engine.process(state, decode_messages([c.encode(records)], [0], [0]), CFG)
+    assert result.finished and state.aborted is None

@@ -144,6 +144,7 @@ def test_bad_requests_are_answered_400_counted_and_never_crash_it(broker, tmp_pa
 
 
 @pytest.mark.integration
+@pytest.mark.faults
 def test_kill_9_of_receiver_and_shipper_loses_and_doubles_nothing(broker, tmp_path):
     """Every event answered 202 is reported exactly once, across a kill -9 of the receiver's process group."""
     topic, port, spool = "tel-http-kill", free_port(), tmp_path / "spool"

@@ -99,6 +99,7 @@ def test_run_summary_matches_ground_truth(live, recorded):
     assert w.loc[spec.start_ns + 10 * NS, "node:node-a:cpu_utilization"] == pytest.approx(0.6)
 
 
+@pytest.mark.faults
 def test_kill_and_restart_gives_the_undisturbed_results(live, recorded):
     out = recorded["tmp"] / "restarted"
     args = job_args(recorded, out, "--max-offsets-per-trigger", "25")

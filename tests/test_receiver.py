@@ -25,6 +25,7 @@ def start_receiver(broker, sut_topic, tel_topic, state_dir):
                             stderr=subprocess.DEVNULL, start_new_session=True)
 
 
+@pytest.mark.faults
 def test_restarted_receiver_loses_and_duplicates_nothing(broker, tmp_path):
     sut, tel = "sut-recv-test", "tel-recv-test"
     create_topic(broker, sut)

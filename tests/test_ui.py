@@ -266,3 +266,13 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
     report = {"windows": len(lag), "median_s": float(lag.median()), "max_s": float(lag.max())}
     (tmp_path / "freshness.json").write_text(json.dumps(report))
     print(f"\nfreshness (job writes a window -> browser shows it): {report}; screenshots in {shots}")
+
+
+def test_integrity_notes_show_lost_telemetry_and_an_aborted_run():
+    view = data.RunView("r", "/nowhere", True, summary={
+        "telemetry_lost": {"receiver-http": 15103},
+        "aborted": True, "stop_reasons": [{"agent": "job", "reason": "aborted: no record from 1 of 1 load generator(s)"}]})
+    notes = data.integrity_notes(view)
+    assert notes[0].startswith("telemetry lost: receiver-http refused 15,103 records")
+    assert notes[1] == "run aborted: no record from 1 of 1 load generator(s)"
+    assert data.integrity_notes(data.RunView("r", "/nowhere", True, summary={"telemetry_lost": {}})) == []

@@ -73,6 +73,8 @@ def live_view(view: data.RunView, live: bool, log_latency: bool) -> None:
     if banner:
         state, message = banner
         (st.error if state == "saturated" else st.warning)(f"{state.upper()}: {message}")
+    for note in data.integrity_notes(view):
+        st.warning(note)
     tiles(view, live)
     st.caption(freshness_line(view, live))
     st.plotly_chart(charts.timeline(view, log_latency), key=f"timeline-{view.run_id}", width="stretch",

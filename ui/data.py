@@ -167,6 +167,19 @@ def complete(view: RunView) -> pd.DataFrame:
     return w[w["receive_complete"]] if "receive_complete" in w else w
 
 
+def integrity_notes(view: RunView) -> list[str]:
+    """What the operator must know before trusting the figures: telemetry an agent had to refuse
+    (those events count as dropped), and a run that did not end normally."""
+    s, notes = view.summary, []
+    for agent, n in sorted((s.get("telemetry_lost") or {}).items()):
+        notes.append(f"telemetry lost: {agent} refused {n:,} records (over its buffer budget while the telemetry "
+                     "broker was away); their events count as dropped")
+    if s.get("aborted"):
+        why = "; ".join(str(r.get("reason")) for r in s.get("stop_reasons") or [] if r.get("reason"))
+        notes.append(f"run {why or 'aborted'}")
+    return notes
+
+
 def headline(view: RunView, now_ns: int | None = None) -> dict:
     """The tiles: current rate, p99 (last 5 s and run), loss ratio, in flight, elapsed."""
     w = complete(view)

@@ -1,0 +1,78 @@
+"""A TCP proxy on loopback that can take a server away and bring it back, for fault tests.
+
+    proxy = FaultProxy(listen_port, target_port).start()
+    proxy.cut()       # every connection reset, new ones refused: to clients, the server is down
+    proxy.restore()   # listening again; the server behind it kept its state
+
+The telemetry broker advertises the proxy's port, so every client (bootstrap and data
+connections alike) goes through it. Runs an asyncio loop on a thread of its own.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+HOST = "127.0.0.1"
+
+
+class FaultProxy:
+    def __init__(self, listen_port: int, target_port: int) -> None:
+        self.listen_port, self.target_port = listen_port, target_port
+        self.loop = asyncio.new_event_loop()
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.num_connections = 0
+        self.num_cut = 0
+
+    def start(self) -> "FaultProxy":
+        threading.Thread(target=self.loop.run_forever, name="fault-proxy", daemon=True).start()
+        self._call(self._listen())
+        return self
+
+    def _call(self, coro, timeout: float = 10):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def _listen(self) -> None:
+        self._server = await asyncio.start_server(self._handle, HOST, self.listen_port, reuse_address=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(HOST, self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self.num_connections += 1
+        self._writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(1 << 16):
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.transport.abort()
+                self._writers.discard(dst)
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def _cut(self) -> None:
+        self._server.close()
+        for w in list(self._writers):
+            w.transport.abort()  # RST: the client sees the connection drop at once
+        self._writers.clear()
+        await self._server.wait_closed()
+        self.num_cut += 1
+
+    def cut(self) -> None:
+        self._call(self._cut())
+
+    def restore(self) -> None:
+        self._call(self._listen())
+
+    def stop(self) -> None:
+        try:
+            self._call(self._cut())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)

@@ -1,0 +1,196 @@
+"""Faults with nothing lost and nothing counted twice (``make test-faults`` runs these and the
+kill -9 tests of the job and the receivers: ``-m faults``).
+
+The telemetry broker goes away behind a TCP proxy (``tests/fault_proxy.py``): the broker
+(Tansu) advertises the proxy's port, so every client's connections are reset and refused
+while it is cut, and the broker keeps what it had, as a broker restarted on durable storage
+would. Everything is real: the load generator, the HTTP receiver agent with its spool and
+shipper, the streaming job on Spark.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT, create_topic, job_command, job_env, telemetry
+from fault_proxy import FaultProxy
+from stack.__main__ import free_port, start_tansu, stop_process
+from test_http_receiver import health, start_receiver
+from test_ui import wait_for_first_batch
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+NS = 10**9
+
+
+@pytest.fixture
+def proxied(tmp_path):
+    """(bootstrap through the proxy, the proxy): a broker of this test's own behind a FaultProxy."""
+    port, proxy_port = free_port(), free_port()
+    broker = start_tansu(port, open(tmp_path / "tansu.log", "wb"), "flightwatch-faults", advertised_port=proxy_port)
+    proxy = FaultProxy(proxy_port, port).start()
+    try:
+        yield f"127.0.0.1:{proxy_port}", proxy
+    finally:
+        proxy.stop()
+        stop_process(broker)
+
+
+def start_job(bootstrap, topic, run_id, tmp_path, *extra):
+    log = open(tmp_path / "job.log", "w")
+    return subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", bootstrap, "--topic", topic,
+                                        "--checkpoints", str(tmp_path), *extra),
+                            cwd=ROOT, env=job_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def attack(bootstrap, topic, run_id, target, tmp_path, *args, **popen):
+    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
+    return subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--target", target, "--run", run_id,
+                             "--workers", "1", "--out", str(tmp_path / "lg"), "--telemetry-bootstrap", bootstrap,
+                             "--telemetry-topic", topic, *args],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def dir_bytes(path) -> int:
+    """Disk actually used (segments are created sparse at their full size)."""
+    return sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(path) for f in fs)
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def test_telemetry_broker_away_10s_at_2000_per_s_loses_nothing(proxied, tmp_path):
+    bootstrap, proxy = proxied
+    run_id, topic, port = "away", "tel-away", free_port()
+    create_topic(bootstrap, topic)
+    procs = [start_receiver(bootstrap, topic, tmp_path / "spool", port)]
+    try:
+        job = start_job(bootstrap, topic, run_id, tmp_path, "--drop-timeout", "20s")
+        procs.append(job)
+        wait_for_first_batch(bootstrap, topic, run_id, tmp_path / run_id / "batches")
+        lg = attack(bootstrap, topic, run_id, f"http://127.0.0.1:{port}/", tmp_path, "--rate", "2000", "--duration", "30s")
+        peak = {"spool_bytes": 0, "loadgen_rss_kib": 0, "receiver_rss_kib": 0}
+        before = {}
+
+        def outage() -> None:  # 8 s into the attack, the broker is away for 10 s
+            time.sleep(8)
+            before.update(loadgen_rss_kib=rss_kib(lg.pid), receiver_rss_kib=rss_kib(procs[0].pid))
+            proxy.cut()
+            t_end = time.monotonic() + 10
+            while time.monotonic() < t_end:
+                peak["spool_bytes"] = max(peak["spool_bytes"], dir_bytes(tmp_path / "spool"))
+                peak["loadgen_rss_kib"] = max(peak["loadgen_rss_kib"], rss_kib(lg.pid))
+                peak["receiver_rss_kib"] = max(peak["receiver_rss_kib"], rss_kib(procs[0].pid))
+                time.sleep(0.25)
+            proxy.restore()
+
+        t = threading.Thread(target=outage)
+        t.start()
+        out = lg.communicate(timeout=240)[0]
+        t.join()
+        assert lg.returncode == 0, out[-3000:]
+        assert job.wait(240) == 0, (tmp_path / "job.log").read_text()[-3000:]
+        rx = health(port)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                stop_process(p, wait_s=30, group=True)
+
+    report = json.load(open(tmp_path / "lg" / "report.json"))
+    s = json.load(open(tmp_path / run_id / "summary.json"))
+    sends = [r for r in telemetry(bootstrap, topic, run_id) if r["kind"] == "send"]
+    lg_tel = {k: sum(w[k] for w in report["telemetry"].values()) for k in ("written", "sent", "lost", "buffered")}
+    print(f"\nbroker away 10 s at 2,000/s: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} "
+          f"duplicates {s['duplicates']} quarantined {s['quarantined']}; receiver spooled {rx['telemetry']['spooled']:,} "
+          f"lost {rx['telemetry']['lost']}; loadgen telemetry {lg_tel}; spool peak {peak['spool_bytes'] / 1e6:.1f} MB; "
+          f"RSS before/peak: loadgen {before['loadgen_rss_kib'] / 1024:.0f}/{peak['loadgen_rss_kib'] / 1024:.0f} MiB, "
+          f"receiver {before['receiver_rss_kib'] / 1024:.0f}/{peak['receiver_rss_kib'] / 1024:.0f} MiB")
+    assert proxy.num_cut == 1
+    # every event the generator sent is in the telemetry once, and every one was received
+    assert report["requests"] == len(sends) == len({r["event_id"] for r in sends}) == s["sent"]
+    assert 59_000 <= s["sent"] <= 60_000
+    assert s["received"] == s["sent"] and s["dropped"] == 0 and s["duplicates"] == 0 and s["late"] == 0
+    assert rx["received"] == s["sent"] and rx["telemetry"]["lost"] == 0 and s["telemetry_lost"] == {}
+    assert lg_tel["lost"] == 0 and lg_tel["buffered"] == 0 and lg_tel["sent"] == lg_tel["written"]
+    # the receiver buffered on disk while the broker was away, within its budget; the job never crashed
+    assert 0 < peak["spool_bytes"] < 2 << 30
+
+
+def test_over_its_spool_budget_a_receiver_counts_the_loss_and_the_summary_shows_it(proxied, tmp_path):
+    bootstrap, proxy = proxied
+    run_id, topic, port = "budget", "tel-budget", free_port()
+    create_topic(bootstrap, topic)
+    procs = [start_receiver(bootstrap, topic, tmp_path / "spool", port, "--spool-budget", "256KiB")]
+    try:
+        lg = attack(bootstrap, topic, run_id, f"http://127.0.0.1:{port}/", tmp_path, "--rate", "2000", "--duration", "10s")
+        time.sleep(2.5)  # its checks passed and its start record written: now the broker goes away
+        proxy.cut()  # the spool fills to its budget, then receives are refused and counted
+        time.sleep(10)
+        proxy.restore()  # after the attack, before the generator's own telemetry flush gives up (30 s)
+        out = lg.communicate(timeout=120)[0]
+        assert lg.returncode == 0, out[-3000:]
+        time.sleep(3)  # the receiver's last loss report (once a second) and the shipper's catch-up
+        rx = health(port)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                stop_process(p, wait_s=30, group=True)
+    job = start_job(bootstrap, topic, run_id, tmp_path, "--drop-timeout", "5s")  # its heartbeats close the run
+    try:
+        assert job.wait(300) == 0, (tmp_path / "job.log").read_text()[-3000:]
+    finally:
+        stop_process(job, wait_s=30, group=True)
+    s = json.load(open(tmp_path / run_id / "summary.json"))
+    lost = rx["telemetry"]["lost"]
+    print(f"\nspool budget 256 KiB, broker away: {rx['received']:,} received (202), spooled {rx['telemetry']['spooled']:,}, "
+          f"lost {lost:,}; summary: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,} "
+          f"telemetry_lost {s['telemetry_lost']}")
+    assert rx["received"] == s["sent"] and lost > 1000
+    # the loss is counted, reported and shown: spooled receives arrive, the refused ones are in telemetry_lost
+    assert s["telemetry_lost"] == {"receiver-http": lost}
+    assert s["received"] + lost == s["sent"] and s["dropped"] == lost
+
+
+def test_a_killed_load_generator_closes_the_run_as_aborted(proxied, tmp_path):
+    bootstrap, _ = proxied
+    run_id, topic, port = "killed", "tel-killed", free_port()
+    create_topic(bootstrap, topic)
+    procs = [start_receiver(bootstrap, topic, tmp_path / "spool", port)]
+    try:
+        job = start_job(bootstrap, topic, run_id, tmp_path, "--drop-timeout", "5s", "--silence-timeout", "10s")
+        procs.append(job)
+        wait_for_first_batch(bootstrap, topic, run_id, tmp_path / run_id / "batches")
+        lg = attack(bootstrap, topic, run_id, f"http://127.0.0.1:{port}/", tmp_path, "--rate", "500", "--duration", "60s",
+                    start_new_session=True)
+        time.sleep(8)
+        os.killpg(lg.pid, signal.SIGKILL)  # the generator and its worker, without a word
+        lg.wait(30)
+        t_kill = time.monotonic()
+        assert job.wait(120) == 0, (tmp_path / "job.log").read_text()[-3000:]
+        closed_after_s = time.monotonic() - t_kill
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                stop_process(p, wait_s=30, group=True)
+    s = json.load(open(tmp_path / run_id / "summary.json"))
+    recs = telemetry(bootstrap, topic, run_id)
+    sends = {r["event_id"] for r in recs if r["kind"] == "send"}
+    print(f"\nloadgen killed after 8 s: run closed {closed_after_s:.0f} s later, sent {s['sent']:,} "
+          f"received {s['received']:,} dropped {s['dropped']}; {s['stop_reasons']}")
+    assert s["state"] == "finished" and s["aborted"] is True
+    assert [r["agent"] for r in s["stop_reasons"]] == ["job"] and "load generator" in s["stop_reasons"][0]["reason"]
+    # closed with what was sent: every send record that reached the topic, nothing invented
+    assert s["sent"] == len(sends) and 2_000 <= s["sent"] <= 4_500
+    assert s["received"] + s["dropped"] == s["sent"] and s["dropped"] <= 50  # only what was in flight at the kill
+    assert s["stopped_at_ns"] == max(r["at_ns"] for r in recs if r["kind"] in ("send", "ack", "run_start"))
