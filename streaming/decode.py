@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import re
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -38,6 +40,27 @@ RAW_TEXT_MAX_CHARS = 2000
 
 _PARSE_OPTIONS = pajson.ParseOptions(unexpected_field_behavior="infer")
 _READ_OPTIONS = pajson.ReadOptions(use_threads=True, block_size=4 << 20)
+
+
+ARROW_SAFE_NESTING = 1000
+"""Arrow's JSON reader (pyarrow 26) recurses once per nesting level and crashes the whole process
+(SIGSEGV, not an exception) at about 20,000 levels; a record of the contract nests once."""
+_NULL_LINE = re.compile(rb"\n[ \t\r]*null")
+_NULL_FIRST = re.compile(rb"[ \t\r\n]*null")
+
+
+def arrow_safe(body: bytes) -> bool:
+    """Whether Arrow's reader may be given ``body``. It crashes (SIGSEGV) on a line that is a bare
+    ``null`` where a block starts, and on deep nesting; such a message is decoded line by line.
+    Telemetry lines start with '{' and nest once, so this costs a few C-speed scans."""
+    if _NULL_FIRST.match(body) or _NULL_LINE.search(body):
+        return False
+    if len(body) <= ARROW_SAFE_NESTING or body.count(b"{") + body.count(b"[") <= ARROW_SAFE_NESTING:
+        return True
+    b = np.frombuffer(body, dtype=np.uint8)
+    o = b | 0x20  # '[' -> '{', ']' -> '}'
+    at = np.flatnonzero((o == 0x7B) | (o == 0x7D))
+    return int(np.cumsum(np.where(o[at] == 0x7B, 1, -1)).max(initial=0)) <= ARROW_SAFE_NESTING
 
 
 def _arrow_parse(body: bytes) -> pa.Table:
@@ -71,8 +94,8 @@ def _check_value(name: str, value) -> str | None:
         return None
     if pa.types.is_integer(t):
         ok = isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
-    elif pa.types.is_floating(t):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif pa.types.is_floating(t):  # NaN and Infinity parse in Python's json, but are no measurement
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     elif pa.types.is_boolean(t):
         ok = isinstance(value, bool)
     else:
@@ -91,6 +114,9 @@ def _python_parse(body: bytes) -> tuple[list[dict], list[tuple[str, str]]]:
             obj = json.loads(text)
         except ValueError:
             bad.append(("not json", text))
+            continue
+        except RecursionError:
+            bad.append(("not json: nested too deep", text))
             continue
         if not isinstance(obj, dict):
             bad.append(("not a json object", text))
@@ -129,6 +155,9 @@ def _validate(table: pa.Table) -> pa.Array:
         mark(pc.fill_null(out, False), f"field {name}: out of range")
     for name in COUNT_FIELDS:
         mark(pc.fill_null(pc.less(table[name], 0), False), f"field {name}: negative")
+    for name, t in FIELD_TYPES.items():  # Arrow's reader takes NaN and Infinity: no measurement is either
+        if pa.types.is_floating(t):
+            mark(pc.fill_null(pc.invert(pc.is_finite(table[name])), False), f"field {name}: not a finite number")
     mark(pc.fill_null(pc.equal(table["event_id"], ""), False), "empty event_id")
     return pa.array(reasons, type=pa.string())
 
@@ -147,21 +176,24 @@ def decode_messages(values: Iterable[bytes | None], partitions: Iterable[int], o
     """Kafka message bodies (with their partition and offset) to one DECODED_SCHEMA table."""
     values, partitions, offsets = list(values), list(partitions), list(offsets)
     pieces: list[pa.Table] = []
-    # Fast path: every message at once; on failure, message by message.
-    groups = [list(range(len(values)))]
+    # Fast path: every message Arrow can be given, at once; on failure, message by message.
+    safe = [arrow_safe(v or b"") for v in values]
+    fast = [i for i in range(len(values)) if safe[i]]
+    groups = [[i] for i in range(len(values)) if not safe[i]]
     try:
-        pieces.append(_with_source(_arrow_parse(b"\n".join(v or b"" for v in values)), values, partitions, offsets, groups[0]))
-        groups = []
+        if fast:
+            pieces.append(_with_source(_arrow_parse(b"\n".join(values[i] or b"" for i in fast)), values, partitions, offsets, fast))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        groups = [[i] for i in range(len(values))]
-    for group in groups:
+        groups += [[i] for i in fast]
+    for group in sorted(groups):
         i = group[0]
         body = values[i] or b""
-        try:
-            pieces.append(_with_source(_arrow_parse(body), values, partitions, offsets, group))
-            continue
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            pass
+        if safe[i]:
+            try:
+                pieces.append(_with_source(_arrow_parse(body), values, partitions, offsets, group))
+                continue
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                pass
         good, bad = _python_parse(body)
         if good:
             t = pa.Table.from_pylist(good, schema=ARROW_SCHEMA)

@@ -198,7 +198,9 @@ def telemetry_stream(spark, cfg: JobConfig):
     decoded = raw.mapInArrow(decode_record_batches, from_arrow_schema(DECODED_SCHEMA))
     run = F.col("run_id") == F.lit(cfg.engine.run_id)
     shared = (F.col("run_id") == F.lit(contract.ANY_RUN)) & F.col("kind").isin(*contract.SHARED_KINDS)
-    unattributed = F.col("quarantine_reason").isNotNull() & (F.col("run_id").isNull() | run)
+    # set aside: this run's, those no run can be read from, and machine-wide ones (like the engine, which counts
+    # every quarantined row it is given)
+    unattributed = F.col("quarantine_reason").isNotNull() & (F.col("run_id").isNull() | run | (F.col("run_id") == F.lit(contract.ANY_RUN)))
     return decoded.where(run | shared | unattributed)
 
 

@@ -42,3 +42,21 @@ def test_unknown_fields_are_ignored_and_empty_messages_are_harmless():
     line = b'{"v":1,"kind":"recv","run_id":"r","agent":"a","at_ns":1800000000000000000,"event_id":"e","extra":{"x":1}}'
     table = decode_messages([line, b"", None], [0, 0, 0], [1, 2, 3])
     assert table.num_rows == 1 and table.column("quarantine_reason").null_count == 1
+
+
+@pytest.mark.parametrize("body,reason", [
+    # each of these crashed pyarrow 26's JSON reader (SIGSEGV) or slipped through it; found by tests/test_fuzz.py
+    (b'null\n{"v":1,"kind":"heartbeat","run_id":"r","agent":"a","at_ns":1800000000000000000}', "not a json object"),
+    (b' \tnull', "not a json object"),
+    (b'{"v":1,"kind":"heartbeat","run_id":"r","agent":"a","at_ns":' + b"[" * 30000 + b"1" + b"]" * 30000 + b"}", "not json"),
+    (b'{"v":1,"kind":"node","run_id":"*","agent":"n","at_ns":1800000000000000000,"node":"a","metric":"m","value":Infinity}',
+     "field value: not a finite number"),
+    (b'{"v":1,"kind":"node","run_id":"*","agent":"n","at_ns":1800000000000000000,"node":"a","metric":"m","value":NaN}',
+     "field value"),
+])
+def test_inputs_that_crashed_the_arrow_reader_are_quarantined(body, reason):
+    good = b'{"v":1,"kind":"heartbeat","run_id":"r","agent":"a","at_ns":1800000000000000001}'
+    t = decode_messages([body, good], [0, 0], [1, 2])
+    bad = t.filter(t["quarantine_reason"].is_valid())
+    assert bad.num_rows == 1 and bad["quarantine_reason"][0].as_py().startswith(reason), bad.to_pylist()
+    assert t.num_rows - bad.num_rows == body.count(b"\n") + 1  # the other lines of the body, and the good message

@@ -1,0 +1,252 @@
+"""Bad input, fuzzed with hypothesis: telemetry records, the command lines, the HTTP receiver.
+
+Telemetry: 10,000 malformed records (truncated, wrong types, unknown kinds, missing fields,
+huge values, negative or far-future timestamps, non-finite numbers, deep nesting, other
+versions, garbage bytes) are spread through a synthetic run of known truth. Every one must be
+quarantined and counted, and the run's results must be exactly those of the run without them:
+first through decode + engine (hypothesis drives it, 250 examples of 40 records), then the same
+10,000 records through the real Spark job.
+
+A receive stamped before its send is not malformed: it is a real observation of clock skew,
+counted in the window's ``clock_skew`` and kept out of the latency histogram (the engine's table
+tests cover it); it is not quarantined, so it is not part of the 10,000.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from agents import contract
+from agents.contract import KINDS, MAX_TS_NS, MIN_TS_NS
+from conftest import ROOT
+from loadgen.synthetic import SyntheticSpec, generate, messages, truth
+from streaming import engine
+from streaming.decode import decode_messages
+
+RUN = "fuzz"
+FUZZ_EXAMPLES, LINES_PER_EXAMPLE = 100, 100
+GOOD_AT_NS = 1_800_000_000 * 10**9
+SPEC = SyntheticSpec(run_id=RUN, duration_s=12, rate_per_sec=40, pause=(5.0, 2.0), late_count=2, num_malformed=0,
+                     drop_timeout_s=3, oom_at_s=(6.5,))
+
+# --- strategies: each draws one line that must be quarantined --------------------------------------
+
+TEMPLATES = [
+    contract.Send(RUN, "lg-0", GOOD_AT_NS, event_id="x-1", intended_at_ns=GOOD_AT_NS, bytes_out=100, worker=0),
+    contract.Receive(RUN, "rx", GOOD_AT_NS, event_id="x-1", bytes_in=100),
+    contract.Ack(RUN, "lg-0", GOOD_AT_NS, event_id="x-1", sent_at_ns=GOOD_AT_NS, status=202),
+    contract.NodeSample(contract.ANY_RUN, "nm", GOOD_AT_NS, node="n1", metric="cpu_util", value=0.5),
+    contract.OomEvent(contract.ANY_RUN, "nm", GOOD_AT_NS, source="cgroup", where="n1:/x", count=1),
+    contract.ClockOffset(RUN, "rx", GOOD_AT_NS, reference="127.0.0.1:19123", offset_us=1.0, rtt_us=2.0),
+    contract.Heartbeat(RUN, "job", GOOD_AT_NS),
+]
+WRONG_TYPED = {  # a value of another JSON type than the field's
+    "int": st.one_of(st.text(max_size=8), st.booleans(), st.floats(allow_nan=False, allow_infinity=False).filter(
+        lambda f: f != int(f)), st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)),
+    "str": st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.booleans(),
+                     st.lists(st.text(max_size=3), max_size=3)),
+    "float": st.one_of(st.text(max_size=8), st.booleans(), st.lists(st.floats(), max_size=2)),
+}
+
+
+def _kind_of(field_type) -> str:
+    import pyarrow as pa
+
+    return "int" if pa.types.is_integer(field_type) else "float" if pa.types.is_floating(field_type) else "str"
+
+
+@st.composite
+def wrong_type(draw):
+    rec = draw(st.sampled_from(TEMPLATES)).to_dict()
+    name = draw(st.sampled_from(sorted(k for k in rec if k in contract.FIELD_TYPES and k not in ("v", "kind"))))
+    rec[name] = draw(WRONG_TYPED[_kind_of(contract.FIELD_TYPES[name])])
+    return json.dumps(rec)
+
+
+@st.composite
+def truncated(draw):
+    text = json.dumps(draw(st.sampled_from(TEMPLATES)).to_dict())
+    return text[: draw(st.integers(1, len(text) - 1))]
+
+
+@st.composite
+def unknown_kind(draw):
+    rec = draw(st.sampled_from(TEMPLATES)).to_dict()
+    rec["kind"] = draw(st.text(max_size=12).filter(lambda k: k not in KINDS))
+    return json.dumps(rec)
+
+
+@st.composite
+def missing_required(draw):
+    t = draw(st.sampled_from(TEMPLATES))
+    rec = t.to_dict()
+    del rec[draw(st.sampled_from(sorted(set(type(t).REQUIRED) & set(rec))))]
+    return json.dumps(rec)
+
+
+@st.composite
+def bad_time(draw):
+    rec = draw(st.sampled_from(TEMPLATES)).to_dict()
+    name = draw(st.sampled_from(sorted(k for k in rec if k.endswith("_ns"))))
+    rec[name] = draw(st.one_of(st.integers(-(2**63), MIN_TS_NS - 1), st.integers(MAX_TS_NS + 1, 2**63 - 1)))
+    return json.dumps(rec)
+
+
+@st.composite
+def huge(draw):
+    rec = draw(st.sampled_from(TEMPLATES)).to_dict()
+    name = draw(st.sampled_from(sorted(k for k in rec if _kind_of(contract.FIELD_TYPES.get(k, None) or 0) != "str"
+                                       and k in contract.FIELD_TYPES and k not in ("v",))))
+    if _kind_of(contract.FIELD_TYPES[name]) == "int":
+        rec[name] = draw(st.one_of(st.integers(2**63, 10**40), st.integers(-(10**40), -(2**63) - 1)))
+        return json.dumps(rec)
+    rec[name] = draw(st.sampled_from([math.inf, -math.inf, math.nan]))  # json.dumps writes Infinity / NaN
+    return json.dumps(rec)
+
+
+@st.composite
+def bad_version(draw):
+    rec = draw(st.sampled_from(TEMPLATES)).to_dict()
+    rec["v"] = draw(st.integers().filter(lambda v: v != contract.SCHEMA_VERSION))
+    return json.dumps(rec)
+
+
+@st.composite
+def deeply_nested(draw):
+    depth = draw(st.integers(50, 5000))
+    rec = draw(st.sampled_from(TEMPLATES)).to_dict()
+    return json.dumps(rec)[:-1] + ', "at_ns": ' + "[" * depth + "1" + "]" * depth + "}"
+
+
+not_an_object = st.one_of(st.integers(), st.floats(allow_nan=False), st.text(max_size=20), st.lists(st.integers(), max_size=4),
+                          st.none(), st.booleans()).map(json.dumps)
+garbage = st.one_of(st.text(min_size=1, max_size=200), st.binary(min_size=1, max_size=200).map(
+    lambda b: b.decode("latin-1"))).map(lambda s: s.replace("\n", " ").replace("\r", " ")).filter(
+    lambda s: s.strip() and not s.strip().startswith("{"))
+
+BAD_LINE = st.one_of(truncated(), wrong_type(), unknown_kind(), missing_required(), bad_time(), huge(), bad_version(),
+                     deeply_nested(), not_an_object, garbage)
+
+
+def is_bad(line: str) -> bool:
+    """Independent of the decoder: no valid record of this contract could be this line."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return True
+    if not isinstance(obj, dict) or obj.get("v") != contract.SCHEMA_VERSION or obj.get("kind") not in KINDS:
+        return True
+    for name, value in obj.items():
+        if name not in contract.FIELD_TYPES:
+            continue
+        kind = _kind_of(contract.FIELD_TYPES[name])
+        if value is None:
+            continue
+        if kind == "int" and (type(value) is not int or not -(2**63) <= value < 2**63):
+            return True
+        if kind == "float" and (type(value) not in (int, float) or not math.isfinite(value)):
+            return True
+        if kind == "str" and type(value) is not str:
+            return True
+        if name.endswith("_ns") and not MIN_TS_NS <= value <= MAX_TS_NS:
+            return True
+    return any(obj.get(r) is None for r in KINDS[obj["kind"]].REQUIRED)
+
+
+# --- the clean run, and a run with bad lines spread through it -------------------------------------
+
+CLEAN = generate(SPEC)
+CLEAN_MESSAGES = [v for _, v, _ in messages(CLEAN, 50)]
+
+
+def process(values: list[bytes]) -> tuple[pd.Series, int]:
+    """decode + engine over the messages in 3 batches: (window counts, quarantined rows)."""
+    state, counts, quarantined = engine.EngineState(), [], 0
+    cfg = engine.EngineConfig(run_id=RUN, drop_timeout_ns=SPEC.drop_timeout_s * 10**9)
+    for chunk in np.array_split(np.arange(len(values)), 3):
+        table = decode_messages([values[i] for i in chunk], [0] * len(chunk), [int(i) for i in chunk])
+        state, r = engine.process(state, table, cfg)
+        counts.append(r.counts)
+        quarantined += r.quarantine.num_rows
+    c = pd.concat(counts)
+    c = c[~c["name"].str.startswith(engine.MAX_PREFIX)].groupby(["window_ns", "name"])["value"].sum()
+    return c[c != 0], quarantined
+
+
+def spread(lines: list[str], rnd) -> list[bytes]:
+    """Each bad line into a random message of the clean run (after a random good line)."""
+    values = list(CLEAN_MESSAGES)
+    for line in lines:
+        i = rnd.randrange(len(values))
+        parts = values[i].split(b"\n")
+        parts.insert(rnd.randrange(len(parts) + 1), line.encode("utf-8", errors="surrogatepass"))
+        values[i] = b"\n".join(parts)
+    return values
+
+
+BASELINE, BASE_QUARANTINED = process(CLEAN_MESSAGES)
+COLLECTED: list[str] = []
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
+          phases=[Phase.explicit, Phase.generate, Phase.shrink], suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(BAD_LINE, min_size=LINES_PER_EXAMPLE, max_size=LINES_PER_EXAMPLE), rnd=st.randoms(use_true_random=False))
+def _quarantined_and_nothing_else_changes(lines, rnd):
+    assert all(is_bad(line) for line in lines)
+    counts, quarantined = process(spread(lines, rnd))
+    assert quarantined == BASE_QUARANTINED + len(lines)
+    pd.testing.assert_series_equal(counts, BASELINE)
+    COLLECTED.extend(lines)
+
+
+def test_10000_fuzzed_records_are_quarantined_and_change_nothing():
+    assert BASE_QUARANTINED == 0 and BASELINE.loc[(slice(None), "sent")].sum() == truth(CLEAN)["num_sent"]
+    COLLECTED.clear()
+    _quarantined_and_nothing_else_changes()
+    assert len(COLLECTED) >= FUZZ_EXAMPLES * LINES_PER_EXAMPLE == 10_000
+
+
+@pytest.mark.integration
+@pytest.mark.faults
+def test_the_job_quarantines_10000_fuzzed_records_and_keeps_the_truth(broker, tmp_path):
+    """The same 10,000 records (drawn by the test above) through the real Spark job."""
+    import random
+
+    from kafka import KafkaProducer
+
+    from conftest import create_topic, run_job
+    from streaming import results
+
+    if len(COLLECTED) < 10_000:  # run alone: draw them
+        _quarantined_and_nothing_else_changes()
+    lines = COLLECTED[:10_000]
+    topic = "tel-fuzz"
+    create_topic(broker, topic)
+    producer = KafkaProducer(bootstrap_servers=broker, max_request_size=8 << 20)
+    for v in spread(lines, random.Random(11)):
+        producer.send(topic, key=b"fuzz", value=v)
+    producer.flush()
+    producer.close()
+    r = run_job("run", "--run", RUN, "--bootstrap", broker, "--topic", topic, "--out", str(tmp_path / RUN),
+                "--no-heartbeat", "--available-now", "--drop-timeout", f"{SPEC.drop_timeout_s}s")
+    assert r.returncode == 0 and "FINISHED" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    s = results.summarize(str(tmp_path / RUN))
+    t = truth(CLEAN)
+    q = results.load_quarantine(str(tmp_path / RUN))
+    print(f"\nfuzz through the job: {len(lines):,} bad records, quarantined {s['quarantined']:,}; "
+          f"reasons: {q['quarantine_reason'].str.split(':').str[0].value_counts().head(8).to_dict()}")
+    assert s["quarantined"] == len(q) == 10_000
+    assert (s["sent"], s["received"], s["dropped"], s["duplicates"], s["late"], s["errors"]) == (
+        t["num_sent"], t["num_received"], t["num_dropped"], t["num_duplicates"], t["num_late"], t["num_errors"])
+    for p in (50, 99):
+        exact = np.percentile(t["all_latency_us"], p, method="inverted_cdf")
+        assert abs(s["latency_us"][f"p{p}"] - exact) / exact <= 0.001
