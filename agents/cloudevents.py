@@ -29,16 +29,26 @@ class BadEvent(ValueError):
         self.reason = reason
 
 
+def _utf8(value: str, what: str) -> str:
+    """A header's bytes that are not UTF-8 (aiohttp keeps them as surrogates), or a JSON string with a lone
+    surrogate escape, cannot name an event in the telemetry: refused rather than altered."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadEvent(f"{what} not UTF-8") from None
+    return value
+
+
 def _checked_id(value) -> str:
     if not isinstance(value, str) or not value:
         raise BadEvent("missing id")
     if len(value) > MAX_ID_LENGTH:
         raise BadEvent("id too long")
-    return value
+    return _utf8(value, "id")
 
 
 def _run(value) -> str | None:
-    return value if isinstance(value, str) and value else None
+    return _utf8(value, "run") if isinstance(value, str) and value else None
 
 
 def _from_object(obj) -> tuple[str, str | None]:

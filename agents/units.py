@@ -34,3 +34,8 @@ def split_host_port(text: str, what: str = "address", example: str = "127.0.0.1:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"bad {what} {text!r}: use HOST:PORT, e.g. {example}")
     return host, int(port)
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped: an error message stays one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(text))

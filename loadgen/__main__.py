@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from agents.units import parse_duration_ns
+from agents.units import one_line, parse_duration_ns
 from loadgen import report
 from loadgen.pacer import NS_PER_S, Schedule
 from loadgen.stats import RunStats
@@ -39,7 +39,10 @@ LOADGEN_BOUND_RATIO = 0.95
 
 
 class UsageError(Exception):
-    pass
+    """Bad input: printed as one line (user text in it is escaped), exit code 2."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class _Parser(argparse.ArgumentParser):

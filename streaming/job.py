@@ -25,14 +25,17 @@ import threading
 import time
 
 from streaming import engine
-from agents.units import parse_duration_ns
+from agents.units import one_line, parse_duration_ns
 from streaming.config import JobConfig
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class UsageError(Exception):
-    """Bad flags or an unusable environment: one line on stderr, exit code 2."""
+    """Bad flags or an unusable environment: one line on stderr (user text in it is escaped), exit code 2."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class _Parser(argparse.ArgumentParser):

@@ -18,6 +18,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -250,3 +251,156 @@ def test_the_job_quarantines_10000_fuzzed_records_and_keeps_the_truth(broker, tm
     for p in (50, 99):
         exact = np.percentile(t["all_latency_us"], p, method="inverted_cdf")
         assert abs(s["latency_us"][f"p{p}"] - exact) / exact <= 0.001
+
+
+# --- command lines ---------------------------------------------------------------------------------
+
+LOADGEN_FLAGS = ["--rate", "--pace", "--duration", "--target", "--payload", "--workers", "--max-inflight", "--timeout",
+                 "--run", "--shard", "--fail-on", "--abort-on", "--telemetry-bootstrap", "--quiet", "--stream", "--no-telemetry",
+                 "--bogus", "-x"]
+JOB_FLAGS = ["--run", "--checkpoints", "--trigger", "--master", "--bootstrap", "--topic", "--window", "--drop-timeout",
+             "--watermark-delay", "--silence-timeout", "--max-offsets-per-trigger", "--kafka-option", "--partitions",
+             "--available-now", "--no-heartbeat", "--starting-offsets", "--source", "--bogus"]
+VALUES = st.one_of(st.sampled_from(["0", "-1", "5000", "1e309", "nan", "10s", "1ms", "0s", "2/2", "0/1", "1000:5,0:1", "100-:5",
+                                    "p99>5ms", "loss>1%", "http://127.0.0.1:1/", "kafka://x", "a=b", "=", "", "%", "\x00"]),
+                   st.text(max_size=12))
+
+
+def _argv(flags):
+    return st.lists(st.one_of(st.sampled_from(flags), VALUES), max_size=8)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(argv=_argv(LOADGEN_FLAGS))
+def test_loadgen_command_line_fuzz_gives_a_config_or_a_usage_error(argv):
+    from loadgen.__main__ import UsageError, build_parser, config
+
+    try:
+        cfg, _, _ = config(build_parser().parse_args(["attack", *argv]))
+    except UsageError as e:
+        assert str(e) and "\n" not in str(e).strip()
+        return
+    assert cfg.schedule.duration_ns > 0 and cfg.workers >= 1 and 0 <= cfg.shard < cfg.shards
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(command=st.sampled_from(["run", "replay", "summary"]), argv=_argv(JOB_FLAGS))
+def test_job_command_line_fuzz_gives_a_config_or_a_usage_error(command, argv):
+    from streaming.job import UsageError, build_parser, config_from_args
+
+    try:
+        cfg = config_from_args(build_parser().parse_args([command, *argv]))
+    except UsageError as e:
+        assert str(e) and "\n" not in str(e).strip()
+        return
+    assert cfg.engine.run_id and cfg.engine.window_ns > 0 and cfg.engine.drop_timeout_ns > 0
+
+
+# --- the HTTP receiver -----------------------------------------------------------------------------
+
+HEADER_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, blacklist_characters="\x7f"), max_size=40)
+ANY_ID = st.one_of(st.text(min_size=1, max_size=30), st.text(max_size=3), st.integers(), st.none(), st.text(min_size=1030, max_size=1100))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+@st.composite
+def cloudevent_request(draw):
+    """(content type, headers, body, the events a correct receiver accepts: [(id, run)] or None for a 400)."""
+    mode = draw(st.sampled_from(["binary", "structured", "batch", "garbage"]))
+    run = draw(st.one_of(st.just("fz"), st.none(), st.just("")))
+    if mode == "binary":
+        eid = draw(st.one_of(HEADER_TEXT, st.none()))
+        headers = {"ce-specversion": "1.0", "ce-source": "fuzz", "ce-type": "t"}
+        if eid is not None:
+            headers["ce-id"] = eid
+        if run is not None:
+            headers["ce-fwrun"] = run
+        try:  # http.client sends the header as latin-1 bytes; the receiver reads UTF-8 and drops surrounding blanks
+            got = eid.encode("latin-1").decode("utf-8").strip(" \t") if eid is not None else ""
+        except UnicodeDecodeError:
+            got = None
+        ok = bool(got) and len(got) <= 1024
+        return "application/octet-stream", headers, draw(st.binary(max_size=200)), [(got, run or None)] if ok else None
+    if mode == "garbage":
+        return draw(st.sampled_from(["application/cloudevents+json", "application/cloudevents-batch+json"])), {}, \
+            draw(st.binary(max_size=200).filter(lambda b: not b.strip().startswith((b"{", b"[")))), None
+    objs, expect = [], []
+    for _ in range(1 if mode == "structured" else draw(st.integers(0, 6))):
+        eid = draw(ANY_ID)
+        obj = {"specversion": "1.0", "source": "fuzz", "type": "t", "id": eid, "data": draw(st.text(max_size=20))}
+        if run is not None:
+            obj["fwrun"] = run
+        objs.append(obj)
+        expect.append((eid, run or None) if isinstance(eid, str) and eid and len(eid) <= 1024 and _encodable(eid) else None)
+    if mode == "structured":
+        return "application/cloudevents+json", {}, json.dumps(objs[0]).encode(), expect if expect[0] else None
+    ok = all(expect) and len(expect) > 0
+    return "application/cloudevents-batch+json", {}, json.dumps(objs).encode(), expect if ok else None
+
+
+@pytest.mark.integration
+@pytest.mark.faults
+def test_http_receiver_fuzz_answers_202_or_400_and_records_exactly_what_it_accepted(broker, tmp_path):
+    """400 random CloudEvents requests (binary, structured, batched, garbage; ids of any text, missing, too long,
+    of the wrong type): never a 5xx or a dropped connection; every accepted event reaches the telemetry once,
+    with its ID intact, as a record the job decodes without quarantine."""
+    import http.client
+
+    from conftest import create_topic, telemetry
+    from stack.__main__ import free_port, stop_process
+    from test_http_receiver import health, start_receiver
+
+    topic, port = "tel-fuzz-http", free_port()
+    create_topic(broker, topic)
+    proc = start_receiver(broker, topic, tmp_path / "spool", port)
+    accepted: list[tuple[str, str | None]] = []
+    statuses: dict[int, int] = {}
+    try:
+        @settings(max_examples=400, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @given(req=cloudevent_request())
+        def one(req):
+            ctype, headers, body, expect = req
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("POST", "/", body=body, headers={"Content-Type": ctype, **headers})
+            status = conn.getresponse().status
+            conn.close()
+            statuses[status] = statuses.get(status, 0) + 1
+            assert status == (202 if expect is not None else 400), (status, req)
+            if expect is not None:
+                accepted.extend(expect)
+
+        one()
+        assert proc.poll() is None
+        h = health(port)
+        assert h["received"] + h["unattributed"] == len(accepted)
+        attributed = [(e, r) for e, r in accepted if r]
+        assert h["received"] == len(attributed)
+        deadline = time.monotonic() + 30
+        while True:
+            recs = [r for r in telemetry(broker, topic, "fz") if r["kind"] == "recv"]
+            if len(recs) >= len(attributed) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+    finally:
+        stop_process(proc, wait_s=30, group=True)
+    print(f"\nHTTP receiver fuzz: statuses {statuses}, {len(accepted)} events accepted, {len(attributed)} with a run")
+    assert sorted(r["event_id"] for r in recs) == sorted(e for e, _ in attributed)
+    # the raw lines the job will read decode without a single quarantined row
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
+    c.assign(tps)
+    c.seek_to_beginning()
+    values = [m.value for batch in [c.poll(timeout_ms=2000)] for msgs in batch.values() for m in msgs]
+    c.close()
+    t = decode_messages(values, [0] * len(values), list(range(len(values))))
+    assert t.filter(t["quarantine_reason"].is_valid()).num_rows == 0
