@@ -17,9 +17,10 @@ OVERLAY    ?= small
 DRY_RUN    ?=
 SPARK_WORKERS ?= 2
 PYTEST_ARGS ?=
+SOAK_ARGS  ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo test test-fast bench clean attack deploy undeploy spark-cluster test-faults
+.PHONY: help install up down status ui stream replay summary demo test test-fast bench clean attack deploy undeploy spark-cluster test-faults soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -73,6 +74,9 @@ test-faults: install ## the fault suite alone: kill -9 of job, receivers and loa
 
 test-fast: install ## the tests that need neither broker nor Spark
 	$(PYTHON) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+soak: up ## 15 minutes at 2,000 events/s through the stack; memory of every process, engine state, completeness (SOAK_ARGS)
+	$(PYTHON) -m bench.soak $(SOAK_ARGS)
 
 bench: install ## benchmarks: wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates
 	$(PYTHON) -m bench.encoding

@@ -32,6 +32,7 @@ import threading
 import time
 
 from agents import clock, contract
+from agents.kafka_options import client_options
 
 METRICS = {
     "cpu_util": '1 - avg by (instance) (irate(node_cpu_seconds_total{mode="idle"}[5s]))',
@@ -196,7 +197,7 @@ def main(argv=None) -> int:
     from agents.telemetry import TelemetryWriter
 
     try:
-        producer = KafkaProducer(bootstrap_servers=a.telemetry_bootstrap.split(","), linger_ms=20)
+        producer = KafkaProducer(bootstrap_servers=a.telemetry_bootstrap.split(","), linger_ms=20, **client_options())
     except KafkaError as e:
         print(f"node_metrics: error: cannot reach the telemetry broker {a.telemetry_bootstrap}: {e}", file=sys.stderr)
         return 2

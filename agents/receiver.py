@@ -31,6 +31,7 @@ import sys
 import time
 
 from agents import clock, contract, http_receiver
+from agents.kafka_options import SUT_ENV, client_options
 from agents.units import parse_size, split_host_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -165,7 +166,7 @@ def _reachable(host_port: str, timeout_s: float = 3.0) -> bool:
 def _telemetry_producer(bootstrap: str):
     from kafka import KafkaProducer
 
-    return KafkaProducer(bootstrap_servers=bootstrap.split(","), linger_ms=5)
+    return KafkaProducer(bootstrap_servers=bootstrap.split(","), linger_ms=5, **client_options())
 
 
 def _report_clock(write, agent: str, reference: str, log) -> None:
@@ -303,7 +304,7 @@ def main_kafka(a) -> int:
             print(f"receiver: error: cannot reach the {name} broker {servers}", file=sys.stderr)
             return 2
     try:
-        admin = KafkaAdminClient(bootstrap_servers=a.bootstrap.split(","))
+        admin = KafkaAdminClient(bootstrap_servers=a.bootstrap.split(","), **client_options(env=SUT_ENV))
         if a.topic not in admin.list_topics():
             try:
                 admin.create_topics([NewTopic(a.topic, a.create_topic, 1)])
@@ -311,7 +312,7 @@ def main_kafka(a) -> int:
                 pass
         admin.close()
         consumer = KafkaConsumer(bootstrap_servers=a.bootstrap.split(","), enable_auto_commit=False,
-                                 fetch_max_wait_ms=20, max_partition_fetch_bytes=8 << 20)
+                                 fetch_max_wait_ms=20, max_partition_fetch_bytes=8 << 20, **client_options(env=SUT_ENV))
         producer = _telemetry_producer(a.telemetry_bootstrap)
     except KafkaError as e:
         print(f"receiver: error: cannot reach a broker ({a.bootstrap} / {a.telemetry_bootstrap}): {e}", file=sys.stderr)

@@ -294,11 +294,13 @@ def main(argv=None) -> int:
     def should_stop() -> bool:
         return bool(stopping) or bool(a.parent and os.getppid() != a.parent)
 
+    from agents.kafka_options import client_options
+
     producer = None
     while producer is None:  # the broker may be away when we start: the spool holds the records meanwhile
         try:
             producer = KafkaProducer(bootstrap_servers=a.bootstrap.split(","), linger_ms=5, batch_size=1 << 20,
-                                     max_request_size=16 << 20)
+                                     max_request_size=16 << 20, **client_options())
         except KafkaError as e:
             if should_stop():
                 return 0

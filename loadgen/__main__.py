@@ -24,6 +24,7 @@ import sys
 import time
 
 from agents.units import one_line, parse_duration_ns
+from agents.kafka_options import client_options
 from loadgen import report
 from loadgen.pacer import NS_PER_S, Schedule
 from loadgen.stats import RunStats
@@ -135,6 +136,10 @@ def config(a: argparse.Namespace):
         raise UsageError(msg) from None
     if a.payload < 0 or a.workers < 1 or a.max_inflight < 1:
         raise UsageError("--payload must be >= 0, --workers and --max-inflight >= 1")
+    try:
+        client_options()
+    except (ValueError, OSError) as e:
+        raise UsageError(f"FLIGHTWATCH_KAFKA_OPTIONS: {e}") from None
     shard, shards = parse_shard(a.shard)
     if shards > 1 and not a.run:
         raise UsageError("--shard needs --run: every shard of a run must write the same run ID")
@@ -156,7 +161,7 @@ def config(a: argparse.Namespace):
                        max_inflight=a.max_inflight, payload_bytes=a.payload, timeout_s=parse_duration_s(a.timeout),
                        telemetry_bootstrap=None if a.no_telemetry else a.telemetry_bootstrap,
                        telemetry_topic=a.telemetry_topic, sender="loadgen" if shards == 1 else f"loadgen{shard}",
-                       shard=shard, shards=shards)
+                       shard=shard, shards=shards, kafka_options=client_options())
     out = a.out or os.path.join(CHECKPOINTS, run_id, "loadgen" if shards == 1 else f"loadgen{shard}")
     return cfg, (thresholds, aborts), out
 
@@ -271,7 +276,7 @@ def _marker_producer(bootstrap: str):
     """One producer for the run's markers (start, stop, heartbeats while the job starts)."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","))
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), **client_options())
     atexit.register(producer.close)
     return producer
 

@@ -15,8 +15,8 @@ import asyncio
 import base64
 import json
 import socket
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
 
 CE_SOURCE = "flightwatch/loadgen"
 CE_TYPE = "dev.flightwatch.load"
@@ -28,22 +28,30 @@ class TargetSpec:
     host: str
     port: int
     path: str            # URL path, or topic for kafka
+    userinfo: str | None = field(default=None, repr=False, compare=False)
+    """``user:password`` of an http target: sent as basic auth, never printed or recorded."""
 
     @classmethod
     def parse(cls, text: str) -> "TargetSpec":
         u = urlsplit(text)
+        shown = _redacted(text, u)
         if u.scheme not in ("http", "http+structured", "kafka") or not u.hostname:
-            raise ValueError(f"bad target {text!r}: use http://HOST:PORT/PATH, http+structured://..., or kafka://HOST:PORT/TOPIC")
+            raise ValueError(f"bad target {shown!r}: use http://HOST:PORT/PATH, http+structured://..., or kafka://HOST:PORT/TOPIC")
         try:
             port = u.port or (80 if u.scheme.startswith("http") else 9092)
         except ValueError:
-            raise ValueError(f"bad target {text!r}: bad port") from None
+            raise ValueError(f"bad target {shown!r}: bad port") from None
         path = u.path or "/"
         if u.scheme == "kafka":
             path = path.strip("/")
             if not path:
-                raise ValueError(f"bad target {text!r}: kafka://HOST:PORT/TOPIC needs a topic")
-        return cls(u.scheme, u.hostname, port, path)
+                raise ValueError(f"bad target {shown!r}: kafka://HOST:PORT/TOPIC needs a topic")
+            if u.username is not None:
+                raise ValueError(f"bad target {shown!r}: Kafka credentials go in FLIGHTWATCH_SUT_KAFKA_OPTIONS, not the URL")
+        userinfo = None
+        if u.username is not None:
+            userinfo = f"{unquote(u.username)}:{unquote(u.password or '')}"
+        return cls(u.scheme, u.hostname, port, path, userinfo)
 
     def __str__(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}/{self.path.lstrip('/')}"
@@ -51,6 +59,14 @@ class TargetSpec:
     def reachable(self, timeout_s: float = 3.0) -> str | None:
         """None if a TCP connection opens, else why not."""
         return tcp_unreachable(self.host, self.port, timeout_s)
+
+
+def _redacted(text: str, u) -> str:
+    """The URL as it may be shown: any password replaced by ***."""
+    try:
+        return text.replace(f":{u.password}@", ":***@", 1) if u.password else text
+    except ValueError:
+        return text
 
 
 def tcp_unreachable(host: str, port: int, timeout_s: float = 3.0) -> str | None:
@@ -87,6 +103,8 @@ class HttpTarget:
         self.structured = spec.scheme == "http+structured"
         self.pool = None
         common = f"POST {spec.path} HTTP/1.1\r\nHost: {spec.host}:{spec.port}\r\n"
+        if spec.userinfo is not None:
+            common += f"Authorization: Basic {base64.b64encode(spec.userinfo.encode()).decode()}\r\n"
         if self.structured:
             self._head = common + "content-type: application/cloudevents+json\r\ncontent-length: {n}\r\n\r\n"
         else:
@@ -122,7 +140,12 @@ class KafkaTarget:
     def __init__(self, spec: TargetSpec, timeout_s: float, max_inflight: int, run_id: str = "",
                  client_options: dict | None = None) -> None:
         self.spec, self.timeout_s, self.run_id = spec, timeout_s, run_id
-        self.client_options = client_options or {}
+        if client_options is None:
+            from agents.kafka_options import SUT_ENV
+            from agents.kafka_options import client_options as from_env
+
+            client_options = from_env(env=SUT_ENV)
+        self.client_options = client_options
         self.producer = None
         self.loop = None
 

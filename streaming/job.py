@@ -26,6 +26,7 @@ import time
 
 from streaming import engine
 from agents.units import one_line, parse_duration_ns
+from agents.kafka_options import client_options
 from streaming.config import JobConfig
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -95,6 +96,12 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
             raise UsageError(f"--kafka-option {kv!r}: expected KEY=VALUE")
         k, v = kv.split("=", 1)
         kafka_options[k.strip()] = v.strip()
+    try:
+        from agents.kafka_options import typed_value
+
+        kafka_options = client_options({k: typed_value(v) for k, v in kafka_options.items()})
+    except (ValueError, OSError) as e:
+        raise UsageError(f"FLIGHTWATCH_KAFKA_OPTIONS: {e}") from None
     try:
         eng = engine.EngineConfig(
             run_id=a.run,

@@ -44,10 +44,12 @@ _CLIENT_PREFIX = "kafka."
 
 def kafka_client_config(options: dict) -> dict:
     """kafka-python settings from source options: ``kafka.<setting>`` passes through (SASL/TLS ...)."""
+    from agents.kafka_options import typed_value
+
     cfg = {}
     for key, value in options.items():
         if key.startswith(_CLIENT_PREFIX) and key != "kafka.bootstrap.servers":
-            cfg[key[len(_CLIENT_PREFIX):].replace(".", "_")] = value
+            cfg[key[len(_CLIENT_PREFIX):].replace(".", "_")] = typed_value(value) if isinstance(value, str) else value
     servers = options.get("kafka.bootstrap.servers") or options.get("bootstrap.servers") or options["bootstrap"]
     cfg["bootstrap_servers"] = servers.split(",")
     return cfg

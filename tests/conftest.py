@@ -91,17 +91,19 @@ def prometheus(tmp_path_factory):
 
 
 def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
-    """Every record of one run in the telemetry topic."""
-    from agents import contract
-
+    """Every record of one run in the telemetry topic (as far as it was written when called: agents still
+    writing do not keep the reader going)."""
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    from agents import contract
+    from agents.kafka_options import client_options
+
+    c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, **client_options())
     tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
     c.assign(tps)
     c.seek_to_beginning()
-    out, idle = [], 0
-    while idle < 6:
+    out, idle, t_end = [], 0, time.monotonic() + 120
+    while idle < 6 and time.monotonic() < t_end:
         batch = c.poll(timeout_ms=500)
         idle = 0 if batch else idle + 1
         for records in batch.values():

@@ -1,4 +1,5 @@
-"""A TCP proxy on loopback that can take a server away and bring it back, for fault tests.
+"""A TCP proxy on loopback that can take a server away and bring it back (fault tests), or put TLS
+in front of it (security tests).
 
     proxy = FaultProxy(listen_port, target_port).start()
     proxy.cut()       # every connection reset, new ones refused: to clients, the server is down
@@ -16,8 +17,9 @@ HOST = "127.0.0.1"
 
 
 class FaultProxy:
-    def __init__(self, listen_port: int, target_port: int) -> None:
-        self.listen_port, self.target_port = listen_port, target_port
+    def __init__(self, listen_port: int, target_port: int, ssl_context=None) -> None:
+        """``ssl_context``: terminate TLS here (clients must speak TLS; the server behind it does not)."""
+        self.listen_port, self.target_port, self.ssl_context = listen_port, target_port, ssl_context
         self.loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -33,7 +35,8 @@ class FaultProxy:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._handle, HOST, self.listen_port, reuse_address=True)
+        self._server = await asyncio.start_server(self._handle, HOST, self.listen_port, reuse_address=True,
+                                                  ssl=self.ssl_context)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -42,6 +42,12 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
                 break
             time.sleep(0.5)
         assert result and float(result[0]["value"][1]) >= 0
+        # every server the stack started, and every process they started, listens on loopback only (TCP and UDP)
+        from sockets import descendants, is_loopback, listening
+
+        bound = listening(descendants(pids.values()))
+        assert len(bound["tcp"]) >= 6 and bound["udp"], bound  # six servers, and the clock reference (UDP)
+        assert [a for a in bound["tcp"] + bound["udp"] if not is_loopback(a)] == [], bound
         # the HTTP receiver takes a CloudEvent
         req = urllib.request.Request(f"http://127.0.0.1:{ports['RECEIVER']}/", data=b"x", method="POST",
                                      headers={"ce-id": "stack-1", "ce-fwrun": "stack"})

@@ -161,7 +161,9 @@ def wait_for_first_batch(broker, topic, run_id, batches, seconds=180):
 
     from agents import contract
 
-    producer = KafkaProducer(bootstrap_servers=broker)
+    from agents.kafka_options import client_options
+
+    producer = KafkaProducer(bootstrap_servers=broker, **client_options())
     deadline = time.monotonic() + seconds
     while not (batches.is_dir() and any(batches.glob("batch-*.json"))):
         assert time.monotonic() < deadline, "the streaming job did not start"

@@ -72,7 +72,7 @@ def live_view(view: data.RunView, live: bool, log_latency: bool) -> None:
     banner = data.saturation(view)
     if banner:
         state, message = banner
-        (st.error if state == "saturated" else st.warning)(f"{state.upper()}: {message}")
+        (st.error if state == "saturated" else st.warning)(f"{state.upper()}: {data.plain(message)}")
     for note in data.integrity_notes(view):
         st.warning(note)
     tiles(view, live)
@@ -126,7 +126,7 @@ def after_run(view: data.RunView, runs: list[data.RunInfo]) -> None:
                 c1.dataframe(steps, hide_index=True)
                 c2.dataframe(data.step_table(ov), hide_index=True)
         else:
-            st.info(f"{other}: {ov.reason}")
+            st.info(f"{data.plain(other)}: {data.plain(ov.reason)}")
     st.subheader("Export")
     cols = st.columns(4)
     cols[0].download_button("windows (CSV)", data.windows_csv(view), f"{view.run_id}-windows.csv", "text/csv")

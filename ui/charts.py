@@ -6,6 +6,8 @@ panels, gaps shaded intervals, pace steps dotted lines; each has a text label.
 """
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -40,7 +42,7 @@ def add_markers(fig: go.Figure, view: RunView) -> None:
         fig.add_shape(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
                       line=dict(color=OOM_COLOR, dash="dash", width=1.5))
         fig.add_annotation(x=x, xref="x", yref="paper", y=1.0, yanchor="bottom", text="OOM", showarrow=False,
-                           font=dict(size=11, color=OOM_COLOR), hovertext=f"{o.get('source')}: {o.get('where')}")
+                           font=dict(size=11, color=OOM_COLOR), hovertext=html.escape(f"{o.get('source')}: {o.get('where')}"))
     for st in view.steps[1:]:
         fig.add_shape(type="line", xref="x", yref="y domain", x0=st.start_s, x1=st.start_s, y0=0, y1=1,
                       line=dict(color="#999", dash="dot", width=1))

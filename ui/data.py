@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -167,15 +168,25 @@ def complete(view: RunView) -> pd.DataFrame:
     return w[w["receive_complete"]] if "receive_complete" in w else w
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#~$|!&])")
+
+
+def plain(text) -> str:
+    """Text from telemetry (agent, node and run names, reasons) made inert for Streamlit's Markdown:
+    the characters that start emphasis, links, images, HTML, entities, code or LaTeX are
+    backslash-escaped and line breaks become spaces, so it shows as typed and runs nothing."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).splitlines()))
+
+
 def integrity_notes(view: RunView) -> list[str]:
     """What the operator must know before trusting the figures: telemetry an agent had to refuse
     (those events count as dropped), and a run that did not end normally."""
     s, notes = view.summary, []
     for agent, n in sorted((s.get("telemetry_lost") or {}).items()):
-        notes.append(f"telemetry lost: {agent} refused {n:,} records (over its buffer budget while the telemetry "
+        notes.append(f"telemetry lost: {plain(agent)} refused {n:,} records (over its buffer budget while the telemetry "
                      "broker was away); their events count as dropped")
     if s.get("aborted"):
-        why = "; ".join(str(r.get("reason")) for r in s.get("stop_reasons") or [] if r.get("reason"))
+        why = "; ".join(plain(r.get("reason")) for r in s.get("stop_reasons") or [] if r.get("reason"))
         notes.append(f"run {why or 'aborted'}")
     return notes
 

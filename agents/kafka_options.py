@@ -1,0 +1,58 @@
+"""Kafka client settings (TLS, SASL, ...) for every flightwatch client, from one place.
+
+    FLIGHTWATCH_KAFKA_OPTIONS="security_protocol=SASL_SSL,sasl_mechanism=SCRAM-SHA-512,sasl_plain_username=fw,
+                               sasl_plain_password_file=/run/secrets/kafka,ssl_cafile=/etc/ca.pem"
+
+applies to every client of the telemetry cluster: the load generator's telemetry, the receivers'
+shippers and consumers, the node-metrics agent, the streaming job (driver and executors), and
+FLIGHTWATCH_SUT_KAFKA_OPTIONS to the load generator's and the Kafka receiver's clients of the
+system under test. Keys are kafka-python's (``security_protocol``, ``ssl_cafile``,
+``sasl_mechanism``, ...); ``true``/``false`` and integers are converted. A ``*_file`` key reads
+its value from that file (``sasl_plain_password_file``), so a secret need not sit in the
+environment. Secrets are never printed: ``redacted`` shows them as ***.
+"""
+from __future__ import annotations
+
+import os
+
+TELEMETRY_ENV = "FLIGHTWATCH_KAFKA_OPTIONS"
+SUT_ENV = "FLIGHTWATCH_SUT_KAFKA_OPTIONS"
+SECRET_KEYS = ("sasl_plain_password", "ssl_password", "sasl_oauth_token", "sasl_aws_secret_access_key")
+
+
+def typed_value(text: str):
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text.strip()
+
+
+def parse(text: str | None) -> dict:
+    """``key=value,key=value`` (commas or semicolons) to kafka-python keyword arguments; ValueError if malformed."""
+    out: dict = {}
+    for part in (text or "").replace(";", ",").split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise ValueError(f"bad Kafka option {part.strip()!r}: expected KEY=VALUE")
+        key, value = (x.strip() for x in part.split("=", 1))
+        if not key.isidentifier():
+            raise ValueError(f"bad Kafka option key {key!r}")
+        if key.endswith("_file") and key[:-5] in SECRET_KEYS:
+            with open(value) as f:
+                out[key[:-5]] = f.read().strip()
+        else:
+            out[key] = typed_value(value)
+    return out
+
+
+def client_options(extra: dict | None = None, env: str = TELEMETRY_ENV) -> dict:
+    """The options from the environment, with ``extra`` (e.g. a command line's) on top."""
+    return {**parse(os.environ.get(env)), **(extra or {})}
+
+
+def redacted(options: dict) -> dict:
+    return {k: ("***" if k in SECRET_KEYS else v) for k, v in options.items()}

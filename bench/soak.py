@@ -1,0 +1,141 @@
+"""Soak: a long attack at a steady rate through the whole stack, watching every process's memory.
+
+    python -m bench.soak [--rate 2000] [--duration 15m] [--warmup 3m]        (make soak)
+
+Needs the embedded stack (`make up`): the load generator attacks its HTTP receiver agent with
+telemetry on, and starts the streaming job for the run (``--stream``). Every 10 s it samples the
+resident memory of every process: the stack's (brokers, Prometheus, node exporter, receivers and
+their shippers, node-metrics agent, UI) and the run's (load generator and its workers, the
+streaming job's Python driver, its JVM and Python workers). It also reads the job's engine state
+size (event IDs it still remembers) from its batch records.
+
+At the end it prints, per process, memory after warm-up and at the end, and the change; the
+engine state then and at the end; and the run's totals. It exits 1 if a process grew by more than
+10% after warm-up, the state grew, or the run is incomplete (a drop, a duplicate, a send never
+received).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+from agents.units import parse_duration_ns  # noqa: E402
+from stack.__main__ import PORTS, STACK_DIR, stop_process  # noqa: E402
+
+GROWTH_LIMIT = 0.10
+
+
+def rss_kib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def name_of(pid: int) -> str:
+    try:
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        return "?"
+    words = [w.decode(errors="replace") for w in cmd if w]
+    for i, w in enumerate(words):
+        if w == "-m" and i + 1 < len(words):
+            return " ".join(words[i + 1:i + 3])
+    if words and words[0].endswith("java"):
+        return "spark driver (JVM)"
+    return os.path.basename(words[0]) if words else "?"
+
+
+def main(argv=None) -> int:
+    from sockets import descendants
+
+    ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--rate", type=float, default=2000)
+    ap.add_argument("--duration", default="15m")
+    ap.add_argument("--warmup", default="3m", help="memory is compared from this point on (default %(default)s)")
+    a = ap.parse_args(argv)
+    duration_s, warmup_s = parse_duration_ns(a.duration) / 1e9, parse_duration_ns(a.warmup) / 1e9
+    stack_pids = {}
+    for f in glob.glob(os.path.join(STACK_DIR, "*.pid")):
+        stack_pids[os.path.basename(f)[:-4]] = int(open(f).read())
+    if "http-receiver" not in stack_pids:
+        print("soak: error: the embedded stack is not running (make up)", file=sys.stderr)
+        return 2
+    run_id = time.strftime("soak-%Y%m%d-%H%M%S", time.gmtime())
+    lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", f"{a.rate:g}", "--duration", a.duration,
+                           "--target", f"http://127.0.0.1:{PORTS['http-receiver']}/", "--run", run_id, "--stream", "--quiet"],
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, start_new_session=True)
+    print(f"soak {run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every 10 s", flush=True)
+    samples: dict[int, list[tuple[float, int]]] = {}
+    names: dict[int, str] = {}
+    t0 = time.monotonic()
+    run_dir = os.path.join(ROOT, "checkpoints", run_id)
+    try:
+        while lg.poll() is None:
+            t = time.monotonic() - t0
+            for pid in descendants(list(stack_pids.values()) + [lg.pid]):
+                r = rss_kib(pid)
+                if r:
+                    samples.setdefault(pid, []).append((t, r))
+                    names.setdefault(pid, name_of(pid))
+            if int(t) % 60 < 10:
+                total = sum(s[-1][1] for s in samples.values() if s[-1][0] == t) / 1024
+                print(f"  {t / 60:5.1f} min: {len(samples)} processes, {total:,.0f} MiB resident", flush=True)
+            time.sleep(10)
+        out = lg.stdout.read()
+    finally:
+        if lg.poll() is None:
+            stop_process(lg, wait_s=30, group=True)
+    print(out[-1500:])
+    bad = []
+    print(f"{'process':42} {'pid':>7} {'MiB at warm-up':>15} {'MiB at end':>11} {'max':>7} {'change':>8}")
+    for pid, s in sorted(samples.items(), key=lambda kv: names[kv[0]]):
+        after = [r for t, r in s if t >= warmup_s]
+        if len(after) < 2 or s[-1][0] < duration_s * 0.9:
+            continue  # short-lived (a worker that ended, a probe)
+        first, last = after[0], after[-1]
+        change = (last - first) / first
+        print(f"{names[pid][:42]:42} {pid:>7} {first / 1024:>15.1f} {last / 1024:>11.1f} {max(after) / 1024:>7.1f} {change:>+8.1%}")
+        if abs(change) > GROWTH_LIMIT:
+            bad.append(f"{names[pid]} ({pid}) {change:+.1%}")
+    batches = sorted(glob.glob(os.path.join(run_dir, "batches", "batch-*.json")), key=lambda p: int(p.rsplit("-", 1)[1][:-5]))
+    infos = [json.load(open(p)) for p in batches]
+    written = [i for i in infos if i.get("written_at_ns")]
+    t_start = written[0]["written_at_ns"] if written else 0
+    at_warm = [i for i in written if i["written_at_ns"] - t_start >= warmup_s * 1e9]
+    steady = [i for i in at_warm if i.get("num_pending", 0) > 0]
+    if steady:
+        k0, k1 = steady[0]["num_known"], max(i["num_known"] for i in steady)
+        print(f"engine state (event IDs remembered): {k0:,} after warm-up, at most {k1:,} after it "
+              f"(bounded by the retention: rate x (drop timeout + retention))")
+        if k1 > 1.1 * k0 + a.rate * 5:
+            bad.append(f"engine state grew from {k0:,} to {k1:,}")
+    summary_file = os.path.join(run_dir, "summary.json")
+    if os.path.exists(summary_file):
+        s = json.load(open(summary_file))
+        print(f"run: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,} duplicates {s['duplicates']:,} "
+              f"quarantined {s['quarantined']:,} telemetry lost {s.get('telemetry_lost')}; p99 {s['latency_us']['p99'] / 1000:.1f} ms")
+        if s["dropped"] or s["duplicates"] or s["received"] != s["sent"] or s.get("telemetry_lost"):
+            bad.append("run incomplete")
+    else:
+        bad.append("no summary: the job did not close the run")
+    if bad:
+        print("SOAK FAILED: " + "; ".join(bad))
+        return 1
+    print(f"soak passed: every long-lived process within ±{GROWTH_LIMIT:.0%} after warm-up, state bounded, run complete")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
