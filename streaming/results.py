@@ -35,16 +35,75 @@ def load_batches(root: str) -> pd.DataFrame:
 
 
 def load_partials(root: str, kind: str, batch_ids=None) -> pd.DataFrame:
-    """All partial rows of one kind (counts, hists, events), tagged with their batch ID."""
+    """All partial rows of one kind (counts, hists, events), tagged with their batch ID.
+
+    Counts and histograms come compacted (``compact``): one row per window and name, or per window,
+    histogram and bucket, with the first and last batch that added to it (``batch_id``,
+    ``batch_id_max``). A live reader (the job's verdict thread, the dashboard) keeps that
+    compacted table and adds only new batches, so its memory grows with the run's windows, not
+    with its batches."""
     paths = RunPaths(root)
     if batch_ids is None:
         batch_ids = ids_in(paths.batches, "batch-*.json")
+    if kind in COMPACTED_KEYS:
+        return _compacted(paths, kind, list(batch_ids))
     frames = []
     for b in batch_ids:
         df = _read_partial(batch_file(paths.partial(kind), b), b)
         if df is not None and len(df):
             frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+COMPACTED_KEYS = {"counts": ["window_ns", "name"], "hists": ["window_ns", "hist", "bucket"]}
+_COMPACT: "OrderedDict[tuple[str, str], tuple[dict, pd.DataFrame]]" = OrderedDict()
+_COMPACT_RUNS = 8
+
+
+def compact(df: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Partial rows merged per key: counts summed (``max:*`` by max), histogram buckets summed."""
+    if df.empty:
+        return df
+    keys = COMPACTED_KEYS[kind]
+    if "batch_id_max" not in df:
+        df = df.assign(batch_id_max=df["batch_id"])
+    value = "value" if kind == "counts" else "count"
+    agg = {"batch_id": "min", "batch_id_max": "max"}
+    if kind == "counts":
+        is_max = df["name"].str.startswith(engine.MAX_PREFIX)
+        parts = [df[~is_max].groupby(keys, as_index=False, sort=False).agg({value: "sum", **agg}),
+                 df[is_max].groupby(keys, as_index=False, sort=False).agg({value: "max", **agg})]
+        return pd.concat([p for p in parts if len(p)], ignore_index=True)
+    return df.groupby(keys, as_index=False, sort=False).agg({value: "sum", **agg})
+
+
+def _compacted(paths: RunPaths, kind: str, batch_ids: list[int]) -> pd.DataFrame:
+    """The compacted partials of these batches, adding to what this process compacted before."""
+    cache_key = (paths.root, kind)
+    files = {}
+    for b in batch_ids:
+        path = batch_file(paths.partial(kind), b)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        files[b] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    seen, table = _COMPACT.get(cache_key, ({}, pd.DataFrame()))
+    if any(b not in files or files[b] != k for b, k in seen.items()):
+        seen, table = {}, pd.DataFrame()  # a batch was redone (or asked for a subset): start again
+    new, seen = [], dict(seen)
+    for b in sorted(set(files) - set(seen)):
+        df = pq.read_table(batch_file(paths.partial(kind), b)).to_pandas()
+        df["batch_id"] = b
+        new.append(df)
+        seen[b] = files[b]
+    if new:
+        table = compact(pd.concat([table, *new], ignore_index=True), kind)
+    _COMPACT[cache_key] = (seen, table)
+    _COMPACT.move_to_end(cache_key)
+    while len(_COMPACT) > _COMPACT_RUNS:
+        _COMPACT.popitem(last=False)
+    return table
 
 
 _PARTIALS: "OrderedDict[str, tuple[tuple, pd.DataFrame]]" = OrderedDict()
@@ -159,9 +218,9 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
     written = batches.set_index("batch_id")["written_at_ns"]
     recv_rows = counts[counts["name"] == "received"] if not counts.empty else counts
     if len(recv_rows):
-        w = recv_rows.assign(written_at_ns=recv_rows["batch_id"].map(written)).groupby("window_ns")["written_at_ns"]
-        table["first_written_ns"] = w.min()
-        table["last_written_ns"] = w.max()
+        last_batch = recv_rows["batch_id_max"] if "batch_id_max" in recv_rows else recv_rows["batch_id"]
+        table["first_written_ns"] = recv_rows.assign(t=recv_rows["batch_id"].map(written)).groupby("window_ns")["t"].min()
+        table["last_written_ns"] = recv_rows.assign(t=last_batch.map(written)).groupby("window_ns")["t"].max()
     prev_in_flight = table["in_flight"].shift(1, fill_value=0)
     # A gap window: nothing delivered while sending was under way and events were in flight.
     sending = table.index[table["sent"] > 0]

@@ -20,6 +20,7 @@ import time
 import pytest
 
 from conftest import ROOT, create_topic, job_command, job_env, telemetry
+from bench.soak import rss_kib
 from fault_proxy import FaultProxy
 from stack.__main__ import free_port, start_tansu, stop_process
 from test_http_receiver import health, start_receiver
@@ -62,14 +63,6 @@ def dir_bytes(path) -> int:
     return sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(path) for f in fs)
 
 
-def rss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    except (OSError, StopIteration):
-        return 0
-
-
 def test_telemetry_broker_away_10s_at_2000_per_s_loses_nothing(proxied, tmp_path):
     bootstrap, proxy = proxied
     run_id, topic, port = "away", "tel-away", free_port()
@@ -85,13 +78,13 @@ def test_telemetry_broker_away_10s_at_2000_per_s_loses_nothing(proxied, tmp_path
 
         def outage() -> None:  # 8 s into the attack, the broker is away for 10 s
             time.sleep(8)
-            before.update(loadgen_rss_kib=rss_kib(lg.pid), receiver_rss_kib=rss_kib(procs[0].pid))
+            before.update(loadgen_rss_kib=rss_kib(lg.pid) or 0, receiver_rss_kib=rss_kib(procs[0].pid) or 0)
             proxy.cut()
             t_end = time.monotonic() + 10
             while time.monotonic() < t_end:
                 peak["spool_bytes"] = max(peak["spool_bytes"], dir_bytes(tmp_path / "spool"))
-                peak["loadgen_rss_kib"] = max(peak["loadgen_rss_kib"], rss_kib(lg.pid))
-                peak["receiver_rss_kib"] = max(peak["receiver_rss_kib"], rss_kib(procs[0].pid))
+                peak["loadgen_rss_kib"] = max(peak["loadgen_rss_kib"], rss_kib(lg.pid) or 0)
+                peak["receiver_rss_kib"] = max(peak["receiver_rss_kib"], rss_kib(procs[0].pid) or 0)
                 time.sleep(0.25)
             proxy.restore()
 
