@@ -37,7 +37,7 @@ def load_batches(root: str) -> pd.DataFrame:
 def load_partials(root: str, kind: str, batch_ids=None) -> pd.DataFrame:
     """All partial rows of one kind (counts, hists, events), tagged with their batch ID.
 
-    Counts and histograms come compacted (``compact``): one row per window and name, or per window,
+    With ``COMPACT_PARTIALS`` (the streaming job), counts and histograms come compacted (``compact``): one row per window and name, or per window,
     histogram and bucket, with the first and last batch that added to it (``batch_id``,
     ``batch_id_max``). A live reader (the job's verdict thread, the dashboard) keeps that
     compacted table and adds only new batches, so its memory grows with the run's windows, not
@@ -45,7 +45,7 @@ def load_partials(root: str, kind: str, batch_ids=None) -> pd.DataFrame:
     paths = RunPaths(root)
     if batch_ids is None:
         batch_ids = ids_in(paths.batches, "batch-*.json")
-    if kind in COMPACTED_KEYS:
+    if kind in COMPACTED_KEYS and COMPACT_PARTIALS:
         return _compacted(paths, kind, list(batch_ids))
     frames = []
     for b in batch_ids:
@@ -56,6 +56,9 @@ def load_partials(root: str, kind: str, batch_ids=None) -> pd.DataFrame:
 
 
 COMPACTED_KEYS = {"counts": ["window_ns", "name"], "hists": ["window_ns", "hist", "bucket"]}
+COMPACT_PARTIALS = False
+"""Set by the streaming job (its verdict thread re-reads the run after every batch for as long as
+the run lasts); other readers keep the per-file cache below."""
 _COMPACT: "OrderedDict[tuple[str, str], tuple[dict, pd.DataFrame]]" = OrderedDict()
 _COMPACT_RUNS = 8
 
@@ -65,8 +68,8 @@ def compact(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     if df.empty:
         return df
     keys = COMPACTED_KEYS[kind]
-    if "batch_id_max" not in df:
-        df = df.assign(batch_id_max=df["batch_id"])
+    # rows of new batches carry only their batch_id (and NaN once concatenated with compacted rows)
+    df = df.assign(batch_id_max=df["batch_id_max"].fillna(df["batch_id"]) if "batch_id_max" in df else df["batch_id"])
     value = "value" if kind == "counts" else "count"
     agg = {"batch_id": "min", "batch_id_max": "max"}
     if kind == "counts":

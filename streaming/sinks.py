@@ -94,6 +94,10 @@ class RunPaths:
         return os.path.join(self.root, "run.json")
 
 
+VERDICT_EVERY_S = 1.5
+"""The live verdict is recomputed at most this often (it judges windows 2 s behind the newest anyway)."""
+
+
 class LiveVerdict:
     """The saturation detector, run by the job after every batch: ``verdict.json`` and a log line per change.
 
@@ -103,6 +107,9 @@ class LiveVerdict:
     """
 
     def __init__(self, root: str, log=print) -> None:
+        from streaming import results
+
+        results.COMPACT_PARTIALS = True  # this process re-reads the run for as long as it lasts: bounded memory
         self.root, self.log = root, log
         self.path = os.path.join(root, "verdict.json")
         self._poke = threading.Event()
@@ -126,10 +133,15 @@ class LiveVerdict:
     def _loop(self) -> None:
         from streaming import results
 
+        last = 0.0
         while True:
             self._poke.wait()
             if self._stop.is_set():
                 return
+            # at most one pass every VERDICT_EVERY_S: on two cores the job's batches come first
+            if self._stop.wait(max(0.0, last + VERDICT_EVERY_S - time.monotonic())):
+                return
+            last = time.monotonic()
             self._poke.clear()
             batch = self._batch
             try:
