@@ -85,12 +85,9 @@ def _compacted(paths: RunPaths, kind: str, batch_ids: list[int]) -> pd.DataFrame
     cache_key = (paths.root, kind)
     files = {}
     for b in batch_ids:
-        path = batch_file(paths.partial(kind), b)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            continue
-        files[b] = (st.st_ino, st.st_mtime_ns, st.st_size)
+        key = _file_identity(batch_file(paths.partial(kind), b))
+        if key is not None:
+            files[b] = key
     seen, table = _COMPACT.get(cache_key, ({}, pd.DataFrame()))
     if any(b not in files or files[b] != k for b, k in seen.items()):
         seen, table = {}, pd.DataFrame()  # a batch was redone (or asked for a subset): start again
@@ -113,17 +110,25 @@ _PARTIALS: "OrderedDict[str, tuple[tuple, pd.DataFrame]]" = OrderedDict()
 _PARTIALS_MAX = 20_000
 
 
+def _file_identity(path: str) -> tuple | None:
+    """(inode, mtime, size) of a batch file, None if absent: a batch file is written once, atomically, and
+    rewritten whole only if its batch is redone, which changes all three."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def _read_partial(path: str, batch_id: int) -> pd.DataFrame | None:
     """One batch's partial file, cached by its identity (a live reader re-reads only what is new).
 
     A batch file is written once, atomically (rewritten whole only if its batch is redone after
     a crash, which changes its inode and mtime): the cache key is (inode, mtime, size).
     """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
+    key = _file_identity(path)
+    if key is None:
         return None
-    key = (st.st_ino, st.st_mtime_ns, st.st_size)
     hit = _PARTIALS.get(path)
     if hit is not None and hit[0] == key:
         _PARTIALS.move_to_end(path)
