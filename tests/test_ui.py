@@ -226,7 +226,7 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
                         assert "gap" in labels, labels   # the gap shading's label
                         page.screenshot(path=str(shots / "1-live.png"), full_page=True)
                 time.sleep(0.1)
-            assert len(seen) >= 10, f"live updates seen for windows {sorted(seen)}"
+            assert len(seen) >= 5, f"live updates seen for windows {sorted(seen)}"
             assert (shots / "1-live.png").exists()
             assert job.wait(60) == 0
             page.get_by_text("Summary").first.wait_for(timeout=30_000)  # the finished run's sections
@@ -268,6 +268,27 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
     report = {"windows": len(lag), "median_s": float(lag.median()), "max_s": float(lag.max())}
     (tmp_path / "freshness.json").write_text(json.dumps(report))
     print(f"\nfreshness (job writes a window -> browser shows it): {report}; screenshots in {shots}")
+    # How many windows the browser can show depends on how often the job's batches land (one every
+    # 1-3 s on two cores, busier in CI). What the dashboard owes: every window that was the job's
+    # newest for a while shows, and soon after it was written.
+    reigns = newest_window_reigns(w, seen_until_ns=int(max(seen.values()) * 1e9))
+    missed = sorted(t for t, reign_s in reigns.items() if reign_s >= 4.0 and t not in seen)
+    assert not missed, f"newest for 4 s or more but never shown: windows {missed}; shown {sorted(seen)}"
+    assert report["median_s"] <= 2.5, report
+
+
+def newest_window_reigns(w: pd.DataFrame, seen_until_ns: int) -> dict[int, float]:
+    """For each window that was the newest one written (what the caption names) before seen_until_ns,
+    for how many seconds it stayed the newest: from its batch's write until a later window's, at most
+    until seen_until_ns (when the test stopped looking)."""
+    written = w[w["first_written_ns"].notna() & (w["first_written_ns"] < seen_until_ns)]
+    changes = []  # (write time, window that became the newest)
+    for at_ns, group in written.groupby("first_written_ns", sort=True):
+        top = int(group["t"].max())
+        if not changes or top > changes[-1][1]:
+            changes.append((at_ns, top))
+    ends = [at for at, _ in changes[1:]] + [seen_until_ns]
+    return {t: (end - at) / 1e9 for (at, t), end in zip(changes, ends)}
 
 
 def test_integrity_notes_show_lost_telemetry_and_an_aborted_run():
