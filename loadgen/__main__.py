@@ -311,9 +311,8 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
     from loadgen.attack import run_workers
 
     os.makedirs(out, exist_ok=True)
-    stats = RunStats()
-    pending: dict[int, set] = {}
-    printed = [-1]
+    hlog = report.HlogWriter(os.path.join(out, "latency.hlog"))
+    stats = RunStats(cfg.workers, on_close=hlog.write)
     print(f"flightwatch attack: run {cfg.run_id} -> {cfg.target} pace {cfg.schedule.describe()} "
           f"({cfg.schedule.total_hits:,} events, {cfg.workers} workers)", flush=True)
     run_config = {"target": str(cfg.target), "pace": cfg.schedule.describe(), "workers": cfg.workers,
@@ -324,6 +323,7 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
     _telemetry_marker(cfg, contract.RunStart(cfg.run_id, cfg.sender, time.time_ns(), config=json.dumps(run_config)))
 
     def on_start(start_ns: int) -> None:  # the schedule's exact start, for the pace steps' boundaries
+        hlog.start(start_ns)
         _telemetry_marker(cfg, contract.RunStart(cfg.run_id, cfg.sender, start_ns, config=json.dumps(
             {**run_config, "schedule_start_ns": start_ns})))
     _report_clock(cfg)
@@ -334,33 +334,35 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
     abort_event, aborted = threading.Event(), []
 
     def on_interval(worker: int, snap: dict) -> None:
-        s = snap["second"]
         stats.merge(snap)
-        pending.setdefault(s, set()).add(worker)
-        while printed[0] + 1 in pending and len(pending[printed[0] + 1]) == cfg.workers:
-            s2 = printed[0] + 1
-            iv = stats.intervals[s2]
-            scheduled = cfg.schedule.rate_at(s2 * NS_PER_S + NS_PER_S // 2)
-            if s2 * NS_PER_S < cfg.schedule.duration_ns and s2 > 0 and iv.sent < LOADGEN_BOUND_RATIO * scheduled:
-                bound_seconds.append(s2)
-            totals["sent"] += iv.sent
-            totals["completed"] += iv.completed
-            if not quiet and s2 * NS_PER_S < cfg.schedule.duration_ns + 60 * NS_PER_S:
-                print(live_line(s2, iv, scheduled if s2 * NS_PER_S < cfg.schedule.duration_ns else 0,
-                                totals["sent"] - totals["completed"]), flush=True)
-            if s2 * NS_PER_S < cfg.schedule.duration_ns:
-                for t, w in sustained.items():
-                    w.feed(s2, second_value(t, iv))
-                for t, w in aborts.items():
-                    if w.feed(s2, second_value(t, iv)) and not aborted:
-                        aborted.append((t, s2))
-                        abort_event.set()
-                        print(f"ABORT: {t.text} at {s2} s: stopping the attack", file=sys.stderr, flush=True)
-            printed[0] = s2
+
+    def on_shipped(worker: int, before_s: int) -> None:
+        for iv in stats.shipped(worker, before_s):
+            on_second(iv)
+
+    def on_second(iv) -> None:  # a second every worker is done with: live line, loadgen-bound, thresholds
+        s2 = iv.second
+        scheduled = cfg.schedule.rate_at(s2 * NS_PER_S + NS_PER_S // 2)
+        if s2 * NS_PER_S < cfg.schedule.duration_ns and s2 > 0 and iv.sent < LOADGEN_BOUND_RATIO * scheduled:
+            bound_seconds.append(s2)
+        totals["sent"] += iv.sent
+        totals["completed"] += iv.completed
+        if not quiet and s2 * NS_PER_S < cfg.schedule.duration_ns + 60 * NS_PER_S:
+            print(live_line(s2, iv, scheduled if s2 * NS_PER_S < cfg.schedule.duration_ns else 0,
+                            totals["sent"] - totals["completed"]), flush=True)
+        if s2 * NS_PER_S < cfg.schedule.duration_ns:
+            for t, w in sustained.items():
+                w.feed(s2, second_value(t, iv))
+            for t, w in aborts.items():
+                if w.feed(s2, second_value(t, iv)) and not aborted:
+                    aborted.append((t, s2))
+                    abort_event.set()
+                    print(f"ABORT: {t.text} at {s2} s: stopping the attack", file=sys.stderr, flush=True)
 
     status = "completed"
     try:
-        start_ns, attack_end_ns, results = run_workers(cfg, on_interval, on_start=on_start, stop_event=abort_event)
+        start_ns, attack_end_ns, results = run_workers(cfg, on_interval, on_start=on_start, stop_event=abort_event,
+                                                       on_shipped=on_shipped)
     except KeyboardInterrupt:
         status = "aborted"
         print("attack interrupted", file=sys.stderr)
@@ -370,6 +372,11 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
         print(f"loadgen: attack failed: {e}", file=sys.stderr)
         _telemetry_marker(cfg, contract.RunStop(cfg.run_id, cfg.sender, time.time_ns(), reason="failed"))
         return 1
+    finally:
+        leftover = stats.close_all()  # none when every worker finished (each ships FINAL_S when done)
+        hlog.close()
+    for iv in leftover:
+        on_second(iv)
     end_ns = time.time_ns()
     if aborted:
         status = f"aborted: {aborted[0][0].text}"
@@ -389,8 +396,7 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
     report.write_json(figs, os.path.join(out, "report.json"))
     with open(os.path.join(out, "report.txt"), "w") as f:
         f.write(report.text(figs))
-    report.write_hlog(stats, start_ns, os.path.join(out, "latency.hlog"))
-    print(f"reports: {out}/report.txt, report.json, latency.hlog")
+    print(f"reports: {out}/report.txt, report.json, latency.hlog ({hlog.intervals} seconds)")
     failed = [t for t in fail_on if (sustained[t].crossed_at is not None if t.for_s else
                                      t.metric != "loss" and t.holds(run_value(t, figs)))]
     for t in failed:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from agents import contract
 from loadgen.pacer import Schedule
-from loadgen.stats import NS_PER_S, Interval
+from loadgen.stats import FINAL_S, NS_PER_S, Interval
 from loadgen.targets import TargetSpec, make_target
 
 FIRE_AHEAD_NS = 200_000
@@ -82,6 +82,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
     def ship(before_s: int) -> None:
         for s in sorted(k for k in intervals if k < before_s):
             out.put(("interval", worker, intervals.pop(s).snapshot()))
+        out.put(("shipped", worker, before_s))  # nothing before before_s will come from this worker
 
     async def one(k: int, intended: int) -> None:
         eid = event_id(cfg.sender, k)
@@ -126,7 +127,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
         if now_s > last_ship:
             ship(now_s)
             last_ship = now_s
-    ship(1 << 62)
+    ship(FINAL_S)
     await target.close()
     counters = {}
     if writer:
@@ -144,8 +145,12 @@ def worker_main(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop) -
         out.put(("failed", worker, f"{type(e).__name__}: {e}"))
 
 
-def run_workers(cfg: AttackConfig, on_interval, start_delay_s: float = 0.2, stop_event=None, on_start=None):
+def run_workers(cfg: AttackConfig, on_interval, start_delay_s: float = 0.2, stop_event=None, on_start=None,
+                on_shipped=None):
     """Start the workers, feed every interval snapshot to ``on_interval`` as it arrives.
+
+    ``on_shipped(worker, before_s)`` follows a worker's snapshots: it has shipped every second
+    before before_s (``stats.FINAL_S`` once it is done).
 
     ``on_start(start_ns)`` is called once all workers are ready, with the schedule's start time.
 
@@ -179,6 +184,9 @@ def run_workers(cfg: AttackConfig, on_interval, start_delay_s: float = 0.2, stop
                         on_start(start_at.value)
             elif kind == "interval":
                 on_interval(worker, payload)
+            elif kind == "shipped":
+                if on_shipped is not None:
+                    on_shipped(worker, payload)
             elif kind == "done":
                 results[worker] = payload
             else:

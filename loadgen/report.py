@@ -33,15 +33,8 @@ def figures(stats: RunStats, attack_ns: int, wait_ns: int, target: str, rate_per
         "success_ratio": t.ok / t.sent if t.sent else 0.0,
         "status_codes": dict(sorted(t.codes.items())),
         "errors": dict(sorted(t.errors.items())),
-        "intervals": [_interval_row(stats.intervals[s]) for s in sorted(stats.intervals)],
+        "intervals": stats.rows,
     }
-
-
-def _interval_row(iv: Interval) -> dict:
-    p50, p99 = iv.latency_percentiles((50, 99))
-    (d99,) = iv.delay_percentiles((99,))
-    return {"second": iv.second, "sent": iv.sent, "completed": iv.completed, "errors": sum(iv.errors.values()),
-            "latency_p50_us": p50, "latency_p99_us": p99, "send_delay_p99_us": d99}
 
 
 def _ms(us) -> str:
@@ -71,25 +64,35 @@ def write_json(f: dict, path: str) -> None:
         json.dump(f, out, indent=1)
 
 
-def write_hlog(stats: RunStats, start_ns: int, path: str) -> int:
-    """One interval histogram per second (latency, µs) in HdrHistogram's log format. Returns intervals written."""
-    from hdrh.log import HistogramLogWriter
+class HlogWriter:
+    """Request latency (µs), one interval histogram per second, in HdrHistogram's log format,
+    written as each second closes (``RunStats(on_close=...)``) rather than held to the end."""
 
-    n = 0
-    with open(path, "w") as out:
-        w = HistogramLogWriter(out)
-        w.output_comment("flightwatch loadgen: request latency in microseconds")
-        w.output_log_format_version()
+    def __init__(self, path: str) -> None:
+        from hdrh.log import HistogramLogWriter
+
+        self.path = path
+        self.intervals = 0
+        self._out = open(path, "w")
+        self._w = HistogramLogWriter(self._out)
+        self._w.output_comment("flightwatch loadgen: request latency in microseconds")
+        self._w.output_log_format_version()
+
+    def start(self, start_ns: int) -> None:
         # hdrh's output_start_time is broken (it treats ms as s); write the header line it means
         iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start_ns / NS_PER_S))
-        out.write(f"#[StartTime: {start_ns / NS_PER_S:.3f} (seconds since epoch), {iso}]\n")
-        w.output_legend()
-        for second in sorted(stats.intervals):
-            iv: Interval = stats.intervals[second]
-            if not iv.latency_buckets:
-                continue
-            h = histogram.to_hdr(np.fromiter(iv.latency_buckets.keys(), np.int64), np.fromiter(iv.latency_buckets.values(), np.int64))
-            w.output_interval_histogram(h, start_time_stamp_sec=float(second) or 1e-9, end_time_stamp_sec=float(second + 1),
-                                        max_value_unit_ratio=1000.0)
-            n += 1
-    return n
+        self._out.write(f"#[StartTime: {start_ns / NS_PER_S:.3f} (seconds since epoch), {iso}]\n")
+        self._w.output_legend()
+        self._out.flush()
+
+    def write(self, iv: Interval) -> None:
+        if not iv.latency_buckets:
+            return
+        h = histogram.to_hdr(np.fromiter(iv.latency_buckets.keys(), np.int64), np.fromiter(iv.latency_buckets.values(), np.int64))
+        self._w.output_interval_histogram(h, start_time_stamp_sec=float(iv.second) or 1e-9,
+                                          end_time_stamp_sec=float(iv.second + 1), max_value_unit_ratio=1000.0)
+        self._out.flush()
+        self.intervals += 1
+
+    def close(self) -> None:
+        self._out.close()

@@ -15,6 +15,8 @@ import numpy as np
 from streaming import histogram
 
 NS_PER_S = 1_000_000_000
+FINAL_S = 1 << 62
+"""What a worker ships when it is done: every second it will ever have is shipped."""
 
 
 def _sparse(values_us: list[int]) -> dict[int, int]:
@@ -112,20 +114,67 @@ def _pcts(buckets: dict, pcts) -> list[int | None]:
 
 
 class RunStats:
-    """All intervals of a run, merged from every worker."""
+    """All intervals of a run, merged from every worker, in bounded memory.
 
-    def __init__(self) -> None:
-        self.intervals: dict[int, Interval] = {}
+    A second stays open while some worker may still add to it. Once every worker has shipped
+    everything before it (``shipped``), it is closed: folded into the run's total, kept as one
+    summary row (``rows``) and handed to ``on_close`` (the .hlog writer), and its histograms are
+    dropped. A 15-minute attack keeps a few open seconds, not 900 seconds of histograms.
+    """
+
+    def __init__(self, workers: int = 1, on_close=None) -> None:
+        self.open: dict[int, Interval] = {}
+        self.rows: list[dict] = []
+        self.on_close = on_close
+        self._total = Interval(-1)
+        self._through = dict.fromkeys(range(workers), 0)  # worker -> every second before this is shipped
+        self._closed = 0  # every second before this is closed
 
     def merge(self, snapshot: dict) -> None:
         s = snapshot["second"]
-        if s in self.intervals:
-            self.intervals[s].merge(snapshot)
+        if s < self._closed:  # cannot happen with monotonic clocks; never lose it if it does
+            self._total.merge(snapshot)
+            return
+        if s in self.open:
+            self.open[s].merge(snapshot)
         else:
-            self.intervals[s] = Interval.from_snapshot(snapshot)
+            self.open[s] = Interval.from_snapshot(snapshot)
+
+    def shipped(self, worker: int, before_s: int) -> list[Interval]:
+        """Worker has shipped every second before before_s: the seconds this closes, in order."""
+        self._through[worker] = max(self._through.get(worker, 0), before_s)
+        return self._close_until(min(self._through.values()))
+
+    def close_all(self) -> list[Interval]:
+        """Close whatever is still open (the attack is over)."""
+        return self._close_until(FINAL_S)
+
+    def _close_until(self, until_s: int) -> list[Interval]:
+        if until_s >= FINAL_S:  # every worker is done: close what there is, no empty seconds to infinity
+            until_s = max(self.open, default=self._closed - 1) + 1
+        closed = []
+        for s in range(self._closed, until_s):  # a second nobody touched closes empty: a quiet second is a figure too
+            iv = self.open.pop(s, None) or Interval(s)
+            self._total.merge(iv.snapshot())
+            self.rows.append(interval_row(iv))
+            if self.on_close is not None:
+                self.on_close(iv)
+            closed.append(iv)
+        self._closed = max(self._closed, until_s)
+        return closed
 
     def total(self) -> Interval:
+        """The whole run so far: closed seconds and those still open."""
         t = Interval(-1)
-        for i in self.intervals.values():
+        t.merge(self._total.snapshot())
+        for i in self.open.values():
             t.merge(i.snapshot())
         return t
+
+
+def interval_row(iv: Interval) -> dict:
+    """The per-second line of the JSON report."""
+    p50, p99 = iv.latency_percentiles((50, 99))
+    (d99,) = iv.delay_percentiles((99,))
+    return {"second": iv.second, "sent": iv.sent, "completed": iv.completed, "errors": sum(iv.errors.values()),
+            "latency_p50_us": p50, "latency_p99_us": p99, "send_delay_p99_us": d99}
