@@ -127,7 +127,11 @@ def test_over_its_spool_budget_a_receiver_counts_the_loss_and_the_summary_shows_
     procs = [start_receiver(bootstrap, topic, tmp_path / "spool", port, "--spool-budget", "256KiB")]
     try:
         lg = attack(bootstrap, topic, run_id, f"http://127.0.0.1:{port}/", tmp_path, "--rate", "2000", "--duration", "10s")
-        time.sleep(2.5)  # its checks passed and its start record written: now the broker goes away
+        deadline = time.monotonic() + 60  # the attack is on (its worker's telemetry producer is connected) ...
+        while health(port)["received"] == 0:
+            assert time.monotonic() < deadline and lg.poll() is None, "the attack did not start"
+            time.sleep(0.1)
+        time.sleep(0.5)  # ... and its first records are written: now the broker goes away
         proxy.cut()  # the spool fills to its budget, then receives are refused and counted
         time.sleep(10)
         proxy.restore()  # after the attack, before the generator's own telemetry flush gives up (30 s)
@@ -185,5 +189,6 @@ def test_a_killed_load_generator_closes_the_run_as_aborted(proxied, tmp_path):
     assert [r["agent"] for r in s["stop_reasons"]] == ["job"] and "load generator" in s["stop_reasons"][0]["reason"]
     # closed with what was sent: every send record that reached the topic, nothing invented
     assert s["sent"] == len(sends) and 2_000 <= s["sent"] <= 4_500
-    assert s["received"] + s["dropped"] == s["sent"] and s["dropped"] <= 50  # only what was in flight at the kill
+    # dropped: only what was in flight at the kill (at 500/s, at most half a second of sends even on a busy CI machine)
+    assert s["received"] + s["dropped"] == s["sent"] and s["dropped"] <= 250
     assert s["stopped_at_ns"] == max(r["at_ns"] for r in recs if r["kind"] in ("send", "ack", "run_start"))
