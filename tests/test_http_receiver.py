@@ -81,10 +81,14 @@ def wait_for_receives(broker, topic, run, n, seconds=60) -> list[dict]:
 
 @pytest.mark.integration
 def test_5000_events_give_exactly_5000_receive_records(broker, tmp_path):
+    """Every event the generator sent gets exactly one receive record. The generator, like vegeta, sends
+    nothing after its schedule's end, so a stalled machine may send a few short of 5,000 (CI once sent
+    4,999); the count to match is the one its report and its send records give."""
     topic, port = "tel-http-5000", free_port()
     create_topic(broker, topic)
     proc = start_receiver(broker, topic, tmp_path / "spool", port)
     runs = {"http-binary": (f"http://127.0.0.1:{port}/", 1000, 4), "http-structured": (f"http+structured://127.0.0.1:{port}/", 500, 2)}
+    requests = {}
     try:
         for run, (target, rate, seconds) in runs.items():
             lg = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--quiet", "--rate", str(rate), "--duration",
@@ -92,18 +96,21 @@ def test_5000_events_give_exactly_5000_receive_records(broker, tmp_path):
                                  "--telemetry-bootstrap", broker, "--telemetry-topic", topic],
                                 cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=120)
             assert lg.returncode == 0, lg.stderr
-        recs = {run: wait_for_receives(broker, topic, run, rate * seconds) for run, (_, rate, seconds) in runs.items()}
+            requests[run] = json.loads((tmp_path / run / "report.json").read_text())["requests"]
+        recs = {run: wait_for_receives(broker, topic, run, requests[run]) for run in runs}
         sends = {run: [r for r in telemetry(broker, topic, run) if r["kind"] == "send"] for run in runs}
         h = health(port)
     finally:
         stop(proc)
-    assert sum(len(s) for s in sends.values()) == 5000
-    assert sum(len(r) for r in recs.values()) == 5000  # exactly: no receive lost, none reported twice
+    sent = sum(requests.values())
+    assert 4950 <= sent <= 5000, requests  # at most 1% short of the schedule's 5,000
+    assert sum(len(s) for s in sends.values()) == sent
+    assert sum(len(r) for r in recs.values()) == sent  # exactly: no receive lost, none reported twice
     for run in runs:
         assert sorted(r["event_id"] for r in recs[run]) == sorted(s["event_id"] for s in sends[run])
         sent_at = {s["event_id"]: s["at_ns"] for s in sends[run]}
         assert all(0 < r["at_ns"] - sent_at[r["event_id"]] < 5 * 10**9 for r in recs[run])  # stamped after the send, in ns
-    assert h["received"] == 5000 and h["bad_total"] == 0 and h["telemetry"]["lost"] == 0
+    assert h["received"] == sent and h["bad_total"] == 0 and h["telemetry"]["lost"] == 0
 
 
 @pytest.mark.integration

@@ -67,12 +67,15 @@ def test_rate_accuracy_intended_times_and_telemetry_match_the_report(sink, broke
     intended = np.array([s["intended_at_ns"] for s in sends])
     expected = np.array([start + sched.intended_ns(int(i)) for i in k])
     assert (intended == expected).all()
-    # per-second sent counts after the first second: the median within 1% of 2,000, each second within ±10%
-    # (a second the machine stalls the generator sends its backlog in the next: 1,899 then 2,100 seen in CI)
+    # per-second sent counts after the first second: the median within 1% of 2,000. A second the machine
+    # stalls the generator sends its backlog in the next (CI saw 1,807 then 2,289), so single seconds are
+    # judged by how late their sends went out: half within 5 ms of their intended time, 99% within 250 ms
     sent_at = np.array([s["at_ns"] for s in sends])
     per_second = np.bincount((sent_at - start) // NS_PER_S)[:20]
     assert abs(np.median(per_second[1:]) - 2000) <= 20, per_second.tolist()
-    assert all(abs(n - 2000) <= 200 for n in per_second[1:]), per_second.tolist()
+    late_ms = (sent_at - intended) / 1e6
+    assert (late_ms > -1).all() and np.percentile(late_ms, 50) <= 5 and np.percentile(late_ms, 99) <= 250, \
+        (np.percentile(late_ms, [50, 90, 99, 100]).tolist(), per_second.tolist())
     # the .hlog round-trips through hdrh's reader with every completed request in it
     reader = HistogramLogReader(str(tmp_path / "latency.hlog"), histogram.new_hdr())
     total, n = 0, 0
