@@ -9,6 +9,12 @@ their shippers, node-metrics agent, UI) and the run's (load generator and its wo
 streaming job's Python driver, its JVM and Python workers). It also reads the job's engine state
 size (event IDs it still remembers) from its batch records.
 
+Memory is judged over the attack itself, from the end of the warm-up (counted from the attack's
+first send) to its last send: the median of the first minute against the median of the last
+minute (one sample is one micro-batch's worth of noise; a leak moves the median). The close
+after the attack (the job reads the whole run once to write its final tables) is shown apart, as
+``max at close``. Every sample is kept in ``<run>/soak-memory.json``.
+
 At the end it prints, per process, memory after warm-up and at the end, and the change (the
 embedded Tansu brokers are shown but not judged: they keep every message in memory, as a real
 Kafka keeps it on disk); the
@@ -23,6 +29,7 @@ import argparse
 import glob
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -34,6 +41,7 @@ from agents.units import parse_duration_ns  # noqa: E402
 from stack.__main__ import PORTS, STACK_DIR, stop_process  # noqa: E402
 
 GROWTH_LIMIT = 0.10
+SAMPLE_EVERY_S = 10
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int | None:
@@ -69,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", default="15m")
     ap.add_argument("--warmup", default="3m", help="memory is compared from this point on (default %(default)s)")
     a = ap.parse_args(argv)
-    duration_s, warmup_s = parse_duration_ns(a.duration) / 1e9, parse_duration_ns(a.warmup) / 1e9
+    warmup_s = parse_duration_ns(a.warmup) / 1e9
     stack_pids = {}
     for f in glob.glob(os.path.join(STACK_DIR, "*.pid")):
         stack_pids[os.path.basename(f)[:-4]] = int(open(f).read())
@@ -82,37 +90,52 @@ def main(argv=None) -> int:
                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, start_new_session=True)
     print(f"soak {run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every 10 s", flush=True)
-    samples: dict[int, list[tuple[float, int]]] = {}
+    samples: dict[int, list[tuple[float, int]]] = {}  # pid -> (wall-clock s, KiB)
     names: dict[int, str] = {}
     t0 = time.monotonic()
     run_dir = os.path.join(ROOT, "checkpoints", run_id)
     try:
         while lg.poll() is None:
-            t = time.monotonic() - t0
+            t, wall = time.monotonic() - t0, time.time()
             for pid in descendants(list(stack_pids.values()) + [lg.pid]):
                 r = rss_kib(pid, "RssAnon")
                 if r:
-                    samples.setdefault(pid, []).append((t, r))
+                    samples.setdefault(pid, []).append((wall, r))
                     names.setdefault(pid, name_of(pid))
             if int(t) % 60 < 10:
-                total = sum(s[-1][1] for s in samples.values() if s[-1][0] == t) / 1024
+                total = sum(s[-1][1] for s in samples.values() if s[-1][0] == wall) / 1024
                 print(f"  {t / 60:5.1f} min: {len(samples)} processes, {total:,.0f} MiB resident", flush=True)
-            time.sleep(10)
+            time.sleep(SAMPLE_EVERY_S)
         out = lg.stdout.read()
     finally:
         if lg.poll() is None:
             stop_process(lg, wait_s=30, group=True)
     print(out[-1500:])
     bad = []
-    print(f"{'process (anonymous RSS)':42} {'pid':>7} {'MiB at warm-up':>15} {'MiB at end':>11} {'max':>7} {'change':>8}")
+    try:
+        report = json.load(open(os.path.join(run_dir, "loadgen", "report.json")))
+        attack_start, attack_end = report["start_ns"] / 1e9, report["start_ns"] / 1e9 + report["duration_s"]["attack"]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"SOAK FAILED: no load generator report ({e})")
+        return 1
+    with open(os.path.join(run_dir, "soak-memory.json"), "w") as f:
+        json.dump({"attack_start_s": attack_start, "attack_end_s": attack_end, "warmup_s": warmup_s,
+                   "processes": [{"pid": pid, "name": names[pid], "samples": s} for pid, s in samples.items()]}, f)
+    judged_from = attack_start + warmup_s
+    print(f"memory judged from {warmup_s / 60:g} min into the attack to its end ({(attack_end - judged_from) / 60:.1f} min): "
+          f"median of the first minute vs the last")
+    print(f"{'process (anonymous RSS)':42} {'pid':>7} {'MiB at warm-up':>15} {'MiB at end':>11} {'max':>7} {'change':>8} {'max at close':>13}")
     for pid, s in sorted(samples.items(), key=lambda kv: names[kv[0]]):
-        after = [r for t, r in s if t >= warmup_s]
-        if len(after) < 2 or s[-1][0] < duration_s * 0.9:
+        during = [(t, r) for t, r in s if judged_from <= t <= attack_end]
+        if len(during) < 12 or during[-1][0] < attack_end - 2 * SAMPLE_EVERY_S:
             continue  # short-lived (a worker that ended, a probe)
-        first, last = after[0], after[-1]
+        first = statistics.median(r for t, r in during if t < during[0][0] + 60)
+        last = statistics.median(r for t, r in during if t > during[-1][0] - 60)
+        close = max((r for t, r in s if t > attack_end), default=None)
         change = (last - first) / first
         stores = names[pid].startswith("tansu")  # the embedded brokers keep every message in memory, by design
-        print(f"{names[pid][:42]:42} {pid:>7} {first / 1024:>15.1f} {last / 1024:>11.1f} {max(after) / 1024:>7.1f} {change:>+8.1%}"
+        print(f"{names[pid][:42]:42} {pid:>7} {first / 1024:>15.1f} {last / 1024:>11.1f} {max(r for _, r in during) / 1024:>7.1f} "
+              f"{change:>+8.1%} {(f'{close / 1024:.1f}' if close else '-'):>13}"
               + ("  (in-memory broker: holds the data, not judged)" if stores else ""))
         if abs(change) > GROWTH_LIMIT and not stores:
             bad.append(f"{names[pid]} ({pid}) {change:+.1%}")
@@ -133,7 +156,6 @@ def main(argv=None) -> int:
         s = json.load(open(summary_file))
         print(f"run: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,} duplicates {s['duplicates']:,} "
               f"quarantined {s['quarantined']:,} telemetry lost {s.get('telemetry_lost')}; p99 {s['latency_us']['p99'] / 1000:.1f} ms")
-        report = json.load(open(os.path.join(run_dir, "loadgen", "report.json")))
         accounted = s["received"] + s["dropped"] + s["errors"]
         print(f"accounted for: {accounted:,} of {s['sent']:,} sent (received + dropped + errors); the load generator "
               f"made {report['requests']:,} requests")

@@ -19,6 +19,8 @@ before that whose received/sent ≥ 0.99 and p99 ≤ the latency bound.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
 
@@ -144,6 +146,16 @@ def _fmt_us(us) -> str:
     return f"{us / 1000:.0f} ms" if us >= 10_000 else f"{us / 1000:.1f} ms"
 
 
+def _outside_steps(window_ns: int, steps: list[dict]) -> str:
+    """Where a window outside every pace step lies: before or after the schedule, at its UTC time."""
+    at = time.strftime("%H:%M:%S UTC", time.gmtime(window_ns / 1e9))
+    if steps and window_ns < steps[0]["start_ns"]:
+        return f"{at}, before step 1"
+    if steps and window_ns >= steps[-1]["end_ns"] - 1_000_000_000:
+        return f"{at}, after the schedule's end"
+    return at
+
+
 def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, step_figures=None,
             latency_bound_us: float = DEFAULT_LATENCY_BOUND_US) -> dict:
     """The run's verdict: current state, where saturation began (with evidence), per-step profile and knee.
@@ -165,7 +177,7 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
         ev = list(r["reasons"])
         out["saturated_at"] = {"window_ns": int(r["window_ns"]), "step": step + 1 if step >= 0 else None,
                                "rate": steps[step]["rate"] if step >= 0 else None, "evidence": ev}
-        where = f"step {step + 1} ({steps[step]['rate']:,.0f}/s)" if step >= 0 else "t=" + str(int(r["window_ns"]))
+        where = f"step {step + 1} ({steps[step]['rate']:,.0f}/s)" if step >= 0 else _outside_steps(int(r["window_ns"]), steps)
         out["message"] = f"saturated at {where}: " + ", ".join(ev)
     elif (a["state"] == "loadgen-bound").sum() >= CONFIRM_WINDOWS:
         lb = a[a["state"] == "loadgen-bound"].iloc[0]

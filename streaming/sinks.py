@@ -237,9 +237,16 @@ class RunStore:
         if result.finished:
             from streaming import results  # finalise: the table the UI and reports read
 
-            windows = results.load_windows(self.paths.root)
+            if self.verdict is not None:
+                self.verdict.close()  # its thread stopped, the final figures are read whole from the files
+            # (a live reader folds settled windows, without their histograms: the final table needs them)
+            compact, results.COMPACT_PARTIALS = results.COMPACT_PARTIALS, False
+            try:
+                windows = results.load_windows(self.paths.root)
+                summary = results.summarize(self.paths.root, windows)
+            finally:
+                results.COMPACT_PARTIALS = compact
             write_parquet(self.paths.windows_file, windows)
-            summary = results.summarize(self.paths.root, windows)
             write_json(self.paths.summary_file, summary)
             if self.verdict is not None:
                 self.verdict.close(summary.get("verdict"), batch_id)

@@ -11,6 +11,7 @@ from streaming.decode import decode_messages
 
 S = 1_800_000_000 * 10**9
 MS = 10**6
+NS = 10**9
 CFG = engine.EngineConfig(run_id="r", drop_timeout_ns=10_000 * MS, watermark_delay_ns=1_000 * MS, retention_ns=10_000 * MS)
 
 
@@ -195,3 +196,51 @@ def test_compacted_partials_keep_the_first_and_last_batch_of_each_window(tmp_pat
     assert not a["batch_id_max"].isna().any()
     pd.testing.assert_frame_equal(a[key + ["value", "batch_id", "batch_id_max"]].astype({"batch_id_max": "int64"}),
                                   b_[key + ["value", "batch_id", "batch_id_max"]].astype({"batch_id_max": "int64"}))
+
+
+def test_the_live_reader_folds_settled_windows_and_gives_the_same_verdict(tmp_path):
+    """The job's verdict thread folds windows no record can change any more (``results._Fold``):
+    after every batch its verdict (per-step merged percentiles, per-window figures) equals a fresh
+    reader's over all partial files, and the histogram rows it keeps cover only the last windows."""
+    import json
+
+    from streaming import results
+    from streaming.sinks import RunStore
+
+    spec = SyntheticSpec(run_id="folded", duration_s=40, rate_per_sec=100, pause=None, oom_at_s=(), drop_timeout_s=2,
+                         late_count=0)
+    run_ = generate(spec)
+    for t, r in run_.records:  # a paced schedule of three steps, in event time
+        if r.get("kind") == "run_start":
+            r["config"] = json.dumps({"rate": 100, "pace": "100:12,100:15,100:13", "schedule_start_ns": spec.start_ns})
+    msgs = messages(run_, 50)
+    cfg = engine.EngineConfig(run_id="folded", drop_timeout_ns=2 * NS, retention_ns=2 * NS, watermark_delay_ns=1 * NS)
+    root = str(tmp_path / "r")
+    store = RunStore(root, cfg)
+    settle_windows = (2 + 2 + 1 + 1)
+    results.COMPACT_PARTIALS = True
+    try:
+        folded_at = []
+        for b, ch in enumerate(np.array_split(np.arange(len(msgs)), 40)):
+            store.process_batch(decode_messages([msgs[i][1] for i in ch], [0] * len(ch), list(ch)), b)
+            live = results.live_verdict(root)
+            live_windows = results.load_windows(root, encode_hdr=False)
+            kept = results._COMPACT[(root, "hists")][1]
+            if len(kept):
+                assert kept["window_ns"].nunique() <= settle_windows + 8  # the last windows only (batches span ~1.5 s)
+            fold = results._FOLDS.get(root)
+            folded_at.append(fold.upto if fold is not None else None)
+            results.COMPACT_PARTIALS = False  # a fresh reader of every file
+            full = results.live_verdict(root)
+            full_windows = results.load_windows(root, encode_hdr=False)
+            results.COMPACT_PARTIALS = True
+            assert live == full, f"batch {b}"
+            cols = [c for c in full_windows.columns if c.endswith(("_p50", "_p90", "_p99", "_max"))]
+            assert cols
+            pd.testing.assert_frame_equal(live_windows[["window_ns", *cols]], full_windows[["window_ns", *cols]])
+        assert len(full["steps"]) == 3 and all(s["p99_us"] for s in full["steps"]) and full["steps"][0]["sent_per_s"] > 90
+        assert sum(u is not None for u in folded_at) >= 20  # it did fold, from early in the run on
+    finally:
+        results.COMPACT_PARTIALS = False
+        results._COMPACT.clear()
+        results._FOLDS.clear()
