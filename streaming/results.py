@@ -35,17 +35,15 @@ def load_batches(root: str) -> pd.DataFrame:
     paths = RunPaths(root)
     rows = []
     for b in ids_in(paths.batches, "batch-*.json"):
-        path = batch_file(paths.batches, b, "json")
-        key = _file_identity(path)
-        hit = _BATCH_ROWS.get(path)
-        if hit is None or hit[0] != key:
-            with open(path) as f:
-                hit = (key, json.load(f))
-            _BATCH_ROWS[path] = hit
-            if len(_BATCH_ROWS) > _BATCH_ROWS_MAX:
-                _BATCH_ROWS.popitem(last=False)
-        rows.append(hit[1])
+        row = _cached_read(_BATCH_ROWS, _BATCH_ROWS_MAX, batch_file(paths.batches, b, "json"), _read_json)
+        if row is not None:
+            rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _read_json(path: str):
+    with open(path) as f:
+        return json.load(f)
 
 
 def load_partials(root: str, kind: str, batch_ids=None) -> pd.DataFrame:
@@ -201,7 +199,7 @@ def _fold(paths: RunPaths, table: pd.DataFrame, rebuilt: bool) -> pd.DataFrame:
     anchor = pd.Series(seg).map(fold.anchors).to_numpy(dtype=np.int64)
     moved = old.assign(window_ns=anchor)
     fold.rows = compact(pd.concat([fold.rows, moved], ignore_index=True), "hists")
-    fold.upto = max(upto, fold.upto or upto)
+    fold.upto = upto if fold.upto is None else max(upto, fold.upto)
     return table[table["window_ns"] >= upto].reset_index(drop=True)
 
 
@@ -225,19 +223,27 @@ def _read_partial(path: str, batch_id: int) -> pd.DataFrame | None:
     A batch file is written once, atomically (rewritten whole only if its batch is redone after
     a crash, which changes its inode and mtime): the cache key is (inode, mtime, size).
     """
+    def read(p: str) -> pd.DataFrame:
+        df = pq.read_table(p).to_pandas()
+        df["batch_id"] = batch_id
+        return df
+    return _cached_read(_PARTIALS, _PARTIALS_MAX, path, read)
+
+
+def _cached_read(cache: OrderedDict, limit: int, path: str, read):
+    """``read(path)``, cached by the file's identity in ``cache`` (least recently used beyond ``limit``); None if absent."""
     key = _file_identity(path)
     if key is None:
         return None
-    hit = _PARTIALS.get(path)
+    hit = cache.get(path)
     if hit is not None and hit[0] == key:
-        _PARTIALS.move_to_end(path)
+        cache.move_to_end(path)
         return hit[1]
-    df = pq.read_table(path).to_pandas()
-    df["batch_id"] = batch_id
-    _PARTIALS[path] = (key, df)
-    if len(_PARTIALS) > _PARTIALS_MAX:
-        _PARTIALS.popitem(last=False)
-    return df
+    value = read(path)
+    cache[path] = (key, value)
+    if len(cache) > limit:
+        cache.popitem(last=False)
+    return value
 
 
 def sum_counts(counts: pd.DataFrame) -> pd.DataFrame:
