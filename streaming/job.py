@@ -295,6 +295,9 @@ def main(argv=None) -> int:
         print(f"flightwatch streaming: error: {e}", file=sys.stderr)
         return 2
     print(f"flightwatch streaming: run {cfg.engine.run_id} -> {cfg.run_dir}", flush=True)
+    from streaming.sinks import use_system_allocator
+
+    use_system_allocator()  # this process lives as long as the run: freed memory goes back (release_memory)
     spark = build_spark(cfg)
     stop = threading.Event()
     if cfg.heartbeat and cfg.command == "run":

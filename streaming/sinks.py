@@ -94,6 +94,40 @@ class RunPaths:
         return os.path.join(self.root, "run.json")
 
 
+def _libc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_MALLOC_TRIM = _libc_trim()
+
+
+def release_memory() -> None:
+    """Hand freed memory back to the system (Arrow's pool, then glibc's heap).
+
+    A process that builds and drops tables of tens of MiB every second for as long as a run lasts
+    (the job's verdict thread) otherwise keeps what it freed: in a 15-minute soak its resident
+    memory crept up by a fifth with its live data flat. A pass costs ~5-15 ms.
+    """
+    pa.default_memory_pool().release_unused()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def use_system_allocator() -> None:
+    """Arrow allocates through the C library (``ARROW_DEFAULT_MEMORY_POOL=system`` unless set otherwise).
+
+    For a long-lived process: mimalloc, Arrow's default here, kept 60-90 MiB it had freed in a
+    replay of a 15-minute soak even after ``release_unused``; glibc's heap, trimmed by
+    ``release_memory``, gives it back."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL") in (None, "", "system"):
+        pa.set_memory_pool(pa.system_memory_pool())
+
+
 VERDICT_EVERY_S = 1.5
 """The live verdict is recomputed at most this often (it judges windows 2 s behind the newest anyway)."""
 
@@ -151,6 +185,7 @@ class LiveVerdict:
                 continue
             if v is not None:
                 self._publish(v, batch)
+            release_memory()
 
     def _publish(self, v: dict, batch: int) -> None:
         write_json(self.path, dict(v, batch_id=batch, computed_at_ns=time.time_ns()))
