@@ -130,6 +130,8 @@ def use_system_allocator() -> None:
 
 VERDICT_EVERY_S = 1.5
 """The live verdict is recomputed at most this often (it judges windows 2 s behind the newest anyway)."""
+VERDICT_CPU_SHARE = 0.25
+"""... and at most this share of one core: a pass's CPU time grows with the run's windows, the batches come first."""
 
 
 class LiveVerdict:
@@ -167,15 +169,15 @@ class LiveVerdict:
     def _loop(self) -> None:
         from streaming import results
 
-        last = 0.0
+        last, every = 0.0, VERDICT_EVERY_S
         while True:
             self._poke.wait()
             if self._stop.is_set():
                 return
             # at most one pass every VERDICT_EVERY_S: on two cores the job's batches come first
-            if self._stop.wait(max(0.0, last + VERDICT_EVERY_S - time.monotonic())):
+            if self._stop.wait(max(0.0, last + every - time.monotonic())):
                 return
-            last = time.monotonic()
+            last, cpu = time.monotonic(), time.thread_time()
             self._poke.clear()
             batch = self._batch
             try:
@@ -183,6 +185,8 @@ class LiveVerdict:
             except Exception as e:  # noqa: BLE001 - a reader racing a batch being written: the next pass retries
                 self.log(f"verdict: not computed after batch {batch} ({type(e).__name__}: {e})")
                 continue
+            finally:
+                every = max(VERDICT_EVERY_S, (time.thread_time() - cpu) / VERDICT_CPU_SHARE)
             if v is not None:
                 self._publish(v, batch)
             release_memory()
