@@ -41,7 +41,8 @@ from agents.units import parse_duration_ns  # noqa: E402
 from stack.__main__ import PORTS, STACK_DIR, stop_process  # noqa: E402
 
 GROWTH_LIMIT = 0.10
-SAMPLE_EVERY_S = 10
+SAMPLE_EVERY_S = 2
+"""Often enough that a minute's median rests on 30 samples (the job's driver swings by a quarter from one batch to the next)."""
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int | None:
@@ -89,10 +90,10 @@ def main(argv=None) -> int:
                            "--target", f"http://127.0.0.1:{PORTS['http-receiver']}/", "--run", run_id, "--stream", "--quiet"],
                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, start_new_session=True)
-    print(f"soak {run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every 10 s", flush=True)
+    print(f"soak {run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every {SAMPLE_EVERY_S} s", flush=True)
     samples: dict[int, list[tuple[float, int]]] = {}  # pid -> (wall-clock s, KiB)
     names: dict[int, str] = {}
-    t0 = time.monotonic()
+    t0, shown = time.monotonic(), -1
     run_dir = os.path.join(ROOT, "checkpoints", run_id)
     try:
         while lg.poll() is None:
@@ -102,7 +103,8 @@ def main(argv=None) -> int:
                 if r:
                     samples.setdefault(pid, []).append((wall, r))
                     names.setdefault(pid, name_of(pid))
-            if int(t) % 60 < 10:
+            if int(t) // 60 != shown:
+                shown = int(t) // 60
                 total = sum(s[-1][1] for s in samples.values() if s[-1][0] == wall) / 1024
                 print(f"  {t / 60:5.1f} min: {len(samples)} processes, {total:,.0f} MiB resident", flush=True)
             time.sleep(SAMPLE_EVERY_S)
