@@ -174,7 +174,7 @@ class LiveVerdict:
             self._poke.wait()
             if self._stop.is_set():
                 return
-            # at most one pass every VERDICT_EVERY_S: on two cores the job's batches come first
+            # at most one pass every VERDICT_EVERY_S, and a quarter of a core: on two cores the batches come first
             if self._stop.wait(max(0.0, last + every - time.monotonic())):
                 return
             last, cpu = time.monotonic(), time.thread_time()
