@@ -5,6 +5,11 @@ writes a prebuilt request (headers from a template, the payload as is), parses o
 status line and the body framing (Content-Length or chunked) of the answer, and keeps a
 pool of up to ``max_connections`` keep-alive connections. A request that takes longer than
 the timeout fails as ``timeout`` and its connection is closed.
+
+The pool reuses the connection released last, and closes one that stayed idle for
+``IDLE_TIMEOUT_S``: after a stall of the target (thousands of requests outstanding, as many
+connections opened) it shrinks back to what the rate needs, on both sides, instead of keeping
+every connection of the stall warm for the rest of the run.
 """
 from __future__ import annotations
 
@@ -13,6 +18,9 @@ import time
 from collections import deque
 
 from loadgen.targets import error_cause
+
+IDLE_TIMEOUT_S = 10.0
+"""An idle keep-alive connection is closed after this long (Go's http.Transport has IdleConnTimeout, 90 s)."""
 
 
 class _Response(Exception):
@@ -28,6 +36,7 @@ class _Conn(asyncio.Protocol):
         self.buf = bytearray()
         self.pending: asyncio.Future | None = None
         self.started = 0.0
+        self.idle_since = 0.0
         self.closed = False
 
     def connection_made(self, transport) -> None:
@@ -123,6 +132,19 @@ class HttpPool:
                     if not fut.done():
                         fut.set_result((None, "timeout"))
                     c.transport.close()
+            self.close_idle(now - IDLE_TIMEOUT_S)
+
+    def close_idle(self, before: float) -> int:
+        """Close the connections idle since before ``before`` (the oldest are first in ``idle``)."""
+        n = 0
+        while self.idle and self.idle[0].idle_since < before:
+            c = self.idle.popleft()
+            self.all.discard(c)
+            if not c.closed:
+                c.closed = True
+                c.transport.close()
+            n += 1
+        return n
 
     def forget(self, conn: _Conn) -> None:
         self.all.discard(conn)
@@ -138,6 +160,7 @@ class HttpPool:
             if not w.done():
                 w.set_result(conn)
                 return
+        conn.idle_since = time.monotonic()
         self.idle.append(conn)
 
     def _wake(self) -> None:
@@ -150,7 +173,7 @@ class HttpPool:
     async def _acquire(self) -> _Conn:
         while True:
             while self.idle:
-                c = self.idle.popleft()
+                c = self.idle.pop()  # the warmest: the others age out
                 if not c.closed:
                     return c
             if len(self.all) + self.opening < self.max_connections:
