@@ -109,6 +109,50 @@ def test_a_stalled_target_shows_growing_send_delay_not_a_lower_rate(sink, tmp_pa
     assert "loadgen saturated: achieved" in proc.stdout and len(report["loadgen_bound_seconds"]) >= 3
 
 
+def test_the_connection_pool_shrinks_back_after_a_stall(monkeypatch):
+    """A stall opens one connection per outstanding request; once the target is fast again, the
+    pool (and the target's side) gets back to what the rate needs instead of keeping them all warm."""
+    import asyncio
+
+    from aiohttp import web
+
+    from loadgen import http
+
+    monkeypatch.setattr(http, "IDLE_TIMEOUT_S", 1.0)
+    head = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n"
+
+    async def scenario():
+        delay = {"s": 0.3}
+
+        async def handle(request):
+            await request.read()
+            await asyncio.sleep(delay["s"])
+            return web.Response(status=202)
+
+        server = web.Server(handle)
+        port = free_port()
+        srv = await asyncio.get_running_loop().create_server(server, "127.0.0.1", port, backlog=1024)
+        pool = http.HttpPool("127.0.0.1", port, max_connections=200, timeout_s=5)
+        pool.start()
+        try:
+            stalled = await asyncio.gather(*(pool.request(head, b"{}") for _ in range(150)))
+            during = len(pool.all), len(server.connections)
+            delay["s"] = 0.0
+            for _ in range(60):  # one request at a time for 3 s: a single connection suffices
+                assert await pool.request(head, b"{}") == (202, None)
+                await asyncio.sleep(0.05)
+            return stalled, during, (len(pool.all), len(server.connections))
+        finally:
+            await pool.close()
+            srv.close()
+            await server.shutdown(1)
+
+    stalled, during, after = asyncio.run(scenario())
+    assert stalled == [(202, None)] * 150
+    assert during == (150, 150)
+    assert after == (1, 1), after
+
+
 def test_a_target_that_dies_mid_run_is_reported_not_a_crash(tmp_path):
     port = free_port()
     sink = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "http_sink.py"), str(port)],
