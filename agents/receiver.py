@@ -30,7 +30,7 @@ import socket
 import sys
 import time
 
-from agents import clock, contract, http_receiver
+from agents import clock, contract, http_receiver, memory
 from agents.kafka_options import SUT_ENV, client_options
 from agents.units import parse_size, split_host_port
 
@@ -245,7 +245,8 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=print)
                 await asyncio.sleep(1.0)
                 spool.report_lost()
 
-        tasks = [asyncio.create_task(clock_every(30.0)), asyncio.create_task(progress()), asyncio.create_task(report_lost())]
+        tasks = [asyncio.create_task(clock_every(30.0)), asyncio.create_task(progress()), asyncio.create_task(report_lost()),
+                 asyncio.create_task(memory.trim_every())]
         await http_receiver.serve(receiver, host, port, reuse_port=reuse_port, stop=stop,
                                   ready=lambda: log(f"receiver {agent}: http://{host}:{port}/ -> " + (
                                       "(no telemetry)" if spool is None else
@@ -352,4 +353,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    from agents import memory
+
+    memory.use_c_allocator("agents.receiver")  # a long-lived process: what it frees after a burst goes back
     sys.exit(main())

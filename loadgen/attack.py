@@ -17,7 +17,7 @@ import queue as queue_mod
 import time
 from dataclasses import dataclass, field
 
-from agents import contract
+from agents import contract, memory
 from loadgen.pacer import Schedule
 from loadgen.stats import FINAL_S, NS_PER_S, Interval
 from loadgen.targets import TargetSpec, make_target
@@ -66,6 +66,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
             return {"attack_end_ns": time.time_ns(), "telemetry": {}}
         await asyncio.sleep(0.01)
     start_ns = start_at.value
+    trimmer = asyncio.create_task(memory.trim_every())  # a stall's high-water mark does not stay for the run
     slots = asyncio.Semaphore(cfg.max_inflight)
     intervals: dict[int, Interval] = {}
     pending: set[asyncio.Task] = set()
@@ -128,6 +129,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
             ship(now_s)
             last_ship = now_s
     ship(FINAL_S)
+    trimmer.cancel()
     await target.close()
     counters = {}
     if writer:

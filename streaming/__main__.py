@@ -1,5 +1,9 @@
 import sys
 
-from streaming.job import main
+from agents import memory
+
+memory.use_c_allocator("streaming")  # a long-lived process: what it frees after a burst goes back
+
+from streaming.job import main  # noqa: E402
 
 sys.exit(main())

@@ -31,6 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from agents import memory
 from streaming import engine
 from streaming.decode import DECODED_SCHEMA
 
@@ -94,18 +95,6 @@ class RunPaths:
         return os.path.join(self.root, "run.json")
 
 
-def _libc_trim():
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        return None
-
-
-_MALLOC_TRIM = _libc_trim()
-
-
 def release_memory() -> None:
     """Hand freed memory back to the system (Arrow's pool, then glibc's heap).
 
@@ -114,8 +103,7 @@ def release_memory() -> None:
     memory crept up by a fifth with its live data flat. A pass costs ~5-15 ms.
     """
     pa.default_memory_pool().release_unused()
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
+    memory.trim()
 
 
 def use_system_allocator() -> None:
