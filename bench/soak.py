@@ -3,11 +3,14 @@
     python -m bench.soak [--rate 2000] [--duration 15m] [--warmup 3m]        (make soak)
 
 Needs the embedded stack (`make up`): the load generator attacks its HTTP receiver agent with
-telemetry on, and starts the streaming job for the run (``--stream``). Every 10 s it samples the
-anonymous resident memory (heap, not mapped files) of every process: the stack's (brokers, Prometheus, node exporter, receivers and
-their shippers, node-metrics agent, UI) and the run's (load generator and its workers, the
-streaming job's Python driver, its JVM and Python workers). It also reads the job's engine state
-size (event IDs it still remembers) from its batch records.
+telemetry on, and starts the streaming job for the run (``--stream``). Every 2 s it samples the
+anonymous resident memory (heap and stacks, not mapped files) of every process: the stack's
+(brokers, Prometheus, node exporter, receivers and their shippers, node-metrics agent, UI) and
+the run's (load generator and its workers, the streaming job's Python driver, its JVM and Python
+workers). The live job's JVM commits and touches its whole heap at start (``-Xms`` = ``-Xmx``,
+``-XX:+AlwaysPreTouch``): its heap and the rest are shown and judged apart, or the flat GiB of
+heap would hide the rest's growth. It also reads the job's engine state size (event IDs it still
+remembers) from its batch records.
 
 Memory is judged over the attack itself, from the end of the warm-up (counted from the attack's
 first send) to its last send: the median of the first minute against the median of the last
@@ -55,6 +58,29 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int | None:
         return None
 
 
+JAVA_HEAP_MIN_KIB = 256 << 10
+
+
+def java_heap_kib(pid: int) -> int | None:
+    """Resident pages of a JVM's pre-touched heap: its largest anonymous mapping, if one holds 256 MiB or more
+    (``-Xms`` = ``-Xmx`` with ``-XX:+AlwaysPreTouch`` makes the heap one mapping, resident from the start)."""
+    best, size = None, 0
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                if "-" in line.split(" ", 1)[0] and not line[0].isupper():
+                    fields = line.split()
+                    lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                    size = (hi - lo) >> 10 if len(fields) == 5 else 0  # anonymous: no path
+                elif line.startswith("Anonymous:") and size >= JAVA_HEAP_MIN_KIB:
+                    kib = int(line.split()[1])
+                    if kib >= JAVA_HEAP_MIN_KIB and (best is None or kib > best):
+                        best = kib
+    except OSError:
+        return None
+    return best
+
+
 def name_of(pid: int) -> str:
     try:
         cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
@@ -91,8 +117,9 @@ def main(argv=None) -> int:
                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, start_new_session=True)
     print(f"soak {run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every {SAMPLE_EVERY_S} s", flush=True)
-    samples: dict[int, list[tuple[float, int]]] = {}  # pid -> (wall-clock s, KiB)
-    names: dict[int, str] = {}
+    samples: dict[tuple[int, str], list[tuple[float, int]]] = {}  # (pid, part) -> (wall-clock s, KiB)
+    names: dict[tuple[int, str], str] = {}
+    process_names: dict[int, str] = {}
     t0, shown = time.monotonic(), -1
     run_dir = os.path.join(ROOT, "checkpoints", run_id)
     try:
@@ -100,9 +127,15 @@ def main(argv=None) -> int:
             t, wall = time.monotonic() - t0, time.time()
             for pid in descendants(list(stack_pids.values()) + [lg.pid]):
                 r = rss_kib(pid, "RssAnon")
-                if r:
-                    samples.setdefault(pid, []).append((wall, r))
-                    names.setdefault(pid, name_of(pid))
+                if not r:
+                    continue
+                name = process_names.setdefault(pid, name_of(pid))
+                heap = java_heap_kib(pid) if name.endswith("(JVM)") else None
+                # a pre-touched heap apart from the rest: a flat GiB would hide the rest's growth
+                parts = [("heap", heap, " heap"), ("", r - heap, " without heap")] if heap else [("", r, "")]
+                for part, kib, label in parts:
+                    samples.setdefault((pid, part), []).append((wall, kib))
+                    names[pid, part] = name + label
             if int(t) // 60 != shown:
                 shown = int(t) // 60
                 total = sum(s[-1][1] for s in samples.values() if s[-1][0] == wall) / 1024
@@ -122,12 +155,13 @@ def main(argv=None) -> int:
         return 1
     with open(os.path.join(run_dir, "soak-memory.json"), "w") as f:
         json.dump({"attack_start_s": attack_start, "attack_end_s": attack_end, "warmup_s": warmup_s,
-                   "processes": [{"pid": pid, "name": names[pid], "samples": s} for pid, s in samples.items()]}, f)
+                   "processes": [{"pid": key[0], "name": names[key], "samples": s} for key, s in samples.items()]}, f)
     judged_from = attack_start + warmup_s
     print(f"memory judged from {warmup_s / 60:g} min into the attack to its end ({(attack_end - judged_from) / 60:.1f} min): "
           f"median of the first minute vs the last")
     print(f"{'process (anonymous RSS)':42} {'pid':>7} {'MiB at warm-up':>15} {'MiB at end':>11} {'max':>7} {'change':>8} {'max at close':>13}")
-    for pid, s in sorted(samples.items(), key=lambda kv: names[kv[0]]):
+    for key, s in sorted(samples.items(), key=lambda kv: names[kv[0]]):
+        pid = key[0]
         during = [(t, r) for t, r in s if judged_from <= t <= attack_end]
         if len(during) < 12 or during[-1][0] < attack_end - 2 * SAMPLE_EVERY_S:
             continue  # short-lived (a worker that ended, a probe)
@@ -135,12 +169,12 @@ def main(argv=None) -> int:
         last = statistics.median(r for t, r in during if t > during[-1][0] - 60)
         close = max((r for t, r in s if t > attack_end), default=None)
         change = (last - first) / first
-        stores = names[pid].startswith("tansu")  # the embedded brokers keep every message in memory, by design
-        print(f"{names[pid][:42]:42} {pid:>7} {first / 1024:>15.1f} {last / 1024:>11.1f} {max(r for _, r in during) / 1024:>7.1f} "
+        stores = names[key].startswith("tansu")  # the embedded brokers keep every message in memory, by design
+        print(f"{names[key][:42]:42} {pid:>7} {first / 1024:>15.1f} {last / 1024:>11.1f} {max(r for _, r in during) / 1024:>7.1f} "
               f"{change:>+8.1%} {(f'{close / 1024:.1f}' if close else '-'):>13}"
               + ("  (in-memory broker: holds the data, not judged)" if stores else ""))
         if abs(change) > GROWTH_LIMIT and not stores:
-            bad.append(f"{names[pid]} ({pid}) {change:+.1%}")
+            bad.append(f"{names[key]} ({pid}) {change:+.1%}")
     batches = sorted(glob.glob(os.path.join(run_dir, "batches", "batch-*.json")), key=lambda p: int(p.rsplit("-", 1)[1][:-5]))
     infos = [json.load(open(p)) for p in batches]
     written = [i for i in infos if i.get("written_at_ns")]
