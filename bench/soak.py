@@ -119,7 +119,6 @@ def main(argv=None) -> int:
     print(f"soak {run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every {SAMPLE_EVERY_S} s", flush=True)
     samples: dict[tuple[int, str], list[tuple[float, int]]] = {}  # (pid, part) -> (wall-clock s, KiB)
     names: dict[tuple[int, str], str] = {}
-    process_names: dict[int, str] = {}
     t0, shown = time.monotonic(), -1
     run_dir = os.path.join(ROOT, "checkpoints", run_id)
     try:
@@ -129,7 +128,9 @@ def main(argv=None) -> int:
                 r = rss_kib(pid, "RssAnon")
                 if not r:
                     continue
-                name = process_names.setdefault(pid, name_of(pid))
+                name = name_of(pid)  # read again: the Spark JVM starts as the bash script that execs java
+                if name == "?":  # gone meanwhile
+                    continue
                 heap = java_heap_kib(pid) if name.endswith("(JVM)") else None
                 # a pre-touched heap apart from the rest: a flat GiB would hide the rest's growth
                 parts = [("heap", heap, " heap"), ("", r - heap, " without heap")] if heap else [("", r, "")]
