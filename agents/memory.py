@@ -8,7 +8,7 @@ rest of a run, which reads like a leak in a soak. Two things keep it there:
   gone, and a burst's objects are spread over arenas that also hold long-lived ones. The
   long-lived commands (``python -m agents.receiver``, ``loadgen``, ``streaming``) therefore
   restart themselves at once with ``PYTHONMALLOC=malloc`` (``use_c_allocator``): the C library's
-  allocator, no slower here (a receiver spent 48-50 µs of CPU per request either way).
+  allocator, no slower here (a receiver spent 48-50 µs of CPU per request with it, 52-63 with pymalloc).
 - glibc keeps the free pages inside its heap until ``malloc_trim(0)`` hands them back.
 
 A receiver after a burst of 1,500 connections, all closed: 36 MiB before, 61 at the peak, 51
@@ -79,7 +79,6 @@ def trace_from_env(name: str, every_s: float = 60.0) -> None:
     """With ``FLIGHTWATCH_MEMORY_TRACE=DIR``: trace Python allocations (tracemalloc, one frame: slows
     allocation-heavy code by a third or more) and, every ``every_s``, append to ``DIR/<name>-<pid>.log``
     the 25 source lines whose live memory grew most since the first report. A diagnosis aid for soaks."""
-    import os
     import threading
 
     out_dir = os.environ.get("FLIGHTWATCH_MEMORY_TRACE")
