@@ -134,17 +134,14 @@ class HttpPool:
                     c.transport.close()
             self.close_idle(now - IDLE_TIMEOUT_S)
 
-    def close_idle(self, before: float) -> int:
+    def close_idle(self, before: float) -> None:
         """Close the connections idle since before ``before`` (the oldest are first in ``idle``)."""
-        n = 0
         while self.idle and self.idle[0].idle_since < before:
             c = self.idle.popleft()
             self.all.discard(c)
             if not c.closed:
                 c.closed = True
                 c.transport.close()
-            n += 1
-        return n
 
     def forget(self, conn: _Conn) -> None:
         self.all.discard(conn)

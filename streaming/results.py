@@ -100,33 +100,36 @@ def compact(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     return df.groupby(keys, as_index=False, sort=False).agg({value: "sum", **agg})
 
 
-def _compacted(paths: RunPaths, kind: str, batch_ids: list[int]) -> pd.DataFrame:
-    """The compacted partials of these batches, adding to what this process compacted before."""
+def _incremental(paths: RunPaths, kind: str, batch_ids: list[int], empty, extend):
+    """A live reader's table of one kind of partials, kept from pass to pass: ``extend(table, new
+    batch IDs, rebuilt)`` adds only the batch files it has not read. Started again from ``empty``
+    (``rebuilt``) when a file it read was rewritten (its batch redone) or is not asked for."""
     cache_key = (paths.root, kind)
-    files = {}
-    for b in batch_ids:
-        key = _file_identity(batch_file(paths.partial(kind), b))
-        if key is not None:
-            files[b] = key
-    seen, table = _COMPACT.get(cache_key, ({}, pd.DataFrame()))
+    files = {b: k for b in batch_ids if (k := _file_identity(batch_file(paths.partial(kind), b))) is not None}
+    seen, table = _COMPACT.get(cache_key, ({}, empty))
     if any(b not in files or files[b] != k for b, k in seen.items()):
-        seen, table = {}, pd.DataFrame()  # a batch was redone (or asked for a subset): start again
-    rebuilt = not seen
-    new, seen = [], dict(seen)
-    for b in sorted(set(files) - set(seen)):
-        df = pq.read_table(batch_file(paths.partial(kind), b)).to_pandas()
-        df["batch_id"] = b
-        new.append(df)
-        seen[b] = files[b]
-    if new:
-        table = compact(pd.concat([table, *new], ignore_index=True), kind)
-    if kind == "hists":
-        table = _fold(paths, table, rebuilt=rebuilt)
-    _COMPACT[cache_key] = (seen, table)
+        seen, table = {}, empty
+    new = sorted(set(files) - set(seen))
+    table = extend(table, new, not seen)
+    _COMPACT[cache_key] = ({**seen, **{b: files[b] for b in new}}, table)
     _COMPACT.move_to_end(cache_key)
     while len(_COMPACT) > _COMPACT_RUNS:
         _COMPACT.popitem(last=False)
     return table
+
+
+def _compacted(paths: RunPaths, kind: str, batch_ids: list[int]) -> pd.DataFrame:
+    """The compacted partials of these batches, adding to what this process compacted before."""
+    def extend(table: pd.DataFrame, new: list[int], rebuilt: bool) -> pd.DataFrame:
+        frames = []
+        for b in new:
+            df = pq.read_table(batch_file(paths.partial(kind), b)).to_pandas()
+            df["batch_id"] = b
+            frames.append(df)
+        if frames:
+            table = compact(pd.concat([table, *frames], ignore_index=True), kind)
+        return _fold(paths, table, rebuilt=rebuilt) if kind == "hists" else table
+    return _incremental(paths, kind, batch_ids, pd.DataFrame(), extend)
 
 
 def _appended(paths: RunPaths, kind: str, batch_ids: list[int]) -> pa.Table | None:
@@ -135,24 +138,12 @@ def _appended(paths: RunPaths, kind: str, batch_ids: list[int]) -> pa.Table | No
     For a reader that lives as long as the run (the job): cached one file at a time, as other
     readers do, a batch's table costs ~30 KiB of bookkeeping for a few rows of data; the 700
     batches of a 15-minute soak took 21 MiB for 1.3 MiB of events, and grew with every batch."""
-    cache_key = (paths.root, kind)
-    files = {b: k for b in batch_ids if (k := _file_identity(batch_file(paths.partial(kind), b))) is not None}
-    seen, table = _COMPACT.get(cache_key, ({}, None))
-    if any(b not in files or files[b] != k for b, k in seen.items()):
-        seen, table = {}, None  # a batch was redone (or asked for a subset): start again
-    new = sorted(set(files) - set(seen))
-    if new:
-        seen = dict(seen)
-        tables = [] if table is None else [table]
-        for b in new:
-            tables.append(_with_batch_id(batch_file(paths.partial(kind), b), b))
-            seen[b] = files[b]
-        table = pa.concat_tables(tables, promote_options="permissive").combine_chunks()
-    _COMPACT[cache_key] = (seen, table)
-    _COMPACT.move_to_end(cache_key)
-    while len(_COMPACT) > _COMPACT_RUNS:
-        _COMPACT.popitem(last=False)
-    return table
+    def extend(table: pa.Table | None, new: list[int], rebuilt: bool) -> pa.Table | None:
+        if not new:
+            return table
+        tables = ([] if table is None else [table]) + [_with_batch_id(batch_file(paths.partial(kind), b), b) for b in new]
+        return pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+    return _incremental(paths, kind, batch_ids, None, extend)
 
 
 class _Fold:

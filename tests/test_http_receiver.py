@@ -16,6 +16,7 @@ import pytest
 
 from agents import cloudevents
 from agents.cloudevents import BadEvent
+from bench.soak import rss_kib
 from conftest import ROOT, create_topic, free_port, telemetry
 from stack.__main__ import wait_port
 
@@ -196,8 +197,7 @@ def test_kill_9_of_receiver_and_shipper_loses_and_doubles_nothing(broker, tmp_pa
 
 
 def _rss_anon_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:")) / 1024
+    return rss_kib(pid, "RssAnon") / 1024
 
 
 @pytest.mark.parametrize("allocator, at_most_mib", [("malloc", 9), ("pymalloc", None)])
