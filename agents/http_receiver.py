@@ -1,8 +1,7 @@
 """The HTTP receiver agent: a CloudEvents sink that answers 202 at once and records each receive.
 
 A measuring sink, like Knative's thrpt-receiver: no artificial delay or failure, as little
-work per request as it can. Built on aiohttp's low-level server (no router, no middleware)
-and uvloop when installed. Per request: parse the event ID and run ID
+work per request as it can. Per request: parse the event ID and run ID
 (``agents.cloudevents``), stamp the receive time in ns, format one receive line and append it
 to the disk spool (``agents.spool``) that a shipper process tails into the telemetry topic;
 only then answer ``202``. A request the receiver
@@ -12,6 +11,14 @@ unattributed unless ``--run`` names a default run.
 
 ``GET /healthz`` answers the counters as JSON; ``GET /metrics`` the same in Prometheus'
 text format (``flightwatch_receiver_*``).
+
+The HTTP/1.1 server is its own asyncio protocol (on uvloop when installed), as lean as the
+load generator's client: keep-alive and pipelining, bodies framed by Content-Length or
+chunked, ``Expect: 100-continue``; a head over 64 KiB (431), a body over 16 MiB (413) or a
+request that is not HTTP/1.x (400) is answered and the connection closed, and counted as
+``malformed_http``; a connection silent for 75 s is closed. A connection costs a few KiB
+(aiohttp's server, used before, took ~18 KiB each): when a stall of the system under test
+makes the load generator open hundreds of connections, the receiver's memory barely moves.
 """
 from __future__ import annotations
 
@@ -19,10 +26,88 @@ import asyncio
 import json
 import time
 from collections import Counter
-
-from aiohttp import web
+from http import HTTPStatus
 
 from agents import cloudevents, contract
+
+MAX_HEAD = 64 * 1024
+MAX_BODY = 16 << 20
+KEEPALIVE_S = 75.0
+"""A connection that sends nothing for this long is closed (aiohttp's and nginx's default)."""
+LINGER_S = 2.0
+"""After its last answer a connection is half-closed and what the client still sends is read and dropped
+for this long, so that the answer is not lost to a reset (a "lingering close", as nginx and Apache do)."""
+
+ACCEPTED = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n"
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+CHUNKED = -1
+
+
+def response(status: int, body: str = "", content_type: str = "text/plain; charset=utf-8", close: bool = False) -> bytes:
+    data = body.encode()
+    head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\nContent-Length: {len(data)}\r\n"
+    return (head + ("Connection: close\r\n\r\n" if close else "\r\n")).encode() + data
+
+
+class Malformed(ValueError):
+    """Not an HTTP/1.x request this server can frame: answered with ``status``, then the connection is closed."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def parse_head(head: bytes) -> tuple[str, str, bool, dict]:
+    """(method, path without query, keep-alive by default, headers) of a request head without its blank line.
+    Header names are lower-cased, the first of repeated ones kept; values are UTF-8 (bytes that are not stay as
+    surrogates, which ``agents.cloudevents`` refuses) without surrounding blanks."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[0].isalpha() or not parts[2].startswith("HTTP/1."):
+        raise Malformed(400, "not an HTTP/1.x request line")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip(" \t") or " " in name:
+            raise Malformed(400, "malformed header line")
+        name = name.lower()
+        if name not in headers:
+            headers[name] = value.strip(" \t").encode("latin-1").decode("utf-8", "surrogateescape")
+    return method, target.split("?", 1)[0], version != "HTTP/1.0", headers
+
+
+def dechunk(buf, pos: int) -> tuple[bytes, int] | None:
+    """The body of a chunked message starting at ``pos`` and the position after it, or None while incomplete.
+    Trailers are skipped. Raises Malformed on a bad chunk size."""
+    pieces = []
+    size_total = 0
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            if len(buf) - pos > 1024:
+                raise Malformed(400, "malformed chunk size")
+            return None
+        try:
+            size = int(bytes(buf[pos:eol]).split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise Malformed(400, "malformed chunk size") from None
+        if size < 0:
+            raise Malformed(400, "malformed chunk size")
+        size_total += size
+        if size_total > MAX_BODY:
+            raise Malformed(413, "body too large")
+        if size == 0:
+            end = buf.find(b"\r\n\r\n", eol)  # the last chunk, trailers (none usually), blank line
+            if end < 0:
+                return None
+            return b"".join(pieces), end + 4
+        start = eol + 2
+        if len(buf) < start + size + 2:
+            return None
+        pieces.append(bytes(buf[start:start + size]))
+        pos = start + size + 2
+
 
 class HttpReceiver:
     def __init__(self, spool, agent: str, default_run: str | None = None) -> None:
@@ -33,11 +118,13 @@ class HttpReceiver:
         self.num_requests = 0
         self.num_received = 0
         self.num_unattributed = 0
+        self.num_malformed_http = 0
         self.bad: Counter = Counter()
 
     def counters(self) -> dict:
         out = {"agent": self.agent, "requests": self.num_requests, "received": self.num_received,
-               "unattributed": self.num_unattributed, "bad": dict(self.bad), "bad_total": sum(self.bad.values())}
+               "unattributed": self.num_unattributed, "bad": dict(self.bad), "bad_total": sum(self.bad.values()),
+               "malformed_http": self.num_malformed_http}
         if self.spool is not None:
             out["telemetry"] = self.spool.counters()
         return out
@@ -46,26 +133,24 @@ class HttpReceiver:
         c = self.counters()
         lines = [f'flightwatch_receiver_requests_total{{agent="{self.agent}"}} {c["requests"]}',
                  f'flightwatch_receiver_events_total{{agent="{self.agent}"}} {c["received"]}',
-                 f'flightwatch_receiver_unattributed_total{{agent="{self.agent}"}} {c["unattributed"]}']
+                 f'flightwatch_receiver_unattributed_total{{agent="{self.agent}"}} {c["unattributed"]}',
+                 f'flightwatch_receiver_malformed_http_total{{agent="{self.agent}"}} {c["malformed_http"]}']
         lines += [f'flightwatch_receiver_bad_requests_total{{agent="{self.agent}",reason="{r}"}} {n}' for r, n in c["bad"].items()]
         for name, n in c.get("telemetry", {}).items():
             lines.append(f'flightwatch_receiver_telemetry_records{{agent="{self.agent}",state="{name}"}} {n}')
         return "\n".join(lines) + "\n"
 
-    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        if request.method != "POST":
-            return self._get(request)
+    def handle(self, method: str, path: str, headers: dict, body: bytes) -> bytes:
+        """The whole response to one request."""
+        if method != "POST":
+            return self._get(method, path)
         self.num_requests += 1
+        now = time.time_ns()
         try:
-            body = await request.read()
-            now = time.time_ns()
-            events = cloudevents.parse(request.headers.get("Content-Type"), request.headers, body)
+            events = cloudevents.parse(headers.get("content-type"), headers, body)
         except cloudevents.BadEvent as e:
             self.bad[e.reason] += 1
-            return web.Response(status=400, text=e.reason + "\n")
-        except (ValueError, web.HTTPException, ConnectionError, asyncio.IncompleteReadError):
-            self.bad["unreadable body"] += 1
-            return web.Response(status=400, text="unreadable body\n")
+            return response(400, e.reason + "\n")
         size = len(body) // len(events)
         for event_id, run_id in events:
             run_id = run_id or self.default_run
@@ -75,27 +160,156 @@ class HttpReceiver:
             self.num_received += 1
             if self.spool is not None:
                 self.spool.append(self.lines.recv(run_id, now, event_id, size))
-        return web.Response(status=202)
+        return ACCEPTED
 
-    def _get(self, request: web.BaseRequest) -> web.Response:
-        if request.path == "/healthz":
-            return web.Response(text=json.dumps(self.counters()), content_type="application/json")
-        if request.path == "/metrics":
-            return web.Response(text=self.metrics_text(), content_type="text/plain")
-        return web.Response(status=405, text="POST CloudEvents here; GET /healthz or /metrics\n")
+    def _get(self, method: str, path: str) -> bytes:
+        if method == "GET" and path == "/healthz":
+            return response(200, json.dumps(self.counters()), "application/json")
+        if method == "GET" and path == "/metrics":
+            return response(200, self.metrics_text(), "text/plain; version=0.0.4")
+        return response(405, "POST CloudEvents here; GET /healthz or /metrics\n")
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: requests are parsed and answered in order as their bytes arrive."""
+
+    __slots__ = ("receiver", "conns", "transport", "buf", "head", "need", "last", "ending")
+
+    def __init__(self, receiver: HttpReceiver, conns: set) -> None:
+        self.receiver, self.conns = receiver, conns
+        self.transport = None
+        self.buf: bytearray | None = None   # bytes not yet consumed (None when there are none)
+        self.head = None                    # (method, path, keep-alive, headers) of the request whose body is awaited
+        self.need = 0                       # its body's length, or CHUNKED
+        self.last = time.monotonic()
+        self.ending = False                 # answered its last request: what arrives now is dropped
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.conns.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self.conns.discard(self)
+        self.buf = self.head = None
+
+    def pause_writing(self) -> None:  # a client that does not read its answers stops being read
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.transport.resume_reading()
+
+    def _end(self) -> None:
+        """Lingering close: half-close after the last answer, drop what still arrives, close after LINGER_S."""
+        self.ending = True
+        self.buf = self.head = None
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        self.last = time.monotonic()
+        if self.ending:
+            return
+        if self.buf is not None:
+            self.buf += data
+            data = self.buf
+        try:
+            pos = self._consume(data)
+        except Malformed as e:
+            self.receiver.num_malformed_http += 1
+            self.transport.write(response(e.status, e.reason + "\n", close=True))
+            self._end()
+            return
+        if self.ending:
+            return
+        if pos >= len(data):
+            self.buf = None
+        elif data is self.buf:
+            del self.buf[:pos]
+        else:
+            self.buf = bytearray(data[pos:])
+
+    def _consume(self, data) -> int:
+        """Answer every complete request in ``data``; the position of the first byte not consumed."""
+        pos, n = 0, len(data)
+        write = self.transport.write
+        while pos < n and not self.ending:
+            if self.head is None:
+                while data.startswith(b"\r\n", pos):  # blank lines before a request line are allowed
+                    pos += 2
+                end = data.find(b"\r\n\r\n", pos)
+                if end < 0:
+                    if n - pos > MAX_HEAD:
+                        raise Malformed(431, "request head too large")
+                    return pos
+                if end - pos > MAX_HEAD:
+                    raise Malformed(431, "request head too large")
+                self.head = parse_head(bytes(data[pos:end]))
+                pos = end + 4
+                self.need = self._framing(self.head[3])
+                if self.need and n - pos < (self.need if self.need > 0 else 1) and \
+                        self.head[3].get("expect", "").lower() == "100-continue":
+                    write(CONTINUE)
+            if self.need == CHUNKED:
+                got = dechunk(data, pos)
+                if got is None:
+                    if n - pos > MAX_BODY + MAX_HEAD:
+                        raise Malformed(413, "body too large")
+                    return pos
+                body, pos = got
+            else:
+                if n - pos < self.need:
+                    return pos
+                body = bytes(data[pos:pos + self.need])
+                pos += self.need
+            method, path, keep_alive, headers = self.head
+            self.head = None
+            write(self.receiver.handle(method, path, headers, body))
+            conn = headers.get("connection", "").lower()
+            if conn == "close" or not (keep_alive or conn == "keep-alive"):
+                self._end()
+        return pos
+
+    @staticmethod
+    def _framing(headers: dict) -> int:
+        te, cl = headers.get("transfer-encoding"), headers.get("content-length")
+        if te is not None:
+            if te.lower() != "chunked" or cl is not None:
+                raise Malformed(400, "unsupported transfer-encoding")
+            return CHUNKED
+        if cl is None:
+            return 0
+        if not cl.isdigit() or not cl.isascii():
+            raise Malformed(400, "malformed content-length")
+        if int(cl) > MAX_BODY:
+            raise Malformed(413, "body too large")
+        return int(cl)
 
 
 async def serve(receiver: HttpReceiver, host: str, port: int, reuse_port: bool = False, ready=None,
                 stop: asyncio.Event | None = None) -> None:
-    """Serve until ``stop`` is set (forever without one)."""
-    server = web.Server(receiver.handle, access_log=None)
+    """Serve until ``stop`` is set (forever without one). Requests are answered as they are parsed: at stop
+    nothing is half done, and open connections are closed."""
+    conns: set[_Connection] = set()
     loop = asyncio.get_running_loop()
-    srv = await loop.create_server(server, host, port, reuse_port=reuse_port or None, backlog=1024)
+    srv = await loop.create_server(lambda: _Connection(receiver, conns), host, port,
+                                   reuse_port=reuse_port or None, backlog=1024)
+
+    async def close_silent() -> None:
+        while True:
+            await asyncio.sleep(KEEPALIVE_S / 15)
+            before = time.monotonic() - KEEPALIVE_S
+            for c in [c for c in conns if c.last < before]:
+                c.transport.close()
+
+    sweeper = asyncio.create_task(close_silent())
     if ready:
         ready()
     try:
         await (stop.wait() if stop else asyncio.Event().wait())
     finally:
+        sweeper.cancel()
         srv.close()
-        await server.shutdown(5)
+        for c in list(conns):
+            c.transport.close()
         await srv.wait_closed()

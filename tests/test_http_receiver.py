@@ -4,6 +4,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -200,18 +201,19 @@ def _rss_anon_mib(pid: int) -> float:
     return rss_kib(pid, "RssAnon") / 1024
 
 
-@pytest.mark.parametrize("allocator, at_most_mib", [("malloc", 9), ("pymalloc", None)])
-def test_memory_goes_back_after_a_burst_of_connections(allocator, at_most_mib):
-    """1,500 connections at once (what a stall of the SUT makes the load generator open), then all
-    closed: with the C allocator the receiver is back within 9 MiB of where it was (it measured 5);
-    with Python's own (pymalloc: the default without ``use_c_allocator``) it kept ~15, which the
-    test measures too so that the comparison cannot pass by accident."""
+def test_a_burst_of_connections_barely_moves_its_memory():
+    """1,500 connections at once (what a stall of the SUT makes the load generator open), each with a
+    request in flight, then all closed. The receiver's own HTTP/1.1 protocol costs ~1.5 KiB a connection
+    (measured: 25.1 -> 27.4 MiB at the peak, 25.6 after); aiohttp's server, used before, cost ~17.5 KiB
+    (36.8 -> 62.4 MiB, 41.0 after), which fails both bounds. The receiver runs as it does in the stack: it
+    restarts itself with the C allocator, and trims (every 1 s here)."""
     import asyncio
 
     from loadgen import http
 
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONMALLOC=allocator, FLIGHTWATCH_TRIM_EVERY_S="1")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}
+    env.update(PYTHONPATH=ROOT, FLIGHTWATCH_TRIM_EVERY_S="1")
     proc = subprocess.Popen([sys.executable, "-m", "agents.receiver", "http", "--listen", f"127.0.0.1:{port}",
                              "--no-telemetry", "--run", "burst"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -235,16 +237,90 @@ def test_memory_goes_back_after_a_burst_of_connections(allocator, at_most_mib):
             assert await burst(1500, 10_000 + r * 1500) == [(202, None)] * 1500
         peak, opened = _rss_anon_mib(proc.pid), len(pool.all)
         await pool.close()
-        await asyncio.sleep(3.5)  # the receiver sees them closed, then collects and trims (every 1 s here)
-        return before, peak, opened, _rss_anon_mib(proc.pid)
+        await asyncio.sleep(3.5)  # the receiver sees them closed, then collects and trims
+        return before, peak, opened, _rss_anon_mib(proc.pid), health(port)
 
     try:
-        before, peak, opened, after = asyncio.run(scenario())
+        before, peak, opened, after, h = asyncio.run(scenario())
     finally:
         stop(proc)
-    assert opened == 1500 and peak > before + 15, (before, peak, opened)
-    kept = after - before
-    if at_most_mib is not None:
-        assert kept <= at_most_mib, (before, peak, after)
-    else:
-        assert kept > 9, (before, peak, after)  # why the receiver restarts itself with the C allocator
+    assert opened == 1500 and h["received"] == 400 + 3 * 1500, (opened, h)
+    assert peak - before <= 6, (before, peak, after)   # at most 4 KiB a connection
+    assert after - before <= 2, (before, peak, after)
+
+
+def _exchange(port, data: bytes, pieces: int = 1, read_s: float = 1.0) -> bytes:
+    """Send ``data`` (split in ``pieces`` writes), half-close, and read everything answered until the server
+    closes or goes quiet for ``read_s``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=read_s) as s:
+        step = max(1, -(-len(data) // pieces))
+        try:
+            for i in range(0, len(data), step):
+                s.sendall(data[i:i + step])
+                if pieces > 1:
+                    time.sleep(0.001)
+            s.shutdown(socket.SHUT_WR)
+        except OSError:  # the server closed after its answer: read it
+            pass
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except OSError:
+            pass
+        return out
+
+
+def _statuses(raw: bytes) -> list[int]:
+    return [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", raw)]
+
+
+@pytest.mark.integration
+def test_http_framing_keep_alive_pipelining_chunked_and_limits(tmp_path):
+    """The receiver's own HTTP/1.1 server, byte for byte: what each request is answered, and which events
+    the receiver counted (GET /healthz)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "agents.receiver", "http", "--listen", f"127.0.0.1:{port}",
+                             "--no-telemetry", "--run", "h"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    assert wait_port(port, 30), "receiver did not start"
+
+    def post(eid, body=b"abc", extra=""):
+        return (f"POST /x?y=1 HTTP/1.1\r\nHost: h\r\nce-id: {eid}\r\n{extra}Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+    try:
+        # three pipelined requests, sent one byte at a time, on one keep-alive connection
+        assert _statuses(_exchange(port, post("p1") + post("p2") + post("p3", b""), pieces=400)) == [202, 202, 202]
+        # chunked body with an extension and a trailer; then a Content-Length one on the same connection
+        chunked = (b"POST / HTTP/1.1\r\nce-id: c1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"3;ext=1\r\nabc\r\n10\r\n" + b"x" * 16 + b"\r\n0\r\nX-Trailer: t\r\n\r\n")
+        assert _statuses(_exchange(port, chunked + post("c2"), pieces=7)) == [202, 202]
+        # Expect: 100-continue is answered before the body is sent
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"POST / HTTP/1.1\r\nce-id: e1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
+            assert s.recv(1024).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+            s.sendall(b"data")
+            assert s.recv(1024).startswith(b"HTTP/1.1 202 ")
+        # HTTP/1.0 and Connection: close end the connection after the answer: the next request is not read
+        assert _statuses(_exchange(port, post("k1").replace(b"HTTP/1.1", b"HTTP/1.0") + post("k-not"))) == [202]
+        assert _statuses(_exchange(port, post("k2", extra="Connection: close\r\n") + post("k-not"))) == [202]
+        # a request that cannot be framed: answered, counted as malformed HTTP, the connection closed
+        for raw, status in [(b"\x00\x01 garbage\r\n\r\n", 400),
+                            (b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n", 400),
+                            (b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+                            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+                            (b"POST / HTTP/1.1\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n", 431),
+                            (b"POST / HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n", 413)]:
+            assert _statuses(_exchange(port, raw + post("never"), pieces=3)) == [status], raw[:60]
+        # a request cut short by the client is not a request: nothing answered, nothing counted
+        assert _exchange(port, post("cut", b"0123456789")[:-4]) == b""
+        # GET answers, with a query string too; other methods 405
+        assert _statuses(_exchange(port, b"GET /healthz?x=1 HTTP/1.1\r\n\r\nPUT / HTTP/1.1\r\n\r\n")) == [200, 405]
+        h = health(port)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+    finally:
+        stop(proc)
+    assert h["received"] == 8 and h["requests"] == 8 and h["bad_total"] == 0, h  # p1-3, c1-2, e1, k1-2
+    assert h["malformed_http"] == 6, h
+    assert 'flightwatch_receiver_malformed_http_total{agent="receiver-http"} 6' in metrics
