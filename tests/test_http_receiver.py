@@ -295,6 +295,8 @@ def test_http_framing_keep_alive_pipelining_chunked_and_limits(tmp_path):
         chunked = (b"POST / HTTP/1.1\r\nce-id: c1\r\nTransfer-Encoding: chunked\r\n\r\n"
                    b"3;ext=1\r\nabc\r\n10\r\n" + b"x" * 16 + b"\r\n0\r\nX-Trailer: t\r\n\r\n")
         assert _statuses(_exchange(port, chunked + post("c2"), pieces=7)) == [202, 202]
+        many = b"POST / HTTP/1.1\r\nce-id: c3\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 20_000 + b"0\r\n\r\n"
+        assert _statuses(_exchange(port, many, pieces=200, read_s=5)) == [202]  # read on as it comes: not quadratic
         # Expect: 100-continue is answered before the body is sent
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             s.sendall(b"POST / HTTP/1.1\r\nce-id: e1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
@@ -309,6 +311,7 @@ def test_http_framing_keep_alive_pipelining_chunked_and_limits(tmp_path):
                             (b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n", 400),
                             (b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
                             (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+                            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n", 400),
                             (b"POST / HTTP/1.1\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n", 431),
                             (b"POST / HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n", 413)]:
             assert _statuses(_exchange(port, raw + post("never"), pieces=3)) == [status], raw[:60]
@@ -321,6 +324,6 @@ def test_http_framing_keep_alive_pipelining_chunked_and_limits(tmp_path):
             metrics = r.read().decode()
     finally:
         stop(proc)
-    assert h["received"] == 8 and h["requests"] == 8 and h["bad_total"] == 0, h  # p1-3, c1-2, e1, k1-2
-    assert h["malformed_http"] == 6, h
-    assert 'flightwatch_receiver_malformed_http_total{agent="receiver-http"} 6' in metrics
+    assert h["received"] == 9 and h["requests"] == 9 and h["bad_total"] == 0, h  # p1-3, c1-3, e1, k1-2
+    assert h["malformed_http"] == 7, h
+    assert 'flightwatch_receiver_malformed_http_total{agent="receiver-http"} 7' in metrics
