@@ -17,6 +17,7 @@ import asyncio
 import time
 from collections import deque
 
+from agents.http_receiver import Malformed, dechunk
 from loadgen.targets import error_cause
 
 IDLE_TIMEOUT_S = 10.0
@@ -86,8 +87,12 @@ class _Conn(asyncio.Protocol):
             if len(self.buf) < total:
                 return None
         elif headers.get("transfer-encoding") == "chunked":
-            total = self._chunked_end(body_start)
-            if total is None:
+            try:
+                done, total = dechunk(self.buf, body_start, bytearray())
+            except Malformed:
+                self.transport.close()
+                return None
+            if not done:
                 return None
         elif status in (204, 304) or 100 <= status < 200:
             total = body_start
@@ -95,18 +100,6 @@ class _Conn(asyncio.Protocol):
             return None
         del self.buf[:total]
         return status, headers.get("connection") != "close"
-
-    def _chunked_end(self, pos: int):
-        while True:
-            eol = self.buf.find(b"\r\n", pos)
-            if eol < 0:
-                return None
-            size = int(bytes(self.buf[pos:eol]).split(b";")[0] or b"0", 16)
-            pos = eol + 2 + size + 2
-            if len(self.buf) < pos:
-                return None
-            if size == 0:
-                return pos
 
 
 class HttpPool:

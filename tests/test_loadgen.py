@@ -153,6 +153,46 @@ def test_the_connection_pool_shrinks_back_after_a_stall(monkeypatch):
     assert after == (1, 1), after
 
 
+def test_answers_framed_by_length_chunked_or_close_keep_their_connection_as_they_should():
+    """The client reads each answer's framing: chunked (with an extension and a trailer) and Content-Length
+    answers leave the connection for the next request; ``Connection: close`` ends it; a malformed chunk
+    size fails that request and closes its connection, never the client."""
+    import asyncio
+
+    from loadgen import http
+
+    answers = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=1\r\nabc\r\n0\r\nT: 1\r\n\r\n",
+               b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nok",
+               b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+               b"HTTP/1.1 204 No Content\r\n\r\n"]
+    accepted = []
+
+    async def scenario():
+        async def serve(reader, writer):
+            accepted.append(writer)
+            while answers:
+                if not await reader.readuntil(b"\r\n\r\n"):
+                    break
+                await reader.readexactly(2)
+                writer.write(answers.pop(0))
+
+        port = free_port()
+        srv = await asyncio.start_server(serve, "127.0.0.1", port)
+        pool = http.HttpPool("127.0.0.1", port, max_connections=1, timeout_s=5)
+        pool.start()
+        head = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n"
+        try:
+            return [await pool.request(head, b"{}") for _ in range(5)]
+        finally:
+            await pool.close()
+            srv.close()
+
+    got = asyncio.run(scenario())
+    assert [status for status, _ in got] == [200, 202, 201, None, 204], got
+    assert len(accepted) == 3  # a new connection after the close and after the malformed answer
+
+
 def test_a_target_that_dies_mid_run_is_reported_not_a_crash(tmp_path):
     port = free_port()
     sink = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "http_sink.py"), str(port)],
