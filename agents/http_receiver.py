@@ -272,10 +272,13 @@ class _Connection(asyncio.Protocol):
                 pos += self.need
             method, path, keep_alive, headers = self.head
             self.head = None
-            write(self.receiver.handle(method, path, headers, body))
+            answer = self.receiver.handle(method, path, headers, body)
             conn = headers.get("connection", "").lower()
             if conn == "close" or not (keep_alive or conn == "keep-alive"):
+                write(answer.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))  # the end of its head
                 self._end()
+            else:
+                write(answer)
         return pos
 
     @staticmethod
