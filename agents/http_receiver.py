@@ -45,10 +45,15 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 CHUNKED = -1
 
 
-def response(status: int, body: str = "", content_type: str = "text/plain; charset=utf-8", close: bool = False) -> bytes:
+def response(status: int, body: str = "", content_type: str = "text/plain; charset=utf-8") -> bytes:
     data = body.encode()
-    head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\nContent-Length: {len(data)}\r\n"
-    return (head + ("Connection: close\r\n\r\n" if close else "\r\n")).encode() + data
+    return (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+
+
+def closing(answer: bytes) -> bytes:
+    """``answer`` saying that the connection closes after it (the header goes at the end of its head)."""
+    return answer.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1)
 
 
 class Malformed(ValueError):
@@ -219,14 +224,14 @@ class _Connection(asyncio.Protocol):
             data = self.buf
         try:
             pos = self._consume(data)
-        except Malformed as e:
-            self.receiver.num_malformed_http += 1
-            self.transport.write(response(e.status, e.reason + "\n", close=True))
-            self._end()
-            return
-        except Exception:  # noqa: BLE001 - a bug of ours: answered 500 and logged, the server goes on
-            traceback.print_exc()
-            self.transport.write(response(500, "internal error\n", close=True))
+        except Exception as e:  # noqa: BLE001 - other than Malformed, a bug of ours: answered 500 and logged
+            if isinstance(e, Malformed):
+                self.receiver.num_malformed_http += 1
+                answer = response(e.status, e.reason + "\n")
+            else:
+                traceback.print_exc()
+                answer = response(500, "internal error\n")
+            self.transport.write(closing(answer))
             self._end()
             return
         if self.ending:
@@ -276,7 +281,7 @@ class _Connection(asyncio.Protocol):
             answer = self.receiver.handle(method, path, headers, body)
             conn = headers.get("connection", "").lower()
             if conn == "close" or not (keep_alive or conn == "keep-alive"):
-                write(answer.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))  # the end of its head
+                write(closing(answer))
                 self._end()
             else:
                 write(answer)
@@ -293,9 +298,10 @@ class _Connection(asyncio.Protocol):
             return 0
         if not cl.isdigit() or not cl.isascii():
             raise Malformed(400, "malformed content-length")
-        if int(cl) > MAX_BODY:
+        length = int(cl)
+        if length > MAX_BODY:
             raise Malformed(413, "body too large")
-        return int(cl)
+        return length
 
 
 async def serve(receiver: HttpReceiver, host: str, port: int, reuse_port: bool = False, ready=None,

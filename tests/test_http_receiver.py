@@ -276,7 +276,7 @@ def _statuses(raw: bytes) -> list[int]:
 
 
 @pytest.mark.integration
-def test_http_framing_keep_alive_pipelining_chunked_and_limits(tmp_path):
+def test_http_framing_keep_alive_pipelining_chunked_and_limits():
     """The receiver's own HTTP/1.1 server, byte for byte: what each request is answered, and which events
     the receiver counted (GET /healthz)."""
     port = free_port()

@@ -172,9 +172,11 @@ def test_answers_framed_by_length_chunked_or_close_keep_their_connection_as_they
         async def serve(reader, writer):
             accepted.append(writer)
             while answers:
-                if not await reader.readuntil(b"\r\n\r\n"):
+                try:
+                    await reader.readuntil(b"\r\n\r\n")
+                    await reader.readexactly(2)
+                except asyncio.IncompleteReadError:  # the client closed this connection
                     break
-                await reader.readexactly(2)
                 writer.write(answers.pop(0))
 
         port = free_port()
