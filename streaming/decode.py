@@ -245,6 +245,9 @@ def _attach(t: pa.Table, reasons, raws, partition, offset) -> pa.Table:
 
 def decode_record_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: Kafka-source columns in, DECODED_SCHEMA batches out."""
+    import gc
+
+    gc.freeze()  # see streaming.sources: the worker's heap is not rescanned after every task
     for batch in batches:
         if batch.num_rows == 0:
             continue

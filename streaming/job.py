@@ -213,14 +213,14 @@ def telemetry_stream(spark, cfg: JobConfig):
         reader = reader.option("kafka.bootstrap.servers", cfg.bootstrap)
     else:
         spark.dataSource.register(KafkaDataSource)
-        reader = reader.option("bootstrap", cfg.bootstrap)
+        reader = reader.option("bootstrap", cfg.bootstrap).option("decode", "true")  # read tasks decode too
     reader = reader.option("subscribe", cfg.topic).option("startingOffsets", cfg.starting_offsets)
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
     for k, v in cfg.kafka_options.items():
         reader = reader.option(f"kafka.{k}", v)
     raw = reader.load()
-    decoded = raw.mapInArrow(decode_record_batches, from_arrow_schema(DECODED_SCHEMA))
+    decoded = raw if cfg.source == "flightwatch_kafka" else raw.mapInArrow(decode_record_batches, from_arrow_schema(DECODED_SCHEMA))
     run = F.col("run_id") == F.lit(cfg.engine.run_id)
     shared = (F.col("run_id") == F.lit(contract.ANY_RUN)) & F.col("kind").isin(*contract.SHARED_KINDS)
     # set aside: this run's, those no run can be read from, and machine-wide ones (like the engine, which counts

@@ -6,13 +6,22 @@ timestamp, timestampType), so the job can switch to ``format("kafka")`` on clust
 have the connector jar. Offsets are JSON ``{"<partition>": next_offset}``; one Spark
 partition per Kafka partition; ``read()`` is stateless and re-reads exactly the range it is
 given. The end of a partition is taken from Fetch responses' high watermark, never from
-ListOffsets (the embedded Tansu broker under-reports that).
+ListOffsets (the embedded Tansu broker under-reports that). With ``.option("decode", "true")``
+(the job's default) ``read()`` yields decoded telemetry rows (``streaming.decode.DECODED_SCHEMA``)
+itself, so decoding is not a separate ``mapInArrow`` stage, with its own worker round trip.
+
+Read tasks run in pyspark's reused Python workers: a worker keeps its consumer between tasks
+(a new one costs a connection and a metadata round trip per partition per batch) and calls
+``gc.freeze()`` at each task's start, since the pyspark daemon runs a full ``gc.collect()``
+after every task, which on a worker that imported pyarrow, pandas and pyspark cost ~50 ms of
+CPU a task: at two batches a second, a third of a core for nothing.
 
 ``flightwatch_archive`` replays a run's archive: one archived micro-batch per micro-batch,
 in the order the live job processed them, so a replay sees the same batches.
 """
 from __future__ import annotations
 
+import gc
 import glob
 import os
 import re
@@ -72,7 +81,12 @@ class KafkaDataSource(DataSource):
     def name(cls) -> str:
         return "flightwatch_kafka"
 
-    def schema(self) -> str:
+    def schema(self):
+        if _decoding(self.options):
+            from pyspark.sql.pandas.types import from_arrow_schema
+            from streaming.decode import DECODED_SCHEMA
+
+            return from_arrow_schema(DECODED_SCHEMA)
         return KAFKA_SCHEMA
 
     def streamReader(self, schema) -> "KafkaStreamReader":
@@ -84,6 +98,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.topic = options["subscribe"]
         self.max_rows = int(options["maxoffsetspertrigger"]) if options.get("maxoffsetspertrigger") else None
+        self.decode = _decoding(options)
         self._consumer = None
         self._known_end: dict[int, int] = {}
         self._available_now_end: dict | None = None
@@ -174,25 +189,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- reading (executor side): stateless, exactly [start, end) ---
     def read(self, partition: _KafkaPartition) -> Iterator[pa.RecordBatch]:
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
 
-        from kafka.errors import KafkaError
-
+        gc.freeze()  # what this worker holds now is never scanned again by the daemon's per-task collect
         tp = TopicPartition(partition.topic, partition.partition)
         deadline = time.monotonic() + READ_WAIT_S
-        while True:  # the broker may be away for a while: wait for it rather than fail the batch
-            try:
-                consumer = KafkaConsumer(**{"enable_auto_commit": False, "max_partition_fetch_bytes": 16 << 20,
-                                            "fetch_max_bytes": 64 << 20, **kafka_client_config(self.options)})
-                break
-            except KafkaError as e:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"telemetry broker unreachable for {READ_WAIT_S} s reading {tp}: {e}") from None
-                time.sleep(1.0)
-        consumer.assign([tp])
+        consumer = _worker_consumer(self.options, tp, deadline)
         consumer.seek(tp, partition.start)
         rows: list[tuple] = []
         next_offset = partition.start
+        ok = False
         try:
             while next_offset < partition.end:
                 if time.monotonic() > deadline:
@@ -205,12 +211,60 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         rows.append((r.key, r.value, r.topic, r.partition, r.offset, r.timestamp * 1000, r.timestamp_type))
                         next_offset = r.offset + 1
                 if len(rows) >= 4096:
-                    yield _kafka_batch(rows)
+                    yield from self._out(rows)
                     rows = []
+            ok = True
         finally:
-            consumer.close()
+            if not ok:  # a failed or abandoned read: the next task starts from a fresh consumer
+                _drop_worker_consumer(self.options, tp)
         if rows:
+            yield from self._out(rows)
+
+    def _out(self, rows: list[tuple]) -> Iterator[pa.RecordBatch]:
+        if not self.decode:
             yield _kafka_batch(rows)
+            return
+        from streaming.decode import DECODED_SCHEMA, decode_messages
+
+        _, values, _, partitions, offsets, _, _ = zip(*rows)
+        yield from decode_messages(list(values), list(partitions), list(offsets)).cast(DECODED_SCHEMA).to_batches()
+
+
+def _decoding(options: dict) -> bool:
+    return str(options.get("decode", "false")).lower() == "true"
+
+
+_CONSUMERS: dict = {}
+"""A worker's consumers, one per (client settings, partition), kept between read tasks."""
+
+
+def _worker_consumer(options: dict, tp, deadline: float):
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+
+    key = (tuple(sorted((k, str(v)) for k, v in options.items())), tp)
+    consumer = _CONSUMERS.get(key)
+    while consumer is None:  # the broker may be away for a while: wait for it rather than fail the batch
+        try:
+            consumer = KafkaConsumer(**{"enable_auto_commit": False, "max_partition_fetch_bytes": 16 << 20,
+                                        "fetch_max_bytes": 64 << 20, **kafka_client_config(options)})
+            consumer.assign([tp])
+            _CONSUMERS[key] = consumer
+        except KafkaError as e:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"telemetry broker unreachable for {READ_WAIT_S} s reading {tp}: {e}") from None
+            time.sleep(1.0)
+    return consumer
+
+
+def _drop_worker_consumer(options: dict, tp) -> None:
+    key = (tuple(sorted((k, str(v)) for k, v in options.items())), tp)
+    consumer = _CONSUMERS.pop(key, None)
+    if consumer is not None:
+        try:
+            consumer.close()
+        except Exception:  # noqa: BLE001 - closing a broken client
+            pass
 
 
 def _kafka_batch(rows: list[tuple]) -> pa.RecordBatch:
@@ -278,6 +332,8 @@ class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: _ArchivePartition) -> Iterator[pa.RecordBatch]:
         from streaming.decode import DECODED_SCHEMA
+
+        gc.freeze()
 
         table = pq.read_table(partition.path).cast(DECODED_SCHEMA)
         yield from table.to_batches()

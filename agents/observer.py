@@ -1,0 +1,139 @@
+"""Which processes on this node are flightwatch's (the *observer*), and how many cores they use.
+
+flightwatch runs beside the system under test; its own CPU must be told apart from the SUT's.
+The observer is every process tree rooted at:
+
+- a PID file of the embedded stack (``<stack dir>/<component>.pid``), except the SUT broker;
+- a PID file in the registry (``<stack dir>/observers/<role>-<pid>.pid``), where the streaming
+  job and the load generator put their own PID while they run (``register``).
+
+Children count with their root: the job's JVM and pyspark workers, the load generator's
+workers, the receiver's shipper. ``CpuMeter`` turns two readings of their CPU times into cores;
+a process first seen in a reading counts from its start if it began since the last reading.
+On Kubernetes the node-metrics agent reads the same figure from Prometheus instead
+(``--observer-promql``, the container CPU of the pods labelled as flightwatch's).
+"""
+from __future__ import annotations
+
+import atexit
+import glob
+import os
+
+import psutil
+
+STACK_DIR = os.environ.get("FLIGHTWATCH_STACK_DIR",
+                           os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".stack"))
+"""The embedded stack's folder (PID files, logs); the registry is its ``observers/`` subfolder."""
+NOT_OBSERVER = frozenset({"sut-broker"})
+"""Stack components that are the system under test, not flightwatch."""
+
+
+def registry_dir(stack_dir: str | None = None) -> str:
+    return os.path.join(stack_dir or STACK_DIR, "observers")
+
+
+def register(role: str, pid: int | None = None, stack_dir: str | None = None) -> str:
+    """Count this process (and its children) as flightwatch's while it lives; the file goes at exit."""
+    pid = pid or os.getpid()
+    os.makedirs(registry_dir(stack_dir), exist_ok=True)
+    path = os.path.join(registry_dir(stack_dir), f"{role}-{pid}.pid")
+    with open(path, "w") as f:
+        f.write(str(pid))
+
+    def _remove() -> None:
+        if os.getpid() == pid:  # not from a forked child
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+    atexit.register(_remove)
+    return path
+
+
+def roots(stack_dir: str | None = None) -> dict[int, str]:
+    """PID -> role of every live root: the stack's components (but the SUT) and the registry's entries."""
+    stack_dir = stack_dir or STACK_DIR
+    out: dict[int, str] = {}
+    files = [(os.path.basename(p)[:-4], p) for p in glob.glob(os.path.join(stack_dir, "*.pid"))]
+    for path in glob.glob(os.path.join(registry_dir(stack_dir), "*.pid")):
+        files.append((os.path.basename(path)[:-4].rsplit("-", 1)[0], path))
+    for role, path in files:
+        if role in NOT_OBSERVER:
+            continue
+        try:
+            pid = int(open(path).read().strip())
+        except (OSError, ValueError):
+            continue
+        if psutil.pid_exists(pid):
+            out[pid] = role
+        elif os.path.dirname(path) == registry_dir(stack_dir):
+            try:  # a registered process that died without its atexit (kill -9)
+                os.remove(path)
+            except OSError:
+                pass
+    return out
+
+
+def with_children(root_pids: dict[int, str]) -> dict[int, str]:
+    """The roots and all their descendants, each with its root's role."""
+    out: dict[int, str] = {}
+    for pid, role in root_pids.items():
+        try:
+            p = psutil.Process(pid)
+            out[pid] = role
+            for c in p.children(recursive=True):
+                out.setdefault(c.pid, role)
+        except psutil.Error:
+            continue
+    return out
+
+
+def read_cpu(pids) -> dict[tuple[int, float], float]:
+    """(pid, start time) -> CPU seconds used so far (user + system); gone processes are left out."""
+    out = {}
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            with p.oneshot():
+                t = p.cpu_times()
+                out[(pid, p.create_time())] = t.user + t.system
+        except psutil.Error:
+            continue
+    return out
+
+
+def cores_used(before: dict, after: dict, before_at_s: float, after_at_s: float) -> float:
+    """Cores used between two readings of ``read_cpu``.
+
+    A process in both readings counts its difference. One first seen in ``after`` counts whole
+    if it started after ``before_at_s``, else nothing (it was only now found, e.g. registered late).
+    A process gone by ``after`` loses its last interval (its times went with it).
+    """
+    elapsed = after_at_s - before_at_s
+    if elapsed <= 0:
+        return 0.0
+    used = 0.0
+    for key, cpu_s in after.items():
+        if key in before:
+            used += max(cpu_s - before[key], 0.0)
+        elif key[1] >= before_at_s:
+            used += cpu_s
+    return used / elapsed
+
+
+class CpuMeter:
+    """Cores used by the observer on this node since the previous ``sample``."""
+
+    def __init__(self, stack_dir: str | None = None, find=None) -> None:
+        self.find = find or (lambda: with_children(roots(stack_dir)))
+        self._last: dict = {}
+        self._last_at: float | None = None
+        self.pids: dict[int, str] = {}
+
+    def sample(self, at_s: float) -> float | None:
+        """Cores since the last call (None on the first: nothing to compare with)."""
+        self.pids = self.find()
+        now = read_cpu(self.pids)
+        used = None if self._last_at is None else cores_used(self._last, now, self._last_at, at_s)
+        self._last, self._last_at = now, at_s
+        return used
