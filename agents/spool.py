@@ -160,6 +160,10 @@ class SpoolWriter:
         self._close_segment()
 
 
+PROBE_BYTES = 64 << 10
+"""What the shipper reads first past its position; more only if that is all written lines."""
+
+
 class Shipper:
     """Tails a spool into a Kafka topic; commits its position after the broker's acknowledgement."""
 
@@ -202,7 +206,11 @@ class Shipper:
         try:
             with open(path, "rb") as f:
                 f.seek(self.offset)
-                data = f.read(self.read_bytes)
+                # a first look, then the rest: a caught-up shipper read 4 MiB of the segment's unwritten
+                # zeros 20 times a second (0.06 core at idle)
+                data = f.read(PROBE_BYTES)
+                if len(data) == PROBE_BYTES and b"\0" not in data:
+                    data += f.read(self.read_bytes - PROBE_BYTES)
         except FileNotFoundError:
             data = b""
         nul = data.find(b"\0")

@@ -14,6 +14,7 @@ class JobConfig:
     run_dir: str
     engine: EngineConfig
     trigger_ms: int = 500
+    idle_batch_ms: int = 2000
     available_now: bool = False
     master: str = "local[2]"
     bootstrap: str | None = None

@@ -31,6 +31,9 @@ from agents.kafka_options import client_options
 from streaming.config import JobConfig
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IDLE_BATCH_MESSAGES = 8
+"""Fewer new telemetry messages than this wait for more (up to --idle-batch-interval): at idle a node sample and
+a heartbeat come each second, under load each writer sends a message every 100 ms at least."""
 
 
 class UsageError(Exception):
@@ -61,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "summary":
             continue
         s.add_argument("--trigger", default="500ms", help="micro-batch interval (default %(default)s)")
+        s.add_argument("--idle-batch-interval", default="2s",
+                       help="with fewer than %d new messages (machine records only: no attack), run a batch at most "
+                            "this often (default %%(default)s; 0 runs one at every trigger)" % IDLE_BATCH_MESSAGES)
         s.add_argument("--available-now", action="store_true",
                        help="process what is in the topic now, then stop (tests, catch-up)")
         s.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
@@ -112,6 +118,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
             silence_timeout_ns=parse_duration_ns(getattr(a, "silence_timeout", "60s")),
         )
         trigger_ns = parse_duration_ns(getattr(a, "trigger", "500ms"))
+        idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
     except ValueError as e:
         raise UsageError(str(e)) from None
     if eng.window_ns <= 0 or eng.drop_timeout_ns <= 0 or eng.drop_timeout_ns % eng.window_ns:
@@ -122,6 +129,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         raise UsageError("--max-offsets-per-trigger must be a positive number")
     return JobConfig(
         command=a.command, run_dir=out, engine=eng, trigger_ms=trigger_ns // 1_000_000,
+        idle_batch_ms=idle_batch_ns // 1_000_000,
         available_now=getattr(a, "available_now", False), master=getattr(a, "master", "local[2]"),
         bootstrap=getattr(a, "bootstrap", None), topic=getattr(a, "topic", None),
         source=getattr(a, "source", "flightwatch_kafka"), starting_offsets=getattr(a, "starting_offsets", "earliest"),
@@ -169,8 +177,9 @@ def build_spark(cfg: JobConfig):
     if java_options is None and cfg.command == "run":
         # the live job lives as long as the run: its whole heap is committed and touched at start (as servers
         # run a JVM) so that G1 does not grow it mid-run when a stall makes collections slow (a step of
-        # 70-110 MiB in soaks); it costs ~1.5 s of start per GiB
-        java_options = f"-Xms{heap} -XX:+AlwaysPreTouch"
+        # 70-110 MiB in soaks); it costs ~1.5 s of start per GiB. Its JIT stops at C1: C2 kept recompiling Spark's
+        # per-batch code paths for minutes (0.12 core of C2 thread at idle, 3 minutes in)
+        java_options = f"-Xms{heap} -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1"
     if java_options:
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
     spark = (
@@ -213,7 +222,9 @@ def telemetry_stream(spark, cfg: JobConfig):
         reader = reader.option("kafka.bootstrap.servers", cfg.bootstrap)
     else:
         spark.dataSource.register(KafkaDataSource)
-        reader = reader.option("bootstrap", cfg.bootstrap).option("decode", "true")  # read tasks decode too
+        reader = (reader.option("bootstrap", cfg.bootstrap).option("decode", "true")  # read tasks decode too
+                  .option("minBatchMessages", str(IDLE_BATCH_MESSAGES))
+                  .option("maxBatchWaitMs", str(cfg.idle_batch_ms)))
     reader = reader.option("subscribe", cfg.topic).option("startingOffsets", cfg.starting_offsets)
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))

@@ -10,6 +10,12 @@ ListOffsets (the embedded Tansu broker under-reports that). With ``.option("deco
 (the job's default) ``read()`` yields decoded telemetry rows (``streaming.decode.DECODED_SCHEMA``)
 itself, so decoding is not a separate ``mapInArrow`` stage, with its own worker round trip.
 
+Idle batching: with ``minBatchMessages`` N, a micro-batch waits until N new messages are there
+or ``maxBatchWaitMs`` has passed since the first of them. At idle only machine records come
+(a node sample and a heartbeat a second), so the job runs a batch every couple of seconds
+instead of every trigger; under load every agent sends several messages a trigger and
+nothing waits.
+
 Read tasks run in pyspark's reused Python workers: a worker keeps its consumer between tasks
 (a new one costs a connection and a metadata round trip per partition per batch) and calls
 ``gc.freeze()`` at each task's start, since the pyspark daemon runs a full ``gc.collect()``
@@ -99,6 +105,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.topic = options["subscribe"]
         self.max_rows = int(options["maxoffsetspertrigger"]) if options.get("maxoffsetspertrigger") else None
         self.decode = _decoding(options)
+        self.min_messages = int(options.get("minbatchmessages", 1))
+        self.max_wait_s = int(options.get("maxbatchwaitms", 0)) / 1000
+        self._pending_since: float | None = None
         self._consumer = None
         self._known_end: dict[int, int] = {}
         self._available_now_end: dict | None = None
@@ -162,12 +171,27 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit) -> dict:
         latest = self._available_now_end or {str(p): o for p, o in self._high_watermarks().items()}
         end = {p: max(latest.get(p, 0), start.get(p, 0)) for p in set(latest) | set(start)}
+        if self._available_now_end is None and self._hold(sum(end[p] - start.get(p, 0) for p in end)):
+            return {p: start.get(p, 0) for p in end}
         if isinstance(limit, ReadMaxRows):
             budget = limit.max_rows
             for p in sorted(end, key=int):  # fair share first, then what is left
                 share = max(budget // max(len(end), 1), 1)
                 end[p] = min(end[p], start.get(p, 0) + share)
         return end
+
+    def _hold(self, num_new: int, now: float | None = None) -> bool:
+        """Whether ``num_new`` new messages wait for more (fewer than ``min_messages``, not yet ``max_wait_s``)."""
+        if num_new <= 0 or num_new >= self.min_messages:
+            self._pending_since = None
+            return False
+        now = time.monotonic() if now is None else now
+        if self._pending_since is None:
+            self._pending_since = now
+        if now - self._pending_since < self.max_wait_s:
+            return True
+        self._pending_since = None
+        return False
 
     def reportLatestOffset(self):
         return {str(p): o for p, o in self._known_end.items()} or None
