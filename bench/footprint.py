@@ -106,10 +106,10 @@ def measure(seconds: float, extra_roots: dict[int, str]) -> dict:
             "seconds": t1 - t0}
 
 
-def start_job(run_id: str) -> subprocess.Popen:
+def start_job(run_id: str, job_args: list[str] = ()) -> subprocess.Popen:
     run_dir = os.path.join(ROOT, "checkpoints", run_id)
     os.makedirs(run_dir, exist_ok=True)
-    job = subprocess.Popen([sys.executable, "-m", "streaming", "run", "--run", run_id], cwd=ROOT,
+    job = subprocess.Popen([sys.executable, "-m", "streaming", "run", "--run", run_id, *job_args], cwd=ROOT,
                            stdout=open(os.path.join(run_dir, "job.log"), "ab"), stderr=subprocess.STDOUT,
                            env=dict(os.environ, PYTHONPATH=ROOT), start_new_session=True)
     deadline = time.monotonic() + 180
@@ -176,6 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("--step-seconds", type=float, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--job-args", default="", help="extra flags for the streaming job, e.g. '--trigger 1s'")
     a = ap.parse_args(argv)
     try:
         rates = [int(r) for r in a.rates.split(",") if r]
@@ -195,7 +196,7 @@ def main(argv=None) -> int:
     cases: dict = {}
     try:
         run_id = f"footprint-idle-{stamp}"
-        job = start_job(run_id)
+        job = start_job(run_id, a.job_args.split())
         try:
             time.sleep(5)  # start-up is over: the first batches are done
             slices = []
@@ -213,7 +214,7 @@ def main(argv=None) -> int:
         per_rate: dict[int, list[dict]] = {r: [] for r in rates}
         for rep in range(a.repeats if rates else 0):
             run_id = f"footprint-{stamp}-{rep + 1}"
-            job = start_job(run_id)
+            job = start_job(run_id, a.job_args.split())
             pace = ",".join(f"{r}:{a.step_seconds:g}" for r in rates)
             lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--pace", pace, "--target",
                                    f"http://127.0.0.1:{PORTS['http-receiver']}/", "--run", run_id, "--quiet"],

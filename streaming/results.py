@@ -127,7 +127,13 @@ def _compacted(paths: RunPaths, kind: str, batch_ids: list[int]) -> pd.DataFrame
             df["batch_id"] = b
             frames.append(df)
         if frames:
-            table = compact(pd.concat([table, *frames], ignore_index=True), kind)
+            fresh = pd.concat(frames, ignore_index=True)
+            if table.empty:
+                table = compact(fresh, kind)
+            else:  # merge only the windows the new batches touched: a pass costs what it adds, not the run's size
+                touched = table["window_ns"].isin(fresh["window_ns"].unique())
+                table = pd.concat([table[~touched], compact(pd.concat([table[touched], fresh], ignore_index=True), kind)],
+                                  ignore_index=True).astype({k: fresh[k].dtype for k in COMPACTED_KEYS[kind]})
         return _fold(paths, table, rebuilt=rebuilt) if kind == "hists" else table
     return _incremental(paths, kind, batch_ids, pd.DataFrame(), extend)
 
