@@ -11,6 +11,11 @@ reports, and writes one ``node`` record per node and metric:
     net_rx_errors_per_s   receive errors                     net_tx_errors_per_s  transmit errors
     load1                 1-minute load average
     oom_kills_total       node_vmstat_oom_kill
+    cpu_cores             number of CPUs
+    observer_cpu          cores used by flightwatch itself on the node (``agents.observer``): the
+                          stack's processes, the streaming job's and the load generator's trees,
+                          read with psutil; with ``--observer-promql`` a PromQL query per ``node``
+                          instead (on Kubernetes: the container CPU of flightwatch's pods)
 
 A failed or slow query (longer than the interval), a node whose scrape is down, or a
 metric a node does not report gives a sample marked ``missing``: a visible hole, never a
@@ -44,6 +49,7 @@ METRICS = {
     "net_tx_errors_per_s": "sum by (instance) (irate(node_network_transmit_errs_total[5s]))",
     "load1": "node_load1",
     "oom_kills_total": "node_vmstat_oom_kill",
+    "cpu_cores": 'count by (instance) (node_cpu_seconds_total{mode="idle"})',
 }
 """Metric name -> PromQL giving one value per ``instance`` (a node exporter)."""
 _EXTRA = {
@@ -52,6 +58,7 @@ _EXTRA = {
     "_uname": "node_uname_info",
 }
 LABEL = "fw_metric"
+OBSERVER_METRIC = "observer_cpu"
 
 
 def combined_query() -> str:
@@ -63,8 +70,9 @@ def combined_query() -> str:
 class NodeMetrics:
     """Turns one query answer into node samples and vmstat OOM events (pure apart from ``query``)."""
 
-    def __init__(self, query, emit, agent: str) -> None:
-        self.query, self.emit, self.agent = query, emit, agent
+    def __init__(self, query, emit, agent: str, observer=None) -> None:
+        """``observer(at_ns)``: (node, cores used by flightwatch or None) pairs, each an ``observer_cpu`` sample."""
+        self.query, self.emit, self.agent, self.observer = query, emit, agent, observer
         self.nodes: dict[str, str] = {}       # instance -> node name
         self.oom_counts: dict[str, float] = {}
         self.num_cycles = 0
@@ -82,6 +90,14 @@ class NodeMetrics:
     def cycle(self, at_ns: int, timeout_s: float) -> int:
         """Query at ``at_ns``; emit a sample (or a hole) per node and metric. Returns samples with values."""
         self.num_cycles += 1
+        if self.observer is not None:
+            try:
+                observed = self.observer(at_ns)
+            except Exception:  # noqa: BLE001 - a failed reading is a hole, not a dead agent
+                observed = [(node, None) for node in sorted(set(self.nodes.values()))]
+            for node, cores in observed:
+                self.emit(contract.NodeSample(contract.ANY_RUN, self.agent, at_ns, node=node, metric=OBSERVER_METRIC,
+                                              value=cores, missing=True if cores is None else None))
         try:
             result = self.query(combined_query(), at_ns / 1e9, timeout_s)
         except Exception:  # noqa: BLE001 - Prometheus down, slow or failing: a hole for every known node
@@ -130,6 +146,30 @@ class NodeMetrics:
                                         count=int(count - before)))
 
 
+def local_observer(node: str, stack_dir: str | None = None):
+    """``observer`` for ``NodeMetrics``: this node's flightwatch processes, measured with psutil (nothing on the
+    first call: a rate needs two readings)."""
+    from agents.observer import CpuMeter
+
+    meter = CpuMeter(stack_dir)
+
+    def observe(at_ns: int) -> list[tuple[str, float | None]]:
+        cores = meter.sample(at_ns / 1e9)
+        return [] if cores is None else [(node, cores)]
+    return observe
+
+
+def promql_observer(query, promql: str):
+    """``observer`` for ``NodeMetrics`` from Prometheus: ``promql`` gives cores per ``node`` (or ``instance``) label."""
+    def observe(at_ns: int) -> list[tuple[str, float | None]]:
+        out = []
+        for series in query(promql, at_ns / 1e9, 0.5):
+            labels = series["metric"]
+            out.append((labels.get("node") or labels.get("instance", "?"), float(series["value"][1])))
+        return out
+    return observe
+
+
 def prometheus_query(url: str):
     """A query function over prometheus-api-client: (promql, eval time s, timeout s) -> result list."""
     from prometheus_api_client import PrometheusConnect
@@ -161,6 +201,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--kubernetes", action="store_true", help="watch pods for OOMKilled containers and restarts "
                     "(in-cluster config, else ~/.kube/config)")
     ap.add_argument("--namespace", default=None, help="with --kubernetes: one namespace (default: all)")
+    ap.add_argument("--observer-promql", default=os.environ.get("FLIGHTWATCH_OBSERVER_PROMQL"), metavar="QUERY",
+                    help="PromQL giving the cores flightwatch uses per node (label 'node'), e.g. its pods' container "
+                    "CPU on Kubernetes (env FLIGHTWATCH_OBSERVER_PROMQL; default: this node's flightwatch processes, "
+                    "found from the stack's PID files and the observer registry)")
     ap.add_argument("--clock-listen", default=os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE),
                     metavar="HOST:PORT", help="serve the clock reference here (UDP; 'none' to not serve; default %(default)s)")
     return ap
@@ -223,7 +267,9 @@ def main(argv=None) -> int:
         threading.Thread(target=kube.run, name="kube-watch", daemon=True).start()
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    metrics = NodeMetrics(prometheus_query(a.prometheus), writer.write, a.agent)
+    query = prometheus_query(a.prometheus)
+    observe = promql_observer(query, a.observer_promql) if a.observer_promql else local_observer(a.node)
+    metrics = NodeMetrics(query, writer.write, a.agent, observe)
     print(f"node_metrics {a.agent}: {a.prometheus} every {interval_s:g}s -> {a.telemetry_bootstrap}/{a.telemetry_topic}"
           + (f"; clock reference udp://{ref.address}" if ref else "")
           + (f"; cgroups {', '.join(roots)}" if roots else "") + ("; kubernetes pods" if kube else ""), flush=True)

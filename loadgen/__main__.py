@@ -307,10 +307,11 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
     """Run the attack; exit code 0, 1 (a --fail-on crossed, or the attack failed) or 3 (stopped by --abort-on)."""
     import threading
 
-    from agents import contract, memory
+    from agents import contract, memory, observer
     from loadgen.attack import run_workers
 
     memory.trace_from_env("loadgen")
+    observer.register("loadgen")  # it and its workers count as flightwatch's CPU (agents.observer)
     os.makedirs(out, exist_ok=True)
     hlog = report.HlogWriter(os.path.join(out, "latency.hlog"))
     stats = RunStats(cfg.workers, on_close=hlog.write)

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from agents import memory
+from agents import memory, observer
 from streaming import engine
 from agents.units import one_line, parse_duration_ns
 from agents.kafka_options import client_options
@@ -321,6 +321,7 @@ def main(argv=None) -> int:
 
     use_system_allocator()  # this process lives as long as the run: freed memory goes back (release_memory)
     memory.trace_from_env("streaming-" + cfg.command)
+    observer.register("streaming")  # its CPU (JVM, Python workers) is flightwatch's, not the SUT's
     spark = build_spark(cfg)
     stop = threading.Event()
     if cfg.heartbeat and cfg.command == "run":

@@ -10,10 +10,13 @@ so a receive still in flight is not mistaken for a loss):
     gap         no delivery while sending
     loadgen     sent below ``LOADGEN_SHORT`` of the scheduled rate: the generator is the limit
     node        CPU ≥ 95%, memory available < 5%, network drops, OOM kills
+    observer    on a node with CPU ≥ 95%, flightwatch itself (``observer_cpu``) uses more than
+                ``OBSERVER_SHARE`` of the busy cores (``cpu_util`` × ``cpu_cores``)
 
 States, worst first: ``saturated`` (ratio < 0.9, a growing backlog or a gap), ``loadgen-bound``
-(the generator falls short of its schedule while the SUT keeps up), ``degrading`` (ratio
-< 0.97, a p99 jump, node pressure or an OOM kill), ``ok``. Saturation starts at the first of
+(the generator falls short of its schedule while the SUT keeps up), ``observer-bound``
+(flightwatch's own CPU is the limit: whatever else the window shows, it is not blamed on the SUT),
+``degrading`` (ratio < 0.97, a p99 jump, node pressure or an OOM kill), ``ok``. Saturation starts at the first of
 ``CONFIRM_WINDOWS`` consecutive saturated windows. The knee is the highest-rate pace step
 before that whose received/sent ≥ 0.99 and p99 ≤ the latency bound.
 """
@@ -32,16 +35,37 @@ P99_JUMP = 4.0
 LOADGEN_SHORT = 0.90
 CPU_HIGH = 0.95
 MEM_LOW = 0.05
+OBSERVER_SHARE = 0.5
+"""A node is observer-bound when flightwatch uses more than this share of its busy cores (and its CPU is high)."""
 CONFIRM_WINDOWS = 2
 BACKLOG_SECONDS = 0.5
 """A backlog counts once more than half a second of sends is in flight (start-up fills the pipe)."""
 DEFAULT_LATENCY_BOUND_US = 500_000.0
-STATES = ("ok", "degrading", "loadgen-bound", "saturated")
+STATES = ("ok", "degrading", "observer-bound", "loadgen-bound", "saturated")
 
 
 def _node_max(w: pd.DataFrame, metric: str) -> pd.Series:
     cols = [c for c in w.columns if c.startswith("node:") and c.endswith(":" + metric)]
     return w[cols].max(axis=1) if cols else pd.Series(np.nan, index=w.index)
+
+
+def _observer_bound(w: pd.DataFrame) -> tuple[np.ndarray, list[str | None]]:
+    """Per window: whether a node is observer-bound, and the evidence (``flightwatch 1.2 of 1.9 busy cores``)."""
+    bound = np.zeros(len(w), bool)
+    why: list[str | None] = [None] * len(w)
+    for c in [c for c in w.columns if c.startswith("node:") and c.endswith(":observer_cpu")]:
+        node = c[len("node:"):-len(":observer_cpu")]
+        cpu, cores = w.get(f"node:{node}:cpu_util"), w.get(f"node:{node}:cpu_cores")
+        if cpu is None or cores is None:
+            continue
+        busy = cpu.to_numpy(float) * cores.to_numpy(float)
+        obs = w[c].to_numpy(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            hit = (cpu.to_numpy(float) >= CPU_HIGH) & (obs > OBSERVER_SHARE * busy)
+        for i in np.flatnonzero(hit & ~bound):
+            why[i] = f"flightwatch {obs[i]:.2f} of {busy[i]:.2f} busy cores" + (f" on {node}" if node else "")
+        bound |= hit
+    return bound, why
 
 
 def _mem_min_share(w: pd.DataFrame) -> pd.Series:
@@ -100,6 +124,7 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
     w["mem_share"] = _mem_min_share(w).to_numpy()
     drops = _node_max(w, "net_rx_drops_per_s").fillna(0) + _node_max(w, "net_tx_drops_per_s").fillna(0)
     w["net_drops"] = drops.to_numpy()
+    w["observer_bound"], observer_why = _observer_bound(w)
     states, reasons = [], []
     for r in w.itertuples(index=False):
         why = []
@@ -123,7 +148,11 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
             why.append(f"network drops {r.net_drops:,.0f}/s")
         if getattr(r, "oom_kills", 0):
             why.append(f"OOM kills {r.oom_kills}")
-        if r.loadgen_short and r.ratio >= DEGRADING_RATIO and not r.backlog and not gap:
+        if r.observer_bound:
+            why.append(observer_why[len(states)])
+        if r.observer_bound:  # flightwatch's own CPU: nothing else this window shows is the SUT's fault
+            state = "observer-bound"
+        elif r.loadgen_short and r.ratio >= DEGRADING_RATIO and not r.backlog and not gap:
             state = "loadgen-bound"
         elif sat:
             state = "saturated"
@@ -179,12 +208,23 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
                                "rate": steps[step]["rate"] if step >= 0 else None, "evidence": ev}
         where = f"step {step + 1} ({steps[step]['rate']:,.0f}/s)" if step >= 0 else _outside_steps(int(r["window_ns"]), steps)
         out["message"] = f"saturated at {where}: " + ", ".join(ev)
+    elif (a["state"] == "observer-bound").sum() >= CONFIRM_WINDOWS:
+        ob = a[a["state"] == "observer-bound"].iloc[0]
+        out["message"] = ("observer-bound: " + ", ".join(ob["reasons"])
+                          + " (flightwatch itself, not the SUT, is the limit: run it on another machine)")
     elif (a["state"] == "loadgen-bound").sum() >= CONFIRM_WINDOWS:
         lb = a[a["state"] == "loadgen-bound"].iloc[0]
         out["message"] = "loadgen-bound: " + ", ".join(lb["reasons"]) + " (the generator, not the SUT, is the limit)"
         out["loadgen_bound_at"] = {"window_ns": int(lb["window_ns"]), "step": int(lb["step"]) + 1 if lb["step"] >= 0 else None}
     else:
         out["message"] = {"ok": "ok", "degrading": "degrading: " + ", ".join(a["reasons"].iloc[-1])}.get(out["state"], out["state"])
+    observer = a[a["state"] == "observer-bound"]
+    out["observer_bound_windows"] = int(len(observer))
+    if len(observer) >= CONFIRM_WINDOWS:
+        ob = observer.iloc[0]
+        out["observer_bound_at"] = {"window_ns": int(ob["window_ns"]), "step": int(ob["step"]) + 1 if ob["step"] >= 0 else None}
+        if not out["message"].startswith("observer-bound"):
+            out["message"] += f"; flightwatch itself was the limit in {len(observer)} windows"
     sat_step = out["saturated_at"]["step"] if out["saturated_at"] else None
     for i, s in enumerate(steps):
         in_step = a[a["step"] == i]

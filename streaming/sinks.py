@@ -181,7 +181,8 @@ class LiveVerdict:
 
     def _publish(self, v: dict, batch: int) -> None:
         write_json(self.path, dict(v, batch_id=batch, computed_at_ns=time.time_ns()))
-        said = (v.get("state"), bool(v.get("saturated_at")), bool(v.get("loadgen_bound_at")), (v.get("knee") or {}).get("rate"))
+        said = (v.get("state"), bool(v.get("saturated_at")), bool(v.get("loadgen_bound_at")),
+                bool(v.get("observer_bound_at")), (v.get("knee") or {}).get("rate"))
         if said != self._said and v.get("message") not in (None, "", "no settled windows yet"):
             self._said = said
             knee = v.get("knee")

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from agents import contract
-from agents.node_metrics import METRICS, NodeMetrics, prometheus_query
+from agents import observer
+from agents.node_metrics import METRICS, OBSERVER_METRIC, NodeMetrics, prometheus_query
 from conftest import ROOT, create_topic, free_port, run_job, telemetry
 from loadgen.synthetic import NS, SyntheticSpec, generate, produce
 from streaming import results
@@ -21,10 +22,10 @@ from streaming import results
 pytestmark = pytest.mark.integration
 
 
-def start_agent(prometheus, broker, topic, *extra):
+def start_agent(prometheus, broker, topic, *extra, env=None):
     proc = subprocess.Popen([sys.executable, "-m", "agents.node_metrics", "--prometheus", prometheus,
                              "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--clock-listen", "none", *extra],
-                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     line = proc.stdout.readline()
     assert line.startswith("node_metrics"), line + proc.stdout.read()
@@ -57,7 +58,8 @@ def test_samples_every_second_and_a_cpu_burner_shows_within_3_s(prometheus, brok
     at = np.array([c[0] for c in cpu])
     steps = np.diff(at)
     assert len(cpu) >= 11 and (steps == NS).all(), steps  # one sample every second, on the second, no hole
-    assert {r["metric"] for r in samples} == set(METRICS)
+    assert {r["metric"] for r in samples} == set(METRICS) | {OBSERVER_METRIC}
+    assert {r["value"] for r in samples if r["metric"] == "cpu_cores"} == {float(os.cpu_count())}
     assert not [c for c in cpu[2:] if c[2]], "holes while Prometheus was up"  # (the first ones may lack two scrapes)
     before = [v for t, v, _ in cpu if t < burn_ns and v is not None]
     baseline = float(np.median(before))
@@ -65,6 +67,49 @@ def test_samples_every_second_and_a_cpu_burner_shows_within_3_s(prometheus, brok
     assert risen, f"no rise within 3 s: baseline {baseline:.2f}, samples {[(round((t - burn_ns) / NS, 1), v) for t, v, _ in cpu]}"
     mem = [r["value"] for r in samples if r["metric"] == "mem_available_bytes" and r.get("value")]
     assert mem and 0 < min(mem) <= max(mem) < 1 << 50
+
+
+BURN_HALF = """
+import time
+while True:  # busy 20 ms, asleep 20 ms: about half a core
+    t = time.process_time() + 0.02
+    while time.process_time() < t:
+        pass
+    time.sleep(0.02)
+"""
+
+
+def test_a_process_registered_as_flightwatch_shows_in_observer_cpu(prometheus, broker, tmp_path):
+    """A process in the observer registry that burns about half a core: ``observer_cpu`` matches its own CPU
+    (read from /proc over the same seconds) within 0.1 core, and falls to ~0 once it is gone."""
+    import psutil
+
+    topic = "tel-observer"
+    create_topic(broker, topic)
+    stack_dir = tmp_path / "stack"
+    burner = subprocess.Popen([sys.executable, "-c", BURN_HALF])
+    observer.register("burner", burner.pid, stack_dir=str(stack_dir))
+    agent = start_agent(prometheus, broker, topic, env={"FLIGHTWATCH_STACK_DIR": str(stack_dir)})
+    try:
+        time.sleep(3)
+        t0, cpu0 = time.time_ns(), sum(psutil.Process(burner.pid).cpu_times()[:2])
+        time.sleep(8)
+        t1, cpu1 = time.time_ns(), sum(psutil.Process(burner.pid).cpu_times()[:2])
+    finally:
+        burner.kill()
+        burner.wait()
+    time.sleep(3.5)
+    stop(agent)
+    truth = (cpu1 - cpu0) / ((t1 - t0) / NS)
+    samples = sorted((r["at_ns"], r.get("value")) for r in telemetry(broker, topic, contract.ANY_RUN)
+                     if r["kind"] == "node" and r["metric"] == OBSERVER_METRIC)
+    during = [v for t, v in samples if t0 + NS <= t <= t1]
+    after = [v for t, v in samples if t > t1 + 2 * NS]
+    assert len(during) >= 6 and after, samples
+    assert abs(float(np.median(during)) - truth) <= 0.1, (truth, during)
+    assert 0.3 <= truth <= 0.7  # the burner did burn about half a core (else the test proves little)
+    assert max(after) <= 0.05, after  # gone: no longer counted (and its registry entry removed)
+    assert not list((stack_dir / "observers").glob("*.pid"))
 
 
 def test_prometheus_down_is_a_visible_hole_every_second():

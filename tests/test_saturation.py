@@ -86,6 +86,38 @@ def test_ratio_thresholds(ratio, state):
     assert set(a["state"]) == {state}
 
 
+@pytest.mark.parametrize("cpu,observer,ratio,state", [
+    (0.99, 1.50, 1.00, "observer-bound"),  # node busy, flightwatch 1.5 of 1.98 busy cores: ours, not the SUT's
+    (0.99, 1.50, 0.80, "observer-bound"),  # even with losses: the SUT is never blamed for flightwatch's CPU
+    (0.99, 1.00, 1.00, "observer-bound"),  # just over half of 1.98 busy cores
+    (0.99, 0.98, 1.00, "degrading"),       # just under half: node pressure, as before
+    (0.99, 0.20, 0.80, "saturated"),       # flightwatch light: the SUT's loss is the SUT's
+    (0.80, 1.50, 1.00, "ok"),              # flightwatch heavy but the node not busy: no limit reached
+    (0.80, 1.50, 0.80, "saturated"),       # ... and the SUT's loss is its own
+    (0.99, np.nan, 1.00, "degrading"),     # no observer figure (an older agent): node pressure, as before
+])
+def test_observer_bound_when_flightwatch_takes_most_of_a_busy_node(cpu, observer, ratio, state):
+    sent = np.array([1000.0] * 6)
+    w = windows(sent, sent * ratio, cpu_util=cpu, cpu_cores=2.0, observer_cpu=observer)
+    assert set(saturation.assess_windows(w, steps_of([1000], 6), NS)["state"]) == {state}
+
+
+def test_observer_bound_run_names_flightwatch_and_has_no_knee_there():
+    steps = steps_of([200, 350, 500], seconds=6)
+    sent = np.repeat([200.0, 350, 500], 6)
+    cpu = np.repeat([0.5, 0.99, 0.99], 6)
+    observer = np.repeat([0.3, 1.6, 0.3], 6)  # step 2: flightwatch takes the machine; step 3: the SUT saturates
+    v = saturation.verdict(windows(sent, np.minimum(sent, 400), cpu_util=cpu, cpu_cores=2.0, observer_cpu=observer), steps, NS)
+    assert [s["state"] for s in v["steps"]] == ["ok", "observer-bound", "saturated"]
+    assert v["saturated_at"]["step"] == 3 and v["knee"]["rate"] == 200  # an observer-bound step is no knee
+    assert v["observer_bound_at"]["step"] == 2 and v["observer_bound_windows"] == 6
+    assert v["message"].endswith("flightwatch itself was the limit in 6 windows")
+    alone = saturation.verdict(windows(sent[:12], sent[:12], cpu_util=cpu[:12], cpu_cores=2.0, observer_cpu=observer[:12]),
+                               steps[:2], NS)
+    assert alone["saturated_at"] is None and alone["message"].startswith(
+        "observer-bound: node cpu 99%, flightwatch 1.60 of 1.98 busy cores on n1"), alone["message"]
+
+
 # --- with real parts: a relay of known capacity between the load generator and the receiver -----
 
 def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=()):

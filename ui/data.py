@@ -219,6 +219,8 @@ def saturation(view: RunView) -> tuple[str, str] | None:
     v = view.summary.get("verdict") or {}
     if v.get("saturated_at"):
         return "saturated", v["message"]
+    if v.get("observer_bound_at"):
+        return "observer-bound", v["message"]
     if v.get("loadgen_bound_at"):
         return "loadgen-bound", v["message"]
     if v.get("state") == "degrading":
