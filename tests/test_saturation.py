@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streaming import saturation
+from streaming import results, saturation
 
 NS = 1_000_000_000
 
@@ -120,8 +120,11 @@ def test_observer_bound_run_names_flightwatch_and_has_no_knee_there():
 
 # --- with real parts: a relay of known capacity between the load generator and the receiver -----
 
-def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=()):
-    """Receiver <- relay <- load generator, the streaming job live; the run's summary."""
+def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=(), prometheus=None):
+    """Receiver <- relay <- load generator, the streaming job live; the run's summary.
+
+    With ``prometheus``: the node-metrics agent too, which counts the receiver, the job and the load
+    generator as flightwatch's (a registry of this test's own), the relay as the system under test."""
     import json
     import os
     import subprocess
@@ -135,20 +138,29 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=()):
     topic = f"tel-{run_id}"
     create_topic(broker, topic)
     recv_port, relay_port = free_port(), free_port()
-    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
+    stack_dir = str(tmp_path / "stack")
+    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none", FLIGHTWATCH_STACK_DIR=stack_dir)
     procs = []
     try:
         procs.append(subprocess.Popen([sys.executable, "-m", "agents.receiver", "http", "--listen", f"127.0.0.1:{recv_port}",
                                        "--telemetry-bootstrap", broker, "--telemetry-topic", topic,
                                        "--spool-dir", str(tmp_path / "spool")],
                                       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        if prometheus:
+            from agents import observer
+
+            observer.register("http-receiver", procs[-1].pid, stack_dir=stack_dir)
+            procs.append(subprocess.Popen([sys.executable, "-m", "agents.node_metrics", "--prometheus", prometheus,
+                                           "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--clock-listen", "none"],
+                                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True))
         procs.append(subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "capacity_relay.py"), str(relay_port),
                                        f"http://127.0.0.1:{recv_port}/", *relay_args],
                                       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         job_log = open(tmp_path / "job.log", "w")
         job = subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", broker, "--topic", topic, "--checkpoints",
                                            str(tmp_path), "--drop-timeout", "10s"),
-                               cwd=ROOT, env=job_env(), stdout=job_log, stderr=subprocess.STDOUT, start_new_session=True)
+                               cwd=ROOT, env=dict(job_env(), FLIGHTWATCH_STACK_DIR=stack_dir), stdout=job_log, stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(job)
         assert wait_port(recv_port, 30) and wait_port(relay_port, 30)
         from test_ui import wait_for_first_batch
@@ -207,6 +219,23 @@ def test_real_sut_of_capacity_250_saturates_at_the_300_step(broker, tmp_path):
     print(f"\nsaturation: flagged at window +{(at['window_ns'] - steps[3]['start_ns']) / NS:.1f} s of step 3 "
           f"(event time); the job published it {lag_s:.1f} s after the step began (wall clock)")
     assert lag_s > 0  # never before the step that crosses capacity
+
+
+@pytest.mark.integration
+def test_a_relay_of_capacity_400_with_flightwatch_on_the_same_machine_has_its_knee_at_350(broker, prometheus, tmp_path):
+    """Issue 17: flightwatch (receiver, job, load generator, node metrics) shares the two cores with the SUT, a relay of
+    capacity 400/s. It must not starve it or blame it for its own CPU: 200/s and 350/s are ok, 500/s is saturated."""
+    s = _saturation_run(broker, tmp_path, "observer", "200:15,350:15,500:15", ["--capacity", "400"], prometheus=prometheus)
+    v = s["verdict"]
+    states = [r["state"] for r in v["steps"]]
+    assert states == ["ok", "ok", "saturated"], v
+    assert v["saturated_at"]["step"] == 3 and v["knee"]["rate"] == 350, v
+    windows = results.load_windows(str(tmp_path / "observer"))
+    observer_cpu = windows.filter(like=":observer_cpu").max(axis=1).dropna()
+    cpu = windows.filter(like=":cpu_util").max(axis=1).dropna()
+    assert len(observer_cpu) >= 40 and observer_cpu.max() > 0  # measured all along, and flightwatch is not free
+    print(f"\nobserver: flightwatch median {observer_cpu.median():.2f} cores (max {observer_cpu.max():.2f}), "
+          f"node cpu median {cpu.median():.0%} (max {cpu.max():.0%}); steps {states}, knee {v['knee']['rate']}/s")
 
 
 @pytest.mark.integration

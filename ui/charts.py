@@ -1,7 +1,7 @@
 """Plotly figures of a run (no Streamlit, no I/O): one shared time axis, seconds since the run's start.
 
 ``timeline`` stacks the panels an operator reads together: throughput, latency, in flight and
-losses, node CPU and memory, network drops. OOM kills are dashed vertical lines across all
+losses, node CPU (and flightwatch's own share of it) and memory, network drops. OOM kills are dashed vertical lines across all
 panels, gaps shaded intervals, pace steps dotted lines; each has a text label.
 """
 from __future__ import annotations
@@ -79,6 +79,10 @@ def timeline(view: RunView, log_latency: bool = False, intended: bool = True, he
     used, avail = node_series(w, "mem_used_bytes"), node_series(w, "mem_available_bytes")
     for node, s in cpu.items():
         _line(fig, x, s * 100, f"cpu {node}", 4)
+    cores = node_series(w, "cpu_cores")
+    for node, s in node_series(w, "observer_cpu").items():  # flightwatch's own share of the node, apart from the SUT's
+        if node in cores:
+            _line(fig, x, 100 * s / cores[node], f"flightwatch cpu {node}", 4, dash="dot")
     for node, s in used.items():
         if node in avail:
             _line(fig, x, 100 * s / (s + avail[node]), f"memory {node}", 4, dash="dash")
