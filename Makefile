@@ -78,7 +78,8 @@ test-fast: install ## the tests that need neither broker nor Spark
 soak: up ## 15 minutes at 2,000 events/s through the stack; memory of every process, engine state, completeness (SOAK_ARGS)
 	$(PYTHON) -m bench.soak $(SOAK_ARGS)
 
-bench: install ## benchmarks: wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates
+bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates
+	$(PYTHON) -m bench.footprint
 	$(PYTHON) -m bench.encoding
 	$(PYTHON) -m bench.loadgen
 	$(PYTHON) -m bench.receiver

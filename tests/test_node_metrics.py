@@ -180,3 +180,25 @@ def test_real_oom_kill_reaches_the_topic_and_the_jobs_output(prometheus, broker,
     assert int(w["oom_kills"].sum()) in (1, 2)  # one kill: one per window, two if the detectors straddle a window edge
     assert w.loc[w["window_ns"] == by_source["cgroup"]["at_ns"] // NS * NS, "oom_kills"].item() == 1
     assert any(c.startswith("node:") and c.endswith(":cpu_util") for c in w.columns)
+
+
+def test_observer_cpu_from_promql_per_node_as_on_kubernetes():
+    """``--observer-promql``: each series' ``node`` label gives one ``observer_cpu`` sample (a recorded answer: no
+    cluster here); a failed query is a hole for every known node, not a dead agent."""
+    from agents.node_metrics import promql_observer
+
+    def query(promql, at_s, timeout_s):
+        if promql != "OBS":
+            return []
+        if at_s > 6:
+            raise OSError("prometheus away")
+        return [{"metric": {"node": "n1"}, "value": [at_s, "0.4"]}, {"metric": {"instance": "10.0.0.2:9100"}, "value": [at_s, "1.25"]}]
+
+    out = []
+    m = NodeMetrics(query, out.append, "a", promql_observer(query, "OBS"))
+    m.nodes = {"x:9100": "n1"}
+    m.cycle(5 * NS, 0.5)
+    assert {(r.node, r.value, r.missing) for r in out if r.metric == OBSERVER_METRIC} == {("n1", 0.4, None), ("10.0.0.2:9100", 1.25, None)}
+    out.clear()
+    m.cycle(7 * NS, 0.5)
+    assert [(r.node, r.missing) for r in out if r.metric == OBSERVER_METRIC] == [("n1", True)]
