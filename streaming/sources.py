@@ -262,11 +262,15 @@ _CONSUMERS: dict = {}
 """A worker's consumers, one per (client settings, partition), kept between read tasks."""
 
 
+def _consumer_key(options: dict, tp) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in options.items())), tp
+
+
 def _worker_consumer(options: dict, tp, deadline: float):
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
-    key = (tuple(sorted((k, str(v)) for k, v in options.items())), tp)
+    key = _consumer_key(options, tp)
     consumer = _CONSUMERS.get(key)
     while consumer is None:  # the broker may be away for a while: wait for it rather than fail the batch
         try:
@@ -282,7 +286,7 @@ def _worker_consumer(options: dict, tp, deadline: float):
 
 
 def _drop_worker_consumer(options: dict, tp) -> None:
-    key = (tuple(sorted((k, str(v)) for k, v in options.items())), tp)
+    key = _consumer_key(options, tp)
     consumer = _CONSUMERS.pop(key, None)
     if consumer is not None:
         try:
