@@ -248,10 +248,10 @@ class FastLines:
         return fmt % (at_ns, self._quote(event_id), bytes_in)
 
     def send(self, at_ns: int, event_id: str, intended_at_ns: int, bytes_out: int, worker: int) -> str:
-        return self._send % (at_ns, self._dumps(event_id), intended_at_ns, bytes_out, worker)
+        return self._send % (at_ns, self._quote(event_id), intended_at_ns, bytes_out, worker)
 
     def ack(self, at_ns: int, event_id: str, sent_at_ns: int, status: int | None, error: str | None) -> str:
-        line = self._ack % (at_ns, self._dumps(event_id), sent_at_ns)
+        line = self._ack % (at_ns, self._quote(event_id), sent_at_ns)
         if status is not None:
             line += ',"status":%d' % status
         if error is not None:

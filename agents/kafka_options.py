@@ -10,6 +10,10 @@ system under test. Keys are kafka-python's (``security_protocol``, ``ssl_cafile`
 ``sasl_mechanism``, ...); ``true``/``false`` and integers are converted. A ``*_file`` key reads
 its value from that file (``sasl_plain_password_file``), so a secret need not sit in the
 environment. Secrets are never printed: ``redacted`` shows them as ***.
+
+The SUT-side clients are librdkafka's (confluent-kafka): ``librdkafka`` turns the same options into
+its configuration, so one setting reaches both kinds of client; a key it cannot carry is refused by
+name rather than dropped.
 """
 from __future__ import annotations
 
@@ -52,6 +56,36 @@ def parse(text: str | None) -> dict:
 def client_options(extra: dict | None = None, env: str = TELEMETRY_ENV) -> dict:
     """The options from the environment, with ``extra`` (e.g. a command line's) on top."""
     return {**parse(os.environ.get(env)), **(extra or {})}
+
+
+LIBRDKAFKA_KEYS = {
+    "security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanism",
+    "sasl_plain_username": "sasl.username", "sasl_plain_password": "sasl.password",
+    "ssl_cafile": "ssl.ca.location", "ssl_certfile": "ssl.certificate.location", "ssl_keyfile": "ssl.key.location",
+    "ssl_password": "ssl.key.password", "ssl_crlfile": "ssl.crl.location", "ssl_ciphers": "ssl.cipher.suites",
+    "client_id": "client.id", "request_timeout_ms": "request.timeout.ms",
+    "connections_max_idle_ms": "connections.max.idle.ms", "reconnect_backoff_ms": "reconnect.backoff.ms",
+    "reconnect_backoff_max_ms": "reconnect.backoff.max.ms", "metadata_max_age_ms": "metadata.max.age.ms",
+    "retry_backoff_ms": "retry.backoff.ms", "sasl_kerberos_service_name": "sasl.kerberos.service.name",
+    "api_version_auto_timeout_ms": "api.version.request.timeout.ms",
+}
+"""kafka-python's option -> librdkafka's property, for the options a SUT-side client can be given."""
+
+
+def librdkafka(options: dict) -> dict:
+    """kafka-python options (as ``parse`` gives them) as a librdkafka configuration; ValueError on a key it lacks."""
+    out: dict = {}
+    for key, value in options.items():
+        if key == "ssl_check_hostname":  # librdkafka checks the name when this is "https"
+            out["ssl.endpoint.identification.algorithm"] = "https" if value else "none"
+        elif key == "sasl_oauth_token":
+            out["sasl.oauthbearer.config"] = f"principal=flightwatch token={value}"
+        elif key in LIBRDKAFKA_KEYS:
+            out[LIBRDKAFKA_KEYS[key]] = value if not isinstance(value, bool) else str(value).lower()
+        else:
+            raise ValueError(f"Kafka option {key!r} is not carried to the librdkafka clients of the system under test "
+                             f"(they take: {', '.join(sorted([*LIBRDKAFKA_KEYS, 'ssl_check_hostname', 'sasl_oauth_token']))})")
+    return out
 
 
 def redacted(options: dict) -> dict:

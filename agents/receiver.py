@@ -50,6 +50,8 @@ def _header(headers, name: str) -> str | None:
 
 
 class KafkaReceiver:
+    """Consumes every partition of the SUT topic with librdkafka (confluent-kafka's ``Consumer``)."""
+
     def __init__(self, consumer, writer, topic: str, state_dir: str, agent: str, log=print) -> None:
         self.consumer, self.writer, self.topic = consumer, writer, topic
         self.wal = os.path.join(state_dir, "wal")
@@ -58,6 +60,7 @@ class KafkaReceiver:
         os.makedirs(state_dir, exist_ok=True)
         self.num_received = 0
         self.num_unattributed = 0
+        self.num_errors = 0
 
     def _write_ahead(self, offsets: dict, records: list[str]) -> None:
         """First line: the offsets after the batch; then the batch's receive records, one per line."""
@@ -69,26 +72,28 @@ class KafkaReceiver:
                 f.write(line)
         os.replace(tmp, self.wal)
 
-    def _send(self, records: list[dict]) -> None:
+    def _send(self, records: list[str]) -> None:
         self.writer.write_many(records)
         if not self.writer.flush(30):
             raise RuntimeError("telemetry broker did not acknowledge within 30 s")
 
     def start(self) -> dict:
         """Assign every partition; resume from the write-ahead log (re-sending its batch) or from the start."""
-        from kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
         parts = None
         for _ in range(100):
-            parts = self.consumer.partitions_for_topic(self.topic)
+            try:
+                topic = self.consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+            except KafkaException:
+                topic = None
+            parts = sorted(topic.partitions) if topic is not None and topic.error is None else None
             if parts:
                 break
             time.sleep(0.1)
         if not parts:
             raise RuntimeError(f"topic {self.topic!r} not found")
-        tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
-        self.consumer.assign(tps)
-        offsets = {str(tp.partition): 0 for tp in tps}
+        offsets = {str(p): 0 for p in parts}
         if os.path.exists(self.wal):
             with open(self.wal) as f:
                 lines = f.read().split("\n")
@@ -96,25 +101,30 @@ class KafkaReceiver:
             if lines[1:]:
                 self._send(lines[1:])  # identical re-send of the batch that may not have arrived
                 self.log(f"resumed: re-sent {len(lines) - 1} receive records of the last batch")
-        for tp in tps:
-            self.consumer.seek(tp, int(offsets[str(tp.partition)]))
+        self.consumer.assign([TopicPartition(self.topic, p, int(offsets[str(p)])) for p in parts])
         return offsets
 
     def poll_once(self, offsets: dict, timeout_ms: int = 100) -> int:
-        batch = self.consumer.poll(timeout_ms=timeout_ms, max_records=5000)
+        batch = self.consumer.consume(5000, timeout_ms / 1000)
         if not batch:
             return 0
         now = time.time_ns()
         records = []
-        for tp, msgs in batch.items():
-            for m in msgs:
-                event_id = _header(m.headers, ID_HEADER) or (m.key.decode("utf-8", "replace") if m.key else None)
-                run_id = _header(m.headers, RUN_HEADER)
-                offsets[str(tp.partition)] = m.offset + 1
-                if not event_id or not run_id:
-                    self.num_unattributed += 1
-                    continue
-                records.append(self.lines.recv(run_id, now, event_id, len(m.value or b"")))
+        recv, lines = records.append, self.lines
+        for m in batch:
+            if m.error() is not None:  # a consumer event (partition EOF, broker transport): nothing to record
+                self.num_errors += 1
+                continue
+            headers = m.headers()
+            key = m.key()
+            event_id = _header(headers, ID_HEADER) or (key.decode("utf-8", "replace") if key else None)
+            run_id = _header(headers, RUN_HEADER)
+            offsets[str(m.partition())] = m.offset() + 1
+            if not event_id or not run_id:
+                self.num_unattributed += 1
+                continue
+            value = m.value()
+            recv(lines.recv(run_id, now, event_id, len(value) if value else 0))
         self._write_ahead(offsets, records)
         self._send(records)
         self.num_received += len(records)
@@ -164,12 +174,6 @@ def _reachable(host_port: str, timeout_s: float = 3.0) -> bool:
         return True
     except (OSError, ValueError):
         return False
-
-
-def _telemetry_producer(bootstrap: str):
-    from kafka import KafkaProducer
-
-    return KafkaProducer(bootstrap_servers=bootstrap.split(","), linger_ms=5, **client_options())
 
 
 def _report_clock(write, agent: str, reference: str, log) -> None:
@@ -297,31 +301,41 @@ def _serve_workers(a, host: str, port: int) -> int:
 
 
 def main_kafka(a) -> int:
-    from kafka import KafkaAdminClient, KafkaConsumer
+    from confluent_kafka import Consumer, KafkaException
+    from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-    from agents.telemetry import TelemetryWriter
+    from agents.kafka_options import librdkafka
+    from agents.telemetry import TelemetryWriter, rdkafka_producer
 
     for name, servers in (("SUT", a.bootstrap), ("telemetry", a.telemetry_bootstrap)):
         if not any(_reachable(hp) for hp in servers.split(",")):
             print(f"receiver: error: cannot reach the {name} broker {servers}", file=sys.stderr)
             return 2
     try:
-        admin = KafkaAdminClient(bootstrap_servers=a.bootstrap.split(","), **client_options(env=SUT_ENV))
+        sut_options = client_options(env=SUT_ENV)
+        consumer_config = {"bootstrap.servers": a.bootstrap, "group.id": f"flightwatch-{a.agent}",
+                           "enable.auto.commit": False, "enable.auto.offset.store": False,
+                           "fetch.wait.max.ms": FETCH_MAX_WAIT_MS, "fetch.error.backoff.ms": 100,
+                           "queued.max.messages.kbytes": 65536, **librdkafka(sut_options)}
+        telemetry_producer = rdkafka_producer(a.telemetry_bootstrap, client_options(), linger_ms=5)
+    except (ValueError, OSError) as e:
+        print(f"receiver: error: Kafka options: {e}", file=sys.stderr)
+        return 2
+    try:  # topic creation stays on kafka-python's admin client: once at start, not per event
+        admin = KafkaAdminClient(bootstrap_servers=a.bootstrap.split(","), **sut_options)
         if a.topic not in admin.list_topics():
             try:
                 admin.create_topics([NewTopic(a.topic, a.create_topic, 1)])
             except TopicAlreadyExistsError:
                 pass
         admin.close()
-        consumer = KafkaConsumer(bootstrap_servers=a.bootstrap.split(","), enable_auto_commit=False,
-                                 fetch_max_wait_ms=FETCH_MAX_WAIT_MS, max_partition_fetch_bytes=8 << 20, **client_options(env=SUT_ENV))
-        producer = _telemetry_producer(a.telemetry_bootstrap)
-    except KafkaError as e:
+        consumer = Consumer(consumer_config)
+    except (KafkaError, KafkaException) as e:
         print(f"receiver: error: cannot reach a broker ({a.bootstrap} / {a.telemetry_bootstrap}): {e}", file=sys.stderr)
         return 2
-    writer = TelemetryWriter(producer, a.telemetry_topic, agent=a.agent)
+    writer = TelemetryWriter(telemetry_producer, a.telemetry_topic, agent=a.agent)
     receiver = KafkaReceiver(consumer, writer, a.topic, a.state_dir, a.agent)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))

@@ -24,18 +24,24 @@ IDLE_TIMEOUT_S = 10.0
 """An idle keep-alive connection is closed after this long (Go's http.Transport has IdleConnTimeout, 90 s)."""
 
 
-class _Response(Exception):
-    pass
+def _stamp(ctx) -> int:
+    return time.time_ns()
+
+
+def _resolve(fut: asyncio.Future, sent: int, status: int | None, error: str | None) -> None:
+    if not fut.done():
+        fut.set_result((status, error))
 
 
 class _Conn(asyncio.Protocol):
-    """One keep-alive connection; ``pending`` is the future of the request under way."""
+    """One keep-alive connection; ``ctx`` is the request under way (None while idle)."""
 
     def __init__(self, pool: "HttpPool") -> None:
         self.pool = pool
         self.transport = None
         self.buf = bytearray()
-        self.pending: asyncio.Future | None = None
+        self.ctx = None
+        self.sent = 0
         self.started = 0.0
         self.idle_since = 0.0
         self.closed = False
@@ -45,21 +51,20 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
-        if self.pending is not None and not self.pending.done():
-            self.pending.set_result((None, "connection reset" if exc else "server disconnected"))
-        self.pending = None
+        ctx, self.ctx = self.ctx, None
+        if ctx is not None:
+            self.pool.on_done(ctx, self.sent, None, "connection reset" if exc else "server disconnected")
         self.pool.forget(self)
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        while self.pending is not None:
+        while self.ctx is not None:
             parsed = self._parse()
             if parsed is None:
                 return
             status, keep = parsed
-            fut, self.pending = self.pending, None
-            if not fut.done():
-                fut.set_result((status, None))
+            ctx, self.ctx = self.ctx, None
+            self.pool.on_done(ctx, self.sent, status, None)
             if keep:
                 self.pool.release(self)
             else:
@@ -103,12 +108,19 @@ class _Conn(asyncio.Protocol):
 
 
 class HttpPool:
-    def __init__(self, host: str, port: int, max_connections: int, timeout_s: float) -> None:
+    """Requests go out on idle keep-alive connections, else wait in a queue for one (opening up to
+    ``max_connections``). ``on_write(ctx)`` is called right before a request's bytes are written and gives its
+    send stamp; ``on_done(ctx, stamp, status, error)`` once it is answered, failed or timed out. A request that
+    fails before it is written (no connection) is stamped at that moment. The defaults serve ``request()``."""
+
+    def __init__(self, host: str, port: int, max_connections: int, timeout_s: float, on_write=_stamp,
+                 on_done=_resolve) -> None:
         self.host, self.port = host, port
         self.max_connections, self.timeout_s = max_connections, timeout_s
+        self.on_write, self.on_done = on_write, on_done
         self.idle: deque[_Conn] = deque()
         self.all: set[_Conn] = set()
-        self.waiters: deque[asyncio.Future] = deque()
+        self.queue: deque = deque()  # (head, body, ctx) waiting for a connection
         self.opening = 0
         self._sweeper = None
 
@@ -120,10 +132,9 @@ class HttpPool:
             await asyncio.sleep(0.1)
             now = time.monotonic()
             for c in list(self.all):
-                if c.pending is not None and now - c.started > self.timeout_s:
-                    fut, c.pending = c.pending, None
-                    if not fut.done():
-                        fut.set_result((None, "timeout"))
+                if c.ctx is not None and now - c.started > self.timeout_s:
+                    ctx, c.ctx = c.ctx, None
+                    self.on_done(ctx, c.sent, None, "timeout")
                     c.transport.close()
             self.close_idle(now - IDLE_TIMEOUT_S)
 
@@ -142,55 +153,55 @@ class HttpPool:
             self.idle.remove(conn)
         except ValueError:
             pass
-        self._wake()
+        self._open_for_queue()
 
     def release(self, conn: _Conn) -> None:
-        if self.waiters:
-            w = self.waiters.popleft()
-            if not w.done():
-                w.set_result(conn)
-                return
+        if self.queue and not conn.closed:
+            self._write(conn, *self.queue.popleft())
+            return
         conn.idle_since = time.monotonic()
         self.idle.append(conn)
 
-    def _wake(self) -> None:
-        while self.waiters and len(self.all) + self.opening < self.max_connections:
-            w = self.waiters.popleft()
-            if not w.done():
-                w.set_result(None)  # the waiter may open a connection now
-                return
+    def _write(self, conn: _Conn, head: bytes, body: bytes, ctx) -> None:
+        conn.ctx = ctx
+        conn.started = time.monotonic()
+        conn.sent = self.on_write(ctx)
+        conn.transport.writelines((head, body))
 
-    async def _acquire(self) -> _Conn:
-        while True:
-            while self.idle:
-                c = self.idle.pop()  # the warmest: the others age out
-                if not c.closed:
-                    return c
-            if len(self.all) + self.opening < self.max_connections:
-                self.opening += 1
-                try:
-                    loop = asyncio.get_running_loop()
-                    _, conn = await asyncio.wait_for(
-                        loop.create_connection(lambda: _Conn(self), self.host, self.port), self.timeout_s)
-                finally:
-                    self.opening -= 1
-                self.all.add(conn)
-                return conn
-            w = asyncio.get_running_loop().create_future()
-            self.waiters.append(w)
-            conn = await w
-            if conn is not None:
-                return conn
+    def submit(self, head: bytes, body: bytes, ctx) -> None:
+        """Send a request on the warmest idle connection, or queue it for the next free or new one."""
+        while self.idle:
+            c = self.idle.pop()  # the warmest: the others age out
+            if not c.closed:
+                self._write(c, head, body, ctx)
+                return
+        self.queue.append((head, body, ctx))
+        self._open_for_queue()
+
+    def _open_for_queue(self) -> None:
+        while len(self.queue) > self.opening and len(self.all) + self.opening < self.max_connections:
+            self.opening += 1
+            asyncio.get_running_loop().create_task(self._open())
+
+    async def _open(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+            _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Conn(self), self.host, self.port), self.timeout_s)
+        except Exception as e:  # noqa: BLE001 - the oldest waiting request fails with the cause; the rest try again
+            self.opening -= 1
+            if self.queue:
+                _, _, ctx = self.queue.popleft()
+                self.on_done(ctx, self.on_write(ctx), None, error_cause(e))
+            self._open_for_queue()
+            return
+        self.opening -= 1
+        self.all.add(conn)
+        self.release(conn)
 
     async def request(self, head: bytes, body: bytes) -> tuple[int | None, str | None]:
-        try:
-            conn = await self._acquire()
-        except Exception as e:  # noqa: BLE001
-            return None, error_cause(e)
+        """One request, awaited: (status, error cause). For a pool built with the default callbacks."""
         fut = asyncio.get_running_loop().create_future()
-        conn.pending = fut
-        conn.started = time.monotonic()
-        conn.transport.writelines((head, body))
+        self.submit(head, body, fut)
         return await fut
 
     async def close(self) -> None:
