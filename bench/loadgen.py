@@ -1,15 +1,20 @@
-"""Load-generator benchmark: max sustainable rate against nginx on loopback, beside `hey`.
+"""Load-generator benchmark: its ceiling beside `hey` and a raw librdkafka loop, and its CPU per event when paced.
 
 Usage:
-    python -m bench.loadgen [--seconds 10] [--payload 2048]
+    python -m bench.loadgen [--seconds 10] [--payload 2048] [--repeat 3]
 
-The sink is Debian's nginx answering ``return 202`` on 127.0.0.1 (fast enough not to be the
-bottleneck). Each tool POSTs payload-sized bodies for --seconds:
-  hey        -c 50, closed loop (its best throughput)
-  loadgen    open loop at a rate far above what it can send: what it achieves is its ceiling
-             (--workers 2), with telemetry off and on (send/ack records into a Tansu broker)
-Reported: requests/s, ratio to hey, CPU seconds per 1,000 requests (the tool's processes).
-Three repetitions each, medians.
+HTTP: the sink is Debian's nginx answering ``return 202`` on 127.0.0.1 (fast enough not to be the
+bottleneck). Kafka: an embedded Tansu broker, a 4-partition topic. For --seconds each:
+  hey -c 50            closed loop, its best throughput
+  loadgen http         open loop at a rate far above what it can send: what it achieves is its
+                       ceiling (--workers 2), telemetry off and on (send/ack records into Tansu)
+  raw produce loop     confluent-kafka's Producer.produce + poll in a tight Python loop, the same
+                       payload, key and headers: the limit of a Python Kafka client here
+  loadgen kafka        open loop far above its ceiling, telemetry on
+  paced                loadgen at 1,000/s and 5,000/s on each target, telemetry on, --workers auto:
+                       CPU µs per event (every process of the generator) and send delay p99
+Reported: events/s, ratio to the reference measured in the same repetition, CPU µs per event.
+Medians of --repeat repetitions.
 """
 from __future__ import annotations
 
@@ -59,32 +64,78 @@ def run_hey(url: str, seconds: float, payload_file: str) -> tuple[float, float]:
                           "-T", "application/octet-stream", url], capture_output=True, text=True, check=True).stdout
     cpu = children_cpu_s() - cpu0
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    return rps, cpu / (rps * seconds / 1000)
+    return rps, cpu * 1e6 / (rps * seconds)  # requests/s, CPU µs per request
 
 
-def run_loadgen(url: str, seconds: float, payload: int, telemetry: str | None, workdir: str) -> tuple[float, float]:
+def run_loadgen(url: str, seconds: float, payload: int, telemetry: str | None, workdir: str, rate: int = 200_000,
+                workers: str = "2", inflight: int = 64) -> tuple[float, float, float]:
+    """(events/s completed, CPU µs per event, send delay p99 ms) of one attack."""
     out = os.path.join(workdir, f"lg-{time.time_ns()}")
-    args = [sys.executable, "-m", "loadgen", "attack", "--rate", "200000", "--duration", f"{seconds}s", "--target", url,
-            "--payload", str(payload), "--workers", "2", "--max-inflight", "64", "--quiet", "--out", out, "--timeout", "10s"]
+    args = [sys.executable, "-m", "loadgen", "attack", "--rate", str(rate), "--duration", f"{seconds}s", "--target", url,
+            "--payload", str(payload), "--workers", workers, "--max-inflight", str(inflight), "--quiet", "--out", out,
+            "--timeout", "10s"]
     args += ["--telemetry-bootstrap", telemetry, "--telemetry-topic", f"bench-{time.time_ns()}"] if telemetry else ["--no-telemetry"]
     cpu0 = children_cpu_s()
     subprocess.run(args, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, check=True)
     cpu = children_cpu_s() - cpu0
     report = json.load(open(os.path.join(out, "report.json")))
     rps = report["completed"] / report["duration_s"]["attack"]  # completions per second of attack
-    return rps, cpu / (report["completed"] / 1000)
+    return rps, cpu * 1e6 / report["completed"], (report["send_delay_us"].get("p99") or 0) / 1000
+
+
+def raw_produce(bootstrap: str, topic: str, seconds: float, payload: int) -> None:
+    """The reference: confluent-kafka's produce in a tight loop (polling every 1,000), as fast as it goes."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": 1, "enable.idempotence": False})
+    p.list_topics(topic, timeout=10)
+    value, run, kind = os.urandom(payload), b"bench", b"dev.flightwatch.load"
+    acked = [0]
+
+    def report(err, _msg) -> None:
+        acked[0] += err is None
+
+    t0, k = time.monotonic(), 0
+    while time.monotonic() - t0 < seconds:
+        for _ in range(1000):
+            key = b"raw-%d" % k
+            try:
+                p.produce(topic, value, key, headers=[("ce_id", key), ("ce_type", kind), ("fw_run", run)], on_delivery=report)
+            except BufferError:
+                p.poll(0.01)
+            k += 1
+        p.poll(0)
+    p.flush(30)
+    print(json.dumps({"acked": acked[0], "seconds": time.monotonic() - t0}))
+
+
+def run_raw(bootstrap: str, topic: str, seconds: float, payload: int) -> tuple[float, float, float]:
+    cpu0 = children_cpu_s()
+    out = subprocess.run([sys.executable, "-m", "bench.loadgen", "--raw-produce", bootstrap, topic, str(seconds), str(payload)],
+                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, check=True).stdout
+    cpu = children_cpu_s() - cpu0
+    r = json.loads(out.strip().splitlines()[-1])
+    return r["acked"] / r["seconds"], cpu * 1e6 / r["acked"], 0.0
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=10)
-    ap.add_argument("--payload", type=int, default=2048)
-    ap.add_argument("--repeat", type=int, default=3)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--raw-produce"]:  # the reference loop, in a process of its own
+        raw_produce(argv[1], argv[2], float(argv[3]), int(argv[4]))
+        return 0
+    ap = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--seconds", type=float, default=10, help="length of each attack (default %(default)s)")
+    ap.add_argument("--payload", type=int, default=2048, help="event bytes (default %(default)s)")
+    ap.add_argument("--repeat", type=int, default=3, help="repetitions; medians are reported (default %(default)s)")
     a = ap.parse_args(argv)
     for tool in ("hey", "nginx"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             print(f"bench.loadgen: error: {tool} is not installed (apt-get install {tool})", file=sys.stderr)
             return 2
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
     from stack.__main__ import free_port, start_tansu, wait_port
 
     workdir = tempfile.mkdtemp(prefix="flightwatch-bench-lg-")
@@ -97,29 +148,51 @@ def main(argv=None) -> int:
                              stderr=subprocess.DEVNULL, start_new_session=True)
     kport = free_port()
     broker = start_tansu(kport, cluster_id="bench-lg")
+    bootstrap = f"127.0.0.1:{kport}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic("bench-sut", 4, 1)])
+    admin.close()
+    kafka_url = f"kafka://{bootstrap}/bench-sut"
     payload_file = os.path.join(workdir, "payload")
     with open(payload_file, "wb") as f:
         f.write(os.urandom(a.payload))
     url = f"http://127.0.0.1:{port}/"
-    rows = {"hey -c 50": [], "loadgen, telemetry off": [], "loadgen, telemetry on": []}
+    secs, p = a.seconds, a.payload
+    cases = {  # name -> (reference row or None, measure)
+        "hey -c 50 (http)": (None, lambda: (*run_hey(url, secs, payload_file), 0.0)),
+        "loadgen http, telemetry off": ("hey -c 50 (http)", lambda: run_loadgen(url, secs, p, None, workdir)),
+        "loadgen http, telemetry on": ("hey -c 50 (http)", lambda: run_loadgen(url, secs, p, bootstrap, workdir)),
+        "raw produce loop (kafka)": (None, lambda: run_raw(bootstrap, "bench-sut", secs, p)),
+        "loadgen kafka, telemetry on": ("raw produce loop (kafka)",
+                                        lambda: run_loadgen(kafka_url, secs, p, bootstrap, workdir, inflight=20_000)),
+    }
+    for rate in (1000, 5000):
+        cases[f"loadgen http {rate:,}/s"] = (None, lambda r=rate: run_loadgen(url, secs, p, bootstrap, workdir, r, "auto", 1000))
+        cases[f"loadgen kafka {rate:,}/s"] = (None, lambda r=rate: run_loadgen(kafka_url, secs, p, bootstrap, workdir, r, "auto", 1000))
+    rows: dict[str, list] = {name: [] for name in cases}
+    ratios: dict[str, list] = {name: [] for name, (ref, _) in cases.items() if ref}
     try:
         assert wait_port(port), "nginx did not start"
         for rep in range(a.repeat):
-            rows["hey -c 50"].append(run_hey(url, a.seconds, payload_file))
-            rows["loadgen, telemetry off"].append(run_loadgen(url, a.seconds, a.payload, None, workdir))
-            rows["loadgen, telemetry on"].append(run_loadgen(url, a.seconds, a.payload, f"127.0.0.1:{kport}", workdir))
+            for name, (ref, measure) in cases.items():
+                rows[name].append(measure())
+                if ref:
+                    ratios[name].append(rows[name][-1][0] / rows[ref][-1][0])
             print(f"repetition {rep + 1}/{a.repeat} done", flush=True)
     finally:
-        for p in (nginx, broker):
-            os.kill(p.pid, signal.SIGTERM)
-            p.wait(10)
-    hey_rps = statistics.median(r for r, _ in rows["hey -c 50"])
-    print(f"\n{'tool':<24} {'requests/s':>11} {'vs hey':>7} {'cpu s / 1k req':>15}   (medians of {a.repeat}, "
-          f"{a.seconds:g} s each, {a.payload} B POSTs to nginx on loopback, 2 cores shared with the sink)")
+        for proc in (nginx, broker):
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(10)
+    print(f"\n{'':<30} {'events/s':>9} {'ratio':>15} {'cpu µs/event':>13} {'send delay p99':>15}   (medians of {a.repeat}, "
+          f"{secs:g} s each, {p} B events, 2 cores shared with the sink)")
     for name, vals in rows.items():
-        rps = statistics.median(r for r, _ in vals)
-        cpu = statistics.median(c for _, c in vals)
-        print(f"{name:<24} {rps:>11,.0f} {rps / hey_rps:>6.2f}x {cpu:>15.3f}")
+        rps = statistics.median(r for r, _, _ in vals)
+        cpu = statistics.median(c for _, c, _ in vals)
+        delay = statistics.median(d for _, _, d in vals)
+        ref = cases[name][0]
+        ratio = f"{statistics.median(ratios[name]):.2f}x {ref.split(' ')[0]}" if ref else ""
+        print(f"{name:<30} {rps:>9,.0f} {ratio:>15} {cpu:>13.1f} {f'{delay:.1f} ms' if delay else '':>15}")
+    print("goals (issue 18): http with telemetry >= 1.0x hey; kafka with telemetry >= 0.7x raw; <= 30 µs/event")
     return 0
 
 

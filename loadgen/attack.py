@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
-import os
 import queue as queue_mod
 import time
 from dataclasses import dataclass, field
@@ -69,7 +68,7 @@ class Due:
     def take(self, now: int, limit: int) -> list[tuple[int, int]]:
         """(k, intended ns) of the sends due by now (within FIRE_AHEAD_NS), at most ``limit``; nothing after the end."""
         out = []
-        if now >= self.end_ns:  # like vegeta: nothing is sent after the schedule ends
+        if now >= self.end_ns + TURN_NS:  # like vegeta: nothing is sent after the schedule ends (and its last turn)
             self.next_ns = None
         horizon = now + FIRE_AHEAD_NS
         while self.next_ns is not None and self.next_ns <= horizon and len(out) < limit:

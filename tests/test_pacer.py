@@ -86,3 +86,31 @@ def test_shards_split_the_rate_and_together_send_the_whole():
     assert half.describe() == "500:10,750-1500:20" and half.duration_ns == full.duration_ns
     assert abs(2 * half.total_hits - full.total_hits) <= 2  # each shard rounds its own steps up
     assert full.share(1) is full
+
+
+@pytest.mark.parametrize("pace", ["1000:3", "3:2", "100-1000:2,1000:1", "333.3:2,7:1", "2000-500:1"])
+@pytest.mark.parametrize("first,stride", [(0, 1), (1, 2), (2, 3)])
+def test_a_workers_offsets_are_intended_ns_of_its_sends(pace, first, stride):
+    """The worker's incremental walk (``offsets``) gives exactly ``intended_ns`` of sends first, first+stride, ..."""
+    s = Schedule.parse(pace)
+    expected, k = [], first
+    while (t := s.intended_ns(k)) is not None:
+        expected.append((k, t))
+        k += stride
+    assert list(s.offsets(first, stride)) == expected and expected
+
+
+def test_due_sends_go_out_by_turn_and_none_after_the_schedule():
+    """A worker's turn takes what is due (200 µs ahead at most), at most ``limit``; nothing once the schedule and
+    its last turn are over."""
+    from loadgen.attack import FIRE_AHEAD_NS, TURN_NS, Due
+
+    due = Due(Schedule.parse("1000:1"), 0, 0, 1)
+    assert due.take(5_000_000, 1000) == [(k, k * 1_000_000) for k in range(6)]  # 0..5 ms: six sends
+    assert due.take(5_000_000, 1000) == []
+    assert due.wait_s(5_000_000) == TURN_NS / S  # the next is due in 1 ms: wait a whole turn
+    assert [k for k, _ in due.take(6_000_000 - FIRE_AHEAD_NS, 1000)] == [6]
+    assert len(due.take(900_000_000, 3)) == 3  # capped: the rest wait for the next turn
+    assert due.take(S + TURN_NS - 1, 10_000)[-1][0] == 999 and due.next_ns is None  # the last turn still sends
+    late = Due(Schedule.parse("1000:1"), 0, 0, 1)
+    assert late.take(S + TURN_NS, 10_000) == [] and late.next_ns is None  # behind by more than a turn at the end

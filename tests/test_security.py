@@ -95,11 +95,27 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
                              "--telemetry-topic", topic], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         outputs["loadgen"] = lg.stdout + lg.stderr
         assert lg.returncode == 0, outputs["loadgen"][-3000:]
+        # the SUT-side librdkafka clients over the same TLS listener: the Kafka target and the Kafka receiver,
+        # given FLIGHTWATCH_SUT_KAFKA_OPTIONS (their telemetry producers, librdkafka too, take the other options)
+        sut_env = dict(env, FLIGHTWATCH_SUT_KAFKA_OPTIONS=options)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "agents.receiver", "kafka", "--bootstrap", bootstrap, "--topic", "sut-tls",
+             "--state-dir", str(tmp_path / "rx-kafka"), "--telemetry-bootstrap", bootstrap, "--telemetry-topic", topic],
+            cwd=ROOT, env=sut_env, stdout=open(tmp_path / "receiver-kafka.log", "w"), stderr=subprocess.STDOUT,
+            start_new_session=True))
+        lgk = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "200", "--duration", "2s",
+                              "--target", f"kafka://{bootstrap}/sut-tls", "--run", "tls-kafka",
+                              "--out", str(tmp_path / "lg-kafka"), "--telemetry-bootstrap", bootstrap,
+                              "--telemetry-topic", topic], cwd=ROOT, env=sut_env, capture_output=True, text=True, timeout=120)
+        outputs["loadgen-kafka"] = lgk.stdout + lgk.stderr
+        assert lgk.returncode == 0, outputs["loadgen-kafka"][-3000:]
+        assert json.load(open(tmp_path / "lg-kafka" / "report.json"))["success_ratio"] == 1.0
         assert job.wait(180) == 0, (tmp_path / "job.log").read_text()[-3000:]
         received = health(rx_port)["received"]
         for p in procs:  # the agents stop writing (the node-metrics agent reports every second)
             stop_process(p, wait_s=30, group=True)
         records = telemetry(bootstrap, topic, run_id) + telemetry(bootstrap, topic, "*")
+        over_kafka = telemetry(bootstrap, topic, "tls-kafka")
     finally:
         os.environ.pop("FLIGHTWATCH_KAFKA_OPTIONS", None)
         for p in procs:
@@ -112,6 +128,8 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
           f"node records {sum(r['kind'] == 'node' for r in records)}; proxy connections {proxy.num_connections}")
     assert 990 <= s["sent"] <= 1000 and s["received"] == s["sent"] == received and s["dropped"] == 0
     assert {r["kind"] for r in records} >= {"send", "ack", "recv", "node", "run_start", "run_stop"}
+    sent_k = {r["event_id"] for r in over_kafka if r["kind"] == "send"}
+    assert len(sent_k) == 400 and {r["event_id"] for r in over_kafka if r["kind"] == "recv"} == sent_k
     # no secret anywhere: outputs, logs, run folder (summary, archive, loadgen report), spool, telemetry
     blobs = [outputs["loadgen"], json.dumps(records)]
     for d, _, files in os.walk(tmp_path):
@@ -141,6 +159,16 @@ def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
     for bad in ("security_protocol", "=x", "a b=c"):
         with pytest.raises(ValueError):
             ko.parse(bad)
+    # the same options reach the librdkafka clients of the SUT through one mapping, which librdkafka accepts
+    rd = ko.librdkafka(opts)
+    assert rd == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "fw",
+                  "sasl.password": SECRET, "ssl.endpoint.identification.algorithm": "none", "request.timeout.ms": 40000,
+                  "client.id": "x"}
+    from confluent_kafka import Producer
+
+    Producer({"bootstrap.servers": "127.0.0.1:1", **rd})  # raises KafkaException on a property it does not know
+    with pytest.raises(ValueError, match="max_in_flight_requests_per_connection"):
+        ko.librdkafka({"max_in_flight_requests_per_connection": 1})  # refused by name, not dropped
 
 
 def test_a_password_in_the_target_url_is_sent_as_basic_auth_and_never_shown():
