@@ -350,7 +350,10 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
                           shard_pace=cfg.schedule.describe())
     _telemetry_marker(cfg, contract.RunStart(cfg.run_id, cfg.sender, time.time_ns(), config=json.dumps(run_config)))
 
+    parent_cpu = []
+
     def on_start(start_ns: int) -> None:  # the schedule's exact start, for the pace steps' boundaries
+        parent_cpu.append(time.process_time())
         hlog.start(start_ns)
         _telemetry_marker(cfg, contract.RunStart(cfg.run_id, cfg.sender, start_ns, config=json.dumps(
             {**run_config, "schedule_start_ns": start_ns})))
@@ -417,6 +420,10 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
     figs["start_ns"] = start_ns
     figs["telemetry"] = {w: r["telemetry"] for w, r in results.items()}
     figs["loadgen_bound_seconds"] = bound_seconds
+    workers_cpu = sum(r.get("cpu_s", 0.0) for r in results.values())
+    parent = time.process_time() - parent_cpu[0] if parent_cpu else 0.0
+    figs["cpu"] = {"workers_s": workers_cpu, "parent_s": parent, "total_s": workers_cpu + parent,  # start-up excluded
+                   "us_per_event": (workers_cpu + parent) * 1e6 / figs["requests"] if figs["requests"] else 0.0}
     print()
     print(report.text(figs), end="")
     attack_s = (attack_end_ns - start_ns) / NS_PER_S

@@ -210,6 +210,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
             return {"attack_end_ns": time.time_ns(), "telemetry": {}}
         await asyncio.sleep(0.01)
     start_ns = start_at.value
+    cpu0 = time.process_time()  # this worker's CPU from here on, every thread (its client's I/O threads too)
     trimmer = asyncio.create_task(memory.trim_every())  # a stall's high-water mark does not stay for the run
     book = Book(cfg, worker, start_ns, out, writer)
     target.start(book)
@@ -232,7 +233,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
     if writer:
         writer.close()
         counters = writer.counters()
-    return {"attack_end_ns": attack_end, "telemetry": counters}
+    return {"attack_end_ns": attack_end, "telemetry": counters, "cpu_s": time.process_time() - cpu0}
 
 
 def worker_main(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop) -> None:

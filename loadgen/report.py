@@ -52,6 +52,8 @@ def text(f: dict) -> str:
         f"Send delay    [50, 99]                          {_ms(f['send_delay_us']['p50'])}, {_ms(f['send_delay_us']['p99'])}",
         f"Bytes Out     [total, mean]                     {f['bytes_out']['total']}, {f['bytes_out']['mean']:.2f}",
         f"Success       [ratio]                           {100 * f['success_ratio']:.2f}%",
+        *([f"CPU           [total, per event]                {f['cpu']['total_s']:.2f}s, {f['cpu']['us_per_event']:.1f}µs"]
+          if f.get("cpu") else []),
         "Status Codes  [code:count]                      " + "  ".join(f"{c}:{n}" for c, n in f["status_codes"].items()),
         "Error Set:",
         *[f"{n} x {e}" for e, n in f["errors"].items()],
