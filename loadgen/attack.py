@@ -152,23 +152,34 @@ STOP_CHECK_NS = 50_000_000
 """How often a driver looks at the parent's stop event (a lock and a semaphore: not every turn)."""
 
 
-async def _drive_async(cfg: AttackConfig, target, book: Book, due: Due, stop) -> int:
-    """The loop for targets that live on the event loop (HTTP); returns when the attack's sends ended."""
-    cap, next_stop_check = cfg.max_inflight, 0
-    while True:
+def _turns(cfg: AttackConfig, target, book: Book, due: Due, stop):
+    """One loop turn of a worker, as a function: send what is due (up to max_inflight), hand the lines over;
+    False once the worker's sends are over or the parent said stop. The drivers below only differ in how
+    they wait between turns."""
+    cap, next_stop_check = cfg.max_inflight, [0]
+
+    def turn() -> bool:
         now = time.time_ns()
-        if now >= next_stop_check:
+        if now >= next_stop_check[0]:
             if stop.is_set():
-                break
-            next_stop_check = now + STOP_CHECK_NS
+                return False
+            next_stop_check[0] = now + STOP_CHECK_NS
         if book.inflight < cap:
             for k, intended in due.take(now, cap - book.inflight):
                 book.inflight += 1
                 target.send(event_id(cfg.sender, k), intended)
             if due.next_ns is None:
-                break
+                return False
         book.tick(now)
-        if book.inflight >= cap:
+        return True
+    return turn
+
+
+async def _drive_async(cfg: AttackConfig, target, book: Book, due: Due, stop) -> int:
+    """The loop for targets that live on the event loop (HTTP); returns when the attack's sends ended."""
+    turn = _turns(cfg, target, book, due, stop)
+    while turn():
+        if book.inflight >= cfg.max_inflight:
             await book.slot()  # at MAX_INFLIGHT: the wait shows as send delay
         else:
             await asyncio.sleep(due.wait_s(time.time_ns()))
@@ -177,21 +188,9 @@ async def _drive_async(cfg: AttackConfig, target, book: Book, due: Due, stop) ->
 
 def _drive_polled(cfg: AttackConfig, target, book: Book, due: Due, stop) -> int:
     """The loop for a target with its own I/O threads (librdkafka): ``target.poll(timeout)`` serves its completions."""
-    cap, next_stop_check = cfg.max_inflight, 0
-    while True:
-        now = time.time_ns()
-        if now >= next_stop_check:
-            if stop.is_set():
-                break
-            next_stop_check = now + STOP_CHECK_NS
-        if book.inflight < cap:
-            for k, intended in due.take(now, cap - book.inflight):
-                book.inflight += 1
-                target.send(event_id(cfg.sender, k), intended)
-            if due.next_ns is None:
-                break
-        book.tick(now)
-        target.poll(0.01 if book.inflight >= cap else due.wait_s(time.time_ns()))
+    turn = _turns(cfg, target, book, due, stop)
+    while turn():
+        target.poll(0.01 if book.inflight >= cfg.max_inflight else due.wait_s(time.time_ns()))
     return time.time_ns()
 
 
