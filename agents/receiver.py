@@ -11,7 +11,7 @@ Both write receive records into the telemetry topic and, every 30 s, a clock rec
 host's clock offset against the clock reference (``agents.clock``) that the node-metrics
 agent serves, so latencies measured across hosts can be corrected or flagged.
 
-Kafka mode: each consumed record gives a receive record: event ID from the record key (or the ``ce_id``
+Kafka mode (librdkafka's consumer, confluent-kafka): each consumed record gives a receive record: event ID from the record key (or the ``ce_id``
 header), run ID from the ``fw_run`` header the load generator sets, receive time = when the
 agent saw it. Restart-safe without losing or double-reporting: before a batch's receive
 records go to the telemetry topic, the batch (with the offsets after it) is written ahead to

@@ -2,9 +2,11 @@
 
 Worker w of W takes sends k = w, w+W, w+2W, ... Each send's intended time is
 ``start + schedule.intended_ns(k)``; when a worker is behind (or at MAX_INFLIGHT) it fires
-as soon as it can and the lateness is recorded as send delay. Nothing is sent after the
-schedule's end: a generator that could not keep up reports the shortfall (achieved vs
+as soon as it can and the lateness is recorded as send delay. A worker runs in turns, at most
+one every ``TURN_NS``: each sends what fell due, no task or timer per event. Nothing is sent
+after the schedule's end: a generator that could not keep up reports the shortfall (achieved vs
 requested rate, seconds behind schedule) instead of running on.
+The send stamp is taken by the target right before the event's bytes leave (``Book.sent``).
 Per send the sender agent writes a send record and, on completion, an ack record into the
 telemetry topic (batched, bounded, off the hot path: ``agents.telemetry``).
 """
