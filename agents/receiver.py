@@ -352,7 +352,7 @@ def main_kafka(a) -> int:
             if time.monotonic() - last >= 10:
                 c = writer.counters()
                 print(f"receiver {a.agent}: {receiver.num_received:,} received, {receiver.num_unattributed:,} without "
-                      f"run/event ID; telemetry sent {c['sent']:,} retried {c['retried']:,} failed {c['failed']:,}", flush=True)
+                      f"run/event ID, {receiver.num_errors:,} consumer errors; telemetry sent {c['sent']:,} retried {c['retried']:,} failed {c['failed']:,}", flush=True)
                 last = time.monotonic()
     except KeyboardInterrupt:
         pass

@@ -43,6 +43,11 @@ class Step:
         r0, r1 = self.rate_per_sec, self.final_rate_per_sec
         return r0 * t + (r1 - r0) * t * t / (2 * self.duration_ns / NS_PER_S)
 
+    @property
+    def count(self) -> int:
+        """Sends in the whole step."""
+        return math.ceil(self.hits(self.duration_ns) - 1e-6)
+
     def time_of_hit_ns(self, j: int) -> int:
         """Offset into the step at which its j-th send (from 0) is due."""
         r0, r1 = self.rate_per_sec, self.final_rate_per_sec
@@ -110,19 +115,19 @@ class Schedule:
         for s in self.steps:
             out.append((t, hits))
             t += s.duration_ns
-            hits += math.ceil(s.hits(s.duration_ns) - 1e-6)
+            hits += s.count
         return out
 
     @property
     def total_hits(self) -> int:
         last = self.steps[-1]
         t0, h0 = self._starts[-1]
-        return h0 + math.ceil(last.hits(last.duration_ns) - 1e-6)
+        return h0 + last.count
 
     def intended_ns(self, k: int) -> int | None:
         """Offset from the run start at which send k (from 0) is due; None past the end."""
         for step, (t0, h0) in zip(self.steps, self._starts):
-            n = math.ceil(step.hits(step.duration_ns) - 1e-6)
+            n = step.count
             if k < h0 + n:
                 return t0 + step.time_of_hit_ns(k - h0)
         return None
@@ -131,9 +136,9 @@ class Schedule:
         """(k, intended offset) of sends first, first + stride, ... in order: ``intended_ns`` without a search per send."""
         k = first
         for step, (t0, h0) in zip(self.steps, self._starts):
-            end = h0 + math.ceil(step.hits(step.duration_ns) - 1e-6)
+            end = h0 + step.count
             r = step.rate_per_sec
-            if step.final_rate_per_sec == r and float(r).is_integer():  # a constant whole rate: integer arithmetic
+            if step.final_rate_per_sec == r and float(r).is_integer():  # time_of_hit_ns's integer case, inlined: per send
                 r = int(r)
                 while k < end:
                     yield k, t0 + ((k - h0) * NS_PER_S) // r
