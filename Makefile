@@ -60,7 +60,8 @@ demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --no-heartbeat --available-now
 	$(PYTHON) -m streaming summary --run $(RUN)
 
-attack: up ## attack the target (default: the embedded SUT broker) at RATE for DURATION, or PACE; streams the run
+attack: install ## attack the target (default: the embedded SUT broker, restarted empty first) at RATE for DURATION, or PACE; streams the run
+	$(PYTHON) -m stack $(if $(TARGET),up,renew-sut)
 	$(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) \
 	  $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
 	  --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \

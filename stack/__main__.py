@@ -4,6 +4,7 @@ Usage:
     python -m stack up       # start what is not running; print every address
     python -m stack down     # stop exactly what `up` started (by recorded PID)
     python -m stack status
+    python -m stack renew-sut  # restart the SUT broker empty, with the Kafka receiver (before each attack on it)
 
 Two separate Tansu brokers (Kafka protocol, in-memory): the telemetry plane never shares
 a broker with the system under test. Agents: the Kafka receiver consumes the SUT topic
@@ -241,23 +242,39 @@ def all_components() -> tuple[str, ...]:
     return tuple(PORTS) + AGENTS
 
 
+def _stop(name: str) -> None:
+    pid = recorded_pid(name)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            if not _alive(pid):
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+        print(f"{name:18} stopped (pid {pid})")
+    try:
+        os.remove(_pidfile(name))
+    except FileNotFoundError:
+        pass
+
+
 def down() -> int:
     for name in reversed(all_components()):
-        pid = recorded_pid(name)
-        if pid:
-            os.kill(pid, signal.SIGTERM)
-            for _ in range(50):
-                if not _alive(pid):
-                    break
-                time.sleep(0.1)
-            else:
-                os.kill(pid, signal.SIGKILL)
-            print(f"{name:18} stopped (pid {pid})")
-        try:
-            os.remove(_pidfile(name))
-        except FileNotFoundError:
-            pass
+        _stop(name)
     return 0
+
+
+def renew_sut() -> int:
+    """Start the embedded SUT broker empty, and the Kafka receiver on it afresh; `make attack` does it first.
+
+    Its memory storage keeps every record and ignores retention, and its CPU grows with what it holds: at
+    5,000/s with a consumer, 0.24 core in the first 10 s, 0.42 after 50 s; left running, it held 2.7 GB after
+    three runs and each run began where the last had left it. Each attack now starts on the same empty broker,
+    as a load test starts on a SUT in a known state. The receiver has recorded every receive by then."""
+    for name in ("kafka-receiver", "sut-broker"):
+        _stop(name)
+    return up()
 
 
 def status() -> int:
@@ -269,12 +286,12 @@ def status() -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    actions = {"up": up, "down": down, "status": status}
+    actions = {"up": up, "down": down, "status": status, "renew-sut": renew_sut}
     if len(argv) != 1 or argv[0] not in actions:
         if argv and argv[0] in ("-h", "--help"):
             print(__doc__)
             return 0
-        print("usage: python -m stack {up|down|status}", file=sys.stderr)
+        print("usage: python -m stack {up|down|status|renew-sut}", file=sys.stderr)
         return 2
     return actions[argv[0]]()
 

@@ -52,6 +52,23 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
         req = urllib.request.Request(f"http://127.0.0.1:{ports['RECEIVER']}/", data=b"x", method="POST",
                                      headers={"ce-id": "stack-1", "ce-fwrun": "stack"})
         assert urllib.request.urlopen(req, timeout=5).status == 202
+        # renew-sut (before each `make attack` on the embedded SUT): the SUT broker restarts empty, with the Kafka
+        # receiver on it afresh; nothing else is touched
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{ports['SUT']}")
+        producer.send("flightwatch.sut", b"held").get(timeout=30)
+        producer.close()
+        renewed = stack("renew-sut", env)
+        assert renewed.returncode == 0, renewed.stdout + renewed.stderr
+        after = {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}
+        assert {k for k in pids if after[k] != pids[k]} == {"sut-broker", "kafka-receiver"}, (pids, after)
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": f"127.0.0.1:{ports['SUT']}", "group.id": "renew-check"})
+        assert all(c.get_watermark_offsets(TopicPartition("flightwatch.sut", p), timeout=10)[1] == 0 for p in (0, 1))
+        c.close()
+        pids = after
     finally:
         down = stack("down", env)
     assert down.returncode == 0 and down.stdout.count("stopped") == 8
