@@ -213,34 +213,38 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- reading (executor side): stateless, exactly [start, end) ---
     def read(self, partition: _KafkaPartition) -> Iterator[pa.RecordBatch]:
-        from kafka import TopicPartition
-
         gc.freeze()  # what this worker holds now is never scanned again by the daemon's per-task collect
-        tp = TopicPartition(partition.topic, partition.partition)
         deadline = time.monotonic() + READ_WAIT_S
-        consumer = _worker_consumer(self.options, tp, deadline)
-        consumer.seek(tp, partition.start)
+        reading = _worker_consumer(self.options, partition.topic, partition.partition, deadline)
+        reading.assign(partition.start)
+        consumer = reading.consumer
         rows: list[tuple] = []
         next_offset = partition.start
         ok = False
         try:
             while next_offset < partition.end:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"timed out reading {tp} at {next_offset} (end {partition.end}) "
-                                       f"after {READ_WAIT_S} s")
-                for records in consumer.poll(timeout_ms=50).values():
-                    for r in records:
-                        if r.offset < next_offset or r.offset >= partition.end:
-                            continue
-                        rows.append((r.key, r.value, r.topic, r.partition, r.offset, r.timestamp * 1000, r.timestamp_type))
-                        next_offset = r.offset + 1
+                    raise RuntimeError(f"timed out reading {partition.topic}[{partition.partition}] at {next_offset} "
+                                       f"(end {partition.end}) after {READ_WAIT_S} s")
+                for m in consumer.consume(min(partition.end - next_offset, READ_CHUNK), 0.05):
+                    if m.error() is not None:  # partition EOF, a broker away: librdkafka retries by itself
+                        continue
+                    offset = m.offset()
+                    if offset < next_offset or offset >= partition.end:
+                        continue
+                    ts_type, ts_ms = m.timestamp()
+                    rows.append((m.key(), m.value(), partition.topic, partition.partition, offset, ts_ms * 1000,
+                                 ts_type - 1 if ts_type > 0 else -1))
+                    next_offset = offset + 1
                 if len(rows) >= 4096:
                     yield from self._out(rows)
                     rows = []
             ok = True
         finally:
-            if not ok:  # a failed or abandoned read: the next task starts from a fresh consumer
-                _drop_worker_consumer(self.options, tp)
+            if ok:
+                reading.unassign()
+            else:  # a failed or abandoned read: the next task starts from a fresh consumer
+                _drop_worker_consumer(self.options, partition.topic, partition.partition)
         if rows:
             yield from self._out(rows)
 
@@ -258,41 +262,82 @@ def _decoding(options: dict) -> bool:
     return str(options.get("decode", "false")).lower() == "true"
 
 
+READ_CHUNK = 10_000
+WORKER_FETCH_WAIT_MS = 50
+"""librdkafka's fetch.wait.max.ms for read tasks: a fetch past the data the planner saw waits at most this."""
+WORKER_QUEUE_KBYTES = 32768
+"""What a read task's consumer may fetch ahead within its range (telemetry at 5,000 events/s: ~1.5 MB/s)."""
+
 _CONSUMERS: dict = {}
 """A worker's consumers, one per (client settings, partition), kept between read tasks."""
 
 
-def _consumer_key(options: dict, tp) -> tuple:
-    return tuple(sorted((k, str(v)) for k, v in options.items())), tp
+class _Reading:
+    """A worker's librdkafka consumer of one partition, kept between read tasks, assigned only while one reads.
+
+    librdkafka instead of kafka-python: at 5,000 events/s the two read workers took ~0.5 core each, half of it
+    in kafka-python's network thread and fetch parsing; librdkafka's threads take ~0.02. Left assigned between
+    tasks it would fetch ahead, but every fetch on the embedded Tansu scans what the broker holds: the telemetry
+    broker went from 0.09 to 0.31 core. A task's first fetch asks for data that is there, so it is answered at once."""
+
+    def __init__(self, consumer, topic: str, partition: int) -> None:
+        self.consumer, self.topic, self.partition = consumer, topic, partition
+
+    def assign(self, offset: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+
+    def unassign(self) -> None:
+        self.consumer.unassign()
 
 
-def _worker_consumer(options: dict, tp, deadline: float):
-    from kafka import KafkaConsumer
-    from kafka.errors import KafkaError
+def _consumer_key(options: dict, topic: str, partition: int) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in options.items())), topic, partition
 
-    key = _consumer_key(options, tp)
-    consumer = _CONSUMERS.get(key)
-    while consumer is None:  # the broker may be away for a while: wait for it rather than fail the batch
+
+def _worker_consumer(options: dict, topic: str, partition: int, deadline: float) -> _Reading:
+    from confluent_kafka import Consumer, KafkaException
+
+    from agents.kafka_options import librdkafka
+
+    key = _consumer_key(options, topic, partition)
+    reading = _CONSUMERS.get(key)
+    if reading is not None:
+        return reading
+    cfg = kafka_client_config(options)
+    servers = cfg.pop("bootstrap_servers")
+    config = {"bootstrap.servers": ",".join(servers), "group.id": "flightwatch-spark-source",
+              "enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": False,
+              "fetch.wait.max.ms": WORKER_FETCH_WAIT_MS, "queued.max.messages.kbytes": WORKER_QUEUE_KBYTES,
+              "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20, "receive.message.max.bytes": 80 << 20,
+              **librdkafka(cfg)}
+    while True:  # a broker that is away is retried by librdkafka; creating the client fails only on bad settings
         try:
-            consumer = KafkaConsumer(**{"enable_auto_commit": False, "max_partition_fetch_bytes": 16 << 20,
-                                        "fetch_max_bytes": 64 << 20, **kafka_client_config(options)})
-            consumer.assign([tp])
-            _CONSUMERS[key] = consumer
-        except KafkaError as e:
+            reading = _Reading(Consumer(config), topic, partition)
+            break
+        except KafkaException as e:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"telemetry broker unreachable for {READ_WAIT_S} s reading {tp}: {e}") from None
+                raise RuntimeError(f"cannot read {topic}[{partition}] for {READ_WAIT_S} s: {e}") from None
             time.sleep(1.0)
-    return consumer
+    _CONSUMERS[key] = reading
+    return reading
 
 
-def _drop_worker_consumer(options: dict, tp) -> None:
-    key = _consumer_key(options, tp)
-    consumer = _CONSUMERS.pop(key, None)
-    if consumer is not None:
+def _drop_worker_consumer(options: dict | tuple, topic: str, partition: int) -> None:
+    key = (options if isinstance(options, tuple) else _consumer_key(options, topic, partition)[0]), topic, partition
+    reading = _CONSUMERS.pop(key, None)
+    if reading is not None:
         try:
-            consumer.close()
+            reading.consumer.close()
         except Exception:  # noqa: BLE001 - closing a broken client
             pass
+
+
+def close_worker_consumers() -> None:
+    """Close every consumer this process keeps for read tasks (a test that read in-process, before its broker goes)."""
+    for key in list(_CONSUMERS):
+        _drop_worker_consumer(*key)
 
 
 def _kafka_batch(rows: list[tuple]) -> pa.RecordBatch:

@@ -4,7 +4,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from conftest import create_topic
-from streaming.sources import KafkaStreamReader
+from streaming.sources import KafkaStreamReader, close_worker_consumers
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,8 @@ def topic(broker):
         producer.send(name, value=b"m%d" % i, partition=i % 2)
     producer.flush()
     producer.close()
-    return name
+    yield name
+    close_worker_consumers()
 
 
 def reader(broker, topic, **options):
@@ -49,6 +50,18 @@ def test_reading_a_range_twice_gives_the_same_rows(broker, topic):
     assert first == second and len(rows) == 200 + 506
     assert [row["offset"] for row in rows if row["partition"] == 0] == list(range(100, 300))
     assert {row["value"] for row in rows if row["partition"] == 0} == {b"m%d" % (2 * o) for o in range(100, 300)}
+
+
+def test_a_kept_consumer_reads_consecutive_ranges_and_one_back_exactly(broker, topic):
+    """A worker keeps its consumer between read tasks: consecutive ranges, and one back, are each read exactly."""
+    r = reader(broker, topic)
+    offsets = []
+    for start, end in ((0, 50), (50, 51), (51, 400), (10, 20), (400, 506)):
+        rows = [row for b in r.read(r.partitions({"1": start}, {"1": end})[0]) for row in b.to_pylist()]
+        offsets.append([row["offset"] for row in rows])
+        assert {row["value"] for row in rows} == {b"m%d" % (2 * o + 1) for o in range(start, end)}
+        assert all(row["timestampType"] == 0 and row["partition"] == 1 for row in rows)  # CreateTime, as Spark's
+    assert offsets == [list(range(s, e)) for s, e in ((0, 50), (50, 51), (51, 400), (10, 20), (400, 506))]
 
 
 def test_admission_control_caps_messages_per_batch(broker, topic):
