@@ -79,7 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="telemetry topic (default %(default)s)")
         s.add_argument("--source", choices=("flightwatch_kafka", "kafka"), default="flightwatch_kafka",
                        help="Kafka reader: the Python Data Source, or Spark's connector where its jar is present")
-        s.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest")
+        s.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest",
+                       help="where a new job starts in the topic: all it holds, or its end (`loadgen --stream` starts "
+                            "its job before the run, at the end); a restarted job resumes from its checkpoint "
+                            "(default %(default)s)")
         s.add_argument("--max-offsets-per-trigger", type=int, help="cap on Kafka messages per micro-batch")
         s.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                        help="extra Kafka client setting (e.g. security_protocol=SASL_SSL); repeatable")
