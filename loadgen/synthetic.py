@@ -146,6 +146,30 @@ def messages(run: SyntheticRun, records_per_message: int = 200, linger_ns: int =
     return out
 
 
+def exact_gaps(sent_ns, recv_ns, stop_ns: int, window_ns: int = NS) -> tuple[list[tuple[int, int, int]], dict[int, int]]:
+    """Gaps by their definition, one silence at a time (independent of ``streaming.gaps``): between consecutive
+    receives a and b, a gap when b - a > max(100 ms, 20 / (sends in [a - 1 s, a)) s) and sends up to a outnumber
+    receives up to a or a send falls in (a, b), and a is before the run's stop. Returns [(start, end, in flight)] and, per window, its ns inside a gap."""
+    import bisect
+
+    sends, recvs = sorted(int(x) for x in sent_ns), sorted(int(x) for x in recv_ns)
+    gaps, silence = [], {}
+    for i in range(len(recvs) - 1):
+        a, b = recvs[i], recvs[i + 1]
+        if a >= stop_ns:
+            break
+        rate = bisect.bisect_left(sends, a) - bisect.bisect_left(sends, a - NS)
+        if rate == 0 or b - a <= max(100_000_000, 20 * NS / rate):
+            continue
+        in_flight = bisect.bisect_right(sends, a) - bisect.bisect_right(recvs, a)
+        if in_flight <= 0 and bisect.bisect_left(sends, b) == bisect.bisect_right(sends, a):
+            continue
+        gaps.append((a, b, in_flight))
+        for win in range(a - a % window_ns, b, window_ns):
+            silence[win] = silence.get(win, 0) + min(b, win + window_ns) - max(a, win)
+    return gaps, silence
+
+
 def truth(run: SyntheticRun) -> dict:
     """Ground truth per 1 s window and per run, computed from the injected arrays."""
     spec = run.spec
@@ -171,9 +195,22 @@ def truth(run: SyntheticRun) -> dict:
     for win in np.unique(w(run.recv_ns[in_time])):
         sel = in_time & (w(run.recv_ns) == win)
         latency[int(win)] = (lat_us[sel], lat_int_us[sel])
-    recv_windows = set(int(x) for x in np.unique(w(run.recv_ns[in_time])))
-    gap_windows = [x for x in sorted(windows) if x not in recv_windows and x < spec.start_ns + spec.duration_s * NS]
-    return {"windows": windows, "latency": latency, "gap_windows": gap_windows,
+    # exemplars: per window, the 5 slowest in-time deliveries (by receive window) and the 5 first drops (by send window)
+    slowest, first_dropped = {}, {}
+    for i in np.flatnonzero(in_time):
+        slowest.setdefault(int(w(run.recv_ns[i])), []).append((-(int(run.recv_ns[i]) - int(run.sent_ns[i])), run.event_id[i]))
+    for i in np.flatnonzero(dropped):
+        first_dropped.setdefault(int(w(run.sent_ns[i])), []).append((int(run.sent_ns[i]), run.event_id[i]))
+    slowest_run = [i for _, i in sorted(x for v in slowest.values() for x in v)[:5]]
+    first_dropped_run = [i for _, i in sorted(x for v in first_dropped.values() for x in v)[:5]]
+    slowest = {k: [i for _, i in sorted(v)[:5]] for k, v in slowest.items()}
+    first_dropped = {k: [i for _, i in sorted(v)[:5]] for k, v in first_dropped.items()}
+    gaps, silence = exact_gaps(run.sent_ns, np.r_[run.recv_ns[run.recv_ns > 0], run.dup_recv_ns],
+                               spec.start_ns + spec.duration_s * NS)
+    for win, ns in silence.items():
+        windows.setdefault(win, {})["silence_ns"] = ns
+    return {"windows": windows, "latency": latency, "gaps": gaps, "slowest": slowest, "first_dropped": first_dropped,
+            "dropped_ids": set(run.event_id[dropped]), "slowest_run": slowest_run, "first_dropped_run": first_dropped_run,
             "num_dropped": int(dropped.sum()), "num_late": int(late.sum()), "num_errors": int(run.errored.sum()),
             "num_duplicates": int(run.dup_recv_ns.size), "num_sent": int(run.sent_ns.size),
             "num_received": int(in_time.sum()), "num_malformed": len(run.malformed),

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agents import contract
+from streaming import gaps as gap_tracking
 from streaming import histogram
 
 PENDING, RECEIVED, LATE, DROPPED, ERRORED = 0, 1, 2, 3, 4
@@ -40,7 +41,13 @@ EVENT_KINDS = ("node", "oom", "restart", "clock", "lost", "run_start", "run_stop
 """Record kinds passed through to the events table as they are."""
 
 EVENT_COLUMNS = ("kind", "agent", "at_ns", "node", "metric", "value", "missing", "source", "where", "count", "config",
-                 "reason", "reference", "offset_us", "rtt_us")
+                 "reason", "reference", "offset_us", "rtt_us", "event_id", "victim")
+
+EXEMPLARS = 5
+"""Per window, the IDs of this many slowest received events (``kind="slowest"``: at the receive, ``value`` its
+flight time in µs, ns-exact) and of the first this many dropped ones (``kind="dropped_id"``: at the send,
+``count`` +1, or -1 when a drop named is withdrawn). The top of a union of tops is the top of the union, so any time
+range merges exactly, as the histograms do."""
 
 MAX_PREFIX = "max:"
 """Count names with this prefix merge by max, all others by sum."""
@@ -72,13 +79,15 @@ def _empty_known() -> pd.DataFrame:
             "errored": pd.Series(dtype=bool),
             "recv_ns": pd.Series(dtype=np.int64),
             "status": pd.Series(dtype=np.int8),
+            "id": pd.Series(dtype=object),
         },
         index=pd.Index([], dtype=np.uint64, name="event_id"),
     )
 
 
 def _empty_orphans() -> pd.DataFrame:
-    return pd.DataFrame({"event_id": pd.Series(dtype=np.uint64), "at_ns": pd.Series(dtype=np.int64)})
+    return pd.DataFrame({"event_id": pd.Series(dtype=np.uint64), "at_ns": pd.Series(dtype=np.int64),
+                         "id": pd.Series(dtype=object)})
 
 
 def id_hash(event_ids: np.ndarray) -> np.ndarray:
@@ -101,9 +110,13 @@ class EngineState:
     stopped: list = field(default_factory=list)   # the senders whose stop record has arrived
     last_sender_ns: int = NO_TIME_NS  # the newest send, ack or start record: the generator's last sign of life
     aborted: str | None = None       # why the job closed the run itself
+    gaps: gap_tracking.GapTracker = field(default_factory=gap_tracking.GapTracker)
+    drops_named_ns: int = NO_TIME_NS  # drops of events sent before this are final and their exemplars written
 
     def scalars(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("known", "orphans")}
+        """Everything but the tables (``known``, ``orphans``, the gap tracker's stamps), as JSON can hold it."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("known", "orphans", "gaps")}
+        return dict(out, gaps=self.gaps.scalars())
 
 
 def _shards_of(config_text: str) -> int:
@@ -199,9 +212,41 @@ def _column(df: pd.DataFrame, name: str) -> np.ndarray:
     return df[name].to_numpy()
 
 
+def _slowest(at_ns: np.ndarray, latency_ns: np.ndarray, ids: np.ndarray, window_ns: int) -> pd.DataFrame:
+    """Per window, the ``EXEMPLARS`` slowest of these deliveries (``kind="slowest"``, ``value`` in µs)."""
+    if len(at_ns) == 0:
+        return pd.DataFrame()
+    w = at_ns // window_ns
+    order = np.lexsort((at_ns, -latency_ns, w))  # by window, slowest first, then earliest
+    ws = w[order]
+    rank = np.arange(len(order)) - np.searchsorted(ws, ws, side="left")
+    pick = order[rank < EXEMPLARS]
+    return pd.DataFrame({"kind": "slowest", "at_ns": at_ns[pick].astype(np.int64),
+                         "value": latency_ns[pick] / 1000, "event_id": ids[pick]})
+
+
+def _ids(known: pd.DataFrame, positions: np.ndarray) -> np.ndarray:
+    """The ID strings of these rows of ``known`` (only these: the column is Arrow-backed, and turning all of it
+    into Python strings every batch cost more than the rest of the join)."""
+    return known["id"].iloc[positions].to_numpy(object)
+
+
+def _first_dropped(sent_ns: np.ndarray, known: pd.DataFrame, positions: np.ndarray, window_ns: int) -> pd.DataFrame:
+    """Per window of their sends, the ``EXEMPLARS`` first of these drops (``kind="dropped_id"``, ``count`` 1)."""
+    if len(positions) == 0:
+        return pd.DataFrame()
+    order = np.lexsort((sent_ns, sent_ns // window_ns))
+    w = (sent_ns // window_ns)[order]
+    rank = np.arange(len(order)) - np.searchsorted(w, w, side="left")
+    pick = order[rank < EXEMPLARS]
+    return pd.DataFrame({"kind": "dropped_id", "at_ns": sent_ns[pick].astype(np.int64), "count": 1,
+                         "event_id": _ids(known, positions[pick])})
+
+
 def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[EngineState, BatchResult]:
     """Consume one decoded batch (``streaming.decode.DECODED_SCHEMA``); return new state and partials."""
     out = _Collector(cfg.window_ns)
+    exemplars: list[pd.DataFrame] = []   # see EXEMPLARS
     bad = batch.filter(batch["quarantine_reason"].is_valid())
     good = batch.filter(batch["quarantine_reason"].is_null())
     mine = pc.fill_null(pc.equal(good["run_id"], cfg.run_id), False)
@@ -221,10 +266,22 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
         max_event_ns = max(max_event_ns, pc.max(good["at_ns"]).as_py())
     watermark_ns = max(state.watermark_ns, max_event_ns - cfg.watermark_delay_ns) if max_event_ns != NO_TIME_NS else state.watermark_ns
 
+    # Which stamps no agent can still contradict (``streaming.gaps``): for gaps, and for naming drops.
+    gap_state = dataclasses.replace(state.gaps, recent=list(state.gaps.recent), progress=dict(state.gaps.progress),
+                                    stopped=list(state.gaps.stopped))
+    if good.num_rows:
+        gap_state.note(good["agent"].to_numpy(zero_copy_only=False), good["at_ns"].to_numpy(),
+                       np.isin(kinds, ("send", "ack", "recv")), kinds == "run_stop")
+    batch_stops = good.filter(pa.array(kinds == "run_stop"))["at_ns"] if good.num_rows else None
+    stop_known = max([x for x in (state.stop_ns, pc.max(batch_stops).as_py() if batch_stops is not None and len(batch_stops) else None)
+                      if x is not None], default=None)
+    judged_ns = gap_state.judged_until(stop_known is not None and watermark_ns >= stop_known + cfg.drop_timeout_ns)
+
     def rows(kind: str, cols: list[str]) -> pd.DataFrame:
         sel = good.filter(pa.array(kinds == kind)).select(cols)
         df = pd.DataFrame({c: sel[c].to_numpy(zero_copy_only=False) for c in cols})
         if "event_id" in df:
+            df["id"] = df["event_id"]  # the ID itself, for exemplars
             df["event_id"] = id_hash(df["event_id"].to_numpy())
         return df
 
@@ -240,7 +297,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     if len(sends):
         new = pd.DataFrame(
             {"sent_ns": _column(sends, "at_ns"), "intended_ns": _column(sends, "intended_at_ns"),
-             "errored": False, "recv_ns": np.int64(-1), "status": np.int8(PENDING)},
+             "errored": False, "recv_ns": np.int64(-1), "status": np.int8(PENDING), "id": _column(sends, "id")},
             index=pd.Index(_column(sends, "event_id"), dtype=np.uint64, name="event_id"),
         )
         known = pd.concat([known, new]) if len(known) else new
@@ -263,12 +320,15 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
             pos = np.unique(pos[pos >= 0])
             undo = pos[status[pos] == DROPPED]
             out.add("dropped", sent_ns[undo], -1)
+            named = undo[sent_ns[undo] < state.drops_named_ns]  # a drop already named as an exemplar: unname it
+            exemplars.append(pd.DataFrame({"kind": "dropped_id", "at_ns": sent_ns[named], "count": -1,
+                                           "event_id": _ids(known, named)}))
             status[undo] = ERRORED
             errored[pos] = True
 
     # Receives (with earlier orphans): first delivery per ID decides; the rest are duplicates.
-    new_recv = rows("recv", ["event_id", "at_ns"])
-    recv = pd.concat([state.orphans, new_recv], ignore_index=True) if len(state.orphans) else new_recv
+    new_recv = rows("recv", ["event_id", "at_ns"]).assign(new=True)
+    recv = pd.concat([state.orphans.assign(new=False), new_recv], ignore_index=True) if len(state.orphans) else new_recv
     recv = recv.sort_values(["at_ns", "event_id"], kind="stable")
     # An identical record (same event, same receive time) is the agent re-sending telemetry
     # after a restart, not a second delivery.
@@ -287,7 +347,9 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     recv_ns = _column(known, "recv_ns").copy()
     same_as_first = np.zeros(pos.shape, dtype=bool)
     same_as_first[found] = recv_ns[pos[found]] == rat[found]
-    out.add("repeated_receive_records", rat[found & delivered_before & same_as_first])
+    resent = found & delivered_before & same_as_first
+    out.add("repeated_receive_records", rat[resent])
+    fresh_recv_ns = rat[recv["new"].to_numpy(dtype=bool) & ~resent]  # every receive, once: the silences between them
     decide = found & first & ~delivered_before
     dup = found & ~decide & ~(delivered_before & same_as_first)
     out.add("duplicates", rat[dup])
@@ -298,18 +360,23 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     drop_after = ~in_time & ~errored[p]
     delta = drop_after.astype(np.int64) - drop_before.astype(np.int64)
     out.add("dropped", sent_ns[p][delta != 0], delta[delta != 0])
+    withdrawn = p[(delta < 0) & (sent_ns[p] < state.drops_named_ns)]  # named already (an agent out of order): unname
+    if len(withdrawn):
+        exemplars.append(pd.DataFrame({"kind": "dropped_id", "at_ns": sent_ns[withdrawn], "count": -1,
+                                       "event_id": _ids(known, withdrawn)}))
     ok_p, ok_at = p[in_time], at[in_time]
     out.add("received", ok_at)
     latency_us = (ok_at - sent_ns[ok_p]) // 1000
     out.record("latency_us", ok_at, latency_us, "clock_skew")
     out.record("latency_intended_us", ok_at, (ok_at - _column(known, "intended_ns")[ok_p]) // 1000)
     out.add("max:latency_us", ok_at, latency_us)
+    exemplars.append(_slowest(ok_at, ok_at - sent_ns[ok_p], recv["id"].to_numpy(object)[decide][in_time], cfg.window_ns))
     out.add("late", at[~in_time])
     status[p] = np.where(in_time, RECEIVED, LATE).astype(np.int8)
     recv_ns[p] = at
 
     # Orphans: receives of IDs not seen (yet) as sent; given up after deadline + retention.
-    orphans = recv[~found][["event_id", "at_ns"]]
+    orphans = recv[~found][["event_id", "at_ns", "id"]]
     expired = _column(orphans, "at_ns") + cfg.drop_timeout_ns + cfg.retention_ns < watermark_ns
     out.add("orphan_receives", _column(orphans, "at_ns")[expired])
     orphans = orphans[~expired].reset_index(drop=True)
@@ -319,6 +386,15 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     due = (status == PENDING) & (deadline < watermark_ns)
     out.add("dropped", sent_ns[due & ~errored])
     status[due] = np.where(errored[due], ERRORED, DROPPED).astype(np.int8)
+    # Drop exemplars name only final drops: once every agent has written past the deadline, no receive or error
+    # ack can withdraw them (the watermark alone can run ahead: one partition seconds before another). Drops turn
+    # final in the order of their sends, so the first of each batch's final ones are the first of the window.
+    drops_named_ns = state.drops_named_ns
+    name_until = min(watermark_ns, judged_ns) - cfg.drop_timeout_ns
+    if name_until > drops_named_ns:
+        final = ((status == DROPPED) | (status == LATE)) & (sent_ns >= drops_named_ns) & (sent_ns < name_until)
+        exemplars.append(_first_dropped(sent_ns[final], known, np.flatnonzero(final), cfg.window_ns))
+        drops_named_ns = name_until
 
     known = known.assign(status=status, errored=errored, recv_ns=recv_ns)
     forget = (status != PENDING) & (deadline + cfg.retention_ns < watermark_ns)
@@ -355,6 +431,17 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
         shards = len(stopped)
         events = pd.concat([events, pd.DataFrame([{"kind": "run_stop", "agent": "job", "at_ns": stop_ns, "reason": aborted}])],
                            ignore_index=True)
+    # Gaps: receive silences while events are in flight, judged once no agent can still write inside them.
+    declared = gap_state.advance(_column(sends, "at_ns"), fresh_recv_ns, judged_ns, stop_ns)
+    gap_state.forget(watermark_ns - cfg.retention_ns)
+    if declared:
+        out.add("silence_ns", *gap_tracking.silence_by_window(declared, cfg.window_ns))
+    exemplars = [e for e in exemplars if len(e)]
+    if exemplars:
+        events = pd.concat([events, *[e.assign(agent="job") for e in exemplars]], ignore_index=True)
+        events = pd.concat([events, pd.DataFrame([{"kind": "gap", "agent": "job", "at_ns": a, "count": d, "value": float(n),
+                                                    "source": "receive silence"} for a, d, n in declared])],
+                           ignore_index=True)
     # Records about the machines (for every run): those within the run's span, once it is known.
     # They never move the watermark (an agent's clock is not the run's event time).
     info["num_shared"] = shared.num_rows
@@ -369,7 +456,8 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     new_state = EngineState(known=known, orphans=orphans, max_event_ns=int(max_event_ns),
                             watermark_ns=int(watermark_ns), start_ns=start_ns, stop_ns=stop_ns,
                             num_batches=state.num_batches + 1, shards=shards, stopped=stopped,
-                            last_sender_ns=int(last_sender_ns), aborted=aborted)
+                            last_sender_ns=int(last_sender_ns), aborted=aborted, gaps=gap_state,
+                            drops_named_ns=int(drops_named_ns))
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     finished = (stop_ns is not None and len(stopped) >= shards and watermark_ns >= stop_ns + cfg.drop_timeout_ns
                 and not (status == PENDING).any())

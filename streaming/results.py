@@ -371,6 +371,11 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
         restarts = events[events["kind"] == "restart"]
         if len(restarts):
             table = table.join(restarts.groupby("window_ns").size().rename("container_restarts"), how="outer")
+        slow, dropped = exemplars(events, by_window=True)
+        if len(slow):
+            table = table.join(slow.groupby("window_ns").apply(_slowest_text, include_groups=False).rename("slowest"), how="outer")
+        if len(dropped):
+            table = table.join(dropped.groupby("window_ns")["event_id"].agg("; ".join).rename("first_dropped"), how="outer")
     if table.empty:
         return table
     full = np.arange(table.index.min(), table.index.max() + window_ns, window_ns, dtype=np.int64)
@@ -380,6 +385,10 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
         table[name] = table[name].fillna(0).astype(np.int64) if name in table else 0
     for name in [c for c in table.columns if c.startswith("errors:") or c.startswith("overflow:") or c in ("clock_skew", "repeated_send_records", "negative_send_delay")]:
         table[name] = table[name].fillna(0).astype(np.int64)
+    for name in ("slowest", "first_dropped"):  # the events behind the window's percentiles and drops
+        table[name] = table[name].fillna("") if name in table else ""
+    # the part of each window inside a gap (``streaming.gaps``), in ms
+    table["silence_ms"] = table.pop("silence_ns").fillna(0) / 1e6 if "silence_ns" in table else 0.0
     # In flight at a window's end: sent - received - errors - drops whose deadline has passed.
     shift = timeout_ns // window_ns
     dropped_at_deadline = table["dropped"].shift(shift, fill_value=0)
@@ -407,25 +416,59 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
     return table.reset_index()
 
 
-def gaps(windows: pd.DataFrame, window_ns: int) -> pd.DataFrame:
-    """Maximal runs of gap windows: start, end (exclusive) and duration."""
-    if windows.empty:
-        return pd.DataFrame(columns=["start_ns", "end_ns", "duration_s"])
-    flag = windows["gap"].to_numpy(dtype=bool)
-    starts = windows["window_ns"].to_numpy()
-    out = []
-    i = 0
-    while i < len(flag):
-        if flag[i]:
-            j = i
-            while j + 1 < len(flag) and flag[j + 1]:
-                j += 1
-            out.append({"start_ns": int(starts[i]), "end_ns": int(starts[j] + window_ns),
-                        "duration_s": (starts[j] + window_ns - starts[i]) / 1e9})
-            i = j + 1
-        else:
-            i += 1
-    return pd.DataFrame(out, columns=["start_ns", "end_ns", "duration_s"])
+def exemplars(events: pd.DataFrame, lo: int | None = None, hi: int | None = None,
+              by_window: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The slowest received events and the first dropped ones (``engine.EXEMPLARS`` of each), over the windows in
+    [lo, hi) or per window: (slowest: event_id, at_ns, latency_us, window_ns; dropped: event_id, at_ns, window_ns).
+    A withdrawn drop (its receive came in time after all, or an error ack) nets out."""
+    from streaming.engine import EXEMPLARS
+
+    empty = pd.DataFrame(columns=["event_id", "at_ns", "latency_us", "window_ns"])
+    if events.empty or "event_id" not in events:
+        return empty, empty.drop(columns="latency_us")
+    sel = events
+    if lo is not None:
+        sel = sel[sel["window_ns"] >= lo]
+    if hi is not None:
+        sel = sel[sel["window_ns"] < hi]
+    keys = ["window_ns"] if by_window else []
+    slow = sel[sel["kind"] == "slowest"].rename(columns={"value": "latency_us"})
+    slow = slow.sort_values(["latency_us", "at_ns"], ascending=[False, True], kind="stable")
+    slow = slow.groupby(keys, sort=False).head(EXEMPLARS) if keys else slow.head(EXEMPLARS)
+    d = sel[sel["kind"] == "dropped_id"]
+    d = d.groupby("event_id", as_index=False).agg(at_ns=("at_ns", "min"), window_ns=("window_ns", "min"), n=("count", "sum"))
+    d = d[d["n"] > 0].sort_values(["at_ns", "event_id"], kind="stable")
+    d = d.groupby(keys, sort=False).head(EXEMPLARS) if keys else d.head(EXEMPLARS)
+    return (slow[["event_id", "at_ns", "latency_us", "window_ns"]].reset_index(drop=True),
+            d[["event_id", "at_ns", "window_ns"]].reset_index(drop=True))
+
+
+def _exemplar_records(events: pd.DataFrame) -> dict:
+    slow, dropped = exemplars(events)
+    return {"slowest": [{"event_id": str(r.event_id), "at_ns": int(r.at_ns), "latency_ms": round(float(r.latency_us) / 1000, 3)}
+                        for r in slow.itertuples()],
+            "first_dropped": [{"event_id": str(r.event_id), "sent_at_ns": int(r.at_ns)} for r in dropped.itertuples()]}
+
+
+def _slowest_text(g: pd.DataFrame) -> str:
+    return "; ".join(f"{i} ({v / 1000:.1f} ms)" for i, v in zip(g["event_id"], g["latency_us"]))
+
+
+GAP_COLUMNS = ["start_ns", "end_ns", "duration_s", "in_flight"]
+
+
+def gaps(events: pd.DataFrame) -> pd.DataFrame:
+    """The run's gaps, exact (``streaming.gaps``): start and end (ns, the receives around the silence),
+    duration, and events in flight at the start. Retractions (negative partials) cancel what they undo."""
+    g = events[events["kind"] == "gap"] if not events.empty else events
+    if g.empty:
+        return pd.DataFrame(columns=GAP_COLUMNS)
+    net = g.groupby("at_ns").agg(duration_ns=("count", "sum"), in_flight=("value", "max"))
+    net = net[net["duration_ns"] > 0]
+    starts = net.index.to_numpy(np.int64)
+    dur = net["duration_ns"].to_numpy(np.int64)
+    return pd.DataFrame({"start_ns": starts, "end_ns": starts + dur, "duration_s": dur / 1e9,
+                         "in_flight": net["in_flight"].to_numpy(np.int64)}, columns=GAP_COLUMNS)
 
 
 def merged_percentiles(root: str, hist: str = "latency_us", start_ns: int | None = None, end_ns: int | None = None,
@@ -575,7 +618,8 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
     errors = {c.split(":", 1)[1]: int(windows[c].sum()) for c in windows.columns if c.startswith("errors:")}
     events = load_partials(root, "events")
     hists = load_partials(root, "hists")
-    ooms = _records(events, "oom", ["at_ns", "source", "where", "count"])
+    ooms = _records(events, "oom", ["at_ns", "source", "where", "count", "victim"] if "victim" in events else
+                    ["at_ns", "source", "where", "count"])
     by_source: dict[str, int] = {}
     for o in ooms:
         by_source[o["source"]] = by_source.get(o["source"], 0) + int(o["count"] or 1)
@@ -598,7 +642,9 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
         "quarantined": int(batches["num_quarantined"].sum()) if len(batches) else 0,
         **{name: merged_percentiles(root, name, hists=hists)
            for name in ("latency_us", "latency_intended_us", "send_delay_us")},
-        "gaps": gaps(windows, cfg["window_ns"]).to_dict("records"),
+        "exemplars": _exemplar_records(events),
+        "gaps": [{"start_ns": int(g.start_ns), "end_ns": int(g.end_ns), "duration_s": float(g.duration_s),
+                  "in_flight": int(g.in_flight)} for g in gaps(events).itertuples()],
         "oom_events": ooms,
         "oom_kills_by_source": by_source,
         "container_restarts": _records(events, "restart", ["at_ns", "where", "reason", "count"]),

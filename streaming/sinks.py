@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from agents import memory
 from streaming import engine
 from streaming.decode import DECODED_SCHEMA
+from streaming.gaps import GapTracker
 
 SNAPSHOT_EVERY_BATCHES = 10
 """Engine state is snapshotted every this many batches (recovery replays at most this many)."""
@@ -214,6 +215,7 @@ class RunStore:
         os.makedirs(tmp)
         pq.write_table(pa.Table.from_pandas(self.state.known.reset_index(), preserve_index=False), os.path.join(tmp, "known.parquet"))
         pq.write_table(pa.Table.from_pandas(self.state.orphans, preserve_index=False), os.path.join(tmp, "orphans.parquet"))
+        pq.write_table(pa.Table.from_pandas(self.state.gaps.stamps(), preserve_index=False), os.path.join(tmp, "gap_stamps.parquet"))
         with open(os.path.join(tmp, "scalars.json"), "w") as f:
             json.dump(self.state.scalars(), f)
         shutil.rmtree(d, ignore_errors=True)
@@ -230,7 +232,11 @@ class RunStore:
         base = engine.EngineState()
         known = known.astype(base.known.dtypes.to_dict()) if len(known) else base.known
         orphans = orphans.astype(base.orphans.dtypes.to_dict()) if len(orphans) else base.orphans
-        return engine.EngineState(known=known, orphans=orphans, **scalars)
+        stamps = os.path.join(d, "gap_stamps.parquet")
+        gaps = (GapTracker.restore(scalars.pop("gaps"), pq.read_table(stamps).to_pandas()) if os.path.exists(stamps)
+                else GapTracker())  # a snapshot from before gaps were exact: they start over from here
+        scalars.pop("gaps", None)
+        return engine.EngineState(known=known, orphans=orphans, gaps=gaps, **scalars)
 
     def _recover(self, batch_id: int) -> None:
         """State as it was after batch_id - 1: latest snapshot before it, then the archive after it."""

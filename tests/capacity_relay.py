@@ -1,10 +1,13 @@
 """A system under test of known capacity, for the saturation tests: a CloudEvents relay.
 
-    python tests/capacity_relay.py PORT TARGET_URL [--capacity N] [--delay S]
+    python tests/capacity_relay.py PORT TARGET_URL [--capacity N] [--delay S] [--hold-at S --hold-for S]
+                                   [--forward-log FILE]
 
 Answers each POST with 202 (after ``--delay`` seconds), queues the event, and forwards the
 queue to TARGET_URL (the HTTP receiver agent) at most ``--capacity`` events a second, like a
-broker whose dispatcher has a fixed throughput: beyond it, a backlog builds up.
+broker whose dispatcher has a fixed throughput: beyond it, a backlog builds up. ``--hold-at``/``--hold-for``:
+forward nothing for that long, from that many seconds after the first event (a stall of known length);
+``--forward-log``: the relay's own clock at each forward (ns, a line each), ground truth for the stall.
 """
 import argparse
 import asyncio
@@ -15,18 +18,28 @@ import aiohttp
 from aiohttp import web
 
 
+CONNECTIONS = 32
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("port", type=int)
     ap.add_argument("target")
     ap.add_argument("--capacity", type=float, default=0, help="events/s forwarded at most (0: no limit)")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds before answering 202")
+    ap.add_argument("--hold-at", type=float, default=None, help="seconds after the first event: stop forwarding")
+    ap.add_argument("--hold-for", type=float, default=0.0, help="for this many seconds")
+    ap.add_argument("--forward-log", default=None, help="append each forward's time (ns) to this file")
     a = ap.parse_args()
+    first: list[float] = []
+    log = open(a.forward_log, "a", buffering=1 << 16) if a.forward_log else None
     queue: collections.deque = collections.deque()
     wake = asyncio.Event()
 
     async def handle(request: web.Request) -> web.Response:
         body = await request.read()
+        if not first:
+            first.append(time.monotonic())
         queue.append(({k: v for k, v in request.headers.items() if k.lower().startswith("ce-")}, body))
         wake.set()
         if a.delay:
@@ -34,22 +47,29 @@ async def main() -> None:
         return web.Response(status=202)
 
     async def post(session, headers, body) -> None:
+        if log is not None:
+            log.write(f"{time.time_ns()}\n")
         async with session.post(a.target, data=body, headers=headers) as r:
             await r.read()
 
     async def forward() -> None:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=32)) as session:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONNECTIONS)) as session:
             credit, last = 0.0, time.monotonic()
             while True:
                 if not queue:
                     wake.clear()
                     await wake.wait()
                 now = time.monotonic()
+                if a.hold_at is not None and first and first[0] + a.hold_at <= now < first[0] + a.hold_at + a.hold_for:
+                    await asyncio.sleep(first[0] + a.hold_at + a.hold_for - now)
+                    last = now = time.monotonic()
+                if log is not None:
+                    log.flush()
                 credit = min(credit + (now - last) * a.capacity, max(a.capacity / 10, 1)) if a.capacity else len(queue)
                 last = now
                 batch = []
-                while queue and credit >= 1:
-                    batch.append(queue.popleft())
+                while queue and credit >= 1 and len(batch) < CONNECTIONS:  # no post waits for a connection: the logged
+                    batch.append(queue.popleft())                           # time is when it goes out
                     credit -= 1
                 if batch:
                     await asyncio.gather(*(post(session, h, b) for h, b in batch))

@@ -65,6 +65,15 @@ def test_every_window_matches_ground_truth(live, recorded):
         got = w[name].reindex(expected.index, fill_value=0)
         assert (got == expected).all(), f"{name}: {got[got != expected].head()} vs {expected[got != expected].head()}"
         assert int(w[name].sum()) == int(expected.sum())
+    # the part of each window inside a gap, to the ns
+    silence = pd.Series({win: d.get("silence_ns", 0) / 1e6 for win, d in t["windows"].items()})
+    assert (w["silence_ms"].reindex(silence.index, fill_value=0) == silence).all() and w["silence_ms"].sum() == silence.sum() > 2900
+    # exemplars: each window's 5 slowest deliveries are truly its slowest, its first 5 drops truly dropped and first
+    ids = lambda text: [x.split(" (")[0] for x in text.split("; ")] if text else []  # noqa: E731
+    for win in w.index:
+        assert ids(w.loc[win, "slowest"]) == t["slowest"].get(win, []), win
+        assert ids(w.loc[win, "first_dropped"]) == t["first_dropped"].get(win, []), win
+    assert sum(len(v) for v in t["first_dropped"].values()) > 20 and set().union(*map(set, t["first_dropped"].values())) <= t["dropped_ids"]
     # latency percentiles: within 0.1% of numpy's (nearest-rank) values, every window
     worst = 0.0
     for win, (lat_us, lat_intended_us) in t["latency"].items():
@@ -88,10 +97,12 @@ def test_run_summary_matches_ground_truth(live, recorded):
     for p in (50, 90, 99):
         exact = np.percentile(t["all_latency_us"], p, method="inverted_cdf")
         assert abs(s["latency_us"][f"p{p}"] - exact) / exact <= 0.001
-    # the one pause: found, bounds within one window of the truth
-    assert len(s["gaps"]) == 1
-    gap = s["gaps"][0]
-    assert abs(gap["start_ns"] - t["gap_windows"][0]) <= NS and abs(gap["end_ns"] - (t["gap_windows"][-1] + NS)) <= NS
+    # the one pause: its exact edges (the receives around it) and the events in flight at its start
+    assert [(g["start_ns"], g["end_ns"], g["in_flight"]) for g in s["gaps"]] == t["gaps"]
+    assert len(t["gaps"]) == 1 and 3.0 < s["gaps"][0]["duration_s"] < 3.01
+    # the run's 5 slowest deliveries and first 5 drops, merged from the windows' exemplars
+    assert [e["event_id"] for e in s["exemplars"]["slowest"]] == t["slowest_run"]
+    assert [e["event_id"] for e in s["exemplars"]["first_dropped"]] == t["first_dropped_run"]
     # the OOM event at its time and place; node metrics per window
     assert [(e["at_ns"], e["where"]) for e in s["oom_events"]] == [(spec.start_ns + int(45.5 * NS), "node-a:/leaker")]
     w = results.load_windows(str(live)).set_index("window_ns")

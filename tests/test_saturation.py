@@ -239,6 +239,36 @@ def test_a_relay_of_capacity_400_with_flightwatch_on_the_same_machine_has_its_kn
 
 
 @pytest.mark.integration
+def test_a_relay_stall_of_3_s_is_one_gap_within_20_ms_of_the_relays_own_silence(broker, tmp_path):
+    """Issue 19: the relay forwards nothing for 3.0 s, 4 s into a 300/s attack, and logs its own clock at each forward.
+    The silence it measures (first forward after - last forward before) is the truth for the reported gap."""
+    import numpy as np
+
+    log = tmp_path / "forwards.log"
+    s = _saturation_run(broker, tmp_path, "hold3", "300:10", ["--hold-at", "4", "--hold-for", "3", "--forward-log", str(log)])
+    forwards = np.sort(np.loadtxt(log, dtype=np.int64))
+    silences = np.diff(forwards)
+    i = int(np.argmax(silences))
+    truth_ns = int(silences[i])
+    assert 2.95 * NS < truth_ns < 3.2 * NS
+    # the stall's gap: duration within 20 ms of the relay's silence, edges just after the forwards around it
+    (g,) = [g for g in s["gaps"] if g["start_ns"] < forwards[i + 1] and g["end_ns"] > forwards[i]]
+    err_ms = abs((g["end_ns"] - g["start_ns"]) - truth_ns) / 1e6
+    print(f"\ngap: reported {(g['end_ns'] - g['start_ns']) / 1e6:.1f} ms, relay's silence {truth_ns / 1e6:.1f} ms "
+          f"(error {err_ms:.1f} ms; edges {(g['start_ns'] - forwards[i]) / 1e6:+.1f} / {(g['end_ns'] - forwards[i + 1]) / 1e6:+.1f} ms "
+          f"after the forwards), {g['in_flight']} in flight at its start; all gaps {s['gaps']}")
+    assert err_ms <= 20
+    assert 0 <= g["start_ns"] - forwards[i] < 50_000_000 and 0 <= g["end_ns"] - forwards[i + 1] < 50_000_000
+    assert g["in_flight"] >= 0  # at 300/s the last receive before the stall can leave none: those sent in it are held
+    # any other gap is a silence of the relay's too (a busy machine's relay can pause ~100 ms): none is made up
+    for other in s["gaps"]:
+        k = int(np.searchsorted(forwards, other["start_ns"])) - 1
+        assert abs((other["end_ns"] - other["start_ns"]) - silences[k]) <= 20_000_000, (other, silences[k])
+    w = results.load_windows(str(tmp_path / "hold3"))
+    assert abs(w["silence_ms"].sum() - (g["end_ns"] - g["start_ns"]) / 1e6) < 1e-3
+
+
+@pytest.mark.integration
 def test_a_generator_short_of_its_schedule_is_loadgen_bound(broker, tmp_path):
     # 4 requests in flight against 50 ms answers: the generator tops out near 80/s; the SUT keeps up
     s = _saturation_run(broker, tmp_path, "lgbound", "40:5,200:5", ["--delay", "0.05"], ["--max-inflight", "4"])

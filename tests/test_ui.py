@@ -239,6 +239,18 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
             labels = page.locator("text.annotation-text").all_text_contents()
             assert "OOM" in labels and "gap" in labels, labels
             page.screenshot(path=str(shots / "2-finished.png"), full_page=True)
+            # the gap is shaded over its exact interval; hovering a p99 point names the window's slowest events
+            fig = page.evaluate("""() => { const gd = document.querySelector('.js-plotly-plot');
+                const i = gd.data.findIndex(t => t.name === 'p99');
+                const j = gd.data[i].text.findIndex(t => t);
+                const t = gd.data[i];
+                Plotly.Fx.hover(gd, [{curveNumber: i, pointNumber: j}], [(t.xaxis || 'x') + (t.yaxis || 'y')]);
+                return {rects: gd.layout.shapes.filter(s => s.type === 'rect').map(s => [s.x0, s.x1]),
+                        hover: document.querySelector('.hoverlayer').textContent, text: gd.data[i].text[j]}; }""")
+            (gap,) = summary["gaps"]
+            assert len(fig["rects"]) == 1 and abs((fig["rects"][0][1] - fig["rects"][0][0]) - gap["duration_s"]) < 1e-6, fig
+            assert 2.99 < gap["duration_s"] < 3.1, gap
+            assert "slowest" in fig["hover"] and fig["text"].split(" (")[0] in fig["hover"], fig
             # exports: the chart as PNG (Plotly's camera button) and the window table as CSV
             chart = page.locator(".js-plotly-plot").first
             chart.hover()
@@ -253,6 +265,10 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
             browser.close()
         exported = pd.read_csv(tmp_path / "windows.csv")
         assert exported["sent"].sum() == summary["sent"] and exported["dropped"].sum() == summary["dropped"]
+        # the exemplars go out with the windows: the slowest IDs where there were deliveries, the first drops where drops
+        assert exported.loc[exported["received"] > 0, "slowest"].notna().all()
+        assert exported.loc[exported["dropped"] > 0, "first_dropped"].notna().all()
+        assert abs(exported["silence_ms"].sum() - 1000 * summary["gaps"][0]["duration_s"]) < 1e-3
     finally:
         stop.set()
         for p in (job, ui):

@@ -20,9 +20,15 @@ OOM_COLOR = "crimson"
 PANELS = ("events/s", "latency (ms)", "in flight · drops · late", "node CPU · memory (%)", "network drops/s")
 
 
-def _line(fig, x, y, name, row, color=None, dash=None, legendgroup=None, width=1.6):
-    fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines", line=dict(color=color, dash=dash, width=width),
-                             legendgroup=legendgroup or name, connectgaps=False), row=row, col=1)
+def _line(fig, x, y, name, row, color=None, dash=None, legendgroup=None, width=1.6, ids=None, ids_label=""):
+    """A line; ``ids`` (a text per point): the events behind it, shown on hover (the window's exemplars)."""
+    extra = {}
+    if ids is not None:
+        extra = dict(text=[html.escape(t) if t else "" for t in ids],
+                     hovertemplate=f"%{{y:.4g}}<br>{ids_label}: %{{text}}<extra>{html.escape(name)}</extra>")
+    fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines+markers" if ids is not None else "lines",
+                             marker=dict(size=3), line=dict(color=color, dash=dash, width=width),
+                             legendgroup=legendgroup or name, connectgaps=False, **extra), row=row, col=1)
 
 
 def _ms(series):
@@ -36,13 +42,18 @@ def add_markers(fig: go.Figure, view: RunView) -> None:
         fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1, fillcolor="#888", opacity=0.18,
                       line_width=0, layer="below")
         fig.add_annotation(x=(x0 + x1) / 2, xref="x", yref="paper", y=0.985, yanchor="top", text="gap",
-                           showarrow=False, font=dict(size=11, color="#555"))
+                           showarrow=False, font=dict(size=11, color="#555"),
+                           hovertext=f"{(g['end_ns'] - g['start_ns']) / 1e6:,.1f} ms without a delivery, "
+                                     f"{g.get('in_flight', '?')} in flight at its start")
     for o in view.oom:
         x = view.t(o["at_ns"])
         fig.add_shape(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
                       line=dict(color=OOM_COLOR, dash="dash", width=1.5))
-        fig.add_annotation(x=x, xref="x", yref="paper", y=1.0, yanchor="bottom", text="OOM", showarrow=False,
-                           font=dict(size=11, color=OOM_COLOR), hovertext=html.escape(f"{o.get('source')}: {o.get('where')}"))
+        victim = o.get("victim")
+        fig.add_annotation(x=x, xref="x", yref="paper", y=1.0, yanchor="bottom",
+                           text="OOM" + (f": {html.escape(victim)}" if victim else ""), showarrow=False,
+                           font=dict(size=11, color=OOM_COLOR),
+                           hovertext=html.escape(f"{o.get('source')}: {o.get('where')}" + (f", killed {victim}" if victim else "")))
     for st in view.steps[1:]:
         fig.add_shape(type="line", xref="x", yref="y domain", x0=st.start_s, x1=st.start_s, y0=0, y1=1,
                       line=dict(color="#999", dash="dot", width=1))
@@ -66,13 +77,15 @@ def timeline(view: RunView, log_latency: bool = False, intended: bool = True, he
     for p in ("p50", "p90", "p99", "max"):
         col = f"latency_us_{p}"
         if col in w:
-            _line(fig, x, _ms(w[col]), f"{p}", 2, COLORS[p], width=2.2 if p == "p99" else 1.4)
+            slowest = w["slowest"] if p in ("p99", "max") and "slowest" in w else None
+            _line(fig, x, _ms(w[col]), f"{p}", 2, COLORS[p], width=2.2 if p == "p99" else 1.4, ids=slowest, ids_label="slowest")
         icol = f"latency_intended_us_{p}"
         if intended and p in ("p50", "p99") and icol in w:
             _line(fig, x, _ms(w[icol]), f"{p} from intended", 2, COLORS[p], dash="dot")
     # 3: in flight, drops and late receives
     _line(fig, x, w["in_flight"], "in flight", 3, COLORS["in_flight"])
-    _line(fig, x, w["dropped"], "dropped/s", 3, COLORS["dropped"], dash="dash")
+    _line(fig, x, w["dropped"], "dropped/s", 3, COLORS["dropped"], dash="dash",
+          ids=w["first_dropped"] if "first_dropped" in w else None, ids_label="first dropped")
     _line(fig, x, w["late"], "late/s", 3, COLORS["late"], dash="dot")
     # 4: node CPU and memory, per node
     cpu = node_series(w, "cpu_util")
