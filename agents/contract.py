@@ -102,11 +102,13 @@ class NodeSample(Record):
 
 @dataclass(frozen=True)
 class OomEvent(Record):
-    """OOM kills seen by one detector: ``source`` is vmstat, cgroup or k8s; ``where`` the place."""
+    """OOM kills seen by one detector: ``source`` is vmstat, cgroup or k8s; ``where`` the place (node, cgroup path,
+    or namespace/pod/container@node); ``victim`` what the kernel killed, as it said (``pid 123 (python)``)."""
 
     source: str = ""
     where: str | None = None
     count: int | None = None
+    victim: str | None = None
     KIND: ClassVar[str] = "oom"
     REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("source",)
 

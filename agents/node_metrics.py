@@ -70,9 +70,11 @@ def combined_query() -> str:
 class NodeMetrics:
     """Turns one query answer into node samples and vmstat OOM events (pure apart from ``query``)."""
 
-    def __init__(self, query, emit, agent: str, observer=None) -> None:
-        """``observer(at_ns)``: (node, cores used by flightwatch or None) pairs, each an ``observer_cpu`` sample."""
+    def __init__(self, query, emit, agent: str, observer=None, kernel=None, local_nodes: tuple = ()) -> None:
+        """``observer(at_ns)``: (node, cores used by flightwatch or None) pairs, each an ``observer_cpu`` sample.
+        ``kernel`` (``agents.oom.KernelLog``): names the victims of vmstat OOM kills on ``local_nodes`` (this host)."""
         self.query, self.emit, self.agent, self.observer = query, emit, agent, observer
+        self.kernel, self.local_nodes = kernel, set(local_nodes)
         self.nodes: dict[str, str] = {}       # instance -> node name
         self.oom_counts: dict[str, float] = {}
         self.num_cycles = 0
@@ -142,8 +144,10 @@ class NodeMetrics:
         if before is not None and count > before:
             scraped = values.get("_oom_scraped_at")
             at = int(scraped * 1e9) if scraped else at_ns
+            victim = (self.kernel.victims("vmstat", int(count - before))
+                      if self.kernel is not None and node in self.local_nodes else None)
             self.emit(contract.OomEvent(contract.ANY_RUN, self.agent, at, source="vmstat", where=node,
-                                        count=int(count - before)))
+                                        count=int(count - before), victim=victim))
 
 
 def local_observer(node: str, stack_dir: str | None = None):
@@ -237,7 +241,7 @@ def main(argv=None) -> int:
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    from agents.oom import CgroupWatcher, KubeWatcher
+    from agents.oom import CgroupWatcher, KernelLog, KubeWatcher
     from agents.telemetry import TelemetryWriter
 
     try:
@@ -252,9 +256,10 @@ def main(argv=None) -> int:
             ref = clock.ClockReference(*clock.split_address(a.clock_listen)).start()
         except (OSError, ValueError) as e:
             print(f"node_metrics: clock reference not served on {a.clock_listen}: {e}", flush=True)
+    kernel = KernelLog.open()  # names what the kernel killed, where its log is readable (root on the node)
     watchers = []
     if roots:
-        watchers.append(CgroupWatcher(roots, writer.write, a.node, a.agent).start())
+        watchers.append(CgroupWatcher(roots, writer.write, a.node, a.agent, kernel=kernel).start())
     kube = None
     if a.kubernetes:
         from kubernetes import client, config
@@ -269,10 +274,12 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     query = prometheus_query(a.prometheus)
     observe = promql_observer(query, a.observer_promql) if a.observer_promql else local_observer(a.node)
-    metrics = NodeMetrics(query, writer.write, a.agent, observe)
+    metrics = NodeMetrics(query, writer.write, a.agent, observe, kernel=kernel,
+                          local_nodes=(a.node, socket.gethostname()))
     print(f"node_metrics {a.agent}: {a.prometheus} every {interval_s:g}s -> {a.telemetry_bootstrap}/{a.telemetry_topic}"
           + (f"; clock reference udp://{ref.address}" if ref else "")
-          + (f"; cgroups {', '.join(roots)}" if roots else "") + ("; kubernetes pods" if kube else ""), flush=True)
+          + (f"; cgroups {', '.join(roots)}" if roots else "") + ("; kubernetes pods" if kube else "")
+          + ("" if kernel else "; OOM victims unnamed (/dev/kmsg not readable)"), flush=True)
     next_at = (time.time_ns() // 10**9 + 1) * 10**9
     last_log = time.monotonic()
     try:

@@ -8,14 +8,20 @@
   container terminated with reason ``OOMKilled`` (an ``OomEvent``) and each restart (a
   ``ContainerRestart``), once each.
 
+The victims (PID and name) come from the kernel's own lines (``KernelLog``: ``/dev/kmsg``, where readable):
+``oom-kill:...,task_memcg=/a/b,task=python,pid=123`` and ``Killed process 123 (python)``.
+
 Records about the machines carry the run ID ``*`` (``contract.ANY_RUN``): every run's job
 takes those within its time span.
 """
 from __future__ import annotations
 
+import errno
 import os
+import re
 import threading
 import time
+from collections import deque
 from datetime import datetime
 
 from agents import contract
@@ -53,6 +59,87 @@ def oom_kill_count(cgroup_dir: str) -> int | None:
     return None
 
 
+_OOM_KILL = re.compile(r"oom-kill:.*?(?:oom_memcg=(?P<oom>[^,]*),)?task_memcg=(?P<memcg>[^,]*),task=(?P<task>[^,]*),pid=(?P<pid>\d+)")
+_KILLED = re.compile(r"Killed process (?P<pid>\d+) \((?P<task>[^)]*)\)")
+
+
+class KernelLog:
+    """The kernel's OOM-kill lines, read from ``/dev/kmsg`` from the moment it is opened (non-blocking).
+
+    Hand-written: no library reads kmsg records; each ``read`` returns one record, ``pri,seq,usec,flags;text``.
+    ``victims(n, ...)`` hands out each kill once per detector, newest first, so the vmstat and cgroup
+    detectors can both name the same kill."""
+
+    def __init__(self, path: str = "/dev/kmsg", keep: int = 256) -> None:
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(self.fd, 0, os.SEEK_END)
+        self.kills: deque = deque(maxlen=keep)   # dicts: at_ns, pid, task, memcg (paths as the kernel gives them)
+        self._claimed: dict[str, set] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: str = "/dev/kmsg") -> KernelLog | None:
+        """None where the log cannot be read (not root, a container without it): victims are then unnamed."""
+        try:
+            return cls(path)
+        except OSError:
+            return None
+
+    def poll(self) -> None:
+        """Read what the kernel wrote since the last call."""
+        with self._lock:
+            while True:
+                try:
+                    rec = os.read(self.fd, 8192)
+                except BlockingIOError:
+                    return
+                except OSError as e:
+                    if e.errno == errno.EPIPE:  # records overwritten before we read them: go on with the next
+                        continue
+                    return
+                if not rec:
+                    return
+                header, _, text = rec.decode("utf-8", "replace").partition(";")
+                m = _OOM_KILL.search(text) or _KILLED.search(text)
+                if m is None:
+                    continue
+                try:
+                    usec = int(header.split(",")[2])
+                except (IndexError, ValueError):
+                    usec = time.monotonic_ns() // 1000
+                at_ns = time.time_ns() - (time.monotonic_ns() - usec * 1000)
+                pid, task = int(m["pid"]), m["task"]
+                known = next((k for k in self.kills if k["pid"] == pid), None)
+                if known is None:
+                    self.kills.append({"at_ns": at_ns, "pid": pid, "task": task,
+                                       "memcg": m.groupdict().get("memcg"), "oom_memcg": m.groupdict().get("oom")})
+                elif m.groupdict().get("memcg"):
+                    known.update(memcg=m["memcg"], oom_memcg=m["oom"])
+
+    def victims(self, detector: str, n: int, cgroup: str | None = None, wait_s: float = 0.0) -> str | None:
+        """``pid 123 (python)``, comma-joined, for the ``n`` newest kills not yet given to ``detector`` (in
+        ``cgroup`` and below, when given). ``wait_s``: a counter can move a moment before the kernel's line."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            self.poll()
+            with self._lock:
+                claimed = self._claimed.setdefault(detector, set())
+                found = [k for k in reversed(self.kills) if k["pid"] not in claimed
+                         and (cgroup is None or _under(cgroup, k.get("memcg")) or _under(cgroup, k.get("oom_memcg")))][:max(n, 1)]
+                if len(found) >= n or time.monotonic() >= deadline:
+                    claimed.update(k["pid"] for k in found)
+                    return ", ".join(f"pid {k['pid']} ({k['task']})" for k in reversed(found)) or None
+            time.sleep(0.02)
+
+
+def _under(cgroup_dir: str, memcg: str | None) -> bool:
+    """Whether the kernel's memcg path (``/a/b``, relative to the controller's root) is ``cgroup_dir`` or below it."""
+    if not memcg:
+        return False
+    rel = "/" + os.path.relpath(cgroup_dir, V1_MEMORY if cgroup_dir.startswith(V1_MEMORY + "/") else CGROUP_ROOT).lstrip("./")
+    return memcg == rel or memcg.startswith(rel.rstrip("/") + "/")
+
+
 class CgroupWatcher:
     """Polls OOM-kill counters of cgroup trees; ``emit(OomEvent)`` for each increase.
 
@@ -60,8 +147,10 @@ class CgroupWatcher:
     watching (a new cgroup starts at 0, so a kill in it right away is still reported).
     """
 
-    def __init__(self, roots: list[str], emit, node: str, agent: str, interval_s: float = 0.1) -> None:
+    def __init__(self, roots: list[str], emit, node: str, agent: str, interval_s: float = 0.1,
+                 kernel: KernelLog | None = None) -> None:
         self.roots, self.emit, self.node, self.agent, self.interval_s = list(roots), emit, node, agent, interval_s
+        self.kernel = kernel
         self.counts: dict[str, int] = {}
         self._primed = False
         self._stop = threading.Event()
@@ -89,14 +178,15 @@ class CgroupWatcher:
             self.counts[cg] = n
             if before is not None and n > before:
                 found += n - before
+                victim = self.kernel.victims("cgroup", n - before, cgroup=cg, wait_s=0.5) if self.kernel else None
                 self.emit(contract.OomEvent(contract.ANY_RUN, self.agent, now, source="cgroup",
-                                            where=f"{self.node}:{cg}", count=n - before))
+                                            where=f"{self.node}:{cg}", count=n - before, victim=victim))
         for gone in set(self.counts) - present:
             del self.counts[gone]
         self._primed = True
         return found
 
-    def start(self) -> "CgroupWatcher":
+    def start(self) -> CgroupWatcher:
         self.poll()
         self.thread = threading.Thread(target=self._run, name="cgroup-oom-watcher", daemon=True)
         self.thread.start()

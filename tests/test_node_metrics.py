@@ -152,6 +152,10 @@ def test_real_oom_kill_reaches_the_topic_and_the_jobs_output(prometheus, broker,
             leak_ns = time.time_ns()
             leaker = subprocess.Popen([sys.executable, "-c", "x = []\nwhile True: x.append(bytearray(8 << 20))"],
                                       preexec_fn=lambda: open(os.path.join(cg, "cgroup.procs"), "w").write(str(os.getpid())))
+            try:
+                name = open(f"/proc/{leaker.pid}/comm").read().strip()
+            except OSError:  # killed already
+                name = os.path.basename(sys.executable)[:15]
             assert leaker.wait(30) == -signal.SIGKILL
             killed_ns = time.time_ns()
             time.sleep(3)  # two scrapes and a query for vmstat
@@ -176,6 +180,8 @@ def test_real_oom_kill_reaches_the_topic_and_the_jobs_output(prometheus, broker,
     got = {o["source"]: o for o in summary["oom_events"]}
     assert {s: (got[s]["at_ns"], got[s]["where"]) for s in got} == {s: (o["at_ns"], o["where"]) for s, o in by_source.items()}
     assert summary["oom_kills"] == 1 and summary["oom_kills_by_source"] == {"cgroup": 1, "vmstat": 1}
+    # the victim, as the kernel named it (/dev/kmsg), in both detectors' events
+    assert {s: got[s]["victim"] for s in got} == {"cgroup": f"pid {leaker.pid} ({name})", "vmstat": f"pid {leaker.pid} ({name})"}, got
     w = results.load_windows(str(out))
     assert int(w["oom_kills"].sum()) in (1, 2)  # one kill: one per window, two if the detectors straddle a window edge
     assert w.loc[w["window_ns"] == by_source["cgroup"]["at_ns"] // NS * NS, "oom_kills"].item() == 1
