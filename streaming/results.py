@@ -400,6 +400,10 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
     finished = bool(batches["finished"].any())
     ends = table.index.to_numpy() + window_ns
     table["receive_complete"] = finished | (ends <= watermark)
+    # every agent that sends or receives has written past the window's end (``streaming.gaps``): its figures are
+    # final, however far ahead another agent's partition has moved the watermark
+    judged = int(batches["judged_ns"].max()) if "judged_ns" in batches and batches["judged_ns"].notna().any() else None
+    table["settled"] = finished | ((ends <= judged) if judged is not None else False)
     table["drops_final"] = finished | (ends + timeout_ns <= watermark)
     # When each window's figures reached the sink (for freshness): first and last batch touching it.
     written = batches.set_index("batch_id")["written_at_ns"]

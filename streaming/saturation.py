@@ -1,7 +1,8 @@
 """Where the system under test saturates: pure rules over the window table, with their evidence.
 
-Signals per 1 s window (only *settled* windows, at least ``SETTLE_WINDOWS`` behind the newest,
-so a receive still in flight is not mistaken for a loss):
+Signals per 1 s window (only *settled* windows: every agent that sends or receives has written past the
+window's end (``settled``, from the job), or, failing that, the window is ``SETTLE_WINDOWS`` behind the newest,
+so a receive still on its way to the job is not mistaken for a loss):
 
     ratio       received / sent over the window and the one before
     backlog     in flight grew by more than 10% of a second's sends over the last 2 windows,
@@ -92,7 +93,11 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
     if w.empty or "sent" not in w:
         return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
     w = w.sort_values("window_ns").reset_index(drop=True)
-    settled = w.iloc[: max(len(w) - SETTLE_WINDOWS, 0)]
+    done = np.zeros(len(w), bool)
+    done[: max(len(w) - SETTLE_WINDOWS, 0)] = True
+    if "settled" in w:  # as soon as its records are all in (a receiver that stalls holds this back: then the rule above)
+        done |= w["settled"].fillna(False).to_numpy(bool)
+    settled = w.iloc[: int(np.flatnonzero(~done)[0]) if (~done).any() else len(w)]
     w = settled[settled["sent"] > 0].copy()
     if w.empty:
         return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])

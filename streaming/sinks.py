@@ -117,8 +117,8 @@ def use_system_allocator() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
-VERDICT_EVERY_S = 1.5
-"""The live verdict is recomputed at most this often (it judges windows 2 s behind the newest anyway)."""
+VERDICT_EVERY_S = 0.5
+"""The live verdict is recomputed at most this often (a window is judged once its records are all in)."""
 VERDICT_CPU_SHARE = 0.25
 """... and at most this share of one core: a pass's CPU time grows with the run's windows, the batches come first."""
 

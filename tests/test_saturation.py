@@ -214,11 +214,12 @@ def test_real_sut_of_capacity_250_saturates_at_the_300_step(broker, tmp_path):
     assert live["saturated_at"]["window_ns"] == at["window_ns"] and live["saturated_at"]["step"] == 3, live
     assert live["computed_at_ns"] < s["stopped_at_ns"]  # before the load generator stopped: live, not after the fact
     assert "verdict after batch" in s["job_log"] and "saturated at step 3 (300/s)" in s["job_log"], s["job_log"][-2000:]
-    # reported, not asserted (timing): from the crossing step's start to the job publishing the verdict
-    lag_s = (live["computed_at_ns"] - steps[3]["start_ns"]) / NS
+    # issue 19: a live reader sees the verdict within 3 s (wall clock) of the end of the first saturated window
+    lag_s = (live["seen_ns"] - (at["window_ns"] + NS)) / NS
     print(f"\nsaturation: flagged at window +{(at['window_ns'] - steps[3]['start_ns']) / NS:.1f} s of step 3 "
-          f"(event time); the job published it {lag_s:.1f} s after the step began (wall clock)")
-    assert lag_s > 0  # never before the step that crosses capacity
+          f"(event time); a live reader saw it {lag_s:.2f} s after that window ended, "
+          f"{(live['seen_ns'] - steps[3]['start_ns']) / NS:.1f} s after the step began (wall clock)")
+    assert 0 < lag_s <= 3.0
 
 
 @pytest.mark.integration
