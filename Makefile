@@ -79,12 +79,13 @@ test-fast: install ## the tests that need neither broker nor Spark
 soak: up ## 15 minutes at 2,000 events/s through the stack; memory of every process, engine state, completeness (SOAK_ARGS)
 	$(PYTHON) -m bench.soak $(SOAK_ARGS)
 
-bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates
+bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, verdict lag and false alarms
 	$(PYTHON) -m bench.footprint
 	$(PYTHON) -m bench.encoding
 	$(PYTHON) -m bench.loadgen
 	$(PYTHON) -m bench.receiver
 	$(PYTHON) -m bench.pipeline
+	$(PYTHON) -m bench.verdict
 
 spark-cluster: install ## a Spark standalone master + SPARK_WORKERS workers on 127.0.0.1:7077 (then: make stream SPARK_MASTER=spark://127.0.0.1:7077)
 	$(PYTHON) -m stack.spark up --workers $(SPARK_WORKERS)

@@ -117,7 +117,7 @@ def use_system_allocator() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
-VERDICT_EVERY_S = 0.5
+VERDICT_EVERY_S = 0.4
 """The live verdict is recomputed at most this often (a window is judged once its records are all in)."""
 VERDICT_CPU_SHARE = 0.25
 """... and at most this share of one core: a pass's CPU time grows with the run's windows, the batches come first."""
@@ -158,13 +158,19 @@ class LiveVerdict:
     def _loop(self) -> None:
         from streaming import results
 
-        last, every = 0.0, VERDICT_EVERY_S
+        # at most one pass every VERDICT_EVERY_S, and on average a quarter of a core (on two cores the batches
+        # come first): a budget of CPU time earned at VERDICT_CPU_SHARE and spent by passes, up to one second's
+        # worth saved, so the pass after a batch runs at once rather than waiting out the last pass's cost
+        last, budget, earned_at = 0.0, VERDICT_CPU_SHARE, time.monotonic()
         while True:
             self._poke.wait()
             if self._stop.is_set():
                 return
-            # at most one pass every VERDICT_EVERY_S, and a quarter of a core: on two cores the batches come first
-            if self._stop.wait(max(0.0, last + every - time.monotonic())):
+            now = time.monotonic()
+            budget = min(budget + (now - earned_at) * VERDICT_CPU_SHARE, VERDICT_CPU_SHARE)
+            earned_at = now
+            wait = max(last + VERDICT_EVERY_S - now, -budget / VERDICT_CPU_SHARE if budget < 0 else 0.0)
+            if self._stop.wait(max(0.0, wait)):
                 return
             last, cpu = time.monotonic(), time.thread_time()
             self._poke.clear()
@@ -175,7 +181,7 @@ class LiveVerdict:
                 self.log(f"verdict: not computed after batch {batch} ({type(e).__name__}: {e})")
                 continue
             finally:
-                every = max(VERDICT_EVERY_S, (time.thread_time() - cpu) / VERDICT_CPU_SHARE)
+                budget -= time.thread_time() - cpu
             if v is not None:
                 self._publish(v, batch)
             release_memory()
