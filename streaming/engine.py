@@ -270,8 +270,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     gap_state = dataclasses.replace(state.gaps, recent=list(state.gaps.recent), progress=dict(state.gaps.progress),
                                     stopped=list(state.gaps.stopped))
     if good.num_rows:
-        gap_state.note(good["agent"].to_numpy(zero_copy_only=False), good["at_ns"].to_numpy(),
-                       np.isin(kinds, ("send", "ack", "recv")), kinds == "run_stop")
+        gap_state.note(good, np.isin(kinds, ("send", "ack", "recv")), kinds == "run_stop")
     batch_stops = good.filter(pa.array(kinds == "run_stop"))["at_ns"] if good.num_rows else None
     stop_known = max([x for x in (state.stop_ns, pc.max(batch_stops).as_py() if batch_stops is not None and len(batch_stops) else None)
                       if x is not None], default=None)

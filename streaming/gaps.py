@@ -56,17 +56,21 @@ class GapTracker:
         return {"done_ns": self.done_ns, "last_recv_ns": self.last_recv_ns, "sends_before": self.sends_before,
                 "recvs_done": self.recvs_done, "recent": self.recent, "progress": self.progress, "stopped": self.stopped}
 
-    def note(self, agents: np.ndarray, at_ns: np.ndarray, data: np.ndarray, stops: np.ndarray) -> None:
-        """A batch's records: ``agents`` and their stamps, ``data`` where the record is a send, ack or receive (the
-        agents whose progress holds judgement back), ``stops`` where it is an agent's stop record."""
-        if len(agents) == 0:
+    def note(self, records, data: np.ndarray, stops: np.ndarray) -> None:
+        """A batch's records (an Arrow table with ``agent`` and ``at_ns``): ``data`` where the record is a send,
+        ack or receive (the agents whose progress holds judgement back), ``stops`` where it is an agent's stop."""
+        import pyarrow as pa
+
+        if records.num_rows == 0:
             return
-        df = pd.DataFrame({"agent": agents.astype(object), "at": at_ns, "data": data})
-        for agent, at in df.groupby("agent")["at"].max().items():
-            if agent in self.progress or df.loc[df["agent"] == agent, "data"].any():
-                self.progress[agent] = max(int(at), self.progress.get(agent, NO_TIME_NS))
-        for agent in set(agents[stops]) - set(self.stopped):
-            self.stopped.append(str(agent))
+        t = records.select(["agent", "at_ns"]).append_column("data", pa.array(data))
+        for row in t.group_by("agent").aggregate([("at_ns", "max"), ("data", "any")]).to_pylist():
+            agent = row["agent"]
+            if agent in self.progress or row["data_any"]:
+                self.progress[agent] = max(int(row["at_ns_max"]), self.progress.get(agent, NO_TIME_NS))
+        if stops.any():
+            for agent in set(records["agent"].filter(pa.array(stops)).to_pylist()) - set(self.stopped):
+                self.stopped.append(str(agent))
 
     def judged_until(self, closing: bool) -> int:
         """Receives up to here can be judged: every agent still writing has written past it."""
