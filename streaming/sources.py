@@ -215,7 +215,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: _KafkaPartition) -> Iterator[pa.RecordBatch]:
         gc.freeze()  # what this worker holds now is never scanned again by the daemon's per-task collect
         deadline = time.monotonic() + READ_WAIT_S
-        reading = _worker_consumer(self.options, partition.topic, partition.partition, deadline)
+        reading = _worker_consumer(self.options, partition.topic, partition.partition)
         reading.assign(partition.start)
         consumer = reading.consumer
         rows: list[tuple] = []
@@ -296,7 +296,7 @@ def _consumer_key(options: dict, topic: str, partition: int) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in options.items())), topic, partition
 
 
-def _worker_consumer(options: dict, topic: str, partition: int, deadline: float) -> _Reading:
+def _worker_consumer(options: dict, topic: str, partition: int) -> _Reading:
     from confluent_kafka import Consumer, KafkaException
 
     from agents.kafka_options import librdkafka
@@ -312,14 +312,10 @@ def _worker_consumer(options: dict, topic: str, partition: int, deadline: float)
               "fetch.wait.max.ms": WORKER_FETCH_WAIT_MS, "queued.max.messages.kbytes": WORKER_QUEUE_KBYTES,
               "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20, "receive.message.max.bytes": 80 << 20,
               **librdkafka(cfg)}
-    while True:  # a broker that is away is retried by librdkafka; creating the client fails only on bad settings
-        try:
-            reading = _Reading(Consumer(config), topic, partition)
-            break
-        except KafkaException as e:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"cannot read {topic}[{partition}] for {READ_WAIT_S} s: {e}") from None
-            time.sleep(1.0)
+    try:  # a broker that is away is retried by librdkafka (the read waits up to its deadline); only bad settings fail here
+        reading = _Reading(Consumer(config), topic, partition)
+    except KafkaException as e:
+        raise RuntimeError(f"cannot read {topic}[{partition}]: Kafka settings refused: {e}") from None
     _CONSUMERS[key] = reading
     return reading
 
