@@ -106,14 +106,13 @@ class GapTracker:
         out: list[tuple[int, int, int]] = []
         new_sends = np.asarray(new_sends, dtype=_I64)
         new_recvs = np.asarray(new_recvs, dtype=_I64)
-        keep_from = min(self.last_recv_ns, self.done_ns) - RATE_LOOKBACK_NS
-        old = new_sends < keep_from
+        old = new_sends < self._keep_from()
         self.sends_before += int(old.sum())
-        self.sends = np.sort(np.r_[self.sends, new_sends[~old]])
+        self.sends = np.sort(np.r_[self.sends, new_sends[~old]], kind="stable")  # radix sort: O(n) on int64
         late = new_recvs[new_recvs <= self.done_ns]
         for x in np.sort(late):
             out += self._late_receive(int(x))
-        self.recvs = np.sort(np.r_[self.recvs, new_recvs[new_recvs > self.done_ns]])
+        self.recvs = np.sort(np.r_[self.recvs, new_recvs[new_recvs > self.done_ns]], kind="stable")
         if watermark_ns <= self.done_ns:
             return out
         final = self.recvs[self.recvs <= watermark_ns]
@@ -135,11 +134,16 @@ class GapTracker:
             self.recvs_done += len(final)
             self.recvs = self.recvs[len(final):]
         self.done_ns = int(watermark_ns)
-        keep_from = min(self.last_recv_ns, self.done_ns) - RATE_LOOKBACK_NS
-        n_old = int(np.searchsorted(self.sends, keep_from, side="left"))
+        n_old = int(np.searchsorted(self.sends, self._keep_from(), side="left"))
         self.sends_before += n_old
         self.sends = self.sends[n_old:]
         return out
+
+    def _keep_from(self) -> int:
+        """Sends older than this are only counted: the next silence starts at the last final receive, or (none
+        yet: every event dropped so far) at a receive after ``done_ns``; its rate looks back a second from there."""
+        since = self.done_ns if self.last_recv_ns == NO_TIME_NS else min(self.last_recv_ns, self.done_ns)
+        return since - RATE_LOOKBACK_NS
 
     def _late_receive(self, x: int) -> list[tuple[int, int, int]]:
         """A receive behind the watermark: split the declared gap it falls in (if any)."""

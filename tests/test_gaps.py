@@ -48,8 +48,9 @@ def records(sent, recv):
     return out, stop
 
 
-def through_engine(recs, cuts):
-    """Feed ``recs`` cut at ``cuts``; return (gaps table as results reads it, silence ns per window)."""
+def through_engine(recs, cuts, most_sends_kept=None):
+    """Feed ``recs`` cut at ``cuts``; return (gaps table as results reads it, silence ns per window).
+    ``most_sends_kept``: a list that gets the most send stamps the tracker held after any batch."""
     state = engine.EngineState()
     events, counts = [], []
     for part in np.split(np.array(recs, dtype=object), cuts):
@@ -57,6 +58,8 @@ def through_engine(recs, cuts):
         state, res = engine.process(state, table, CFG)
         events.append(res.events)
         counts.append(res.counts)
+        if most_sends_kept is not None:
+            most_sends_kept[:] = [max(most_sends_kept + [len(state.gaps.sends)])]
     ev = pd.concat(events, ignore_index=True)
     cn = pd.concat(counts, ignore_index=True)
     sil = cn[cn["name"] == "silence_ns"].groupby("window_ns")["value"].sum()
@@ -108,6 +111,20 @@ def test_a_slow_steady_flow_and_the_tail_after_the_stop_are_no_gaps():
     recs, _ = records(sent, recv)
     got, _ = through_engine(recs, [len(recs) // 2])
     assert got.empty
+
+
+def test_nothing_received_for_seconds_keeps_only_a_seconds_sends_and_later_gaps_are_exact():
+    # every receive held for the first 3 s (one long silence before any receive: no gap, it has no start), then a
+    # 200 ms stall; the tracker keeps the sends of about a second plus what is not yet judged, not all of them
+    sent, recv = flow(1000, 6.0, [(0.0, 3.0), (4.0, 4.2)])
+    recs, stop = records(sent, recv)
+    want, want_silence = expected(sent, recv, stop)
+    assert len(want) == 1 and want[0][0] < S + 4 * NS < want[0][1]
+    kept = []
+    got, silence = through_engine(recs, list(range(200, len(recs), 200)), kept)
+    assert [(int(a), int(b), int(n)) for a, b, n in zip(got["start_ns"], got["end_ns"], got["in_flight"])] == want
+    assert silence == want_silence
+    assert kept[0] < 2_500, kept  # ~1 s of sends (1,000) plus the unjudged tail, not the 3,000 of the long silence
 
 
 def test_a_receive_arriving_after_the_watermark_passed_it_splits_the_declared_gap():
