@@ -52,7 +52,7 @@ range merges exactly, as the histograms do."""
 MAX_PREFIX = "max:"
 """Count names with this prefix merge by max, all others by sum."""
 
-NO_TIME_NS = -(2**62)
+NO_TIME_NS = gap_tracking.NO_TIME_NS  # -(2**62): no event time yet
 
 
 @dataclass(frozen=True)
@@ -460,7 +460,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     finished = (stop_ns is not None and len(stopped) >= shards and watermark_ns >= stop_ns + cfg.drop_timeout_ns
                 and not (status == PENDING).any())
-    info.update({"watermark_ns": int(watermark_ns), "max_event_ns": int(max_event_ns), "judged_ns": int(min(judged_ns, 2**62)),
+    info.update({"watermark_ns": int(watermark_ns), "max_event_ns": int(max_event_ns), "judged_ns": int(judged_ns),
                  "num_known": int(len(known)), "num_pending": int((status == PENDING).sum()),
                  "num_orphans": int(len(orphans))})
     return new_state, BatchResult(out.counts_frame(), out.hists_frame(), events, bad, info, finished)

@@ -40,7 +40,7 @@ def _empty() -> np.ndarray:
 
 @dataclass
 class GapTracker:
-    """Send and receive stamps not yet behind the watermark, and the counts of those that are."""
+    """Send and receive stamps not yet judged (``done_ns``), the counts of those that are, and each agent's progress."""
 
     sends: np.ndarray = field(default_factory=_empty)   # sorted; from min(last_recv, done) - RATE_LOOKBACK_NS on
     recvs: np.ndarray = field(default_factory=_empty)   # sorted; after ``done_ns``
@@ -102,7 +102,6 @@ class GapTracker:
         """Take a batch's new stamps (after ``note``), judge the silences up to ``until_ns`` (``judged_until``); return
         the gaps declared or retracted: (start_ns, signed duration_ns, in flight). ``stop_ns``: the run's stop, when
         known (the stop record comes before anything its agent would write after it)."""
-        watermark_ns = until_ns
         out: list[tuple[int, int, int]] = []
         new_sends = np.asarray(new_sends, dtype=_I64)
         new_recvs = np.asarray(new_recvs, dtype=_I64)
@@ -113,9 +112,9 @@ class GapTracker:
         for x in np.sort(late):
             out += self._late_receive(int(x))
         self.recvs = np.sort(np.r_[self.recvs, new_recvs[new_recvs > self.done_ns]], kind="stable")
-        if watermark_ns <= self.done_ns:
+        if until_ns <= self.done_ns:
             return out
-        final = self.recvs[self.recvs <= watermark_ns]
+        final = self.recvs[self.recvs <= until_ns]
         if len(final):
             seq = np.r_[[self.last_recv_ns], final] if self.last_recv_ns != NO_TIME_NS else final
             if len(seq) > 1:
@@ -133,7 +132,7 @@ class GapTracker:
             self.last_recv_ns = int(final[-1])
             self.recvs_done += len(final)
             self.recvs = self.recvs[len(final):]
-        self.done_ns = int(watermark_ns)
+        self.done_ns = int(until_ns)
         n_old = int(np.searchsorted(self.sends, self._keep_from(), side="left"))
         self.sends_before += n_old
         self.sends = self.sends[n_old:]
@@ -146,7 +145,7 @@ class GapTracker:
         return since - RATE_LOOKBACK_NS
 
     def _late_receive(self, x: int) -> list[tuple[int, int, int]]:
-        """A receive behind the watermark: split the declared gap it falls in (if any)."""
+        """A receive behind ``done_ns``: split the declared gap it falls in (if any)."""
         self.recvs_done += 1
         self.last_recv_ns = max(self.last_recv_ns, x)
         for i, (a, b, n, th) in enumerate(self.recent):
