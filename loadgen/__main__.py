@@ -421,6 +421,9 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
     figs = report.figures(stats, attack_end_ns - start_ns, end_ns - attack_end_ns, str(cfg.target),
                           cfg.schedule.total_hits / (cfg.schedule.duration_ns / NS_PER_S))
     figs["run_id"] = cfg.run_id
+    # due but never sent: the generator was still behind when the schedule ended (like vegeta, it stops there)
+    figs["scheduled"] = cfg.schedule.total_hits
+    figs["unsent"] = 0 if aborted else max(cfg.schedule.total_hits - figs["requests"], 0)
     figs["start_ns"] = start_ns
     figs["telemetry"] = {w: r["telemetry"] for w, r in results.items()}
     figs["loadgen_bound_seconds"] = bound_seconds
@@ -434,6 +437,9 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
     if figs["rate_per_sec"] < LOADGEN_BOUND_RATIO * figs["requested_rate_per_sec"] or len(bound_seconds) > 0.2 * attack_s:
         print(f"loadgen saturated: achieved {figs['rate_per_sec']:,.0f}/s of {figs['requested_rate_per_sec']:,.0f}/s "
               f"(behind schedule in {len(bound_seconds)} s); add --workers or a host")
+    if figs["unsent"]:
+        print(f"loadgen: {figs['unsent']:,} of {figs['scheduled']:,} scheduled sends were still due when the schedule "
+              "ended and were not sent (the generator was behind); add --workers or a host", file=sys.stderr)
     report.write_json(figs, os.path.join(out, "report.json"))
     with open(os.path.join(out, "report.txt"), "w") as f:
         f.write(report.text(figs))

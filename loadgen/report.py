@@ -47,6 +47,7 @@ def text(f: dict) -> str:
     rate = f"{f['rate_per_sec']:.2f}"
     lines = [
         f"Requests      [total, rate, throughput]         {f['requests']}, {rate}, {f['throughput_per_sec']:.2f}",
+        *([f"Unsent        [due at the end, of scheduled]    {f['unsent']}, {f['scheduled']}"] if f.get("unsent") else []),
         f"Duration      [total, attack, wait]             {f['duration_s']['total']:.3f}s, {f['duration_s']['attack']:.3f}s, {f['duration_s']['wait']:.3f}s",
         "Latencies     [min, mean, 50, 90, 95, 99, max]  " + ", ".join(_ms(lat[k]) for k in ("min", "mean", "p50", "p90", "p95", "p99", "max")),
         f"Send delay    [50, 99]                          {_ms(f['send_delay_us']['p50'])}, {_ms(f['send_delay_us']['p99'])}",

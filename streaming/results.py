@@ -554,7 +554,8 @@ def run_verdict(root: str, windows: pd.DataFrame, events: pd.DataFrame, hists: p
     def figures(lo: int, hi: int) -> dict:  # the windows whose middle lies in [lo, hi), as the detector assigns them
         lo, hi = lo - half, hi - half
         sel = counts[(counts.index >= lo) & (counts.index < hi)]
-        return {"sent": int(sel["sent"].sum()), "received": int(sel["received"].sum()),
+        failed = sum(int(sel[c].sum()) for c in ("dropped", "errors") if c in sel)  # of the events sent in the step
+        return {"sent": int(sel["sent"].sum()), "received": int(sel["received"].sum()), "failed": failed,
                 "latency_us": merged_percentiles(root, "latency_us", lo, hi, hists=h)}
     return saturation.verdict(windows, steps, cfg["window_ns"], figures,
                               cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US))

@@ -18,8 +18,10 @@ States, worst first: ``saturated`` (ratio < 0.9, a growing backlog or a gap), ``
 (the generator falls short of its schedule while the SUT keeps up), ``observer-bound``
 (flightwatch's own CPU is the limit: whatever else the window shows, it is not blamed on the SUT),
 ``degrading`` (ratio < 0.97, a p99 jump, node pressure or an OOM kill), ``ok``. Saturation starts at the first of
-``CONFIRM_WINDOWS`` consecutive saturated windows. The knee is the highest-rate pace step
-before that whose received/sent ≥ 0.99 and p99 ≤ the latency bound.
+``CONFIRM_WINDOWS`` consecutive saturated windows. A pace step's state is the worst that at least
+``CONFIRM_WINDOWS`` of its windows reach. The knee is the highest-rate pace step before saturation whose
+events were delivered ≥ 99% (by send time: not dropped, not failed; a window edge that the step does not
+share with the 1 s windows does not count as a loss) with p99 ≤ the latency bound.
 """
 from __future__ import annotations
 
@@ -174,6 +176,19 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
     return w
 
 
+def _step_state(states: list[str]) -> str | None:
+    """A step's state: the worst that at least ``CONFIRM_WINDOWS`` of its windows reach (one busy second at
+    start-up or one p99 blip is noise, not the step's state); a lone saturated window (a gap) still shows as
+    degrading."""
+    if not states:
+        return None
+    sev = np.array([STATES.index(x) for x in states])
+    for level in range(len(STATES) - 1, 0, -1):
+        if (sev >= level).sum() >= CONFIRM_WINDOWS:
+            return STATES[level]
+    return "degrading" if sev.max() == STATES.index("saturated") else "ok"
+
+
 def _fmt_us(us) -> str:
     if us is None or us != us:
         return "–"
@@ -237,15 +252,15 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
             f = step_figures(s["start_ns"], s["end_ns"])
         else:
             f = {"sent": int(in_step["sent"].sum()), "received": int(in_step["received"].sum()),
+                 **({"failed": int(sum(in_step[c].sum() for c in ("dropped", "errors") if c in in_step))}
+                    if "dropped" in in_step else {}),
                  "latency_us": {"p50": None, "p99": float(in_step["latency_us_p99"].median()) if len(in_step) else None}}
         secs = (s["end_ns"] - s["start_ns"]) / 1e9
-        states = in_step["state"].tolist()
-        state = max(states, key=STATES.index) if states else None
-        if state == "saturated" and states.count("saturated") < CONFIRM_WINDOWS:
-            state = "degrading"
+        state = _step_state(in_step["state"].tolist())
+        lost = f.get("failed", f["sent"] - f["received"])  # by send time when known: a late delivery is no loss
         row = {"step": i + 1, "rate": s["rate"], "start_ns": s["start_ns"], "end_ns": s["end_ns"],
                "sent_per_s": f["sent"] / secs, "received_per_s": f["received"] / secs,
-               "success_ratio": f["received"] / f["sent"] if f["sent"] else None,
+               "success_ratio": (f["sent"] - lost) / f["sent"] if f["sent"] else None,
                "p50_us": f["latency_us"].get("p50"), "p99_us": f["latency_us"].get("p99"), "state": state}
         out["steps"].append(row)
     for row in out["steps"]:

@@ -91,7 +91,7 @@ def test_paced_steps_produce_each_steps_rate(sink, broker, tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     # sends still due when the schedule ends are not sent late (as in vegeta): a loaded machine may miss a few
-    assert 0 <= 500 * 3 + 1500 * 3 - report["requests"] <= 30
+    assert 0 <= 500 * 3 + 1500 * 3 - report["requests"] == report["unsent"] <= 30
     per_second = [iv["sent"] for iv in report["intervals"]][:6]
     assert all(abs(n - 500) <= 25 for n in per_second[:3]) and all(abs(n - 1500) <= 75 for n in per_second[3:6]), per_second
 
@@ -107,6 +107,10 @@ def test_a_stalled_target_shows_growing_send_delay_not_a_lower_rate(sink, tmp_pa
     delays = [iv["send_delay_p99_us"] for iv in report["intervals"] if iv["sent"]]
     assert delays[-1] > 2 * 1_000_000 and delays[-1] > delays[1] > delays[0]  # seconds behind by the end, growing
     assert "loadgen saturated: achieved" in proc.stdout and len(report["loadgen_bound_seconds"]) >= 3
+    # what was still due at the end is not sent late, but said: counted, in the text report and on stderr
+    assert report["scheduled"] == 800 and report["unsent"] == 800 - report["requests"] > 600
+    assert f"Unsent        [due at the end, of scheduled]    {report['unsent']}, 800" in proc.stdout
+    assert f"{report['unsent']:,} of 800 scheduled sends were still due when the schedule ended" in proc.stderr
 
 
 def test_the_connection_pool_shrinks_back_after_a_stall(monkeypatch):
@@ -289,7 +293,10 @@ def test_the_send_stamp_is_taken_where_the_event_leaves(broker, tmp_path, rate):
         p.wait(10)
     arrived = dict(line.split() for line in out.read_text().splitlines())
     sends = {r["event_id"]: r["at_ns"] for r in telemetry(broker, topic, run_id) if r["kind"] == "send"}
-    assert len(sends) == 6 * rate and set(arrived) == set(sends)
+    report = json.loads((tmp_path / "lg" / "report.json").read_text())
+    # every send it made has its record (a CI machine busy at the end may leave one due when the schedule ends)
+    assert len(sends) == report["requests"] == 6 * rate - report["unsent"] and report["unsent"] <= rate // 100
+    assert set(arrived) == set(sends)
     gap_us = np.array([int(arrived[e]) - at for e, at in sends.items()]) / 1000
     p50, p99, worst = np.percentile(gap_us, [50, 99, 100])
     print(f"\n{rate}/s: arrival - send stamp p50 {p50:.0f} µs, p99 {p99:.0f} µs, max {worst:.0f} µs, min {gap_us.min():.0f} µs")
