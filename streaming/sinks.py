@@ -236,6 +236,9 @@ class RunStore:
         with open(os.path.join(d, "scalars.json")) as f:
             scalars = json.load(f)
         base = engine.EngineState()
+        # a snapshot of an older version lacks the newer columns (the event ID strings of exemplars): left empty
+        known = known.assign(**{c: "" for c in base.known.columns if c not in known})
+        orphans = orphans.assign(**{c: "" for c in base.orphans.columns if c not in orphans})
         known = known.astype(base.known.dtypes.to_dict()) if len(known) else base.known
         orphans = orphans.astype(base.orphans.dtypes.to_dict()) if len(orphans) else base.orphans
         stamps = os.path.join(d, "gap_stamps.parquet")

@@ -175,6 +175,32 @@ def test_a_generator_that_stops_is_not_aborted():
     assert result.finished and state.aborted is None
 
 
+def test_a_snapshot_of_an_older_version_restores_with_empty_event_id_strings(tmp_path):
+    """Seen live: a run folder from before exemplars (its snapshot's tables lack the ``id`` column) crashed the
+    job at recovery (a KeyError in astype). Its state restores; the IDs of events it held are empty strings."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    from streaming.sinks import RunStore
+
+    run_ = generate(SyntheticSpec(run_id="old", duration_s=6, rate_per_sec=100, pause=None, oom_at_s=()))
+    msgs = messages(run_, 50)
+    cfg = engine.EngineConfig(run_id="old")
+    store = RunStore(str(tmp_path / "r"), cfg)
+    halves = np.array_split(np.arange(len(msgs)), 2)
+    store.process_batch(decode_messages([msgs[i][1] for i in halves[0]], [0] * len(halves[0]), list(halves[0])), 0)
+    (snap,) = glob.glob(str(tmp_path / "r" / "state" / "snap-*"))
+    for name in ("known", "orphans"):
+        path = f"{snap}/{name}.parquet"
+        t = pq.read_table(path)
+        pq.write_table(t.drop_columns(["id"]), path)
+    pending = len(store.state.known)
+    again = RunStore(str(tmp_path / "r"), cfg)
+    again.process_batch(decode_messages([msgs[i][1] for i in halves[1]], [0] * len(halves[1]), list(halves[1])), 1)
+    assert pending > 0 and again.state.known["id"].map(type).eq(str).all()
+
+
 def test_compacted_partials_keep_the_first_and_last_batch_of_each_window(tmp_path):
     """A live reader compacts partials as batches arrive: the result equals compacting them all at once."""
     from streaming import results
