@@ -176,6 +176,10 @@ def config(a: argparse.Namespace):
     except ValueError as e:
         raise UsageError(f"--shard {a.shard}: {e}") from None
     run_id = a.run or time.strftime("attack-%Y%m%d-%H%M%S", time.gmtime())
+    if a.stream and os.path.exists(os.path.join(CHECKPOINTS, run_id, "run.json")):
+        # its job would resume the old run's checkpoint and archive and mix the two runs' records
+        raise UsageError(f"run {run_id} already has results in {os.path.join(CHECKPOINTS, run_id)}: "
+                         "give another --run (or remove that folder)")
     try:
         thresholds = [Threshold.parse(t, "--fail-on") for t in a.fail_on]
         aborts = [Threshold.parse(t, "--abort-on") for t in a.abort_on]

@@ -246,6 +246,17 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
     assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
 
 
+def test_streaming_into_a_run_that_has_results_is_exit_2(tmp_path):
+    """Its job would resume the old run's checkpoint and archive (seen: a crash on a snapshot of an older version)."""
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "run.json").write_text("{}")
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--run", "taken", "--stream",
+                           "--no-telemetry"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CHECKPOINTS=str(tmp_path)),
+                          capture_output=True, text=True, timeout=30)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "run taken already has results in" in lines[0], proc.stderr
+
+
 def test_unreachable_target_is_exit_2():
     proc = attack("--rate", "10", "--target", f"http://127.0.0.1:{free_port()}/", "--no-telemetry", timeout=30)
     assert proc.returncode == 2 and "unreachable" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
