@@ -389,22 +389,10 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
         table[name] = table[name].fillna("") if name in table else ""
     # the part of each window inside a gap (``streaming.gaps``), in ms
     table["silence_ms"] = table.pop("silence_ns").fillna(0) / 1e6 if "silence_ns" in table else 0.0
-    # In flight at a window's end: sent - received - errors - drops whose deadline has passed.
-    shift = timeout_ns // window_ns
-    dropped_at_deadline = table["dropped"].shift(shift, fill_value=0)
-    table["in_flight"] = (table["sent"].cumsum() - table["received"].cumsum() - table["errors"].cumsum()
-                          - dropped_at_deadline.cumsum()).astype(np.int64)
-    # Complete once the watermark has passed; all of them once the run is finished (no send
-    # comes after its stop, so no later record can change a window).
-    watermark = int(batches["watermark_ns"].max())
-    finished = bool(batches["finished"].any())
-    ends = table.index.to_numpy() + window_ns
-    table["receive_complete"] = finished | (ends <= watermark)
-    # every agent that sends or receives has written past the window's end (``streaming.gaps``): its figures are
-    # final, however far ahead another agent's partition has moved the watermark
     judged = int(batches["judged_ns"].max()) if "judged_ns" in batches and batches["judged_ns"].notna().any() else None
-    table["settled"] = finished | ((ends <= judged) if judged is not None else False)
-    table["drops_final"] = finished | (ends + timeout_ns <= watermark)
+    status = window_status(table.index.to_numpy(), table, window_ns, timeout_ns, int(batches["watermark_ns"].max()),
+                           bool(batches["finished"].any()), judged)
+    table = pd.concat([table, pd.DataFrame(status, index=table.index)], axis=1)
     # When each window's figures reached the sink (for freshness): first and last batch touching it.
     written = batches.set_index("batch_id")["written_at_ns"]
     recv_rows = counts[counts["name"] == "received"] if not counts.empty else counts
@@ -412,12 +400,35 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
         last_batch = recv_rows["batch_id_max"] if "batch_id_max" in recv_rows else recv_rows["batch_id"]
         table["first_written_ns"] = recv_rows.assign(t=recv_rows["batch_id"].map(written)).groupby("window_ns")["t"].min()
         table["last_written_ns"] = recv_rows.assign(t=last_batch.map(written)).groupby("window_ns")["t"].max()
-    prev_in_flight = table["in_flight"].shift(1, fill_value=0)
-    # A gap window: nothing delivered while sending was under way and events were in flight.
-    sending = table.index[table["sent"] > 0]
-    during = (table.index >= sending.min()) & (table.index <= sending.max()) if len(sending) else False
-    table["gap"] = (table["received"] == 0) & ((prev_in_flight > 0) | (table["sent"] > 0)) & during & table["receive_complete"]
     return table.reset_index()
+
+
+def window_status(windows: np.ndarray, counts, window_ns: int, timeout_ns: int, watermark: int | None, finished: bool,
+                  judged: int | None) -> dict[str, np.ndarray]:
+    """in_flight, receive_complete, settled, drops_final and gap of every window from the first to the last
+    (``windows``), from their ``counts`` (sent, received, errors, dropped): for the live verdict's table too."""
+    sent, received = np.asarray(counts["sent"], np.int64), np.asarray(counts["received"], np.int64)
+    # In flight at a window's end: sent - received - errors - drops whose deadline has passed.
+    shift = timeout_ns // window_ns
+    dropped = np.asarray(counts["dropped"], np.int64)
+    dropped_at_deadline = np.concatenate((np.zeros(min(shift, len(dropped)), np.int64), dropped[:max(len(dropped) - shift, 0)]))
+    in_flight = np.cumsum(sent - received - np.asarray(counts["errors"], np.int64) - dropped_at_deadline)
+    # Complete once the watermark has passed; all of them once the run is finished (no send
+    # comes after its stop, so no later record can change a window).
+    ends = np.asarray(windows, np.int64) + window_ns
+    never = np.zeros(len(ends), bool)
+    complete = finished | ((ends <= watermark) if watermark is not None else never)
+    # A gap window: nothing delivered while sending was under way and events were in flight.
+    prev_in_flight = np.concatenate(([0], in_flight[:-1]))
+    sending = np.flatnonzero(sent > 0)
+    during = (np.arange(len(sent)) >= sending[0]) & (np.arange(len(sent)) <= sending[-1]) if len(sending) else never
+    return {
+        "in_flight": in_flight, "receive_complete": complete,
+        # every agent that sends or receives has written past the window's end (``streaming.gaps``): its figures
+        # are final, however far ahead another agent's partition has moved the watermark
+        "settled": finished | ((ends <= judged) if judged is not None else never),
+        "drops_final": finished | ((ends + timeout_ns <= watermark) if watermark is not None else never),
+        "gap": (received == 0) & ((prev_in_flight > 0) | (sent > 0)) & during & complete}
 
 
 def exemplars(events: pd.DataFrame, lo: int | None = None, hi: int | None = None,
@@ -540,13 +551,20 @@ def pace_steps(events: pd.DataFrame) -> list[dict]:
 
 
 def run_verdict(root: str, windows: pd.DataFrame, events: pd.DataFrame, hists: pd.DataFrame | None = None,
-                cfg: dict | None = None) -> dict:
-    """The saturation verdict and scalability profile (``streaming.saturation``) with exact per-step figures."""
+                cfg: dict | None = None, percentiles=None) -> dict:
+    """The saturation verdict and scalability profile (``streaming.saturation``) with exact per-step figures.
+
+    ``percentiles(lo, hi)``: latency percentiles over the windows in [lo, hi) (default: ``merged_percentiles``
+    over the histogram partials, ``hists`` if given)."""
     from streaming import saturation
 
     cfg = run_config(root) if cfg is None else cfg
     steps = pace_steps(events)
-    h = load_partials(root, "hists") if hists is None else hists
+    if percentiles is None:
+        h = load_partials(root, "hists") if hists is None else hists
+
+        def percentiles(lo: int, hi: int) -> dict:
+            return merged_percentiles(root, "latency_us", lo, hi, hists=h)
     counts = windows.set_index("window_ns")
 
     half = cfg["window_ns"] // 2
@@ -556,7 +574,7 @@ def run_verdict(root: str, windows: pd.DataFrame, events: pd.DataFrame, hists: p
         sel = counts[(counts.index >= lo) & (counts.index < hi)]
         failed = sum(int(sel[c].sum()) for c in ("dropped", "errors") if c in sel)  # of the events sent in the step
         return {"sent": int(sel["sent"].sum()), "received": int(sel["received"].sum()), "failed": failed,
-                "latency_us": merged_percentiles(root, "latency_us", lo, hi, hists=h)}
+                "latency_us": percentiles(lo, hi)}
     return saturation.verdict(windows, steps, cfg["window_ns"], figures,
                               cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US))
 

@@ -48,8 +48,13 @@ STATES = ("ok", "degrading", "observer-bound", "loadgen-bound", "saturated")
 
 
 def _node_max(w: pd.DataFrame, metric: str) -> pd.Series:
-    cols = [c for c in w.columns if c.startswith("node:") and c.endswith(":" + metric)]
-    return w[cols].max(axis=1) if cols else pd.Series(np.nan, index=w.index)
+    cols = [w[c].to_numpy(float) for c in w.columns if c.startswith("node:") and c.endswith(":" + metric)]
+    if not cols:
+        return pd.Series(np.nan, index=w.index)
+    stacked = np.vstack(cols)
+    with np.errstate(invalid="ignore"):  # a window no node reported: NaN, as pandas' max gives
+        out = np.where(np.isnan(stacked).all(axis=0), np.nan, np.nanmax(np.where(np.isnan(stacked), -np.inf, stacked), axis=0))
+    return pd.Series(out, index=w.index)
 
 
 def _observer_bound(w: pd.DataFrame) -> tuple[np.ndarray, list[str | None]]:
@@ -104,76 +109,77 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
     if w.empty:
         return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
     t = w["window_ns"].to_numpy()
-    w["step"] = step_of(t, steps, window_ns)
+    n = len(w)
+    step = step_of(t, steps, window_ns)
     sent, recv = w["sent"].to_numpy(float), w["received"].to_numpy(float)
     # over two windows: a delivery that crosses a window edge is not a loss
-    w["ratio"] = (recv + np.concatenate(([0.0], recv[:-1]))) / (sent + np.concatenate(([0.0], sent[:-1])))
-    inflight = w["in_flight"].to_numpy(float) if "in_flight" in w else np.zeros(len(w))
-    grown = np.zeros(len(w), bool)
+    ratio = (recv + np.concatenate(([0.0], recv[:-1]))) / (sent + np.concatenate(([0.0], sent[:-1])))
+    inflight = w["in_flight"].to_numpy(float) if "in_flight" in w else np.zeros(n)
+    grown = np.zeros(n, bool)
     grown[2:] = ((inflight[2:] - inflight[:-2] > 0.1 * sent[2:]) & (inflight[2:] > inflight[1:-1]) & (inflight[1:-1] > inflight[:-2])
                  & (inflight[2:] >= BACKLOG_SECONDS * sent[2:]))
-    w["backlog"] = grown
-    sched = np.array([steps[i]["rate"] if i >= 0 else np.nan for i in w["step"]], float)
+    sched = np.array([steps[i]["rate"] if i >= 0 else np.nan for i in step], float)
     # only windows wholly inside a step are judged for the generator (the others are partly another step)
     first_or_last = np.array([i < 0 or t_ < steps[i]["start_ns"] or t_ + window_ns > steps[i]["end_ns"]
-                              for i, t_ in zip(w["step"], t)])
-    w["loadgen_short"] = ~first_or_last & (sent < LOADGEN_SHORT * sched)
-    p99 = w["latency_us_p99"].to_numpy(float) if "latency_us_p99" in w else np.full(len(w), np.nan)
-    base = np.full(len(w), np.nan)
+                              for i, t_ in zip(step, t)], bool)
+    loadgen_short = ~first_or_last & (sent < LOADGEN_SHORT * sched)
+    p99 = w["latency_us_p99"].to_numpy(float) if "latency_us_p99" in w else np.full(n, np.nan)
+    base = np.full(n, np.nan)
     for i in range(1, len(steps)):
-        prev = p99[w["step"].to_numpy() == i - 1]
+        prev = p99[step == i - 1]
         prev = prev[~np.isnan(prev)]
         if len(prev):
-            base[w["step"].to_numpy() == i] = np.median(prev)
-    w["p99_base"] = base
-    w["p99_jump"] = p99 >= P99_JUMP * base
-    w["cpu"] = _node_max(w, "cpu_util").to_numpy()
-    w["mem_share"] = _mem_min_share(w).to_numpy()
-    drops = _node_max(w, "net_rx_drops_per_s").fillna(0) + _node_max(w, "net_tx_drops_per_s").fillna(0)
-    w["net_drops"] = drops.to_numpy()
-    w["observer_bound"], observer_why = _observer_bound(w)
+            base[step == i] = np.median(prev)
+    with np.errstate(invalid="ignore"):
+        p99_jump = p99 >= P99_JUMP * base
+    cpu = _node_max(w, "cpu_util").to_numpy(float)
+    mem_share = _mem_min_share(w).to_numpy(float)
+    net_drops = (_node_max(w, "net_rx_drops_per_s").fillna(0) + _node_max(w, "net_tx_drops_per_s").fillna(0)).to_numpy(float)
+    observer_bound, observer_why = _observer_bound(w)
+    gap_col = w["gap"].fillna(False).to_numpy(bool) if "gap" in w else np.zeros(n, bool)
+    oom = w["oom_kills"].fillna(0).to_numpy() if "oom_kills" in w else np.zeros(n)
     states, reasons = [], []
-    for r in w.itertuples(index=False):
+    for k in range(n):
         why = []
-        gap = bool(getattr(r, "gap", False))
-        sat = r.ratio < SATURATED_RATIO or r.backlog or gap
-        if r.ratio < SATURATED_RATIO:
-            why.append(f"received/sent {r.ratio:.2f}")
-        if r.backlog:
-            why.append(f"in flight growing ({r.in_flight:,.0f})")
+        gap = bool(gap_col[k])
+        sat = ratio[k] < SATURATED_RATIO or grown[k] or gap
+        if ratio[k] < SATURATED_RATIO:
+            why.append(f"received/sent {ratio[k]:.2f}")
+        if grown[k]:
+            why.append(f"in flight growing ({inflight[k]:,.0f})")
         if gap:
             why.append("gap: no deliveries")
-        if r.loadgen_short:
-            why.append(f"loadgen sent {r.sent:,.0f}/s of {sched[len(states)]:,.0f}/s")
-        if r.p99_jump:
-            why.append(f"p99 {_fmt_us(r.p99_base)} → {_fmt_us(getattr(r, 'latency_us_p99'))}")
-        if r.cpu == r.cpu and r.cpu >= CPU_HIGH:
-            why.append(f"node cpu {r.cpu:.0%}")
-        if r.mem_share == r.mem_share and r.mem_share < MEM_LOW:
-            why.append(f"memory available {r.mem_share:.0%}")
-        if r.net_drops > 0:
-            why.append(f"network drops {r.net_drops:,.0f}/s")
-        if getattr(r, "oom_kills", 0):
-            why.append(f"OOM kills {r.oom_kills}")
-        if r.observer_bound:
-            why.append(observer_why[len(states)])
-        if r.observer_bound:  # flightwatch's own CPU: nothing else this window shows is the SUT's fault
+        if loadgen_short[k]:
+            why.append(f"loadgen sent {sent[k]:,.0f}/s of {sched[k]:,.0f}/s")
+        if p99_jump[k]:
+            why.append(f"p99 {_fmt_us(base[k])} → {_fmt_us(p99[k])}")
+        if cpu[k] >= CPU_HIGH:
+            why.append(f"node cpu {cpu[k]:.0%}")
+        if mem_share[k] < MEM_LOW:
+            why.append(f"memory available {mem_share[k]:.0%}")
+        if net_drops[k] > 0:
+            why.append(f"network drops {net_drops[k]:,.0f}/s")
+        if oom[k]:
+            why.append(f"OOM kills {oom[k]}")
+        if observer_bound[k]:  # flightwatch's own CPU: nothing else this window shows is the SUT's fault
+            why.append(observer_why[k])
             state = "observer-bound"
-        elif r.loadgen_short and r.ratio >= DEGRADING_RATIO and not r.backlog and not gap:
+        elif loadgen_short[k] and ratio[k] >= DEGRADING_RATIO and not grown[k] and not gap:
             state = "loadgen-bound"
         elif sat:
             state = "saturated"
-        elif why or r.ratio < DEGRADING_RATIO:
+        elif why or ratio[k] < DEGRADING_RATIO:
             state = "degrading"
-            if r.ratio < DEGRADING_RATIO and not any(x.startswith("received/sent") for x in why):
-                why.insert(0, f"received/sent {r.ratio:.2f}")
+            if ratio[k] < DEGRADING_RATIO and not any(x.startswith("received/sent") for x in why):
+                why.insert(0, f"received/sent {ratio[k]:.2f}")
         else:
             state = "ok"
         states.append(state)
         reasons.append(why)
-    w["state"] = states
-    w["reasons"] = reasons
-    return w
+    signals = pd.DataFrame({"step": step, "ratio": ratio, "backlog": grown, "loadgen_short": loadgen_short, "p99_base": base,
+                            "p99_jump": p99_jump, "cpu": cpu, "mem_share": mem_share, "net_drops": net_drops,
+                            "observer_bound": observer_bound, "state": states, "reasons": reasons}, index=w.index)
+    return pd.concat([w.drop(columns=[c for c in signals.columns if c in w]), signals], axis=1)
 
 
 def _step_state(states: list[str]) -> str | None:

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 
@@ -117,74 +116,43 @@ def use_system_allocator() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
-VERDICT_EVERY_S = 0.4
-"""The live verdict is recomputed at most this often (a window is judged once its records are all in)."""
-VERDICT_CPU_SHARE = 0.25
-"""... and at most this share of one core: a pass's CPU time grows with the run's windows, the batches come first."""
-
-
 class LiveVerdict:
     """The saturation detector, run by the job after every batch: ``verdict.json`` and a log line per change.
 
-    It runs on a thread of its own so a batch never waits for it; batches that complete while it
-    computes are folded into its next pass. The UI, ``loadgen`` and CI read this one file while
-    the run is live; the final verdict is the summary's, computed from the same windows.
+    It keeps the run's window figures up to date from each batch's partials (``streaming.live``): a pass costs
+    a few ms, so it runs right after the batch that settled a window. The UI, ``loadgen`` and CI read this one
+    file while the run is live; the final verdict is the summary's, computed from the files.
     """
 
     def __init__(self, root: str, log=print) -> None:
-        from streaming import results
-
-        results.COMPACT_PARTIALS = True  # this process re-reads the run for as long as it lasts: bounded memory
         self.root, self.log = root, log
         self.path = os.path.join(root, "verdict.json")
-        self._poke = threading.Event()
-        self._stop = threading.Event()
-        self._batch = -1
         self._said: tuple | None = None
-        self._thread = threading.Thread(target=self._loop, name="flightwatch-verdict", daemon=True)
-        self._thread.start()
+        self.windows = None  # streaming.live.LiveWindows (it reads results, which reads this module)
 
-    def poke(self, batch_id: int) -> None:
-        self._batch = batch_id
-        self._poke.set()
+    def restart_at(self, batch_id: int) -> None:
+        """The figures as they stood before ``batch_id`` (a restarted or redone batch), from the files."""
+        from streaming.live import LiveWindows
+
+        self.windows = LiveWindows.from_files(self.root, batch_id)
+
+    def update(self, result: engine.BatchResult, info: dict) -> None:
+        if self.windows is None:
+            from streaming.live import LiveWindows
+
+            self.windows = LiveWindows(self.root)
+        self.windows.add(result.counts, result.hists, result.events, info)
+        try:
+            v = self.windows.verdict()
+        except Exception as e:  # noqa: BLE001 - the verdict is advice: a batch is never failed for it
+            self.log(f"verdict: not computed after batch {info['batch_id']} ({type(e).__name__}: {e})")
+            return
+        if v is not None:
+            self._publish(v, info["batch_id"])
 
     def close(self, final: dict | None = None, batch_id: int | None = None) -> None:
-        self._stop.set()
-        self._poke.set()
-        self._thread.join(30)
         if final is not None:
-            self._publish(final, self._batch if batch_id is None else batch_id)
-
-    def _loop(self) -> None:
-        from streaming import results
-
-        # at most one pass every VERDICT_EVERY_S, and on average a quarter of a core (on two cores the batches
-        # come first): a budget of CPU time earned at VERDICT_CPU_SHARE and spent by passes, up to one second's
-        # worth saved, so the pass after a batch runs at once rather than waiting out the last pass's cost
-        last, budget, earned_at = 0.0, VERDICT_CPU_SHARE, time.monotonic()
-        while True:
-            self._poke.wait()
-            if self._stop.is_set():
-                return
-            now = time.monotonic()
-            budget = min(budget + (now - earned_at) * VERDICT_CPU_SHARE, VERDICT_CPU_SHARE)
-            earned_at = now
-            wait = max(last + VERDICT_EVERY_S - now, -budget / VERDICT_CPU_SHARE if budget < 0 else 0.0)
-            if self._stop.wait(max(0.0, wait)):
-                return
-            last, cpu = time.monotonic(), time.thread_time()
-            self._poke.clear()
-            batch = self._batch
-            try:
-                v = results.live_verdict(self.root)
-            except Exception as e:  # noqa: BLE001 - a reader racing a batch being written: the next pass retries
-                self.log(f"verdict: not computed after batch {batch} ({type(e).__name__}: {e})")
-                continue
-            finally:
-                budget -= time.thread_time() - cpu
-            if v is not None:
-                self._publish(v, batch)
-            release_memory()
+            self._publish(final, batch_id)
 
     def _publish(self, v: dict, batch: int) -> None:
         write_json(self.path, dict(v, batch_id=batch, computed_at_ns=time.time_ns()))
@@ -258,6 +226,8 @@ class RunStore:
         if snaps or redo:
             self.log(f"recovered state at batch {batch_id}: snapshot {snaps[-1] if snaps else '-'} + {len(redo)} archived batches")
         self.state = state
+        if self.verdict is not None:
+            self.verdict.restart_at(batch_id)
 
     # --- the sink
     def process_batch(self, table: pa.Table, batch_id: int) -> engine.BatchResult:
@@ -280,15 +250,8 @@ class RunStore:
         if result.finished:
             from streaming import results  # finalise: the table the UI and reports read
 
-            if self.verdict is not None:
-                self.verdict.close()  # its thread stopped, the final figures are read whole from the files
-            # (a live reader folds settled windows, without their histograms: the final table needs them)
-            compact, results.COMPACT_PARTIALS = results.COMPACT_PARTIALS, False
-            try:
-                windows = results.load_windows(self.paths.root)
-                summary = results.summarize(self.paths.root, windows)
-            finally:
-                results.COMPACT_PARTIALS = compact
+            windows = results.load_windows(self.paths.root)
+            summary = results.summarize(self.paths.root, windows)
             write_parquet(self.paths.windows_file, windows)
             write_json(self.paths.summary_file, summary)
             if self.verdict is not None:
@@ -296,5 +259,5 @@ class RunStore:
             if self.on_finished:
                 self.on_finished()
         elif self.verdict is not None:
-            self.verdict.poke(batch_id)
+            self.verdict.update(result, info)
         return result

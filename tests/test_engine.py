@@ -201,6 +201,48 @@ def test_a_snapshot_of_an_older_version_restores_with_empty_event_id_strings(tmp
     assert pending > 0 and again.state.known["id"].map(type).eq(str).all()
 
 
+def test_the_jobs_live_verdict_equals_a_fresh_readers_after_every_batch_and_after_a_restart(tmp_path):
+    """The job keeps the verdict's window figures batch by batch (``streaming.live``) instead of re-reading the
+    files: after every batch its ``verdict.json`` equals ``results.live_verdict`` over all partial files (per-window
+    rules, per-step merged percentiles, knee), with drops, errors, a pause, an OOM kill and node samples in the run;
+    a store restarted mid-run rebuilds the figures from the files and stays equal."""
+    import json
+
+    from streaming import results
+    from streaming.sinks import RunStore
+
+    spec = SyntheticSpec(run_id="live", duration_s=24, rate_per_sec=200, pause=(15.0, 2.0), oom_at_s=(9.5,),
+                         drop_timeout_s=2, late_count=0)
+    run_ = generate(spec)
+    for t, r in run_.records:
+        if r.get("kind") == "run_start":
+            r["config"] = json.dumps({"rate": 200, "pace": "200:8,200:8,200:8", "schedule_start_ns": spec.start_ns + 400_000_000})
+    msgs = messages(run_, 50)
+    cfg = engine.EngineConfig(run_id="live", drop_timeout_ns=2 * NS, retention_ns=2 * NS, watermark_delay_ns=1 * NS)
+    root = str(tmp_path / "r")
+    store = RunStore(root, cfg, live_verdict=True)
+    cuts = np.array_split(np.arange(len(msgs)), 45)
+    compared = 0
+    for b, ch in enumerate(cuts):
+        if b == 20:  # the job restarts: a fresh store recovers the engine state and the verdict's figures
+            store = RunStore(root, cfg, live_verdict=True)
+        result = store.process_batch(decode_messages([msgs[i][1] for i in ch], [0] * len(ch), list(ch)), b)
+        if result.finished:
+            break
+        fresh = results.live_verdict(root)
+        if fresh is None:
+            continue
+        live = json.loads(open(f"{root}/verdict.json").read())
+        assert live["batch_id"] == b
+        live.pop("batch_id"), live.pop("computed_at_ns")
+        assert live == json.loads(json.dumps(fresh)), f"batch {b}"
+        compared += 1
+    assert compared >= 30 and len(fresh["steps"]) == 3 and fresh["message"]
+    windows = results.load_windows(root)
+    assert windows["dropped"].sum() > 0 and windows["errors"].sum() > 0 and windows["oom_kills"].sum() > 0
+    assert windows["gap"].any() and windows.filter(like="cpu_utilization").notna().any().any()
+
+
 def test_compacted_partials_keep_the_first_and_last_batch_of_each_window(tmp_path):
     """A live reader compacts partials as batches arrive: the result equals compacting them all at once."""
     from streaming import results
