@@ -7,7 +7,7 @@ Answers each POST with 202 (after ``--delay`` seconds), queues the event, and fo
 queue to TARGET_URL (the HTTP receiver agent) at most ``--capacity`` events a second, like a
 broker whose dispatcher has a fixed throughput: beyond it, a backlog builds up. ``--hold-at``/``--hold-for``:
 forward nothing for that long, from that many seconds after the first event (a stall of known length);
-``--forward-log``: the relay's own clock at each forward (ns, a line each), ground truth for the stall.
+``--forward-log``: the relay's own clock at each forward (ns, a line each, when its headers went out), ground truth for the stall.
 """
 import argparse
 import asyncio
@@ -47,13 +47,18 @@ async def main() -> None:
         return web.Response(status=202)
 
     async def post(session, headers, body) -> None:
-        if log is not None:
-            log.write(f"{time.time_ns()}\n")
         async with session.post(a.target, data=body, headers=headers) as r:
             await r.read()
 
+    async def headers_sent(*_) -> None:  # the forward's time: when its bytes go out, not when its coroutine starts
+        log.write(f"{time.time_ns()}\n")
+
+    trace = aiohttp.TraceConfig()
+    if log is not None:
+        trace.on_request_headers_sent.append(headers_sent)
+
     async def forward() -> None:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONNECTIONS)) as session:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONNECTIONS), trace_configs=[trace]) as session:
             credit, last = 0.0, time.monotonic()
             while True:
                 if not queue:
@@ -68,8 +73,8 @@ async def main() -> None:
                 credit = min(credit + (now - last) * a.capacity, max(a.capacity / 10, 1)) if a.capacity else len(queue)
                 last = now
                 batch = []
-                while queue and credit >= 1 and len(batch) < CONNECTIONS:  # no post waits for a connection: the logged
-                    batch.append(queue.popleft())                           # time is when it goes out
+                while queue and credit >= 1 and len(batch) < CONNECTIONS:  # no post waits for a connection
+                    batch.append(queue.popleft())
                     credit -= 1
                 if batch:
                     await asyncio.gather(*(post(session, h, b) for h, b in batch))
