@@ -36,6 +36,7 @@ class LiveWindows:
         self.counts: dict[str, dict[int, int]] = {c: defaultdict(int) for c in COUNTS}
         self.buckets: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)  # window -> latency_us parts
         self.p99: dict[int, int | None] = {}                 # per window, cached until a batch adds to it
+        self.ranges: dict[tuple[int, int], tuple[np.ndarray, dict[int, int]]] = {}  # (lo, hi) -> buckets, parts in
         self.node: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))  # sum, n
         self.oom: dict[tuple[int, str], float] = defaultdict(float)  # (window, source) -> kills
         self.starts = pd.DataFrame(columns=["kind", "at_ns", "config"])  # run_start records: the schedule
@@ -115,11 +116,8 @@ class LiveWindows:
             parts = self.buckets.get(w)
             if not parts:
                 return np.nan
-            if len(parts) > 1:  # merged once: later passes read one part
-                idx, cnt = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-                u, inv = np.unique(idx, return_inverse=True)
-                parts[:] = [(u, np.bincount(inv, weights=cnt).astype(np.int64))]
-            self.p99[w] = histogram.percentiles(parts[0][0], parts[0][1], [99])[0]
+            self.p99[w] = histogram.percentiles(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                                                [99])[0]
         v = self.p99[w]
         return np.nan if v is None else float(v)
 
@@ -147,9 +145,16 @@ class LiveWindows:
 
     def merged_percentiles(self, lo: int, hi: int) -> dict:
         """Latency percentiles over the windows in [lo, hi), as ``results.merged_percentiles`` gives them."""
-        parts = [p for w, ps in self.buckets.items() if lo <= w < hi for p in ps]
-        idx = np.concatenate([p[0] for p in parts]) if parts else np.array([], np.int64)
-        cnt = np.concatenate([p[1] for p in parts]) if parts else np.array([], np.int64)
+        # dense buckets of the range, kept from pass to pass: a pass adds only the parts batches added since
+        dense, used = self.ranges.get((lo, hi)) or (np.zeros(histogram.NUM_BUCKETS, np.int64), {})
+        for w, parts in self.buckets.items():
+            if lo <= w < hi and used.get(w, 0) < len(parts):
+                for i, c in parts[used.get(w, 0):]:
+                    np.add.at(dense, i, c)
+                used[w] = len(parts)
+        self.ranges[(lo, hi)] = (dense, used)
+        idx = np.flatnonzero(dense)
+        cnt = dense[idx]
         if cnt.sum() == 0:
             return {f"p{p}": None for p in results.PERCENTILES} | {"max": None, "count": 0}
         ps = histogram.percentiles(idx, cnt, list(results.PERCENTILES))

@@ -48,188 +48,19 @@ def _read_json(path: str):
 
 
 def load_partials(root: str, kind: str, batch_ids=None) -> pd.DataFrame:
-    """All partial rows of one kind (counts, hists, events), tagged with their batch ID.
+    """All partial rows of one kind (counts, hists, events), tagged with their batch ID (``batch_id``).
 
-    With ``COMPACT_PARTIALS`` (the streaming job), counts and histograms come compacted (``compact``): one row per window and name, or per window,
-    histogram and bucket, with the first and last batch that added to it (``batch_id``,
-    ``batch_id_max``). A live reader (the job's verdict thread, the dashboard) keeps that
-    compacted table and adds only new batches, so its memory grows with the run's windows, not
-    with its batches."""
+    A reader that lives as long as the run (the dashboard) re-reads only the files it has not read
+    (``_read_partial``). The job's live verdict does not read them at all (``streaming.live``)."""
     paths = RunPaths(root)
     if batch_ids is None:
         batch_ids = ids_in(paths.batches, "batch-*.json")
-    if kind in COMPACTED_KEYS and COMPACT_PARTIALS:
-        table = _compacted(paths, kind, list(batch_ids))
-        fold = _FOLDS.get(paths.root) if kind == "hists" else None
-        if fold is not None and len(fold.rows):
-            table = pd.concat([fold.rows.assign(folded=True), table.assign(folded=False)], ignore_index=True)
-        return table
-    if COMPACT_PARTIALS:
-        table = _appended(paths, kind, list(batch_ids))
-        return table.to_pandas() if table is not None else pd.DataFrame()
     tables = []
     for b in batch_ids:
         t = _read_partial(batch_file(paths.partial(kind), b), b)
         if t is not None and t.num_rows:
             tables.append(t)
     return pa.concat_tables(tables, promote_options="permissive").to_pandas() if tables else pd.DataFrame()
-
-
-COMPACTED_KEYS = {"counts": ["window_ns", "name"], "hists": ["window_ns", "hist", "bucket"]}
-COMPACT_PARTIALS = False
-"""Set by the streaming job (its verdict thread re-reads the run after every batch for as long as
-the run lasts); other readers keep the per-file cache below."""
-_COMPACT: "OrderedDict[tuple[str, str], tuple[dict, pd.DataFrame | pa.Table]]" = OrderedDict()
-_COMPACT_RUNS = 8
-
-
-def compact(df: pd.DataFrame, kind: str) -> pd.DataFrame:
-    """Partial rows merged per key: counts summed (``max:*`` by max), histogram buckets summed."""
-    if df.empty:
-        return df
-    keys = COMPACTED_KEYS[kind]
-    # rows of new batches carry only their batch_id (and NaN once concatenated with compacted rows)
-    df = df.assign(batch_id_max=df["batch_id_max"].fillna(df["batch_id"]) if "batch_id_max" in df else df["batch_id"])
-    value = "value" if kind == "counts" else "count"
-    agg = {"batch_id": "min", "batch_id_max": "max"}
-    if kind == "counts":
-        is_max = df["name"].str.startswith(engine.MAX_PREFIX)
-        parts = [df[~is_max].groupby(keys, as_index=False, sort=False).agg({value: "sum", **agg}),
-                 df[is_max].groupby(keys, as_index=False, sort=False).agg({value: "max", **agg})]
-        return pd.concat([p for p in parts if len(p)], ignore_index=True)
-    return df.groupby(keys, as_index=False, sort=False).agg({value: "sum", **agg})
-
-
-def _incremental(paths: RunPaths, kind: str, batch_ids: list[int], empty, extend):
-    """A live reader's table of one kind of partials, kept from pass to pass: ``extend(table, new
-    batch IDs, rebuilt)`` adds only the batch files it has not read. Started again from ``empty``
-    (``rebuilt``) when a file it read was rewritten (its batch redone) or is not asked for."""
-    cache_key = (paths.root, kind)
-    files = {b: k for b in batch_ids if (k := _file_identity(batch_file(paths.partial(kind), b))) is not None}
-    seen, table = _COMPACT.get(cache_key, ({}, empty))
-    if any(b not in files or files[b] != k for b, k in seen.items()):
-        seen, table = {}, empty
-    new = sorted(set(files) - set(seen))
-    table = extend(table, new, not seen)
-    _COMPACT[cache_key] = ({**seen, **{b: files[b] for b in new}}, table)
-    _COMPACT.move_to_end(cache_key)
-    while len(_COMPACT) > _COMPACT_RUNS:
-        _COMPACT.popitem(last=False)
-    return table
-
-
-def _compacted(paths: RunPaths, kind: str, batch_ids: list[int]) -> pd.DataFrame:
-    """The compacted partials of these batches, adding to what this process compacted before."""
-    def extend(table: pd.DataFrame, new: list[int], rebuilt: bool) -> pd.DataFrame:
-        frames = []
-        for b in new:
-            df = pq.read_table(batch_file(paths.partial(kind), b)).to_pandas()
-            df["batch_id"] = b
-            frames.append(df)
-        if frames:
-            fresh = pd.concat(frames, ignore_index=True)
-            if table.empty:
-                table = compact(fresh, kind)
-            else:  # merge only the windows the new batches touched: a pass costs what it adds, not the run's size
-                touched = table["window_ns"].isin(fresh["window_ns"].unique())
-                table = pd.concat([table[~touched], compact(pd.concat([table[touched], fresh], ignore_index=True), kind)],
-                                  ignore_index=True).astype({k: fresh[k].dtype for k in COMPACTED_KEYS[kind]})
-        return _fold(paths, table, rebuilt=rebuilt) if kind == "hists" else table
-    return _incremental(paths, kind, batch_ids, pd.DataFrame(), extend)
-
-
-def _appended(paths: RunPaths, kind: str, batch_ids: list[int]) -> pa.Table | None:
-    """The partials of a kind that is not compacted (events), as one table extended by each new batch.
-
-    For a reader that lives as long as the run (the job): cached one file at a time, as other
-    readers do, a batch's table costs ~30 KiB of bookkeeping for a few rows of data; the 700
-    batches of a 15-minute soak took 21 MiB for 1.3 MiB of events, and grew with every batch."""
-    def extend(table: pa.Table | None, new: list[int], rebuilt: bool) -> pa.Table | None:
-        if not new:
-            return table
-        tables = ([] if table is None else [table]) + [_with_batch_id(batch_file(paths.partial(kind), b), b) for b in new]
-        return pa.concat_tables(tables, promote_options="permissive").combine_chunks()
-    return _incremental(paths, kind, batch_ids, None, extend)
-
-
-class _Fold:
-    """The histogram buckets of a live run's settled windows, folded (live reader only).
-
-    A window is settled once no record can add to it: a receive lands in its receive-time window
-    only while its event is remembered (drop timeout + retention behind the watermark), and an
-    orphan receive is kept as long. So windows ending more than drop timeout + retention +
-    watermark delay + one window behind the watermark never change. Their buckets are summed per
-    *segment* (the stretch between two pace-step boundaries, kept under the segment's first
-    window), and their per-window figures (percentiles, max) kept as a row each: merged
-    percentiles over any step are exact, per-window figures too, and memory grows with the run's
-    steps and a few numbers per window, not with its buckets (a 15-minute soak held 3.4 million
-    bucket rows, 1.9 GB at its peak). Readers of any other range, the UI's slider, read the files.
-    """
-
-    def __init__(self, bounds: tuple) -> None:
-        self.bounds = bounds            # window_ns values where a segment starts
-        self.upto = None                # windows before this are folded
-        self.rows = pd.DataFrame()      # window_ns (the segment's first window), hist, bucket, count, batch_id, batch_id_max
-        self.figures = pd.DataFrame()   # per folded window: hist_figures(encode_hdr=False)
-        self.anchors: dict[int, int] = {}  # segment -> the window_ns its rows are kept under
-        self.recent_keys = pd.DataFrame()  # per window not yet folded: (last batch that added to it, rows) ...
-        self.recent = pd.DataFrame()       # ... and its figures when they were computed (``_recent_figures``)
-
-
-_FOLDS: "OrderedDict[str, _Fold]" = OrderedDict()
-
-
-def _segment_bounds(root: str, window_ns: int) -> tuple:
-    """Where segments start, in window_ns: each pace step's start and end as ``run_verdict`` selects windows."""
-    steps = pace_steps(load_partials(root, "events"))
-    half = window_ns // 2
-    return tuple(sorted({s[k] - half for s in steps for k in ("start_ns", "end_ns")}))
-
-
-def _fold(paths: RunPaths, table: pd.DataFrame, rebuilt: bool) -> pd.DataFrame:
-    """Fold the settled windows of a compacted histogram table (see ``_Fold``); the rest is returned."""
-    root = paths.root
-    if rebuilt:  # the table holds every batch again: what was folded from it is in it
-        _FOLDS.pop(root, None)
-    if table.empty:
-        return table
-    try:
-        cfg = run_config(root)
-    except (OSError, ValueError):
-        return table
-    batches = load_batches(root)
-    if batches.empty or "watermark_ns" not in batches:
-        return table
-    window_ns = cfg["window_ns"]
-    bounds = _segment_bounds(root, window_ns)
-    fold = _FOLDS.get(root)
-    if fold is not None and fold.bounds != bounds:  # steps learnt late or changed: fold again from the files
-        _COMPACT.pop((root, "hists"), None)
-        _FOLDS.pop(root, None)
-        return _compacted(paths, "hists", ids_in(paths.batches, "batch-*.json"))
-    if fold is None:
-        fold = _FOLDS[root] = _Fold(bounds)
-        while len(_FOLDS) > _COMPACT_RUNS:
-            _FOLDS.popitem(last=False)
-    settle_ns = cfg["drop_timeout_ns"] + cfg.get("retention_ns", cfg["drop_timeout_ns"]) + cfg.get("watermark_delay_ns", 0) + window_ns
-    wm = int(batches["watermark_ns"].max())
-    upto = (wm - settle_ns) // window_ns * window_ns
-    old = table[table["window_ns"] < upto]
-    if old.empty:
-        return table
-    first_new = fold.upto if fold.upto is not None else np.iinfo(np.int64).min
-    newly = old[old["window_ns"] >= first_new]
-    if len(newly):
-        figs = hist_figures(newly, encode_hdr=False)
-        fold.figures = pd.concat([fold.figures, figs]) if len(fold.figures) else figs
-    seg = np.searchsorted(np.asarray(bounds, dtype=np.int64), old["window_ns"].to_numpy(), side="right")
-    for g, first in pd.Series(old["window_ns"].to_numpy()).groupby(seg).min().items():
-        fold.anchors.setdefault(int(g), int(first))  # a segment's rows stay under its first folded window
-    anchor = pd.Series(seg).map(fold.anchors).to_numpy(dtype=np.int64)
-    moved = old.assign(window_ns=anchor)
-    fold.rows = compact(pd.concat([fold.rows, moved], ignore_index=True), "hists")
-    fold.upto = upto if fold.upto is None else max(upto, fold.upto)
-    return table[table["window_ns"] >= upto].reset_index(drop=True)
 
 
 _PARTIALS: "OrderedDict[str, tuple[tuple, pa.Table]]" = OrderedDict()
@@ -309,28 +140,6 @@ def hist_figures(hists: pd.DataFrame, encode_hdr: bool = True) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values())).set_index("window_ns")
 
 
-def _recent_figures(fold: _Fold, hists: pd.DataFrame) -> pd.DataFrame:
-    """``hist_figures`` of a live reader's windows not yet folded, recomputed only for windows a batch
-    added to since the last pass (the last batch that added to a window and its row count, from the
-    compacted table, tell): most of them, a minute's worth behind the newest, no longer change, and
-    recomputing them all took a third of a core in a 15-minute soak."""
-    if hists.empty:
-        fold.recent_keys, fold.recent = pd.DataFrame(), pd.DataFrame()
-        return hist_figures(hists, encode_hdr=False)
-    keys = hists.groupby("window_ns").agg(last=("batch_id_max", "max"), rows=("count", "size"))
-    if len(fold.recent_keys):
-        old = fold.recent_keys.reindex(keys.index)
-        same = (old["last"] == keys["last"]) & (old["rows"] == keys["rows"])
-    else:
-        same = pd.Series(False, index=keys.index)
-    changed = keys.index[~same.to_numpy()]
-    fresh = hist_figures(hists[hists["window_ns"].isin(changed)], encode_hdr=False)
-    kept = fold.recent[fold.recent.index.isin(keys.index[same.to_numpy()])] if len(fold.recent) else fold.recent
-    figures = pd.concat([kept, fresh]).sort_index() if len(kept) else fresh
-    fold.recent_keys, fold.recent = keys, figures
-    return figures
-
-
 def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
     """The run's window table: one row per 1 s window from the first to the last with data.
 
@@ -343,17 +152,7 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
         return pd.DataFrame()
     counts = load_partials(root, "counts")
     table = sum_counts(counts)
-    hists = load_partials(root, "hists")
-    fold = _FOLDS.get(root) if "folded" in hists else None  # a live reader's settled windows (``_Fold``)
-    if fold is None:
-        figures = hist_figures(hists, encode_hdr)
-    elif encode_hdr:
-        figures = hist_figures(hists[~hists["folded"]], encode_hdr)
-    else:
-        figures = _recent_figures(fold, hists[~hists["folded"]])
-    if fold is not None and len(fold.figures):
-        figures = pd.concat([fold.figures[~fold.figures.index.isin(figures.index)], figures])
-    table = table.join(figures, how="outer")
+    table = table.join(hist_figures(load_partials(root, "hists"), encode_hdr), how="outer")
     events = load_partials(root, "events")
     if not events.empty:
         node = events[events["kind"] == "node"]
@@ -397,9 +196,8 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
     written = batches.set_index("batch_id")["written_at_ns"]
     recv_rows = counts[counts["name"] == "received"] if not counts.empty else counts
     if len(recv_rows):
-        last_batch = recv_rows["batch_id_max"] if "batch_id_max" in recv_rows else recv_rows["batch_id"]
-        table["first_written_ns"] = recv_rows.assign(t=recv_rows["batch_id"].map(written)).groupby("window_ns")["t"].min()
-        table["last_written_ns"] = recv_rows.assign(t=last_batch.map(written)).groupby("window_ns")["t"].max()
+        at = recv_rows.assign(t=recv_rows["batch_id"].map(written)).groupby("window_ns")["t"]
+        table["first_written_ns"], table["last_written_ns"] = at.min(), at.max()
     return table.reset_index()
 
 
