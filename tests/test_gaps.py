@@ -77,7 +77,7 @@ def check(recs, stop, sent, recv, cuts):
     assert silence == want_silence
 
 
-@pytest.mark.parametrize("num_batches", [1, 7, 60, 333])
+@pytest.mark.parametrize("num_batches", [1, 7, 60, 200])
 def test_a_150_ms_stall_at_5000_per_s_and_a_silence_across_windows_are_exact_for_every_cut(num_batches):
     sent, recv = flow(5000, 6.0, [(1.30, 1.45), (3.5, 5.2)])
     recs, stop = records(sent, recv)

@@ -258,7 +258,7 @@ def test_real_sut_of_capacity_250_saturates_at_the_300_step(broker, tmp_path):
 def test_a_relay_of_capacity_400_with_flightwatch_on_the_same_machine_has_its_knee_at_350(broker, prometheus, tmp_path):
     """Issue 17: flightwatch (receiver, job, load generator, node metrics) shares the two cores with the SUT, a relay of
     capacity 400/s. It must not starve it or blame it for its own CPU: 200/s and 350/s are ok, 500/s is saturated."""
-    s = _saturation_run(broker, tmp_path, "relay400", "200:15,350:15,500:15", ["--capacity", "400"], prometheus=prometheus)
+    s = _saturation_run(broker, tmp_path, "relay400", "200:10,350:10,500:10", ["--capacity", "400"], prometheus=prometheus)
     v = s["verdict"]
     states = [r["state"] for r in v["steps"]]
     assert states == ["ok", "ok", "saturated"], v
@@ -266,7 +266,7 @@ def test_a_relay_of_capacity_400_with_flightwatch_on_the_same_machine_has_its_kn
     windows = results.load_windows(str(tmp_path / "relay400"))
     observer_cpu = windows.filter(like=":observer_cpu").max(axis=1).dropna()
     cpu = windows.filter(like=":cpu_util").max(axis=1).dropna()
-    assert len(observer_cpu) >= 40 and observer_cpu.max() > 0  # measured all along, and flightwatch is not free
+    assert len(observer_cpu) >= 25 and observer_cpu.max() > 0  # measured all along, and flightwatch is not free
     print(f"\nobserver: flightwatch median {observer_cpu.median():.2f} cores (max {observer_cpu.max():.2f}), "
           f"node cpu median {cpu.median():.0%} (max {cpu.max():.0%}); steps {states}, knee {v['knee']['rate']}/s")
 
