@@ -48,7 +48,7 @@ def main(argv=None) -> int:
         port = free_port()
         broker_proc = start_tansu(port, open(os.path.join(tmp, "tansu.log"), "wb"), "bench-verdict")
         broker = f"127.0.0.1:{port}"
-        lags, alarms, rows = [], 0, []
+        lags, alarms = [], 0
         print(f"{'run':>4} {'flagged at':>12} {'lag s':>6} {'false alarms':>13}  states", flush=True)
         try:
             for k in range(a.repeat):

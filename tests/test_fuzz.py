@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -28,7 +25,6 @@ from hypothesis import strategies as st
 
 from agents import contract
 from agents.contract import KINDS, MAX_TS_NS, MIN_TS_NS
-from conftest import ROOT
 from loadgen.synthetic import SyntheticSpec, generate, messages, truth
 from streaming import engine
 from streaming.decode import decode_messages

@@ -11,12 +11,11 @@ import os
 import ssl
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, create_topic, job_command, job_env, telemetry
+from conftest import ROOT, job_command, job_env, telemetry
 from fault_proxy import FaultProxy
 from stack.__main__ import free_port, start_tansu, stop_process, wait_port
 
@@ -41,7 +40,7 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
     from kafka import KafkaProducer
 
     from sockets import descendants, is_loopback, listening
-    from test_http_receiver import health, start_receiver
+    from test_http_receiver import health
 
     ca = _cert(tmp_path)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
