@@ -48,6 +48,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+
+DEFAULT_TRIGGER = "750ms"
+"""The micro-batch interval. The JVM's work per batch is nearly fixed: 0.40 core at two batches a second (at 1,000
+and at 5,000 events/s), 0.24 at one. Spark starts batches at multiples of the interval since the epoch, so a 1 s
+trigger fires exactly as a window ends, before its last records arrive, and the live verdict waited a whole extra
+batch (2.37 s after the first saturated window, against 1.92 s at 500 ms and 2.16 s at 750 ms)."""
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m streaming", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--out", help="this run's folder (default: <checkpoints>/<run>)")
         if name == "summary":
             continue
-        s.add_argument("--trigger", default="500ms", help="micro-batch interval (default %(default)s)")
+        s.add_argument("--trigger", default=DEFAULT_TRIGGER, help="micro-batch interval (default %(default)s)")
         s.add_argument("--idle-batch-interval", default="2s",
                        help="with fewer than %d new messages (machine records only: no attack), run a batch at most "
                             "this often (default %%(default)s; 0 runs one at every trigger)" % IDLE_BATCH_MESSAGES)
@@ -120,7 +127,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
             watermark_delay_ns=parse_duration_ns(getattr(a, "watermark_delay", "5s")),
             silence_timeout_ns=parse_duration_ns(getattr(a, "silence_timeout", "60s")),
         )
-        trigger_ns = parse_duration_ns(getattr(a, "trigger", "500ms"))
+        trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
     except ValueError as e:
         raise UsageError(str(e)) from None
