@@ -135,18 +135,21 @@ class LiveVerdict:
         self.windows = None  # streaming.live.LiveWindows (it reads results, which reads this module)
 
     def restart_at(self, batch_id: int) -> None:
-        """The figures as they stood before ``batch_id`` (a restarted or redone batch), from the files."""
-        from streaming.live import LiveWindows
-
-        self.windows = LiveWindows.from_files(self.root, batch_id)
+        """A restarted or redone batch: the figures are rebuilt from the files at the next update."""
+        self.windows = None
 
     def update(self, result: engine.BatchResult, info: dict) -> None:
-        if self.windows is None:
-            from streaming.live import LiveWindows
+        from streaming.live import LiveWindows
 
-            self.windows = LiveWindows(self.root)
-        self.windows.add(result.counts, result.hists, result.events, info)
         try:
+            if self.windows is None:  # the first batch, or after a restart: from the files (they hold this batch)
+                self.windows = LiveWindows.from_files(self.root, info["batch_id"] + 1)
+            else:
+                try:
+                    self.windows.add(result.counts, result.hists, result.events, info)
+                except Exception:
+                    self.windows = None  # half added: rebuilt from the files at the next batch
+                    raise
             v = self.windows.verdict()
         except Exception as e:  # noqa: BLE001 - the verdict is advice: a batch is never failed for it
             self.log(f"verdict: not computed after batch {info['batch_id']} ({type(e).__name__}: {e})")

@@ -175,6 +175,33 @@ def test_a_generator_that_stops_is_not_aborted():
     assert result.finished and state.aborted is None
 
 
+def test_a_failure_of_the_live_verdict_never_fails_a_batch_and_its_figures_come_back_from_the_files(tmp_path, monkeypatch):
+    """The verdict is advice: an error while adding a batch's figures is logged, the batch goes on, and the next
+    batch rebuilds the figures from the files (which hold every batch so far): the verdict is the fresh reader's."""
+    import json
+
+    from streaming import live, results
+    from streaming.sinks import RunStore
+
+    spec = SyntheticSpec(run_id="flaky", duration_s=8, rate_per_sec=100, pause=None, oom_at_s=(), late_count=0)
+    msgs = messages(generate(spec), 50)
+    logged = []
+    store = RunStore(str(tmp_path / "r"), engine.EngineConfig(run_id="flaky"), log=logged.append, live_verdict=True)
+    cuts = np.array_split(np.arange(len(msgs)), 6)
+    real_add = live.LiveWindows.add
+    for b, ch in enumerate(cuts):
+        if b == 3:
+            monkeypatch.setattr(live.LiveWindows, "add", lambda *a: (_ for _ in ()).throw(ValueError("boom")))
+        elif b == 4:
+            monkeypatch.setattr(live.LiveWindows, "add", real_add)
+        store.process_batch(decode_messages([msgs[i][1] for i in ch], [0] * len(ch), list(ch)), b)
+    assert any("verdict: not computed after batch 3 (ValueError: boom)" in line for line in logged), logged
+    published = json.loads(open(tmp_path / "r" / "verdict.json").read())
+    assert published["batch_id"] == 5
+    published.pop("batch_id"), published.pop("computed_at_ns")
+    assert published == json.loads(json.dumps(results.live_verdict(str(tmp_path / "r"))))
+
+
 def test_a_snapshot_of_an_older_version_restores_with_empty_event_id_strings(tmp_path):
     """Seen live: a run folder from before exemplars (its snapshot's tables lack the ``id`` column) crashed the
     job at recovery (a KeyError in astype). Its state restores; the IDs of events it held are empty strings."""
