@@ -135,10 +135,9 @@ class LiveWindows:
             cols["latency_us_p99"] = np.array([self._window_p99(w) for w in keys], float)
         for series, per in sorted(self.node.items()):
             cols[series] = np.array([per[w][0] / per[w][1] if w in per else np.nan for w in keys], float)
-        kills: dict[int, float] = defaultdict(float)
-        for (w, _), n in self.oom.items():
-            kills[w] = max(kills[w], n)
-        cols["oom_kills"] = np.array([kills.get(w, 0) for w in keys], np.int64)
+        kills = (results.oom_kills_per_window(pd.Series(self.oom, dtype=float).rename_axis(["window_ns", "source"]))
+                 if self.oom else pd.Series(dtype=float))
+        cols["oom_kills"] = kills.reindex(index, fill_value=0).to_numpy(np.int64)
         cols.update(results.window_status(index, cols, self.window_ns, self.cfg["drop_timeout_ns"], self.watermark,
                                           self.finished, self.judged))
         return pd.DataFrame(cols)
@@ -154,12 +153,7 @@ class LiveWindows:
                 used[w] = len(parts)
         self.ranges[(lo, hi)] = (dense, used)
         idx = np.flatnonzero(dense)
-        cnt = dense[idx]
-        if cnt.sum() == 0:
-            return {f"p{p}": None for p in results.PERCENTILES} | {"max": None, "count": 0}
-        ps = histogram.percentiles(idx, cnt, list(results.PERCENTILES))
-        return {f"p{p}": v for p, v in zip(results.PERCENTILES, ps)} | {"max": histogram.max_value(idx, cnt),
-                                                                          "count": int(cnt.sum())}
+        return results.percentile_figures(idx, dense[idx])
 
     def verdict(self) -> dict | None:
         """The live verdict (``results.live_verdict``'s, without reading a file); None before data."""

@@ -163,10 +163,8 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
             table = table.join(holes, how="outer")
         oom = events[events["kind"] == "oom"]
         if len(oom):
-            # One kill is often seen by two detectors (vmstat and its cgroup): per window, the
-            # detector that saw most, not their sum.
             per_source = oom.assign(n=oom["count"].fillna(1)).groupby(["window_ns", "source"])["n"].sum()
-            table = table.join(per_source.groupby(level="window_ns").max().rename("oom_kills"), how="outer")
+            table = table.join(oom_kills_per_window(per_source), how="outer")
         restarts = events[events["kind"] == "restart"]
         if len(restarts):
             table = table.join(restarts.groupby("window_ns").size().rename("container_restarts"), how="outer")
@@ -199,6 +197,12 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
         at = recv_rows.assign(t=recv_rows["batch_id"].map(written)).groupby("window_ns")["t"]
         table["first_written_ns"], table["last_written_ns"] = at.min(), at.max()
     return table.reset_index()
+
+
+def oom_kills_per_window(per_source: pd.Series) -> pd.Series:
+    """OOM kills per window from kills per (window_ns, source). One kill is often seen by two detectors (vmstat
+    and its cgroup): per window, the detector that saw most, not their sum."""
+    return per_source.groupby(level="window_ns").max().rename("oom_kills")
 
 
 def window_status(windows: np.ndarray, counts, window_ns: int, timeout_ns: int, watermark: int | None, finished: bool,
@@ -292,15 +296,19 @@ def merged_percentiles(root: str, hist: str = "latency_us", start_ns: int | None
     """
     h = load_partials(root, "hists") if hists is None else hists
     if h.empty:
-        return {f"p{p}": None for p in PERCENTILES} | {"max": None, "count": 0}
+        return percentile_figures(np.array([], np.int64), np.array([], np.int64))
     h = h[h["hist"] == hist]
     if start_ns is not None:
         h = h[h["window_ns"] >= start_ns]
     if end_ns is not None:
         h = h[h["window_ns"] < end_ns]
-    idx, cnt = h["bucket"].to_numpy(), h["count"].to_numpy()
+    return percentile_figures(h["bucket"].to_numpy(), h["count"].to_numpy())
+
+
+def percentile_figures(idx: np.ndarray, cnt: np.ndarray) -> dict:
+    """p50/p90/p99, max and count of histogram buckets (``streaming.histogram``; None where empty)."""
     ps = histogram.percentiles(idx, cnt, list(PERCENTILES))
-    return {f"p{p}": v for p, v in zip(PERCENTILES, ps)} | {"max": histogram.max_value(idx, cnt), "count": int(cnt.sum())}
+    return {f"p{p}": v for p, v in zip(PERCENTILES, ps)} | {"max": histogram.max_value(idx, cnt), "count": int(np.sum(cnt))}
 
 
 def load_quarantine(root: str) -> pd.DataFrame:
@@ -369,10 +377,7 @@ def run_verdict(root: str, windows: pd.DataFrame, events: pd.DataFrame, hists: p
 
     def figures(lo: int, hi: int) -> dict:  # the windows whose middle lies in [lo, hi), as the detector assigns them
         lo, hi = lo - half, hi - half
-        sel = counts[(counts.index >= lo) & (counts.index < hi)]
-        failed = sum(int(sel[c].sum()) for c in ("dropped", "errors") if c in sel)  # of the events sent in the step
-        return {"sent": int(sel["sent"].sum()), "received": int(sel["received"].sum()), "failed": failed,
-                "latency_us": percentiles(lo, hi)}
+        return {**saturation.step_counts(counts[(counts.index >= lo) & (counts.index < hi)]), "latency_us": percentiles(lo, hi)}
     return saturation.verdict(windows, steps, cfg["window_ns"], figures,
                               cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US))
 

@@ -182,6 +182,15 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
     return pd.concat([w.drop(columns=[c for c in signals.columns if c in w]), signals], axis=1)
 
 
+def step_counts(w: pd.DataFrame) -> dict:
+    """A step's sent and received over its windows, and (where the table has drops) ``failed``: of the events
+    sent in it, those dropped or failed (both are charged to send windows)."""
+    out = {"sent": int(w["sent"].sum()), "received": int(w["received"].sum())}
+    if "dropped" in w:
+        out["failed"] = int(sum(w[c].sum() for c in ("dropped", "errors") if c in w))
+    return out
+
+
 def _step_state(states: list[str]) -> str | None:
     """A step's state: the worst that at least ``CONFIRM_WINDOWS`` of its windows reach (one busy second at
     start-up or one p99 blip is noise, not the step's state); a lone saturated window (a gap) still shows as
@@ -257,9 +266,7 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
         if step_figures is not None:
             f = step_figures(s["start_ns"], s["end_ns"])
         else:
-            f = {"sent": int(in_step["sent"].sum()), "received": int(in_step["received"].sum()),
-                 **({"failed": int(sum(in_step[c].sum() for c in ("dropped", "errors") if c in in_step))}
-                    if "dropped" in in_step else {}),
+            f = {**step_counts(in_step),
                  "latency_us": {"p50": None, "p99": float(in_step["latency_us_p99"].median()) if len(in_step) else None}}
         secs = (s["end_ns"] - s["start_ns"]) / 1e9
         state = _step_state(in_step["state"].tolist())
