@@ -287,8 +287,14 @@ def test_sustained_fail_on_and_abort_on_give_their_exit_codes(sink, tmp_path):
 @pytest.mark.parametrize("rate", [1000, 5000])
 def test_the_send_stamp_is_taken_where_the_event_leaves(broker, tmp_path, rate):
     """A sink stamps each event's arrival with the same clock: arrival minus the send record's stamp is never
-    negative (the stamp is not taken after the bytes left) and at most 2 ms at p99 (it is not taken long
-    before: no wait for a connection or for the generator's own loop sits between the two)."""
+    negative (the stamp is not taken after the bytes left) and at most 500 µs at the median (it is not taken
+    long before: a stamp at the intended time, or before a wait for a connection or the generator's next 2 ms
+    loop turn, puts the median near the send delay's, about 1 ms).
+
+    Only the median is bounded: the tail is the receiving kernel's. On a busy machine loopback's receive work
+    is deferred (ksoftirqd) and the sink's kernel stamp comes late: instrumented, every gap over 1 ms had its
+    send call return 6 µs (median) after the stamp and the arrival stamp 1.7 ms after that; with one CPU hog
+    beside it p99 went to 7.2 ms while the median stayed at 293 µs (CI: p50 224 µs, p99 3.0 ms)."""
     port, topic, run_id = free_port(), f"lg-stamp-{rate}", f"stamp{rate}"
     create_topic(broker, topic)
     out = tmp_path / "arrivals.txt"
@@ -311,4 +317,4 @@ def test_the_send_stamp_is_taken_where_the_event_leaves(broker, tmp_path, rate):
     gap_us = np.array([int(arrived[e]) - at for e, at in sends.items()]) / 1000
     p50, p99, worst = np.percentile(gap_us, [50, 99, 100])
     print(f"\n{rate}/s: arrival - send stamp p50 {p50:.0f} µs, p99 {p99:.0f} µs, max {worst:.0f} µs, min {gap_us.min():.0f} µs")
-    assert gap_us.min() >= 0 and p99 <= 2000, (p50, p99, worst)
+    assert gap_us.min() >= 0 and p50 <= 500, (p50, p99, worst, report["send_delay_us"])
