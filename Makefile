@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 SOAK_ARGS  ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo test test-fast bench clean attack deploy undeploy spark-cluster test-faults soak
+.PHONY: help install up down status ui stream replay summary demo lint test test-fast bench clean attack deploy undeploy spark-cluster test-faults soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -67,7 +67,11 @@ attack: install ## attack the target (default: the embedded SUT broker, restarte
 	  --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
 	  $(if $(filter command line,$(origin RUN)),--run $(RUN))
 
-test: install ## the whole test suite (real broker, real Spark)
+lint: install ## the layers (import-linter contracts in pyproject.toml) and ruff
+	$(CURDIR)/.venv/bin/lint-imports --no-cache
+	$(CURDIR)/.venv/bin/ruff check --no-cache .
+
+test: install lint ## the layers and lint, then the whole test suite (real broker, real Spark)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 test-faults: install ## the fault suite alone: kill -9 of job, receivers and load generator, broker away, fuzzing

@@ -2,7 +2,7 @@
 
 A measuring sink, like Knative's thrpt-receiver: no artificial delay or failure, as little
 work per request as it can. Per request: parse the event ID and run ID
-(``agents.cloudevents``), stamp the receive time in ns, format one receive line and append it
+(``core.cloudevents``), stamp the receive time in ns, format one receive line and append it
 to the disk spool (``agents.spool``) that a shipper process tails into the telemetry topic;
 only then answer ``202``. A request the receiver
 cannot attribute to an event (no ``ce-id``, malformed JSON) is answered ``400`` and
@@ -30,10 +30,9 @@ import traceback
 from collections import Counter
 from http import HTTPStatus
 
-from agents import cloudevents, contract
+from core import cloudevents, contract
+from core.http1 import CHUNKED, MAX_BODY, MAX_HEAD, Malformed, dechunk, parse_head
 
-MAX_HEAD = 64 * 1024
-MAX_BODY = 16 << 20
 KEEPALIVE_S = 75.0
 """A connection that sends nothing for this long is closed (aiohttp's and nginx's default)."""
 LINGER_S = 2.0
@@ -42,7 +41,6 @@ for this long, so that the answer is not lost to a reset (a "lingering close", a
 
 ACCEPTED = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n"
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-CHUNKED = -1
 
 
 def response(status: int, body: str = "", content_type: str = "text/plain; charset=utf-8") -> bytes:
@@ -54,67 +52,6 @@ def response(status: int, body: str = "", content_type: str = "text/plain; chars
 def closing(answer: bytes) -> bytes:
     """``answer`` saying that the connection closes after it (the header goes at the end of its head)."""
     return answer.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1)
-
-
-class Malformed(ValueError):
-    """Not an HTTP/1.x request this server can frame: answered with ``status``, then the connection is closed."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.reason = status, reason
-
-
-def parse_head(head: bytes) -> tuple[str, str, bool, dict]:
-    """(method, path without query, keep-alive by default, headers) of a request head without its blank line.
-    Header names are lower-cased, the first of repeated ones kept; values are UTF-8 (bytes that are not stay as
-    surrogates, which ``agents.cloudevents`` refuses) without surrounding blanks."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[0].isalpha() or not parts[2].startswith("HTTP/1."):
-        raise Malformed(400, "not an HTTP/1.x request line")
-    method, target, version = parts
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip(" \t") or " " in name:
-            raise Malformed(400, "malformed header line")
-        name = name.lower()
-        if name not in headers:
-            headers[name] = value.strip(" \t").encode("latin-1").decode("utf-8", "surrogateescape")
-    return method, target.split("?", 1)[0], version != "HTTP/1.0", headers
-
-
-def dechunk(buf, pos: int, body: bytearray) -> tuple[bool, int]:
-    """Read the chunks of a chunked body that start at ``pos`` into ``body``: (whether the body is complete,
-    the position after what was read). Called again with the rest as it arrives; trailers are skipped."""
-    while True:
-        eol = buf.find(b"\r\n", pos)
-        if eol < 0:
-            if len(buf) - pos > 1024:
-                raise Malformed(400, "malformed chunk size")
-            return False, pos
-        try:
-            size = int(bytes(buf[pos:eol]).split(b";", 1)[0].strip(b" \t"), 16)
-        except ValueError:
-            raise Malformed(400, "malformed chunk size") from None
-        if size < 0:
-            raise Malformed(400, "malformed chunk size")
-        if len(body) + size > MAX_BODY:
-            raise Malformed(413, "body too large")
-        if size == 0:  # the last chunk, then trailers (usually none) and a blank line
-            end = buf.find(b"\r\n\r\n", eol)
-            if end < 0:
-                if len(buf) - pos > MAX_HEAD:
-                    raise Malformed(431, "trailers too large")
-                return False, pos
-            return True, end + 4
-        start = eol + 2
-        if len(buf) < start + size + 2:
-            return False, pos
-        if buf[start + size:start + size + 2] != b"\r\n":
-            raise Malformed(400, "malformed chunk")
-        body += buf[start:start + size]
-        pos = start + size + 2
 
 
 class HttpReceiver:

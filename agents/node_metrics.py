@@ -12,7 +12,7 @@ reports, and writes one ``node`` record per node and metric:
     load1                 1-minute load average
     oom_kills_total       node_vmstat_oom_kill
     cpu_cores             number of CPUs
-    observer_cpu          cores used by flightwatch itself on the node (``agents.observer``): the
+    observer_cpu          cores used by flightwatch itself on the node (``core.observer``): the
                           stack's processes, the streaming job's and the load generator's trees,
                           read with psutil; with ``--observer-promql`` a PromQL query per ``node``
                           instead (on Kubernetes: the container CPU of flightwatch's pods)
@@ -23,7 +23,7 @@ silent gap. An increase of ``oom_kills_total`` is also an OOM event (source ``vm
 stamped with the scrape that first showed it).
 
 The agent also runs the OOM watchers of ``agents.oom`` (``--cgroup``/``--pid`` for memory
-cgroups, ``--kubernetes`` for pods) and serves the clock reference (``agents.clock``) the
+cgroups, ``--kubernetes`` for pods) and serves the clock reference (``core.clock``) the
 other agents measure their clock offset against.
 """
 from __future__ import annotations
@@ -36,8 +36,8 @@ import sys
 import threading
 import time
 
-from agents import clock, contract
-from agents.kafka_options import client_options
+from core import clock, contract
+from core.kafka_options import telemetry_producer
 
 METRICS = {
     "cpu_util": '1 - avg by (instance) (irate(node_cpu_seconds_total{mode="idle"}[5s]))',
@@ -153,7 +153,7 @@ class NodeMetrics:
 def local_observer(node: str, stack_dir: str | None = None):
     """``observer`` for ``NodeMetrics``: this node's flightwatch processes, measured with psutil (nothing on the
     first call: a rate needs two readings)."""
-    from agents.observer import CpuMeter
+    from core.observer import CpuMeter
 
     meter = CpuMeter(stack_dir)
 
@@ -215,7 +215,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from agents.units import parse_duration_ns
+    from core.units import parse_duration_ns
 
     try:
         a = _parser().parse_args(argv)
@@ -238,14 +238,13 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"node_metrics: error: {e}", file=sys.stderr)
         return 2
-    from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
     from agents.oom import CgroupWatcher, KernelLog, KubeWatcher
-    from agents.telemetry import TelemetryWriter
+    from core.telemetry import TelemetryWriter
 
     try:
-        producer = KafkaProducer(bootstrap_servers=a.telemetry_bootstrap.split(","), linger_ms=20, **client_options())
+        producer = telemetry_producer(a.telemetry_bootstrap, linger_ms=20)
     except KafkaError as e:
         print(f"node_metrics: error: cannot reach the telemetry broker {a.telemetry_bootstrap}: {e}", file=sys.stderr)
         return 2

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from datetime import datetime
 
-from agents import contract
+from core import contract
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_MEMORY = os.path.join(CGROUP_ROOT, "memory")
@@ -159,7 +159,7 @@ class CgroupWatcher:
     def _cgroups(self) -> list[str]:
         out = []
         for root in self.roots:
-            for dirpath, dirnames, filenames in os.walk(root):
+            for dirpath, _dirnames, filenames in os.walk(root):
                 if "memory.events" in filenames or "memory.oom_control" in filenames:
                     out.append(dirpath)
         return out

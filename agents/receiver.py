@@ -8,136 +8,26 @@ Usage:
 ``http`` is a CloudEvents sink (``agents.http_receiver``): point a Knative trigger, a
 broker's subscriber or the load generator at it. ``kafka`` consumes a topic of the SUT.
 Both write receive records into the telemetry topic and, every 30 s, a clock record: this
-host's clock offset against the clock reference (``agents.clock``) that the node-metrics
+host's clock offset against the clock reference (``core.clock``) that the node-metrics
 agent serves, so latencies measured across hosts can be corrected or flagged.
 
-Kafka mode (librdkafka's consumer, confluent-kafka): each consumed record gives a receive record: event ID from the record key (or the ``ce_id``
-header), run ID from the ``fw_run`` header the load generator sets, receive time = when the
-agent saw it. Restart-safe without losing or double-reporting: before a batch's receive
-records go to the telemetry topic, the batch (with the offsets after it) is written ahead to
-``<state-dir>/wal`` (replaced atomically; it survives a crash or kill -9 of the agent, not a
-power loss of the host). On restart the agent re-sends that batch *identically* and
-continues from its offsets; the streaming job treats an identical repeat of a first delivery
-(same event ID and receive time) as a telemetry repeat, not a duplicate.
+Kafka mode: ``agents.kafka_receiver``.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
 import sys
 import time
 
-from agents import clock, contract, http_receiver, memory
-from agents.kafka_options import SUT_ENV, client_options
-from agents.units import parse_size, split_host_port
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FETCH_MAX_WAIT_MS = 25
-"""A Kafka broker holds a fetch until a message comes or this long. Tansu 0.6 (the embedded SUT) holds it this
-long under a steady flow, so it bounds what the receiver adds to flight time: at 5,000/s, consume latency
-p50/p99 was 138/266 ms at 500 ms, 32/60 at 100, 13/24 at 25, 9/16 at 10; its CPU over 30 s, 0.33 core at 10,
-0.28 at 25, 0.23 at 50 (fewer fetches). Idle, 40 round trips a second cost the receiver 0.005 core and the
-broker, holding a finished run's 300,000 events, 0.025."""
-CONSUME_BATCH = 5000
-RUN_HEADER = "fw_run"
-ID_HEADER = "ce_id"
-
-
-def _header(headers, name: str) -> str | None:
-    for k, v in headers or ():
-        if k == name and v is not None:
-            return v.decode("utf-8", "replace")
-    return None
-
-
-class KafkaReceiver:
-    """Consumes every partition of the SUT topic with librdkafka (confluent-kafka's ``Consumer``)."""
-
-    def __init__(self, consumer, writer, topic: str, state_dir: str, agent: str, log=print) -> None:
-        self.consumer, self.writer, self.topic = consumer, writer, topic
-        self.wal = os.path.join(state_dir, "wal")
-        self.agent, self.log = agent, log
-        self.lines = contract.FastLines("", agent)
-        os.makedirs(state_dir, exist_ok=True)
-        self.num_received = 0
-        self.num_unattributed = 0
-        self.num_errors = 0
-
-    def _write_ahead(self, offsets: dict, records: list[str]) -> None:
-        """First line: the offsets after the batch; then the batch's receive records, one per line."""
-        tmp = self.wal + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(json.dumps(offsets))
-            for line in records:
-                f.write("\n")
-                f.write(line)
-        os.replace(tmp, self.wal)
-
-    def _send(self, records: list[str]) -> None:
-        self.writer.write_many(records)
-        if not self.writer.flush(30):
-            raise RuntimeError("telemetry broker did not acknowledge within 30 s")
-
-    def start(self) -> dict:
-        """Assign every partition; resume from the write-ahead log (re-sending its batch) or from the start."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        parts = None
-        for _ in range(100):
-            try:
-                topic = self.consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
-            except KafkaException:
-                topic = None
-            parts = sorted(topic.partitions) if topic is not None and topic.error is None else None
-            if parts:
-                break
-            time.sleep(0.1)
-        if not parts:
-            raise RuntimeError(f"topic {self.topic!r} not found")
-        offsets = {str(p): 0 for p in parts}
-        if os.path.exists(self.wal):
-            with open(self.wal) as f:
-                lines = f.read().split("\n")
-            offsets.update(json.loads(lines[0]))
-            if lines[1:]:
-                self._send(lines[1:])  # identical re-send of the batch that may not have arrived
-                self.log(f"resumed: re-sent {len(lines) - 1} receive records of the last batch")
-        self.consumer.assign([TopicPartition(self.topic, p, int(offsets[str(p)])) for p in parts])
-        return offsets
-
-    def poll_once(self, offsets: dict, timeout_ms: int = 100) -> int:
-        # consume(n, timeout) waits for n messages or the timeout, so at 5,000/s every batch waited the whole
-        # timeout (flight p50 +50 ms): take what is there, else wait for one message, then take the rest
-        batch = self.consumer.consume(CONSUME_BATCH, 0)
-        if not batch:
-            first = self.consumer.poll(timeout_ms / 1000)
-            if first is None:
-                return 0
-            batch = [first, *self.consumer.consume(CONSUME_BATCH - 1, 0)]
-        now = time.time_ns()
-        records = []
-        recv, lines = records.append, self.lines
-        for m in batch:
-            if m.error() is not None:  # a consumer event (partition EOF, broker transport): nothing to record
-                self.num_errors += 1
-                continue
-            headers = m.headers()
-            key = m.key()
-            event_id = _header(headers, ID_HEADER) or (key.decode("utf-8", "replace") if key else None)
-            run_id = _header(headers, RUN_HEADER)
-            offsets[str(m.partition())] = m.offset() + 1
-            if not event_id or not run_id:
-                self.num_unattributed += 1
-                continue
-            value = m.value()
-            recv(lines.recv(run_id, now, event_id, len(value) if value else 0))
-        self._write_ahead(offsets, records)
-        self._send(records)
-        self.num_received += len(records)
-        return len(records)
+from agents import http_receiver
+from agents.kafka_receiver import FETCH_MAX_WAIT_MS, KafkaReceiver
+from core import clock, contract, memory
+from core.kafka_options import SUT_ENV, client_options
+from core.rundir import ROOT
+from core.units import parse_size, split_host_port
 
 
 def _common(p: argparse.ArgumentParser, agent: str) -> None:
@@ -318,8 +208,8 @@ def main_kafka(a) -> int:
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-    from agents.kafka_options import librdkafka
-    from agents.telemetry import TelemetryWriter, rdkafka_producer
+    from core.kafka_options import librdkafka
+    from core.telemetry import TelemetryWriter, rdkafka_producer
 
     if not 1 <= a.fetch_wait_ms <= 300_000:
         print(f"receiver: error: --fetch-wait-ms {a.fetch_wait_ms}: give 1 to 300000 ms", file=sys.stderr)
@@ -385,7 +275,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from agents import memory
+    from core import memory
 
     memory.use_c_allocator("agents.receiver")  # a long-lived process: what it frees after a burst goes back
     sys.exit(main())

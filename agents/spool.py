@@ -127,7 +127,7 @@ class SpoolWriter:
     def report_lost(self) -> None:
         """Spool a ``lost`` record for the lines refused since the last one (a few bytes, over budget
         or not), at most once a second: the run's summary shows them, nothing is lost silently."""
-        from agents import contract
+        from core import contract
 
         delta = self.num_lost - self._lost_reported
         if delta <= 0:
@@ -293,7 +293,6 @@ def main(argv=None) -> int:
     os.makedirs(a.spool_dir, exist_ok=True)
     lock = open(os.path.join(a.spool_dir, "shipper.lock"), "w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one shipper per spool: a new one waits for a draining old one
-    from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
     stopping = []
@@ -302,13 +301,12 @@ def main(argv=None) -> int:
     def should_stop() -> bool:
         return bool(stopping) or bool(a.parent and os.getppid() != a.parent)
 
-    from agents.kafka_options import client_options
+    from core.kafka_options import telemetry_producer
 
     producer = None
     while producer is None:  # the broker may be away when we start: the spool holds the records meanwhile
         try:
-            producer = KafkaProducer(bootstrap_servers=a.bootstrap.split(","), linger_ms=5, batch_size=1 << 20,
-                                     max_request_size=16 << 20, **client_options())
+            producer = telemetry_producer(a.bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=16 << 20)
         except KafkaError as e:
             if should_stop():
                 return 0

@@ -19,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from agents import contract  # noqa: E402
+from core import contract  # noqa: E402
 
 T0 = 1_800_000_000 * 10**9
 
@@ -77,7 +77,8 @@ def main(argv=None) -> int:
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
-    from stack.__main__ import free_port, start_tansu
+    from core.procs import free_port
+    from stack.tansu import start_tansu
 
     broker, bootstrap = None, a.bootstrap
     if not bootstrap:

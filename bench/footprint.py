@@ -33,8 +33,9 @@ import psutil
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from agents import observer  # noqa: E402
-from stack.__main__ import PORTS, recorded_pid, stop_process  # noqa: E402
+from core import observer  # noqa: E402
+from core.procs import stop_process  # noqa: E402
+from stack.__main__ import PORTS, recorded_pid  # noqa: E402
 
 TELEMETRY = ("telemetry-broker", "http-receiver", "job: JVM", "job: Python driver", "job: pyspark workers")
 """What carries telemetry (writers are the receiver and its shipper; the load generator's own records are

@@ -137,7 +137,8 @@ def main(argv=None) -> int:
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
-    from stack.__main__ import free_port, start_tansu, wait_port
+    from core.procs import free_port, wait_port
+    from stack.tansu import start_tansu
 
     workdir = tempfile.mkdtemp(prefix="flightwatch-bench-lg-")
     port = free_port()

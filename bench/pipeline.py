@@ -104,9 +104,9 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
-    from agents import contract
-    from stack.__main__ import stop_process
-    from streaming import results
+    from core import contract
+    from core.procs import stop_process
+    from streaming import reader, results
 
     run_id, topic = f"bench-{rate}", f"bench-{rate}-{int(time.time())}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -137,7 +137,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
         # drain: wait until the job has read everything produced (or give up after 60 s)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            b = results.load_batches(out)
+            b = reader.load_batches(out)
             if int(b["num_send"].sum() + b["num_recv"].sum()) >= num_records:
                 break
             time.sleep(0.5)
@@ -145,7 +145,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
     finally:
         producer.close()
         stop_process(job, signal.SIGINT, wait_s=30, group=True)
-    batches = results.load_batches(out)
+    batches = reader.load_batches(out)
     windows = results.load_windows(out)
     load = batches[(batches["written_at_ns"] >= t0) & (batches["written_at_ns"] <= t1)]
     w = windows[(windows["window_ns"] >= t0 + 3 * NS) & (windows["window_ns"] + NS <= t1 - 2 * NS)]
@@ -200,7 +200,8 @@ def main(argv=None) -> int:
         return 2
     import tempfile
 
-    from stack.__main__ import free_port, start_tansu, stop_process
+    from core.procs import free_port, stop_process
+    from stack.tansu import start_tansu
 
     workdir = tempfile.mkdtemp(prefix="flightwatch-bench-")
     broker = None

@@ -35,7 +35,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.loadgen import NGINX_CONF  # noqa: E402
-from stack.__main__ import free_port, start_tansu, stop_process, wait_port  # noqa: E402
+from core.procs import free_port, stop_process, wait_port  # noqa: E402
+from stack.tansu import start_tansu  # noqa: E402
 
 LUA = """
 counter = 0

@@ -40,8 +40,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from agents.units import parse_duration_ns  # noqa: E402
-from stack.__main__ import PORTS, STACK_DIR, stop_process  # noqa: E402
+from core.procs import stop_process  # noqa: E402
+from core.units import parse_duration_ns  # noqa: E402
+from stack.__main__ import PORTS, STACK_DIR  # noqa: E402
 
 GROWTH_LIMIT = 0.10
 SAMPLE_EVERY_S = 2

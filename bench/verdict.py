@@ -39,8 +39,10 @@ def main(argv=None) -> int:
     if a.repeat < 1 or a.capacity <= 0:
         print("bench.verdict: error: --repeat and --capacity must be positive", file=sys.stderr)
         return 2
-    from stack.__main__ import free_port, start_tansu, stop_process
     from test_saturation import _saturation_run
+
+    from core.procs import free_port, stop_process
+    from stack.tansu import start_tansu
 
     rates = [float(s.split(":")[0]) for s in a.pace.split(",")]
     below = [i + 1 for i, r in enumerate(rates) if r < a.capacity]

@@ -8,7 +8,7 @@ after the schedule's end: a generator that could not keep up reports the shortfa
 requested rate, seconds behind schedule) instead of running on.
 The send stamp is taken by the target right before the event's bytes leave (``Book.sent``).
 Per send the sender agent writes a send record and, on completion, an ack record into the
-telemetry topic (batched, bounded, off the hot path: ``agents.telemetry``).
+telemetry topic (batched, bounded, off the hot path: ``core.telemetry``).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import queue as queue_mod
 import time
 from dataclasses import dataclass, field
 
-from agents import contract, memory
-from loadgen.pacer import Schedule
+from core import contract, memory
+from core.pacer import Schedule
 from loadgen.stats import FINAL_S, NS_PER_S, Interval
 from loadgen.targets import TargetSpec, make_target
 
@@ -200,7 +200,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
     target = make_target(cfg.target, cfg.timeout_s, cfg.max_inflight, cfg.run_id, cfg.payload_bytes)
     writer = None
     if cfg.telemetry_bootstrap:
-        from agents.telemetry import TelemetryWriter, rdkafka_producer
+        from core.telemetry import TelemetryWriter, rdkafka_producer
 
         producer = rdkafka_producer(cfg.telemetry_bootstrap, cfg.kafka_options)
         writer = TelemetryWriter(producer, cfg.telemetry_topic, agent=f"{cfg.sender}-{worker}")

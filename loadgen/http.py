@@ -17,8 +17,8 @@ import asyncio
 import time
 from collections import deque
 
-from agents.http_receiver import Malformed, dechunk
-from loadgen.targets import error_cause
+from core.http1 import Malformed, dechunk
+from loadgen.errors import error_cause
 
 IDLE_TIMEOUT_S = 10.0
 """An idle keep-alive connection is closed after this long (Go's http.Transport has IdleConnTimeout, 90 s)."""
@@ -36,7 +36,7 @@ def _resolve(fut: asyncio.Future, sent: int, status: int | None, error: str | No
 class _Conn(asyncio.Protocol):
     """One keep-alive connection; ``ctx`` is the request under way (None while idle)."""
 
-    def __init__(self, pool: "HttpPool") -> None:
+    def __init__(self, pool: HttpPool) -> None:
         self.pool = pool
         self.transport = None
         self.buf = bytearray()

@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
+from core import histogram
 from loadgen.stats import NS_PER_S, Interval, RunStats
-from streaming import histogram
 
 PCTS = (50, 90, 95, 99)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streaming import histogram
+from core import histogram
 
 NS_PER_S = 1_000_000_000
 FINAL_S = 1 << 62
@@ -75,7 +75,7 @@ class Interval:
                 "delay_buckets": _merge_buckets(self.delay_buckets, _sparse(self._delay))}
 
     @classmethod
-    def from_snapshot(cls, d: dict) -> "Interval":
+    def from_snapshot(cls, d: dict) -> Interval:
         i = cls(d["second"])
         i.merge(d)
         return i

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents import contract
+from core import contract
 
 NS = 1_000_000_000
 
@@ -71,7 +71,7 @@ def generate(spec: SyntheticSpec) -> SyntheticRun:
     recv[dropped | errored] = -1
     late_idx = rng.choice(np.flatnonzero(recv > 0)[: n // 2], spec.late_count, replace=False)
     recv[late_idx] = sent[late_idx] + (spec.drop_timeout_s + 5) * NS
-    received = np.flatnonzero((recv > 0))
+    received = np.flatnonzero(recv > 0)
     received_ontime = received[~np.isin(received, late_idx)]
     dup_pick = rng.choice(received_ontime, int(n * spec.duplicate_fraction), replace=False)
     dup_recv = recv[dup_pick] + rng.integers(1_000_000, 50_000_000, dup_pick.size)
@@ -219,9 +219,9 @@ def truth(run: SyntheticRun) -> dict:
 
 def produce(run: SyntheticRun, bootstrap: str, topic: str, records_per_message: int = 200) -> int:
     """Write the run's messages to a telemetry topic; returns the number of messages."""
-    from kafka import KafkaProducer
+    from core.kafka_options import telemetry_producer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), linger_ms=5, batch_size=1 << 20, max_request_size=8 << 20)
+    producer = telemetry_producer(bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=8 << 20)
     msgs = messages(run, records_per_message)
     for key, value, _ in msgs:
         producer.send(topic, key=key, value=value)

@@ -20,6 +20,9 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
+from core.cloudevents import KAFKA_ID_HEADER, KAFKA_RUN_HEADER, RUN_ATTRIBUTE
+from loadgen.errors import error_cause
+
 CE_SOURCE = "flightwatch/loadgen"
 CE_TYPE = "dev.flightwatch.load"
 
@@ -34,7 +37,7 @@ class TargetSpec:
     """``user:password`` of an http target: sent as basic auth, never printed or recorded."""
 
     @classmethod
-    def parse(cls, text: str) -> "TargetSpec":
+    def parse(cls, text: str) -> TargetSpec:
         u = urlsplit(text)
         shown = _redacted(text, u)
         if u.scheme not in ("http", "http+structured", "kafka") or not u.hostname:
@@ -80,20 +83,7 @@ def tcp_unreachable(host: str, port: int, timeout_s: float = 3.0) -> str | None:
         return e.strerror or str(e)
 
 
-def error_cause(exc: BaseException) -> str:
-    """A short, stable name for a failed send (what vegeta's report lists as errors)."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return "timeout"
-    if isinstance(exc, ConnectionRefusedError) or "Connect call failed" in str(exc) or "refused" in str(exc).lower():
-        return "connection refused"
-    if isinstance(exc, ConnectionResetError) or "reset" in str(exc).lower():
-        return "connection reset"
-    name = type(exc).__name__
-    return {"ServerDisconnectedError": "server disconnected", "ClientOSError": "connection error",
-            "ClientConnectorError": "connection refused", "KafkaTimeoutError": "timeout"}.get(name, name)
-
-
-RUN_EXTENSION = "fwrun"
+RUN_EXTENSION = RUN_ATTRIBUTE
 """CloudEvents extension attribute (HTTP ``ce-fwrun``, Kafka header ``fw_run``) carrying the run ID to receivers."""
 
 
@@ -189,11 +179,11 @@ class KafkaTarget:
         self.spec, self.timeout_s, self.run_id = spec, timeout_s, run_id
         self.payload = os.urandom(payload_bytes)
         if client_options is None:
-            from agents.kafka_options import SUT_ENV
-            from agents.kafka_options import client_options as from_env
+            from core.kafka_options import SUT_ENV
+            from core.kafka_options import client_options as from_env
 
             client_options = from_env(env=SUT_ENV)
-        from agents.kafka_options import librdkafka
+        from core.kafka_options import librdkafka
 
         self.config = {"bootstrap.servers": f"{spec.host}:{spec.port}", "linger.ms": LINGER_MS, "acks": 1,
                        "socket.nagle.disable": True, "queue.buffering.max.messages": max(100_000, 2 * max_inflight),
@@ -202,7 +192,7 @@ class KafkaTarget:
         self.producer = None
         self.book = None
         self.partitions, self._partition, self._switch_ns = 1, 0, 0
-        self._headers_tail = [("ce_type", CE_TYPE.encode()), ("fw_run", run_id.encode())]
+        self._headers_tail = [("ce_type", CE_TYPE.encode()), (KAFKA_RUN_HEADER, run_id.encode())]
 
     async def connect(self) -> None:
         """Create the producer and learn the topic's partitions (a broker that is away fails here, before the start)."""
@@ -225,7 +215,8 @@ class KafkaTarget:
         sent = time.time_ns()
         book.sent(event_id, intended_ns, sent)
         try:
-            self.producer.produce(self.spec.path, self.payload, key, self._partition, headers=[("ce_id", key), *self._headers_tail],
+            self.producer.produce(self.spec.path, self.payload, key, self._partition,
+                                  headers=[(KAFKA_ID_HEADER, key), *self._headers_tail],
                                   on_delivery=lambda err, _msg: book.done(event_id, sent, None,
                                                                           None if err is None else kafka_error_cause(err)))
         except BufferError:

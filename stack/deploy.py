@@ -26,7 +26,8 @@ import shutil
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from core.rundir import ROOT
+
 DEPLOY = os.path.join(ROOT, "deploy")
 KUBERNETES_VERSION = "1.33"
 """The oldest Kubernetes the manifests are written for (indexed Jobs with backoffLimitPerIndex are GA there)."""

@@ -20,7 +20,8 @@ import sys
 import time
 import urllib.request
 
-from stack.__main__ import HOST, free_port, stop_process, wait_port
+from core.procs import free_port, stop_process, wait_port
+from stack.__main__ import HOST
 
 
 def spark_home() -> str:

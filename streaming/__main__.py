@@ -1,6 +1,6 @@
 import sys
 
-from agents import memory
+from core import memory
 
 memory.use_c_allocator("streaming")  # a long-lived process: what it frees after a burst goes back
 

@@ -36,7 +36,7 @@ class JobConfig:
 
     source_dir: str | None = None
 
-    def for_replay(self) -> "JobConfig":
+    def for_replay(self) -> JobConfig:
         """Read the run's archive; write into <run>/replay with a fresh checkpoint."""
         run_cfg = _read_run_config(self.run_dir)
         eng = dataclasses.replace(self.engine, **{k: v for k, v in run_cfg.items() if k in

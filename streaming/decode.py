@@ -12,15 +12,21 @@ import io
 import json
 import math
 import re
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from agents.contract import (
-    ARROW_SCHEMA, COUNT_FIELDS, FIELD_TYPES, KINDS, MAX_TS_NS, MIN_TS_NS, SCHEMA_VERSION,
+from core.contract import (
+    ARROW_SCHEMA,
+    COUNT_FIELDS,
+    FIELD_TYPES,
+    KINDS,
+    MAX_TS_NS,
+    MIN_TS_NS,
+    SCHEMA_VERSION,
     TIMESTAMP_FIELDS,
 )
 

@@ -25,17 +25,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agents import contract
+from core import contract
 from streaming import gaps as gap_tracking
-from streaming import histogram
+from streaming import partials
+from streaming.partials import EXEMPLARS, HISTS, MAX_PREFIX  # noqa: F401 - the engine's output names, read as engine.*
 
 PENDING, RECEIVED, LATE, DROPPED, ERRORED = 0, 1, 2, 3, 4
 """Status of a known event ID: waiting; delivered in time; delivered after its deadline;
 declared dropped; failed at the sender (an error ack) and never delivered in time."""
 
-HISTS = ("latency_us", "latency_intended_us", "send_delay_us")
-"""Histograms kept per window: flight time from actual and from intended send time (by
-receive window), and send delay = actual - intended send time (by send window)."""
 
 EVENT_KINDS = ("node", "oom", "restart", "clock", "lost", "run_start", "run_stop")
 """Record kinds passed through to the events table as they are."""
@@ -43,14 +41,6 @@ EVENT_KINDS = ("node", "oom", "restart", "clock", "lost", "run_start", "run_stop
 EVENT_COLUMNS = ("kind", "agent", "at_ns", "node", "metric", "value", "missing", "source", "where", "count", "config",
                  "reason", "reference", "offset_us", "rtt_us", "event_id", "victim")
 
-EXEMPLARS = 5
-"""Per window, the IDs of this many slowest received events (``kind="slowest"``: at the receive, ``value`` its
-flight time in µs, ns-exact) and of the first this many dropped ones (``kind="dropped_id"``: at the send,
-``count`` +1, or -1 when a drop named is withdrawn). The top of a union of tops is the top of the union, so any time
-range merges exactly, as the histograms do."""
-
-MAX_PREFIX = "max:"
-"""Count names with this prefix merge by max, all others by sum."""
 
 NO_TIME_NS = gap_tracking.NO_TIME_NS  # -(2**62): no event time yet
 
@@ -138,114 +128,13 @@ class BatchResult:
     finished: bool
 
 
-class _Collector:
-    """Accumulates (window, name, value) triples and histogram values for one batch."""
-
-    def __init__(self, window_ns: int) -> None:
-        self.window_ns = window_ns
-        self.counts: list[pd.DataFrame] = []
-        self.hist_parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {h: [] for h in HISTS}
-
-    def window(self, at_ns) -> np.ndarray:
-        return (np.asarray(at_ns, dtype=np.int64) // self.window_ns) * self.window_ns
-
-    def add(self, name: str, at_ns, values=1) -> None:
-        at_ns = np.asarray(at_ns, dtype=np.int64)
-        if at_ns.size == 0:
-            return
-        values = np.broadcast_to(np.asarray(values, dtype=np.int64), at_ns.shape)
-        self.counts.append(pd.DataFrame({"window_ns": self.window(at_ns), "name": name, "value": values}))
-
-    def add_names(self, names, at_ns) -> None:
-        at_ns = np.asarray(at_ns, dtype=np.int64)
-        if at_ns.size:
-            self.counts.append(pd.DataFrame({"window_ns": self.window(at_ns), "name": np.asarray(names, dtype=object), "value": 1}))
-
-    def record(self, hist: str, at_ns, values_us, clock_skew_name: str | None = None) -> None:
-        """Histogram values by window; negatives and overflows are counted, never lost."""
-        at_ns = np.asarray(at_ns, dtype=np.int64)
-        values_us = np.asarray(values_us, dtype=np.int64)
-        negative = values_us < 0
-        overflow = values_us > histogram.HIGHEST_US
-        if negative.any() and clock_skew_name:
-            self.add(clock_skew_name, at_ns[negative])
-        if overflow.any():
-            self.add(f"overflow:{hist}", at_ns[overflow])
-        ok = ~(negative | overflow)
-        self.hist_parts[hist].append((at_ns[ok], values_us[ok]))
-
-    def counts_frame(self) -> pd.DataFrame:
-        if not self.counts:
-            return pd.DataFrame({"window_ns": pd.Series(dtype=np.int64), "name": pd.Series(dtype=object), "value": pd.Series(dtype=np.int64)})
-        df = pd.concat(self.counts, ignore_index=True)
-        is_max = df["name"].str.startswith(MAX_PREFIX)
-        summed = df[~is_max].groupby(["window_ns", "name"], as_index=False, sort=True)["value"].sum()
-        maxed = df[is_max].groupby(["window_ns", "name"], as_index=False, sort=True)["value"].max()
-        out = pd.concat([summed, maxed], ignore_index=True)
-        return out[out["value"] != 0].reset_index(drop=True) if len(out) else out
-
-    def hists_frame(self) -> pd.DataFrame:
-        frames = []
-        for hist, parts in self.hist_parts.items():
-            if not parts:
-                continue
-            at_ns = np.concatenate([p[0] for p in parts])
-            values = np.concatenate([p[1] for p in parts])
-            if at_ns.size == 0:
-                continue
-            widx = at_ns // self.window_ns
-            key = widx * histogram.NUM_BUCKETS + histogram.bucket_index(values)
-            ukey, cnt = np.unique(key, return_counts=True)
-            frames.append(pd.DataFrame({
-                "window_ns": (ukey // histogram.NUM_BUCKETS) * self.window_ns,
-                "hist": hist,
-                "bucket": (ukey % histogram.NUM_BUCKETS).astype(np.int32),
-                "count": cnt.astype(np.int64),
-            }))
-        if not frames:
-            return pd.DataFrame({"window_ns": pd.Series(dtype=np.int64), "hist": pd.Series(dtype=object),
-                                 "bucket": pd.Series(dtype=np.int32), "count": pd.Series(dtype=np.int64)})
-        return pd.concat(frames, ignore_index=True)
-
-
 def _column(df: pd.DataFrame, name: str) -> np.ndarray:
     return df[name].to_numpy()
 
 
-def _slowest(at_ns: np.ndarray, latency_ns: np.ndarray, ids: np.ndarray, window_ns: int) -> pd.DataFrame:
-    """Per window, the ``EXEMPLARS`` slowest of these deliveries (``kind="slowest"``, ``value`` in µs)."""
-    if len(at_ns) == 0:
-        return pd.DataFrame()
-    w = at_ns // window_ns
-    order = np.lexsort((at_ns, -latency_ns, w))  # by window, slowest first, then earliest
-    ws = w[order]
-    rank = np.arange(len(order)) - np.searchsorted(ws, ws, side="left")
-    pick = order[rank < EXEMPLARS]
-    return pd.DataFrame({"kind": "slowest", "at_ns": at_ns[pick].astype(np.int64),
-                         "value": latency_ns[pick] / 1000, "event_id": ids[pick]})
-
-
-def _ids(known: pd.DataFrame, positions: np.ndarray) -> np.ndarray:
-    """The ID strings of these rows of ``known`` (only these: the column is Arrow-backed, and turning all of it
-    into Python strings every batch cost more than the rest of the join)."""
-    return known["id"].iloc[positions].to_numpy(object)
-
-
-def _first_dropped(sent_ns: np.ndarray, known: pd.DataFrame, positions: np.ndarray, window_ns: int) -> pd.DataFrame:
-    """Per window of their sends, the ``EXEMPLARS`` first of these drops (``kind="dropped_id"``, ``count`` 1)."""
-    if len(positions) == 0:
-        return pd.DataFrame()
-    order = np.lexsort((sent_ns, sent_ns // window_ns))
-    w = (sent_ns // window_ns)[order]
-    rank = np.arange(len(order)) - np.searchsorted(w, w, side="left")
-    pick = order[rank < EXEMPLARS]
-    return pd.DataFrame({"kind": "dropped_id", "at_ns": sent_ns[pick].astype(np.int64), "count": 1,
-                         "event_id": _ids(known, positions[pick])})
-
-
 def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[EngineState, BatchResult]:
     """Consume one decoded batch (``streaming.decode.DECODED_SCHEMA``); return new state and partials."""
-    out = _Collector(cfg.window_ns)
+    out = partials.Collector(cfg.window_ns)
     exemplars: list[pd.DataFrame] = []   # see EXEMPLARS
     bad = batch.filter(batch["quarantine_reason"].is_valid())
     good = batch.filter(batch["quarantine_reason"].is_null())
@@ -321,7 +210,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
             out.add("dropped", sent_ns[undo], -1)
             named = undo[sent_ns[undo] < state.drops_named_ns]  # a drop already named as an exemplar: unname it
             exemplars.append(pd.DataFrame({"kind": "dropped_id", "at_ns": sent_ns[named], "count": -1,
-                                           "event_id": _ids(known, named)}))
+                                           "event_id": partials.ids(known, named)}))
             status[undo] = ERRORED
             errored[pos] = True
 
@@ -362,14 +251,14 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     withdrawn = p[(delta < 0) & (sent_ns[p] < state.drops_named_ns)]  # named already (an agent out of order): unname
     if len(withdrawn):
         exemplars.append(pd.DataFrame({"kind": "dropped_id", "at_ns": sent_ns[withdrawn], "count": -1,
-                                       "event_id": _ids(known, withdrawn)}))
+                                       "event_id": partials.ids(known, withdrawn)}))
     ok_p, ok_at = p[in_time], at[in_time]
     out.add("received", ok_at)
     latency_us = (ok_at - sent_ns[ok_p]) // 1000
     out.record("latency_us", ok_at, latency_us, "clock_skew")
     out.record("latency_intended_us", ok_at, (ok_at - _column(known, "intended_ns")[ok_p]) // 1000)
     out.add("max:latency_us", ok_at, latency_us)
-    exemplars.append(_slowest(ok_at, ok_at - sent_ns[ok_p], recv["id"].to_numpy(object)[decide][in_time], cfg.window_ns))
+    exemplars.append(partials.slowest(ok_at, ok_at - sent_ns[ok_p], recv["id"].to_numpy(object)[decide][in_time], cfg.window_ns))
     out.add("late", at[~in_time])
     status[p] = np.where(in_time, RECEIVED, LATE).astype(np.int8)
     recv_ns[p] = at
@@ -392,7 +281,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     name_until = min(watermark_ns, judged_ns) - cfg.drop_timeout_ns
     if name_until > drops_named_ns:
         final = ((status == DROPPED) | (status == LATE)) & (sent_ns >= drops_named_ns) & (sent_ns < name_until)
-        exemplars.append(_first_dropped(sent_ns[final], known, np.flatnonzero(final), cfg.window_ns))
+        exemplars.append(partials.first_dropped(sent_ns[final], known, np.flatnonzero(final), cfg.window_ns))
         drops_named_ns = name_until
 
     known = known.assign(status=status, errored=errored, recv_ns=recv_ns)

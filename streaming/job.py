@@ -24,13 +24,13 @@ import sys
 import threading
 import time
 
-from agents import memory, observer
+from core import memory, observer
+from core.kafka_options import client_options
+from core.rundir import ROOT as PROJECT_ROOT
+from core.units import one_line, parse_duration_ns
 from streaming import engine
-from agents.units import one_line, parse_duration_ns
-from agents.kafka_options import client_options
 from streaming.config import JobConfig
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TRIGGER = "750ms"
 """The micro-batch interval. The JVM's work per batch is nearly fixed: 0.40 core at two batches a second (at 1,000
 and at 5,000 events/s), 0.24 at one. Spark starts batches at multiples of the interval since the epoch, so a 1 s
@@ -112,7 +112,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         k, v = kv.split("=", 1)
         kafka_options[k.strip()] = v.strip()
     try:
-        from agents.kafka_options import typed_value
+        from core.kafka_options import typed_value
 
         kafka_options = client_options({k: typed_value(v) for k, v in kafka_options.items()})
     except (ValueError, OSError) as e:
@@ -218,9 +218,10 @@ def telemetry_stream(spark, cfg: JobConfig):
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from agents import contract
+    from core import contract
+    from streaming.archive import ArchiveDataSource
     from streaming.decode import DECODED_SCHEMA, decode_record_batches
-    from streaming.sources import ArchiveDataSource, KafkaDataSource
+    from streaming.sources import KafkaDataSource
 
     if cfg.command == "replay":
         spark.dataSource.register(ArchiveDataSource)
@@ -250,11 +251,10 @@ def telemetry_stream(spark, cfg: JobConfig):
 
 def _heartbeats(cfg: JobConfig, stop: threading.Event) -> None:
     """Write the job's heartbeat every second: event time moves on when agents fall silent."""
-    from kafka import KafkaProducer
+    from core import contract
+    from core.kafka_options import telemetry_producer
 
-    from agents import contract
-
-    producer = KafkaProducer(bootstrap_servers=cfg.bootstrap.split(","), **cfg.kafka_options)
+    producer = telemetry_producer(cfg.bootstrap, cfg.kafka_options)
     while not stop.wait(1.0):
         producer.send(cfg.topic, key=b"job", value=contract.encode([contract.Heartbeat(cfg.engine.run_id, "job", time.time_ns())]))
     producer.close()

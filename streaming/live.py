@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from streaming import histogram, results
-from streaming.sinks import RunPaths, batch_file, ids_in
+from core import histogram
+from core.rundir import RunPaths, batch_file, ids_in
+from streaming import reader, results, table
 
 COUNTS = ("sent", "received", "dropped", "errors")
 """Window counts the rules read (``saturation.assess_windows``) and the step figures sum."""
@@ -31,7 +32,7 @@ class LiveWindows:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.cfg = results.run_config(root)
+        self.cfg = reader.run_config(root)
         self.window_ns = self.cfg["window_ns"]
         self.counts: dict[str, dict[int, int]] = {c: defaultdict(int) for c in COUNTS}
         self.buckets: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)  # window -> latency_us parts
@@ -45,7 +46,7 @@ class LiveWindows:
         self.finished = False
 
     @classmethod
-    def from_files(cls, root: str, before_batch: int) -> "LiveWindows":
+    def from_files(cls, root: str, before_batch: int) -> LiveWindows:
         """The table as it stood after batch ``before_batch - 1``, from the partial files (a restarted job)."""
         live = cls(root)
         paths = RunPaths(root)
@@ -54,7 +55,7 @@ class LiveWindows:
             for kind in ("counts", "hists", "events"):
                 f = batch_file(paths.partial(kind), b)
                 parts[kind] = pq.read_table(f).to_pandas() if os.path.exists(f) else pd.DataFrame()
-            live.add(parts["counts"], parts["hists"], parts["events"], results._read_json(batch_file(paths.batches, b, "json")))
+            live.add(parts["counts"], parts["hists"], parts["events"], reader._read_json(batch_file(paths.batches, b, "json")))
         return live
 
     def _span(self, windows) -> None:
@@ -135,10 +136,10 @@ class LiveWindows:
             cols["latency_us_p99"] = np.array([self._window_p99(w) for w in keys], float)
         for series, per in sorted(self.node.items()):
             cols[series] = np.array([per[w][0] / per[w][1] if w in per else np.nan for w in keys], float)
-        kills = (results.oom_kills_per_window(pd.Series(self.oom, dtype=float).rename_axis(["window_ns", "source"]))
+        kills = (table.oom_kills_per_window(pd.Series(self.oom, dtype=float).rename_axis(["window_ns", "source"]))
                  if self.oom else pd.Series(dtype=float))
         cols["oom_kills"] = kills.reindex(index, fill_value=0).to_numpy(np.int64)
-        cols.update(results.window_status(index, cols, self.window_ns, self.cfg["drop_timeout_ns"], self.watermark,
+        cols.update(table.window_status(index, cols, self.window_ns, self.cfg["drop_timeout_ns"], self.watermark,
                                           self.finished, self.judged))
         return pd.DataFrame(cols)
 
@@ -153,7 +154,7 @@ class LiveWindows:
                 used[w] = len(parts)
         self.ranges[(lo, hi)] = (dense, used)
         idx = np.flatnonzero(dense)
-        return results.percentile_figures(idx, dense[idx])
+        return table.percentile_figures(idx, dense[idx])
 
     def verdict(self) -> dict | None:
         """The live verdict (``results.live_verdict``'s, without reading a file); None before data."""

@@ -18,19 +18,17 @@ archived batches after it: a kill -9 anywhere loses nothing and counts nothing t
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
-import re
 import shutil
 import time
-from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agents import memory
+from core import memory
+from core.rundir import PARTIAL_KINDS, RunPaths, atomic, batch_file, ids_in, write_json
 from streaming import engine
 from streaming.decode import DECODED_SCHEMA
 from streaming.gaps import GapTracker
@@ -38,61 +36,11 @@ from streaming.gaps import GapTracker
 SNAPSHOT_EVERY_BATCHES = 10
 """Engine state is snapshotted every this many batches (recovery replays at most this many)."""
 KEEP_SNAPSHOTS = 2
-PARTIAL_KINDS = ("counts", "hists", "events")
-_ID = re.compile(r"(\d+)")
-
-
-def _atomic(path: str, write) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def write_parquet(path: str, data: pd.DataFrame | pa.Table) -> None:
     table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
-    _atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
-
-
-def write_json(path: str, obj) -> None:
-    def w(tmp: str) -> None:
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=1, default=str)
-    _atomic(path, w)
-
-
-def batch_file(directory: str, batch_id: int, ext: str = "parquet") -> str:
-    return os.path.join(directory, f"batch-{batch_id:08d}.{ext}")
-
-
-def ids_in(directory: str, pattern: str = "batch-*") -> list[int]:
-    return sorted(int(_ID.search(os.path.basename(p)).group(1)) for p in glob.glob(os.path.join(directory, pattern))
-                  if not ".tmp-" in p)
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    root: str
-
-    def __getattr__(self, name: str) -> str:  # spark, archive, partials, quarantine, batches, state
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return os.path.join(self.root, name)
-
-    def partial(self, kind: str) -> str:
-        return os.path.join(self.root, "partials", kind)
-
-    @property
-    def windows_file(self) -> str:
-        return os.path.join(self.root, "windows.parquet")
-
-    @property
-    def summary_file(self) -> str:
-        return os.path.join(self.root, "summary.json")
-
-    @property
-    def run_file(self) -> str:
-        return os.path.join(self.root, "run.json")
+    atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 def release_memory() -> None:

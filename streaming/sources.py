@@ -22,20 +22,15 @@ Read tasks run in pyspark's reused Python workers: a worker keeps its consumer b
 after every task, which on a worker that imported pyarrow, pandas and pyspark cost ~50 ms of
 CPU a task: at two batches a second, a third of a core for nothing.
 
-``flightwatch_archive`` replays a run's archive: one archived micro-batch per micro-batch,
-in the order the live job processed them, so a replay sees the same batches.
+The archive's source, for replay, is ``streaming.archive``.
 """
 from __future__ import annotations
 
 import gc
-import glob
-import os
-import re
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
@@ -59,7 +54,7 @@ _CLIENT_PREFIX = "kafka."
 
 def kafka_client_config(options: dict) -> dict:
     """kafka-python settings from source options: ``kafka.<setting>`` passes through (SASL/TLS ...)."""
-    from agents.kafka_options import typed_value
+    from core.kafka_options import typed_value
 
     cfg = {}
     for key, value in options.items():
@@ -90,12 +85,13 @@ class KafkaDataSource(DataSource):
     def schema(self):
         if _decoding(self.options):
             from pyspark.sql.pandas.types import from_arrow_schema
+
             from streaming.decode import DECODED_SCHEMA
 
             return from_arrow_schema(DECODED_SCHEMA)
         return KAFKA_SCHEMA
 
-    def streamReader(self, schema) -> "KafkaStreamReader":
+    def streamReader(self, schema) -> KafkaStreamReader:
         return KafkaStreamReader(dict(self.options))
 
 
@@ -299,7 +295,7 @@ def _consumer_key(options: dict, topic: str, partition: int) -> tuple:
 def _worker_consumer(options: dict, topic: str, partition: int) -> _Reading:
     from confluent_kafka import Consumer, KafkaException
 
-    from agents.kafka_options import librdkafka
+    from core.kafka_options import librdkafka
 
     key = _consumer_key(options, topic, partition)
     reading = _CONSUMERS.get(key)
@@ -341,71 +337,3 @@ def _kafka_batch(rows: list[tuple]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [pa.array(c, type=f.type) for c, f in zip(cols, KAFKA_ARROW_SCHEMA)], schema=KAFKA_ARROW_SCHEMA
     )
-
-
-# ---------------------------------------------------------------- archive replay
-_BATCH_FILE = re.compile(r"batch-(\d+)\.parquet$")
-
-
-def archived_batches(archive_dir: str) -> list[int]:
-    """Batch IDs in an archive, in processing order."""
-    ids = []
-    for path in glob.glob(os.path.join(archive_dir, "batch-*.parquet")):
-        m = _BATCH_FILE.search(path)
-        if m:
-            ids.append(int(m.group(1)))
-    return sorted(ids)
-
-
-class _ArchivePartition(InputPartition):
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-
-class ArchiveDataSource(DataSource):
-    """``spark.readStream.format("flightwatch_archive").option("path", archive_dir)``: one batch per trigger."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "flightwatch_archive"
-
-    def schema(self):
-        from pyspark.sql.pandas.types import from_arrow_schema
-        from streaming.decode import DECODED_SCHEMA
-
-        return from_arrow_schema(DECODED_SCHEMA)
-
-    def streamReader(self, schema) -> "ArchiveStreamReader":
-        return ArchiveStreamReader(self.options["path"])
-
-
-class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are ``{"index": n}``: the first n archived batches have been read."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def initialOffset(self) -> dict:
-        return {"index": 0}
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        pass
-
-    def latestOffset(self, start: dict, limit) -> dict:
-        n = len(archived_batches(self.path))
-        return {"index": min(start["index"] + 1, n)}  # one archived batch per micro-batch
-
-    def partitions(self, start: dict, end: dict):
-        ids = archived_batches(self.path)[start["index"]:end["index"]]
-        return [_ArchivePartition(os.path.join(self.path, f"batch-{i:08d}.parquet")) for i in ids]
-
-    def read(self, partition: _ArchivePartition) -> Iterator[pa.RecordBatch]:
-        from streaming.decode import DECODED_SCHEMA
-
-        gc.freeze()
-
-        table = pq.read_table(partition.path).cast(DECODED_SCHEMA)
-        yield from table.to_batches()
-
-    def commit(self, end: dict) -> None:
-        pass

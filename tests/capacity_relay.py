@@ -17,7 +17,6 @@ import time
 import aiohttp
 from aiohttp import web
 
-
 CONNECTIONS = 32
 
 

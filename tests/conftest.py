@@ -12,7 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-from stack.__main__ import free_port, start_tansu, stop_process  # noqa: E402
+from core.procs import free_port, stop_process  # noqa: E402
+from stack.tansu import start_tansu  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +60,8 @@ def prometheus(tmp_path_factory):
     import shutil
     import urllib.request
 
-    from stack.__main__ import prometheus_config, wait_port
+    from core.procs import wait_port
+    from stack.__main__ import prometheus_config
 
     node_bin, prom_bin = shutil.which("prometheus-node-exporter"), shutil.which("prometheus")
     if not node_bin or not prom_bin:
@@ -95,8 +97,8 @@ def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
     writing do not keep the reader going)."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from agents import contract
-    from agents.kafka_options import client_options
+    from core import contract
+    from core.kafka_options import client_options
 
     c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, **client_options())
     tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]

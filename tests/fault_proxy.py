@@ -26,7 +26,7 @@ class FaultProxy:
         self.num_connections = 0
         self.num_cut = 0
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         threading.Thread(target=self.loop.run_forever, name="fault-proxy", daemon=True).start()
         self._call(self._listen())
         return self

@@ -1,6 +1,5 @@
 """Bad input to the job's command line: one line on stderr, exit code 2, no traceback."""
 import pytest
-
 from conftest import free_port, run_job
 
 CASES = [

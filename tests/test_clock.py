@@ -4,8 +4,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from agents import clock, contract
 from conftest import ROOT, free_port
+
+from core import clock, contract
 
 
 def test_offset_of_a_skewed_reference_is_found_within_its_round_trip():

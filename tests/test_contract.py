@@ -2,7 +2,7 @@
 import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from agents import contract
+from core import contract
 from streaming.decode import DECODED_SCHEMA, decode_messages
 
 T = 1_800_000_000_000_000_000

@@ -1,7 +1,7 @@
 """Parse, validate, quarantine: bad lines are set aside with a reason, good lines in the same message kept."""
 import pytest
 
-from agents import contract
+from core import contract
 from streaming.decode import decode_messages
 
 T = 1_800_000_000_000_000_000

@@ -16,8 +16,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
+
 from stack import deploy
 
 OVERLAYS = deploy.overlays()
@@ -169,7 +169,7 @@ def test_images_run_what_exists_here(rendered):
     import importlib.util
 
     docs = rendered["small"]
-    for d, spec in pod_specs(docs):
+    for _d, spec in pod_specs(docs):
         for c in spec["containers"]:
             if "flightwatch" in c["image"]:
                 assert c["image"] == "ghcr.io/flightwatch/flightwatch:0.1.0"

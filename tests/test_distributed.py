@@ -14,11 +14,11 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, create_topic, job_command, job_env, telemetry
-from stack.__main__ import free_port, stop_process
 from test_http_receiver import start_receiver
 from test_ui import wait_for_first_batch
+
+from core.procs import free_port, stop_process
 
 RATE, SECONDS = 400, 10
 

@@ -1,10 +1,11 @@
 """The join and window rules, table by table, without Spark or a broker (pure function tests)."""
 import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from agents import contract as c
+from core import contract as c
 from loadgen.synthetic import SyntheticSpec, generate, messages
 from streaming import engine
 from streaming.decode import decode_messages
@@ -241,7 +242,7 @@ def test_the_jobs_live_verdict_equals_a_fresh_readers_after_every_batch_and_afte
     spec = SyntheticSpec(run_id="live", duration_s=24, rate_per_sec=200, pause=(15.0, 2.0), oom_at_s=(9.5,),
                          drop_timeout_s=2, late_count=0)
     run_ = generate(spec)
-    for t, r in run_.records:
+    for _t, r in run_.records:
         if r.get("kind") == "run_start":
             r["config"] = json.dumps({"rate": 200, "pace": "200:8,200:8,200:8", "schedule_start_ns": spec.start_ns + 400_000_000})
     msgs = messages(run_, 50)

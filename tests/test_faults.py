@@ -18,13 +18,14 @@ import threading
 import time
 
 import pytest
-
 from conftest import ROOT, create_topic, job_command, job_env, telemetry
-from bench.soak import rss_kib
 from fault_proxy import FaultProxy
-from stack.__main__ import free_port, start_tansu, stop_process
 from test_http_receiver import health, start_receiver
 from test_ui import wait_for_first_batch
+
+from bench.soak import rss_kib
+from core.procs import free_port, stop_process
+from stack.tansu import start_tansu
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 NS = 10**9

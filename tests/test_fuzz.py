@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from agents import contract
-from agents.contract import KINDS, MAX_TS_NS, MIN_TS_NS
+from core import contract
+from core.contract import KINDS, MAX_TS_NS, MIN_TS_NS
 from loadgen.synthetic import SyntheticSpec, generate, messages, truth
 from streaming import engine
 from streaming.decode import decode_messages
@@ -218,10 +218,10 @@ def test_the_job_quarantines_10000_fuzzed_records_and_keeps_the_truth(broker, tm
     """The same 10,000 records (drawn by the test above) through the real Spark job."""
     import random
 
+    from conftest import create_topic, run_job
     from kafka import KafkaProducer
 
-    from conftest import create_topic, run_job
-    from streaming import results
+    from streaming import reader, results
 
     if len(COLLECTED) < 10_000:  # run alone: draw them
         _quarantined_and_nothing_else_changes()
@@ -238,7 +238,7 @@ def test_the_job_quarantines_10000_fuzzed_records_and_keeps_the_truth(broker, tm
     assert r.returncode == 0 and "FINISHED" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     s = results.summarize(str(tmp_path / RUN))
     t = truth(CLEAN)
-    q = results.load_quarantine(str(tmp_path / RUN))
+    q = reader.load_quarantine(str(tmp_path / RUN))
     print(f"\nfuzz through the job: {len(lines):,} bad records, quarantined {s['quarantined']:,}; "
           f"reasons: {q['quarantine_reason'].str.split(':').str[0].value_counts().head(8).to_dict()}")
     assert s["quarantined"] == len(q) == 10_000
@@ -350,8 +350,9 @@ def test_http_receiver_fuzz_answers_202_or_400_and_records_exactly_what_it_accep
     import http.client
 
     from conftest import create_topic, telemetry
-    from stack.__main__ import free_port, stop_process
     from test_http_receiver import health, start_receiver
+
+    from core.procs import free_port, stop_process
 
     topic, port = "tel-fuzz-http", free_port()
     create_topic(broker, topic)

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from agents import contract as c
+from core import contract as c
 from loadgen.synthetic import exact_gaps
-from streaming import engine, gaps, results
+from streaming import engine, gaps, table
 from streaming.decode import decode_messages
 
 S = 1_800_000_000 * 10**9
@@ -54,8 +54,8 @@ def through_engine(recs, cuts, most_sends_kept=None):
     state = engine.EngineState()
     events, counts = [], []
     for part in np.split(np.array(recs, dtype=object), cuts):
-        table = decode_messages([c.encode(list(part))], [0], [0]) if len(part) else decode_messages([], [], [])
-        state, res = engine.process(state, table, CFG)
+        decoded = decode_messages([c.encode(list(part))], [0], [0]) if len(part) else decode_messages([], [], [])
+        state, res = engine.process(state, decoded, CFG)
         events.append(res.events)
         counts.append(res.counts)
         if most_sends_kept is not None:
@@ -63,7 +63,7 @@ def through_engine(recs, cuts, most_sends_kept=None):
     ev = pd.concat(events, ignore_index=True)
     cn = pd.concat(counts, ignore_index=True)
     sil = cn[cn["name"] == "silence_ns"].groupby("window_ns")["value"].sum()
-    return results.gaps(ev), {int(w): int(v) for w, v in sil.items() if v}
+    return table.gaps(ev), {int(w): int(v) for w, v in sil.items() if v}
 
 
 def expected(sent, recv, stop):
@@ -149,3 +149,4 @@ def test_the_tracker_survives_a_snapshot_round_trip():
     back = gaps.GapTracker.restore(t.scalars(), t.stamps())
     assert back.scalars() == t.scalars()
     assert np.array_equal(back.sends, t.sends) and np.array_equal(back.recvs, t.recvs)
+

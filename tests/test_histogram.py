@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from streaming import histogram as H
+from core import histogram as H
 
 
 @pytest.fixture(scope="module")

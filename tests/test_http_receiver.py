@@ -14,12 +14,12 @@ import urllib.request
 from collections import defaultdict
 
 import pytest
-
-from agents import cloudevents
-from agents.cloudevents import BadEvent
-from bench.soak import rss_kib
 from conftest import ROOT, create_topic, free_port, telemetry
-from stack.__main__ import wait_port
+
+from bench.soak import rss_kib
+from core import cloudevents
+from core.cloudevents import BadEvent
+from core.procs import wait_port
 
 
 class Headers(dict):

@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agents import contract
 from agents.oom import KubeWatcher
+from core import contract
 
 RECORDING = os.path.join(os.path.dirname(__file__), "data", "pod-watch-oomkilled.jsonl")
 

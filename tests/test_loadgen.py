@@ -10,12 +10,12 @@ import time
 
 import numpy as np
 import pytest
+from conftest import ROOT, create_topic, free_port, telemetry
 from hdrh.log import HistogramLogReader
 
-from conftest import ROOT, create_topic, free_port, telemetry
-from loadgen.pacer import NS_PER_S, Schedule
-from streaming import histogram
-from stack.__main__ import wait_port
+from core import histogram
+from core.pacer import NS_PER_S, Schedule
+from core.procs import wait_port
 
 pytestmark = pytest.mark.integration
 

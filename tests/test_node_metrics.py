@@ -11,11 +11,10 @@ import uuid
 
 import numpy as np
 import pytest
-
-from agents import contract
-from agents import observer
-from agents.node_metrics import METRICS, OBSERVER_METRIC, NodeMetrics, prometheus_query
 from conftest import ROOT, create_topic, free_port, run_job, telemetry
+
+from agents.node_metrics import METRICS, OBSERVER_METRIC, NodeMetrics, prometheus_query
+from core import contract, observer
 from loadgen.synthetic import NS, SyntheticSpec, generate, produce
 from streaming import results
 

@@ -1,7 +1,7 @@
 """Open-loop pacing: intended send times are pure arithmetic from the run start."""
 import pytest
 
-from loadgen.pacer import NS_PER_S, Schedule, Step
+from core.pacer import NS_PER_S, Schedule, Step
 
 S = NS_PER_S
 
@@ -114,3 +114,4 @@ def test_due_sends_go_out_by_turn_and_none_after_the_schedule():
     assert due.take(S + TURN_NS - 1, 10_000)[-1][0] == 999 and due.next_ns is None  # the last turn still sends
     late = Due(Schedule.parse("1000:1"), 0, 0, 1)
     assert late.take(S + TURN_NS, 10_000) == [] and late.next_ns is None  # behind by more than a turn at the end
+

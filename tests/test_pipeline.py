@@ -15,10 +15,10 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import ROOT, create_topic, job_command, job_env, run_job
+
 from loadgen.synthetic import NS, SyntheticSpec, generate, produce, truth
-from streaming import results
+from streaming import reader, results
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +92,7 @@ def test_run_summary_matches_ground_truth(live, recorded):
     assert s["state"] == "finished"
     assert (s["sent"], s["received"], s["dropped"], s["duplicates"], s["late"], s["errors"]) == (
         t["num_sent"], t["num_received"], t["num_dropped"], t["num_duplicates"], t["num_late"], t["num_errors"])
-    assert s["quarantined"] == t["num_malformed"] == len(results.load_quarantine(str(live)))
+    assert s["quarantined"] == t["num_malformed"] == len(reader.load_quarantine(str(live)))
     # run-level percentiles merged from the window histograms
     for p in (50, 90, 99):
         exact = np.percentile(t["all_latency_us"], p, method="inverted_cdf")

@@ -9,9 +9,8 @@ import time
 from collections import defaultdict
 
 import pytest
-from kafka import KafkaProducer
-
 from conftest import ROOT, create_topic, telemetry
+from kafka import KafkaProducer
 
 pytestmark = pytest.mark.integration
 

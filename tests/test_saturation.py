@@ -165,7 +165,8 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=(), 
     import time
 
     from conftest import ROOT, create_topic, free_port, job_command, job_env
-    from stack.__main__ import stop_process, wait_port
+
+    from core.procs import stop_process, wait_port
 
     topic = f"tel-{run_id}"
     create_topic(broker, topic)
@@ -179,7 +180,7 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=(), 
                                        "--spool-dir", str(tmp_path / "spool")],
                                       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         if prometheus:
-            from agents import observer
+            from core import observer
 
             observer.register("http-receiver", procs[-1].pid, stack_dir=stack_dir)
             procs.append(subprocess.Popen([sys.executable, "-m", "agents.node_metrics", "--prometheus", prometheus,
@@ -201,10 +202,10 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=(), 
         seen, done = {}, threading.Event()
 
         def watch() -> None:  # what every live reader sees: the verdict the job publishes after each batch
-            from streaming import results
+            from streaming import reader
 
             while not done.is_set():
-                v = results.job_verdict(str(tmp_path / run_id)) or {}
+                v = reader.job_verdict(str(tmp_path / run_id)) or {}
                 if v.get("saturated_at") and "saturated" not in seen:
                     seen["saturated"] = dict(v, seen_ns=time.time_ns())
                 done.wait(0.05)

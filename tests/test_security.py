@@ -14,10 +14,11 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, job_command, job_env, telemetry
 from fault_proxy import FaultProxy
-from stack.__main__ import free_port, start_tansu, stop_process, wait_port
+
+from core.procs import free_port, stop_process, wait_port
+from stack.tansu import start_tansu
 
 SECRET, URL_SECRET = "hunter2-topsecret", "pw-s3cr3t"
 
@@ -38,7 +39,6 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
     executors); a client without them does not. A password in those options and one in the target
     URL appear nowhere: not in any output, log, run folder or telemetry record."""
     from kafka import KafkaProducer
-
     from sockets import descendants, is_loopback, listening
     from test_http_receiver import health
 
@@ -58,13 +58,13 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
         from kafka import KafkaAdminClient
         from kafka.admin import NewTopic
 
-        from agents.kafka_options import client_options
+        from core.kafka_options import client_options
 
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_options())
         admin.create_topics([NewTopic(topic, 2, 1)])
         admin.close()
         # without the settings: no way in
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 - refused as the client finds out: timeout or no broker
             p = KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=3000, request_timeout_ms=3000)
             p.send(topic, b"x").get(5)
         procs.append(subprocess.Popen(
@@ -109,12 +109,19 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
         outputs["loadgen-kafka"] = lgk.stdout + lgk.stderr
         assert lgk.returncode == 0, outputs["loadgen-kafka"][-3000:]
         assert json.load(open(tmp_path / "lg-kafka" / "report.json"))["success_ratio"] == 1.0
+        # make demo's writer of a synthetic run takes the same options
+        demo = subprocess.run([sys.executable, "-m", "loadgen.synthetic", "--bootstrap", bootstrap, "--topic", topic,
+                               "--run", "tls-demo", "--duration", "2", "--rate", "100"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        outputs["demo"] = demo.stdout + demo.stderr
+        assert demo.returncode == 0, outputs["demo"][-3000:]
         assert job.wait(180) == 0, (tmp_path / "job.log").read_text()[-3000:]
         received = health(rx_port)["received"]
         for p in procs:  # the agents stop writing (the node-metrics agent reports every second)
             stop_process(p, wait_s=30, group=True)
         records = telemetry(bootstrap, topic, run_id) + telemetry(bootstrap, topic, "*")
         over_kafka = telemetry(bootstrap, topic, "tls-kafka")
+        demo_sends = [r for r in telemetry(bootstrap, topic, "tls-demo") if r["kind"] == "send"]
     finally:
         os.environ.pop("FLIGHTWATCH_KAFKA_OPTIONS", None)
         for p in procs:
@@ -129,6 +136,11 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
     assert {r["kind"] for r in records} >= {"send", "ack", "recv", "node", "run_start", "run_stop"}
     sent_k = {r["event_id"] for r in over_kafka if r["kind"] == "send"}
     assert len(sent_k) == 400 and {r["event_id"] for r in over_kafka if r["kind"] == "recv"} == sent_k
+    from loadgen.synthetic import SyntheticSpec, generate
+
+    truth = [r for _, r in generate(SyntheticSpec(run_id="tls-demo", duration_s=2, rate_per_sec=100)).records
+             if isinstance(r, dict) and r.get("kind") == "send"]
+    assert len(demo_sends) == len(truth) == 200
     # no secret anywhere: outputs, logs, run folder (summary, archive, loadgen report), spool, telemetry
     blobs = [outputs["loadgen"], json.dumps(records)]
     for d, _, files in os.walk(tmp_path):
@@ -140,7 +152,7 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
 
 
 def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
-    from agents import kafka_options as ko
+    from core import kafka_options as ko
 
     (tmp_path / "pw").write_text(f"{SECRET}\n")
     monkeypatch.setenv(ko.TELEMETRY_ENV, f"security_protocol=SASL_SSL; sasl_mechanism=SCRAM-SHA-512,"
@@ -188,7 +200,7 @@ def test_dashboard_shows_telemetry_text_as_typed(tmp_path, monkeypatch):
     """Names and reasons come from telemetry anyone on the network could write: the dashboard escapes them."""
     from streamlit.testing.v1 import AppTest
 
-    from agents import contract
+    from core import contract
     from loadgen.synthetic import NS, SyntheticSpec, generate, messages
     from streaming import engine
     from streaming.decode import decode_messages

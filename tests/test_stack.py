@@ -7,7 +7,6 @@ import time
 import urllib.request
 
 import pytest
-
 from conftest import ROOT, free_port
 
 pytestmark = pytest.mark.integration
@@ -24,7 +23,7 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
     first = stack("up", env)
     try:
         assert first.returncode == 0, first.stdout + first.stderr
-        for name, key in (("telemetry-broker", "TELEMETRY"), ("sut-broker", "SUT"), ("prometheus", "PROMETHEUS"),
+        for _name, key in (("telemetry-broker", "TELEMETRY"), ("sut-broker", "SUT"), ("prometheus", "PROMETHEUS"),
                           ("node-exporter", "NODE_EXPORTER"), ("http-receiver", "RECEIVER"), ("ui", "UI")):
             assert f"127.0.0.1:{ports[key]}" in first.stdout and "started" in first.stdout, first.stdout
         pids = {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}

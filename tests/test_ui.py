@@ -20,10 +20,10 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import ROOT, create_topic, free_port, job_command, job_env
+
+from core.procs import wait_port
 from loadgen.synthetic import NS, SyntheticSpec, generate, messages
-from stack.__main__ import wait_port
 from streaming import engine, results
 from streaming.decode import decode_messages
 from streaming.sinks import RunStore
@@ -159,9 +159,8 @@ def wait_for_first_batch(broker, topic, run_id, batches, seconds=180):
     """Heartbeats for the run until the job has processed its first batch (Spark takes a while to start)."""
     from kafka import KafkaProducer
 
-    from agents import contract
-
-    from agents.kafka_options import client_options
+    from core import contract
+    from core.kafka_options import client_options
 
     producer = KafkaProducer(bootstrap_servers=broker, **client_options())
     deadline = time.monotonic() + seconds

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from streaming import results
+from streaming import reader, results, runinfo
 
 NS = 1_000_000_000
 LIVE_AFTER_S = 10.0
@@ -115,9 +115,9 @@ class RunView:
 
 
 def pace_steps(events: pd.DataFrame, t0_ns: int) -> list[PaceStep]:
-    """The schedule's steps (``results.pace_steps``: aligned to the schedule's exact start), in seconds since t0."""
+    """The schedule's steps (``runinfo.pace_steps``: aligned to the schedule's exact start), in seconds since t0."""
     out = []
-    for i, st in enumerate(results.pace_steps(events)):
+    for i, st in enumerate(runinfo.pace_steps(events)):
         r0, r1 = st["rate"], st["end_rate"]
         out.append(PaceStep(i + 1, (st["start_ns"] - t0_ns) / NS, (st["end_ns"] - t0_ns) / NS, r0,
                             f"{r0:,.0f}" + (f"→{r1:,.0f}" if r1 != r0 else "") + "/s"))
@@ -128,7 +128,7 @@ def load_run(path: str) -> RunView:
     """Everything the dashboard shows about one run, as of now."""
     run_id = os.path.basename(os.path.normpath(path))
     try:
-        cfg = results.run_config(path)
+        cfg = reader.run_config(path)
     except (OSError, ValueError):
         return RunView(run_id, path, False, "waiting for data: the streaming job has not started this run yet")
     try:
@@ -137,12 +137,12 @@ def load_run(path: str) -> RunView:
         return RunView(run_id, path, False, f"waiting for data ({type(e).__name__} while the job writes)")
     if windows.empty or "sent" not in windows:
         return RunView(run_id, path, False, "waiting for data: no telemetry for this run yet")
-    events = results.load_partials(path, "events")
+    events = reader.load_partials(path, "events")
     summary = results.summarize(path, windows)
     start_ns = summary.get("started_at_ns")
     window_ns = int(cfg["window_ns"])
     t0 = (start_ns // window_ns * window_ns) if start_ns is not None else int(windows["window_ns"].min())
-    view = RunView(run_id, path, True, windows=windows, summary=summary, config=results.run_configuration(events), t0_ns=t0,
+    view = RunView(run_id, path, True, windows=windows, summary=summary, config=runinfo.run_configuration(events), t0_ns=t0,
                    window_ns=window_ns, finished=summary.get("state") == "finished")
     view.oom = summary.get("oom_events", [])
     view.gaps = summary.get("gaps", [])

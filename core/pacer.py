@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from agents.units import parse_duration_ns
+from core.units import parse_duration_ns
 
 NS_PER_S = 1_000_000_000
 MAX_RATE_PER_SEC = 10_000_000
@@ -64,11 +64,11 @@ class Schedule:
     steps: tuple[Step, ...]
 
     @classmethod
-    def constant(cls, rate_per_sec: float, duration_ns: int) -> "Schedule":
+    def constant(cls, rate_per_sec: float, duration_ns: int) -> Schedule:
         return cls((Step(rate_per_sec, duration_ns),)).validated()
 
     @classmethod
-    def parse(cls, text: str, default_duration_ns: int | None = None) -> "Schedule":
+    def parse(cls, text: str, default_duration_ns: int | None = None) -> Schedule:
         """Parse the pace syntax above; a step without ``:seconds`` lasts ``default_duration_ns``."""
         steps = []
         for part in str(text).split(","):
@@ -85,7 +85,7 @@ class Schedule:
             steps.append(Step(float(start), duration_ns, float(end) if end is not None else None))
         return cls(tuple(steps)).validated()
 
-    def validated(self) -> "Schedule":
+    def validated(self) -> Schedule:
         if not self.steps:
             raise ValueError("empty pace")
         for s in self.steps:
@@ -96,7 +96,7 @@ class Schedule:
                     raise ValueError(f"rate {r:g}/s out of range (0 < rate <= {MAX_RATE_PER_SEC:,})")
         return self
 
-    def share(self, count: int) -> "Schedule":
+    def share(self, count: int) -> Schedule:
         """This schedule's rates divided by ``count``: one of ``count`` shards that together send the whole."""
         if count == 1:
             return self

@@ -58,6 +58,14 @@ def client_options(extra: dict | None = None, env: str = TELEMETRY_ENV) -> dict:
     return {**parse(os.environ.get(env)), **(extra or {})}
 
 
+def telemetry_producer(bootstrap: str, options: dict | None = None, **settings):
+    """kafka-python's producer for the telemetry topic (messages of hundreds of records): ``settings`` (linger,
+    sizes) under the client options (``FLIGHTWATCH_KAFKA_OPTIONS`` unless ``options`` are given: SASL, TLS)."""
+    from kafka import KafkaProducer
+
+    return KafkaProducer(bootstrap_servers=bootstrap.split(","), **{**settings, **(client_options() if options is None else options)})
+
+
 LIBRDKAFKA_KEYS = {
     "security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanism",
     "sasl_plain_username": "sasl.username", "sasl_plain_password": "sasl.password",

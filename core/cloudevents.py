@@ -16,6 +16,9 @@ import json
 
 RUN_ATTRIBUTE = "fwrun"
 """The CloudEvents extension attribute carrying the flightwatch run ID (set by the load generator)."""
+KAFKA_RUN_HEADER = "fw_run"
+KAFKA_ID_HEADER = "ce_id"
+"""On Kafka (the CloudEvents Kafka binding's ``ce_`` headers): the run ID and the event ID (also the record key)."""
 STRUCTURED = "application/cloudevents+json"
 BATCH = "application/cloudevents-batch+json"
 MAX_ID_LENGTH = 1024

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 
-from agents import contract
+from core import contract
 
 MAX_BUFFERED_RECORDS = 2_000_000
 """Records held in memory while the telemetry broker is slow or away (about 300 MB at most)."""
@@ -28,10 +28,10 @@ MAX_BUFFERED_RECORDS = 2_000_000
 def rdkafka_producer(bootstrap: str, options: dict, linger_ms: int = 20):
     """A librdkafka producer (confluent-kafka) for a ``TelemetryWriter`` on a per-event path (the load generator,
     the Kafka receiver): kafka-python's network thread cost 0.08 core for 50 messages/s beside a 5,000/s attack.
-    ``options`` are the kafka-python style options of ``agents.kafka_options``."""
+    ``options`` are the kafka-python style options of ``core.kafka_options``."""
     from confluent_kafka import Producer
 
-    from agents.kafka_options import librdkafka
+    from core.kafka_options import librdkafka
 
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "message.max.bytes": 8 << 20,
                      "enable.idempotence": False, **librdkafka(options)})

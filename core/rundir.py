@@ -1,0 +1,70 @@
+"""The run folder: the only code that knows the paths under ``checkpoints/<run>/``.
+
+    checkpoints/<run>/run.json           the run's record (load generator and job)
+                      windows.parquet    the window table, summary.json its summary (when the run closed)
+                      partials/<kind>/   the job's per-batch outputs (counts, hists, events)
+                      archive/ batches/ quarantine/ spark/ state/ ...   (``RunPaths.<name>``)
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The project's folder."""
+CHECKPOINTS = os.environ.get("FLIGHTWATCH_CHECKPOINTS", os.path.join(ROOT, "checkpoints"))
+"""Where run folders live (FLIGHTWATCH_CHECKPOINTS, else ./checkpoints)."""
+PARTIAL_KINDS = ("counts", "hists", "events")
+_ID = re.compile(r"(\d+)")
+
+
+def atomic(path: str, write) -> None:
+    """Write ``path`` through a temporary file and a rename: a reader sees the old file or the new, whole."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_json(path: str, obj) -> None:
+    def w(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1, default=str)
+    atomic(path, w)
+
+
+def batch_file(directory: str, batch_id: int, ext: str = "parquet") -> str:
+    return os.path.join(directory, f"batch-{batch_id:08d}.{ext}")
+
+
+def ids_in(directory: str, pattern: str = "batch-*") -> list[int]:
+    return sorted(int(_ID.search(os.path.basename(p)).group(1)) for p in glob.glob(os.path.join(directory, pattern))
+                  if ".tmp-" not in p)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    root: str
+
+    def __getattr__(self, name: str) -> str:  # spark, archive, partials, quarantine, batches, state
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return os.path.join(self.root, name)
+
+    def partial(self, kind: str) -> str:
+        return os.path.join(self.root, "partials", kind)
+
+    @property
+    def windows_file(self) -> str:
+        return os.path.join(self.root, "windows.parquet")
+
+    @property
+    def summary_file(self) -> str:
+        return os.path.join(self.root, "summary.json")
+
+    @property
+    def run_file(self) -> str:
+        return os.path.join(self.root, "run.json")

@@ -1,0 +1,84 @@
+"""The run's streaming job, started by ``--stream`` beside the attack: start it and wait for its first batch, then
+wait for it to close the run and print its figures."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from core.rundir import CHECKPOINTS, ROOT
+from loadgen import report
+from loadgen.errors import UsageError
+from loadgen.run import telemetry_marker
+from loadgen.targets import tcp_unreachable
+
+
+def start_job(cfg):
+    """The streaming job for this run, in the background (it stops by itself once the run is closed)."""
+    import subprocess
+
+    run_dir = os.path.join(CHECKPOINTS, cfg.run_id)
+    os.makedirs(run_dir, exist_ok=True)
+    log = open(os.path.join(run_dir, "job.log"), "ab")
+    # from the topic's end: the run has not started, and the embedded telemetry broker keeps every earlier run
+    # (after five runs at 5,000/s, reading them back held the first batch for 37 s); a restarted job resumes
+    # from its checkpoint, not from here
+    job = subprocess.Popen([sys.executable, "-m", "streaming", "run", "--run", cfg.run_id, "--bootstrap",
+                            cfg.telemetry_bootstrap, "--topic", cfg.telemetry_topic, "--starting-offsets", "latest"],
+                           cwd=ROOT, stdout=log,
+                           stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=ROOT), start_new_session=True)
+    print(f"streaming job: pid {job.pid}, results in {run_dir} (log job.log); waiting for it to start ...", flush=True)
+    # Spark's start-up takes a core for ~10 s: attack once the job has processed its first batch.
+    from core import contract
+
+    deadline = time.monotonic() + 120
+    batches = os.path.join(run_dir, "batches")
+    while time.monotonic() < deadline and job.poll() is None:
+        telemetry_marker(cfg, contract.Heartbeat(cfg.run_id, cfg.sender, time.time_ns()))
+        if os.path.isdir(batches) and os.listdir(batches):
+            break
+        time.sleep(1.0)
+    if job.poll() is not None:
+        raise UsageError(f"the streaming job exited (code {job.returncode}); see {run_dir}/job.log")
+    ui_port = int(os.environ.get("FLIGHTWATCH_UI_PORT", "18501"))
+    if tcp_unreachable("127.0.0.1", ui_port, 0.5) is None:
+        print(f"dashboard: http://127.0.0.1:{ui_port}/ (opens on this run while it is live)", flush=True)
+    else:
+        print("dashboard: not running (make ui)", flush=True)
+    return job
+
+
+def wait_job(cfg, job, timeout_s: float = 120) -> dict | None:
+    import subprocess
+
+    print("waiting for the streaming job to close the run (drop timeout 30 s) ...", flush=True)
+    try:
+        job.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        print(f"streaming job still running (pid {job.pid}); see `make summary RUN={cfg.run_id}` later")
+        return None
+    run_dir = os.path.join(CHECKPOINTS, cfg.run_id)
+    summary_file = os.path.join(run_dir, "summary.json")
+    if os.path.exists(summary_file):  # written by the job when it closed the run
+        with open(summary_file) as f:
+            s = json.load(f)
+    else:  # the job's command computes it (the load generator does not read run folders itself)
+        out = subprocess.run([sys.executable, "-m", "streaming", "summary", "--run", cfg.run_id, "--checkpoints", CHECKPOINTS],
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            print(f"streaming summary failed: {out.stderr.strip()[-300:]}")
+            return None
+        s = json.loads(out.stdout)
+    if s.get("state") == "waiting for data":
+        print("streaming job: no windows written; see its job.log")
+        return None
+    lat = s["latency_us"]
+    print(f"flight time (sender -> receiver): sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,} "
+          f"duplicates {s['duplicates']:,} late {s['late']:,} errors {s['errors']:,}; latency p50 {report._ms(lat['p50'])} "
+          f"p90 {report._ms(lat['p90'])} p99 {report._ms(lat['p99'])} max {report._ms(lat['max'])}; gaps {len(s['gaps'])}")
+    v = s.get("verdict") or {}
+    if v.get("message"):
+        knee = v.get("knee")
+        print(f"verdict: {v['message']}" + (f"; knee {knee['rate']:,.0f}/s" if knee else ""))
+    return s

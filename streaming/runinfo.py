@@ -1,0 +1,79 @@
+"""What a run's markers say: its configuration and pace steps (``run_start``), lost telemetry, clock offsets."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+
+def run_configuration(events: pd.DataFrame) -> dict:
+    """The run's configuration: the run_start records' configs merged in time order (later ones add to it)."""
+    out: dict = {}
+    if events.empty or not (events["kind"] == "run_start").any():
+        return out
+    for text in events[events["kind"] == "run_start"].sort_values("at_ns")["config"].dropna():
+        try:
+            cfg = json.loads(text)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(cfg, dict):
+            out.update(cfg)
+    return out
+
+
+def pace_steps(events: pd.DataFrame) -> list[dict]:
+    """The schedule's steps in event time (``rate`` at the step's start, ``end_rate``, ``start_ns``, ``end_ns``)."""
+    from core.pacer import Schedule
+
+    cfg = run_configuration(events)
+    pace = cfg.get("pace")
+    start = cfg.get("schedule_start_ns")
+    if start is None and not events.empty and (events["kind"] == "run_start").any():
+        start = int(events.loc[events["kind"] == "run_start", "at_ns"].min())
+    if not pace or start is None:
+        return []
+    try:
+        sched = Schedule.parse(str(pace))
+    except (ValueError, TypeError):
+        return []
+    out, t = [], int(start)
+    for step in sched.steps:
+        out.append({"rate": float(step.rate_per_sec), "end_rate": float(step.final_rate_per_sec), "start_ns": t,
+                    "end_ns": t + step.duration_ns})
+        t += step.duration_ns
+    return out
+
+
+def records(events: pd.DataFrame, kind: str, columns: list[str]) -> list[dict]:
+    if events.empty:
+        return []
+    sel = events[events["kind"] == kind][columns].sort_values("at_ns")
+    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in sel.to_dict("records")]
+
+
+def telemetry_lost(events: pd.DataFrame) -> dict[str, int]:
+    """Per agent, the records it reported it had to refuse (a re-sent report is counted once)."""
+    if events.empty or not (events["kind"] == "lost").any():
+        return {}
+    lost = events[events["kind"] == "lost"].drop_duplicates(["agent", "at_ns", "count"])
+    return {str(a): int(n) for a, n in lost.groupby("agent")["count"].sum().items() if n}
+
+
+CLOCK_FLAG_US = 1000.0
+"""A clock offset beyond ±1 ms is flagged: latencies measured across those hosts are off by it."""
+
+
+def clock_offsets(events: pd.DataFrame) -> list[dict]:
+    """Per agent, its latest clock offset against the reference (``reference − agent``) and the round trip."""
+    if events.empty or not (events["kind"] == "clock").any():
+        return []
+    clocks = events[events["kind"] == "clock"].sort_values("at_ns").groupby("agent").agg(
+        reference=("reference", "last"), offset_us=("offset_us", "last"), rtt_us=("rtt_us", "last"),
+        max_abs_offset_us=("offset_us", lambda v: float(np.abs(v).max())), samples=("offset_us", "size"))
+    out = []
+    for agent, r in clocks.iterrows():
+        out.append({"agent": agent, "reference": r["reference"], "offset_us": float(r["offset_us"]),
+                    "rtt_us": float(r["rtt_us"]), "max_abs_offset_us": r["max_abs_offset_us"], "samples": int(r["samples"]),
+                    "flagged": bool(r["max_abs_offset_us"] > CLOCK_FLAG_US)})
+    return out
