@@ -327,6 +327,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     exemplars = [e for e in exemplars if len(e)]
     if exemplars:
         events = pd.concat([events, *[e.assign(agent="job") for e in exemplars]], ignore_index=True)
+    if declared:  # also in a batch with no exemplar (the one that let a gap be judged may hold only sends)
         events = pd.concat([events, pd.DataFrame([{"kind": "gap", "agent": "job", "at_ns": a, "count": d, "value": float(n),
                                                     "source": "receive silence"} for a, d, n in declared])],
                            ignore_index=True)

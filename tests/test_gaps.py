@@ -150,3 +150,20 @@ def test_the_tracker_survives_a_snapshot_round_trip():
     assert back.scalars() == t.scalars()
     assert np.array_equal(back.sends, t.sends) and np.array_equal(back.recvs, t.recvs)
 
+
+def test_a_gap_judged_in_a_batch_without_receives_is_still_reported():
+    """The sender's records lag the receiver's: the batch that lets the gap be judged holds only sends (no
+    delivery to name as slowest, no final drop), and the gap must still reach the events table. Each agent's
+    records stay in their order, as in its partition."""
+    sent, recv = flow(200, 6, [(2.0, 3.5)])
+    recs, stop = records(sent, recv)
+    gap_end = int(recv[recv >= S + int(3.5 * NS)].min())  # the receive that ends the silence
+    lag = S + int(2.5 * NS)
+    first = [r for r in recs if r.KIND == "run_start" or (r.KIND == "send" and r.at_ns < lag)
+             or (r.KIND == "recv" and r.at_ns <= gap_end)]
+    sends_only = [r for r in recs if r.KIND == "send" and lag <= r.at_ns < S + 4 * NS]
+    taken = {id(r) for r in first + sends_only}
+    rest = [r for r in recs if id(r) not in taken]
+    want, _ = expected(sent, recv, stop)
+    assert len(want) == 1 and want[0][1] == gap_end
+    check(first + sends_only + rest, stop, sent, recv, [len(first), len(first) + len(sends_only)])
