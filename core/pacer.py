@@ -160,6 +160,16 @@ class Schedule:
         frac = min(max((elapsed_ns - t0) / step.duration_ns, 0.0), 1.0)
         return step.rate_per_sec + (step.final_rate_per_sec - step.rate_per_sec) * frac
 
+    def steps_from(self, start_ns: int) -> list[dict]:
+        """The steps in absolute time from ``start_ns``: ``rate`` at the step's start, ``end_rate``, ``start_ns``,
+        ``end_ns`` (what the load generator publishes in its ``run_start``, so a reader never parses pace text)."""
+        out, t = [], int(start_ns)
+        for s in self.steps:
+            out.append({"rate": float(s.rate_per_sec), "end_rate": float(s.final_rate_per_sec), "start_ns": t,
+                        "end_ns": t + s.duration_ns})
+            t += s.duration_ns
+        return out
+
     def describe(self) -> str:
         return ",".join(
             (f"{s.rate_per_sec:g}" if s.end_rate_per_sec is None else f"{s.rate_per_sec:g}-{s.end_rate_per_sec:g}")

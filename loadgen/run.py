@@ -87,8 +87,9 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
     def on_start(start_ns: int) -> None:  # the schedule's exact start, for the pace steps' boundaries
         parent_cpu.append(time.process_time())
         hlog.start(start_ns)
+        whole = cfg.schedule.share(1.0 / cfg.shards) if cfg.shards > 1 else cfg.schedule  # the run's, all shards
         telemetry_marker(cfg, contract.RunStart(cfg.run_id, cfg.sender, start_ns, config=json.dumps(
-            {**run_config, "schedule_start_ns": start_ns})))
+            {**run_config, "schedule_start_ns": start_ns, "steps": whole.steps_from(start_ns)})))
     _report_clock(cfg)
     bound_seconds = []
     totals = {"sent": 0, "completed": 0}

@@ -23,10 +23,18 @@ def run_configuration(events: pd.DataFrame) -> dict:
 
 
 def pace_steps(events: pd.DataFrame) -> list[dict]:
-    """The schedule's steps in event time (``rate`` at the step's start, ``end_rate``, ``start_ns``, ``end_ns``)."""
+    """The schedule's steps in event time (``rate`` at the step's start, ``end_rate``, ``start_ns``, ``end_ns``), as
+    the load generator published them in its ``run_start``; from the pace text for runs recorded before it did."""
     from core.pacer import Schedule
 
     cfg = run_configuration(events)
+    steps = cfg.get("steps")
+    if isinstance(steps, list):
+        try:
+            return [{"rate": float(s["rate"]), "end_rate": float(s["end_rate"]), "start_ns": int(s["start_ns"]),
+                     "end_ns": int(s["end_ns"])} for s in steps]
+        except (KeyError, TypeError, ValueError):
+            return []
     pace = cfg.get("pace")
     start = cfg.get("schedule_start_ns")
     if start is None and not events.empty and (events["kind"] == "run_start").any():
@@ -37,12 +45,7 @@ def pace_steps(events: pd.DataFrame) -> list[dict]:
         sched = Schedule.parse(str(pace))
     except (ValueError, TypeError):
         return []
-    out, t = [], int(start)
-    for step in sched.steps:
-        out.append({"rate": float(step.rate_per_sec), "end_rate": float(step.final_rate_per_sec), "start_ns": t,
-                    "end_ns": t + step.duration_ns})
-        t += step.duration_ns
-    return out
+    return sched.steps_from(int(start))
 
 
 def records(events: pd.DataFrame, kind: str, columns: list[str]) -> list[dict]:

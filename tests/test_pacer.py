@@ -115,3 +115,26 @@ def test_due_sends_go_out_by_turn_and_none_after_the_schedule():
     late = Due(Schedule.parse("1000:1"), 0, 0, 1)
     assert late.take(S + TURN_NS, 10_000) == [] and late.next_ns is None  # behind by more than a turn at the end
 
+
+def test_the_published_steps_are_the_schedules_in_absolute_ns_and_the_reader_takes_them():
+    """The load generator publishes its steps (``steps_from``) in ``run_start``; ``runinfo.pace_steps`` returns
+    them as they are, and reads the pace text only for a run recorded before (the same steps either way)."""
+    import json
+
+    import pandas as pd
+
+    from streaming import runinfo
+
+    t0 = 1_800_000_000 * S
+    steps = Schedule.parse("200:15,350-500:15").steps_from(t0)
+    assert steps == [{"rate": 200.0, "end_rate": 200.0, "start_ns": t0, "end_ns": t0 + 15 * S},
+                     {"rate": 350.0, "end_rate": 500.0, "start_ns": t0 + 15 * S, "end_ns": t0 + 30 * S}]
+
+    def events(config: dict) -> pd.DataFrame:
+        return pd.DataFrame([{"kind": "run_start", "at_ns": t0 - S, "config": json.dumps({"pace": "1:1"})},
+                             {"kind": "run_start", "at_ns": t0, "config": json.dumps(config)}])
+
+    # published steps win over the pace text (a shard's rounded text cannot disagree with them)
+    assert runinfo.pace_steps(events({"pace": "999:1", "schedule_start_ns": t0, "steps": steps})) == steps
+    assert runinfo.pace_steps(events({"pace": "200:15,350-500:15", "schedule_start_ns": t0})) == steps
+    assert runinfo.pace_steps(events({"steps": [{"rate": "x"}]})) == []
