@@ -1,25 +1,13 @@
 """The HTTP receiver agent: a CloudEvents sink that answers 202 at once and records each receive.
 
-A measuring sink, like Knative's thrpt-receiver: no artificial delay or failure, as little
-work per request as it can. Per request: parse the event ID and run ID
-(``core.cloudevents``), stamp the receive time in ns, format one receive line and append it
-to the disk spool (``agents.spool``) that a shipper process tails into the telemetry topic;
-only then answer ``202``. A request the receiver
-cannot attribute to an event (no ``ce-id``, malformed JSON) is answered ``400`` and
-counted by reason; an event without a run ID is answered ``202`` and counted as
-unattributed unless ``--run`` names a default run.
+Per request: read the event and run IDs (``core.cloudevents``), stamp the receive time, append one receive line to
+the disk spool (``agents.spool``; a shipper process tails it into the telemetry topic), then answer ``202``. A
+request without an event ID or with malformed JSON gets ``400`` and is counted by reason; one without a run ID is
+counted as unattributed unless ``--run`` names a default. ``GET /healthz`` answers the counters as JSON,
+``GET /metrics`` in Prometheus' text format (``flightwatch_receiver_*``).
 
-``GET /healthz`` answers the counters as JSON; ``GET /metrics`` the same in Prometheus'
-text format (``flightwatch_receiver_*``).
-
-The HTTP/1.1 server is its own asyncio protocol (on uvloop when installed), as lean as the
-load generator's client: keep-alive and pipelining, bodies framed by Content-Length or
-chunked, ``Expect: 100-continue``; a head over 64 KiB (431), a body over 16 MiB (413) or a
-request that is not HTTP/1.x (400) is answered and the connection closed, and counted as
-``malformed_http``; a connection silent for 75 s is closed; an error of ours is answered 500
-and logged. A connection costs ~1.5 KiB (aiohttp's server, used before, took ~17.5 KiB each):
-when a stall of the system under test makes the load generator open hundreds of connections,
-the receiver's memory barely moves.
+The HTTP/1.1 server is an asyncio protocol (uvloop when installed) framed by ``core.http1``: keep-alive,
+pipelining, Content-Length or chunked bodies, ``Expect: 100-continue``; a connection costs ~1.5 KiB.
 """
 from __future__ import annotations
 

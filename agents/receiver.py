@@ -9,9 +9,7 @@ Usage:
 broker's subscriber or the load generator at it. ``kafka`` consumes a topic of the SUT.
 Both write receive records into the telemetry topic and, every 30 s, a clock record: this
 host's clock offset against the clock reference (``core.clock``) that the node-metrics
-agent serves, so latencies measured across hosts can be corrected or flagged.
-
-Kafka mode: ``agents.kafka_receiver``.
+agent serves, so latencies measured across hosts can be corrected or flagged. Kafka mode: ``agents.kafka_receiver``.
 """
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ import socket
 import sys
 import time
 
-from agents import http_receiver
+from agents import http_receiver, kafka_receiver
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS, KafkaReceiver
 from core import clock, contract, memory
 from core.kafka_options import SUT_ENV, client_options
@@ -57,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="disk the spool may take while the telemetry broker is away (default %(default)s); "
                         "receives over it are counted as lost, in /healthz and in the run's summary")
     _common(h, "receiver-http")
-    k = sub.add_parser("kafka", help="consume the SUT topic")
+    k = sub.add_parser("kafka", help="consume the SUT topic", description=kafka_receiver.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     k.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_SUT_BOOTSTRAP", "127.0.0.1:29092"))
     k.add_argument("--topic", default="flightwatch.sut")
     k.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", "receiver-kafka"))

@@ -32,7 +32,7 @@ class LiveWindows:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.cfg = reader.run_config(root)
+        self.cfg = reader.job_settings(root)
         self.window_ns = self.cfg["window_ns"]
         self.counts: dict[str, dict[int, int]] = {c: defaultdict(int) for c in COUNTS}
         self.buckets: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)  # window -> latency_us parts

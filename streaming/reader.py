@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 from core.rundir import RunPaths, batch_file, ids_in
 
 
-def run_config(root: str) -> dict:
+def job_settings(root: str) -> dict:
+    """The job's settings for the run (its run.json: run ID, window, drop timeout, ...)."""
     with open(RunPaths(root).run_file) as f:
         return json.load(f)
 
@@ -79,14 +80,9 @@ def _file_identity(path: str) -> tuple | None:
 
 
 def _read_partial(path: str, batch_id: int) -> pa.Table | None:
-    """One batch's partial file with its ``batch_id``, cached by its identity (a live reader re-reads only what is new).
-
-    A batch file is written once, atomically (rewritten whole only if its batch is redone after
-    a crash, which changes its inode and mtime): the cache key is (inode, mtime, size). Kept as
-    an Arrow table, not a DataFrame: every pandas frame built on a cached frame's arrays leaves a
-    weak reference in it (copy-on-write bookkeeping, ~500 kept per block), and a reader that
-    concatenates hundreds of cached frames on every pass grew by tens of MiB in a 15-minute soak.
-    """
+    """One batch's partial file with its ``batch_id``, cached by its identity (a live reader re-reads only what is
+    new). Kept as an Arrow table, not a DataFrame: frames built on a cached frame's arrays leave weak references in
+    it, and a reader concatenating hundreds of them on every pass grew by tens of MiB in a 15-minute soak."""
     return _cached_read(_PARTIALS, _PARTIALS_MAX, path, lambda p: _with_batch_id(p, batch_id))
 
 

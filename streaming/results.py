@@ -20,7 +20,7 @@ def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
     batches = reader.load_batches(root)
     if batches.empty:
         return pd.DataFrame()
-    return table.window_table(reader.run_config(root), batches, reader.load_partials(root, "counts"),
+    return table.window_table(reader.job_settings(root), batches, reader.load_partials(root, "counts"),
                               reader.load_partials(root, "hists"), reader.load_partials(root, "events"), encode_hdr)
 
 
@@ -49,7 +49,7 @@ def run_verdict(root: str, windows: pd.DataFrame, events: pd.DataFrame, hists: p
     over the histogram partials, ``hists`` if given)."""
     from streaming import saturation
 
-    cfg = reader.run_config(root) if cfg is None else cfg
+    cfg = reader.job_settings(root) if cfg is None else cfg
     steps = runinfo.pace_steps(events)
     if percentiles is None:
         h = reader.load_partials(root, "hists") if hists is None else hists
@@ -77,7 +77,7 @@ def live_verdict(root: str) -> dict | None:
 
 def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
     """Run-level figures: totals, exact run percentiles, errors by cause, gaps, OOM events."""
-    cfg = reader.run_config(root)
+    cfg = reader.job_settings(root)
     windows = load_windows(root) if windows is None else windows
     batches = reader.load_batches(root)
     if windows.empty:

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 
 
-def run_configuration(events: pd.DataFrame) -> dict:
-    """The run's configuration: the run_start records' configs merged in time order (later ones add to it)."""
+def attack_config(events: pd.DataFrame) -> dict:
+    """The load generator's configuration of the run: its run_start records' configs merged in time order (later
+    ones add to it)."""
     out: dict = {}
     if events.empty or not (events["kind"] == "run_start").any():
         return out
@@ -27,7 +28,7 @@ def pace_steps(events: pd.DataFrame) -> list[dict]:
     the load generator published them in its ``run_start``; from the pace text for runs recorded before it did."""
     from core.pacer import Schedule
 
-    cfg = run_configuration(events)
+    cfg = attack_config(events)
     steps = cfg.get("steps")
     if isinstance(steps, list):
         try:

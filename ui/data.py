@@ -114,7 +114,7 @@ class RunView:
         return (np.asarray(at_ns, dtype=np.int64) - self.t0_ns) / NS if not np.isscalar(at_ns) else (at_ns - self.t0_ns) / NS
 
 
-def pace_steps(events: pd.DataFrame, t0_ns: int) -> list[PaceStep]:
+def step_bands(events: pd.DataFrame, t0_ns: int) -> list[PaceStep]:
     """The schedule's steps (``runinfo.pace_steps``: aligned to the schedule's exact start), in seconds since t0."""
     out = []
     for i, st in enumerate(runinfo.pace_steps(events)):
@@ -128,7 +128,7 @@ def load_run(path: str) -> RunView:
     """Everything the dashboard shows about one run, as of now."""
     run_id = os.path.basename(os.path.normpath(path))
     try:
-        cfg = reader.run_config(path)
+        cfg = reader.job_settings(path)
     except (OSError, ValueError):
         return RunView(run_id, path, False, "waiting for data: the streaming job has not started this run yet")
     try:
@@ -142,11 +142,11 @@ def load_run(path: str) -> RunView:
     start_ns = summary.get("started_at_ns")
     window_ns = int(cfg["window_ns"])
     t0 = (start_ns // window_ns * window_ns) if start_ns is not None else int(windows["window_ns"].min())
-    view = RunView(run_id, path, True, windows=windows, summary=summary, config=runinfo.run_configuration(events), t0_ns=t0,
+    view = RunView(run_id, path, True, windows=windows, summary=summary, config=runinfo.attack_config(events), t0_ns=t0,
                    window_ns=window_ns, finished=summary.get("state") == "finished")
     view.oom = summary.get("oom_events", [])
     view.gaps = summary.get("gaps", [])
-    view.steps = pace_steps(events, t0)
+    view.steps = step_bands(events, t0)
     if "last_written_ns" in windows:
         lw = windows["last_written_ns"].dropna()
         view.newest_written_ns = int(lw.max()) if len(lw) else None
