@@ -202,8 +202,16 @@ COUNT_FIELDS = ("bytes_out", "bytes_in", "count")
 
 
 def is_failure(status: int | None, error: str | None) -> bool:
-    """An ack is a failure when it names an error or its status is not 2xx."""
+    """An ack is a failure when it names an error or its status is not 2xx (``failures`` over arrays)."""
     return error is not None or (status is not None and not 200 <= status < 300)
+
+
+def failures(status, error):
+    """``is_failure`` over arrays: ``status`` as floats (NaN for none), ``error`` as objects (None for none)."""
+    import numpy as np
+    import pandas as pd
+
+    return pd.notna(error) | (~np.isnan(status) & ((status < 200) | (status >= 300)))
 
 
 def encode(records: Iterable[Record | dict | str]) -> bytes:

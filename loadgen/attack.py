@@ -120,7 +120,7 @@ class Book:
     def done(self, eid: str, sent: int, status: int | None, error: str | None) -> None:
         acked = time.time_ns()
         self.inflight -= 1
-        ok = error is None and (status is None or 200 <= status < 300)
+        ok = not contract.is_failure(status, error)
         self.interval(acked).add_completion(acked - sent, status, error, ok)
         if self.writer is not None:
             self.buf.append(self.lines.ack(acked, eid, sent, status, error))

@@ -198,7 +198,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     if len(acks):
         st = acks["status"].to_numpy(dtype=np.float64, na_value=np.nan)
         err = acks["error"].to_numpy(dtype=object)
-        failed = pd.notna(err) | (~np.isnan(st) & ((st < 200) | (st >= 300)))
+        failed = contract.failures(st, err)
         out.add("acked", _column(acks, "sent_at_ns")[~failed])
         if failed.any():
             causes = np.where(pd.notna(err[failed]), err[failed], np.char.add("http_", np.nan_to_num(st[failed]).astype(np.int64).astype(str)).astype(object))
