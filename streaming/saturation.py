@@ -19,7 +19,7 @@ States, worst first: ``saturated`` (ratio < 0.9, a growing backlog or a gap), ``
 (flightwatch's own CPU is the limit: whatever else the window shows, it is not blamed on the SUT),
 ``degrading`` (ratio < 0.97, a p99 jump, node pressure or an OOM kill), ``ok``. Saturation starts at the first of
 ``CONFIRM_WINDOWS`` consecutive saturated windows. A pace step's state is the worst that at least
-``CONFIRM_WINDOWS`` of its windows reach. The knee is the highest-rate pace step before saturation whose
+``CONFIRM_WINDOWS`` of its whole windows reach (not the one across its end, which carries the next step's load). The knee is the highest-rate pace step before saturation whose
 events were delivered ≥ 99% (by send time: not dropped, not failed; a window edge that the step does not
 share with the 1 s windows does not count as a loss) with p99 ≤ the latency bound.
 """
@@ -269,7 +269,10 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
             f = {**step_counts(in_step),
                  "latency_us": {"p50": None, "p99": float(in_step["latency_us_p99"].median()) if len(in_step) else None}}
         secs = (s["end_ns"] - s["start_ns"]) / 1e9
-        state = _step_state(in_step["state"].tolist())
+        # a window across the step's edge carries the next step's load too: the state is its whole windows' (all of
+        # its windows if it has too few whole ones)
+        whole = in_step[(in_step["window_ns"] >= s["start_ns"]) & (in_step["window_ns"] + window_ns <= s["end_ns"])]
+        state = _step_state((whole if len(whole) >= CONFIRM_WINDOWS else in_step)["state"].tolist())
         lost = f.get("failed", f["sent"] - f["received"])  # by send time when known: a late delivery is no loss
         row = {"step": i + 1, "rate": s["rate"], "start_ns": s["start_ns"], "end_ns": s["end_ns"],
                "sent_per_s": f["sent"] / secs, "received_per_s": f["received"] / secs,

@@ -69,6 +69,24 @@ def test_a_steps_state_is_the_worst_that_two_of_its_windows_reach(states, step):
     assert saturation._step_state(states) == step
 
 
+def test_the_window_across_a_step_edge_does_not_decide_the_steps_state():
+    """The relay-400 case: the schedule starts 0.55 s into a window, so the last window of the 350/s step holds
+    the first half second of the 500/s step, whose p99 already climbs; with one p99 blip inside the step, that
+    edge window made the step degrading. A step's state is its whole windows' (the edge window keeps its own)."""
+    start = int(0.55 * NS)
+    steps = [{"rate": r, "start_ns": start + i * 10 * NS, "end_ns": start + (i + 1) * 10 * NS}
+             for i, r in enumerate([200, 350, 500])]
+    sent = [0] + [200] * 10 + [350] * 9 + [417] + [500] * 10
+    recv = [0] + [200] * 10 + [350] * 9 + [388] + [400] * 10  # the window across 350 -> 500 (as measured)
+    p99 = [20.0] * 31
+    p99[13] = 83.0  # a lone blip inside the 350/s step
+    v = saturation.verdict(windows(sent, recv, p99_ms=p99), steps, NS)
+    assert saturation.step_of(np.array([20 * NS]), steps, NS)[0] == 1  # it belongs to the 350/s step
+    a = saturation.assess_windows(windows(sent, recv, p99_ms=p99), steps, NS).set_index("window_ns")
+    assert a.loc[20 * NS, "state"] == "degrading" and a.loc[13 * NS, "state"] == "degrading"
+    assert [r["state"] for r in v["steps"]] == ["ok", "ok", "saturated"] and v["knee"]["rate"] == 350
+
+
 def test_nothing_before_the_crossing_step():
     steps = steps_of([100, 200, 300])
     sent = np.repeat([100, 200, 300], 4)
