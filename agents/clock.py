@@ -13,11 +13,12 @@ import os
 import sys
 import time
 
+from core.cli import OneLineParser
 from core.clock import DEFAULT_REFERENCE, ClockReference, estimate, split_address
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agents.clock", description=__doc__.split("\n\n")[0],
+    ap = OneLineParser(prog="python -m agents.clock", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sv = sub.add_parser("serve", help="serve the clock reference")

@@ -31,8 +31,8 @@ ACCEPTED = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n"
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-def response(status: int, body: str = "", content_type: str = "text/plain; charset=utf-8") -> bytes:
-    data = body.encode()
+def response(status: int, body: str | bytes = "", content_type: str = "text/plain; charset=utf-8") -> bytes:
+    data = body if isinstance(body, bytes) else body.encode()
     return (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(data)}\r\n\r\n").encode() + data
 
@@ -53,6 +53,7 @@ class HttpReceiver:
         self.num_unattributed = 0
         self.num_malformed_http = 0
         self.bad: Counter = Counter()
+        self._registry = None  # prometheus-client's, made at the first scrape
 
     def counters(self) -> dict:
         out = {"agent": self.agent, "requests": self.num_requests, "received": self.num_received,
@@ -62,16 +63,41 @@ class HttpReceiver:
             out["telemetry"] = self.spool.counters()
         return out
 
-    def metrics_text(self) -> str:
+    def collect(self):
+        """The counters as Prometheus metric families (prometheus-client's collector protocol: read at scrape time,
+        nothing per event)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         c = self.counters()
-        lines = [f'flightwatch_receiver_requests_total{{agent="{self.agent}"}} {c["requests"]}',
-                 f'flightwatch_receiver_events_total{{agent="{self.agent}"}} {c["received"]}',
-                 f'flightwatch_receiver_unattributed_total{{agent="{self.agent}"}} {c["unattributed"]}',
-                 f'flightwatch_receiver_malformed_http_total{{agent="{self.agent}"}} {c["malformed_http"]}']
-        lines += [f'flightwatch_receiver_bad_requests_total{{agent="{self.agent}",reason="{r}"}} {n}' for r, n in c["bad"].items()]
-        for name, n in c.get("telemetry", {}).items():
-            lines.append(f'flightwatch_receiver_telemetry_records{{agent="{self.agent}",state="{name}"}} {n}')
-        return "\n".join(lines) + "\n"
+        for name, key, text in (("requests", "requests", "POST requests answered"),
+                                ("events", "received", "events recorded (attributed to a run)"),
+                                ("unattributed", "unattributed", "events without a run ID, not recorded"),
+                                ("malformed_http", "malformed_http", "requests that could not be framed (400/413/431)")):
+            family = CounterMetricFamily(f"flightwatch_receiver_{name}", text, labels=["agent"])
+            family.add_metric([self.agent], c[key])
+            yield family
+        bad = CounterMetricFamily("flightwatch_receiver_bad_requests", "requests answered 400, by reason",
+                                  labels=["agent", "reason"])
+        for reason, n in c["bad"].items():
+            bad.add_metric([self.agent, reason], n)
+        yield bad
+        telemetry = c.get("telemetry")
+        if telemetry is not None:
+            g = GaugeMetricFamily("flightwatch_receiver_telemetry_records",
+                                  "receive records spooled and lost so far; over_budget is 1 while the spool is full",
+                                  labels=["agent", "state"])
+            for state, n in telemetry.items():
+                g.add_metric([self.agent, state], float(n))
+            yield g
+
+    def metrics_text(self) -> bytes:
+        """``GET /metrics``: Prometheus' text format, with HELP and TYPE."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        if self._registry is None:
+            self._registry = CollectorRegistry(auto_describe=False)
+            self._registry.register(self)
+        return generate_latest(self._registry)
 
     def handle(self, method: str, path: str, headers: dict, body: bytes) -> bytes:
         """The whole response to one request."""
@@ -99,7 +125,9 @@ class HttpReceiver:
         if method == "GET" and path == "/healthz":
             return response(200, json.dumps(self.counters()), "application/json")
         if method == "GET" and path == "/metrics":
-            return response(200, self.metrics_text(), "text/plain; version=0.0.4")
+            from prometheus_client import CONTENT_TYPE_LATEST
+
+            return response(200, self.metrics_text(), CONTENT_TYPE_LATEST)
         return response(405, "POST CloudEvents here; GET /healthz or /metrics\n")
 
 

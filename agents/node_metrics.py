@@ -37,6 +37,7 @@ import threading
 import time
 
 from core import clock, contract
+from core.cli import OneLineParser, bootstrap_arg
 from core.kafka_options import telemetry_producer
 
 METRICS = {
@@ -188,12 +189,13 @@ def prometheus_query(url: str):
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m agents.node_metrics", description=__doc__.split("\n\n")[0],
+    ap = OneLineParser(prog="python -m agents.node_metrics", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--prometheus", default=os.environ.get("FLIGHTWATCH_PROMETHEUS", "http://127.0.0.1:19090"),
                     help="Prometheus base URL (env FLIGHTWATCH_PROMETHEUS; default %(default)s)")
     ap.add_argument("--interval", default="1s", help="sampling interval (default %(default)s)")
-    ap.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"))
+    ap.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
+                    type=bootstrap_arg)
     ap.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
     ap.add_argument("--agent", default="node-metrics")
     ap.add_argument("--node", default=socket.gethostname(), help="this host's name in cgroup OOM events (default %(default)s)")

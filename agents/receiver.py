@@ -23,13 +23,14 @@ import time
 from agents import http_receiver, kafka_receiver
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS, KafkaReceiver
 from core import clock, contract, memory
+from core.cli import OneLineParser, bootstrap_arg
 from core.kafka_options import SUT_ENV, client_options
 from core.rundir import ROOT
 from core.units import parse_size, split_host_port
 
 
 def _common(p: argparse.ArgumentParser, agent: str) -> None:
-    p.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
+    p.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg,
                    help="telemetry Kafka bootstrap (env FLIGHTWATCH_BOOTSTRAP; default %(default)s)")
     p.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
     p.add_argument("--agent", default=agent, help="this agent's name in its records (default %(default)s)")
@@ -39,7 +40,7 @@ def _common(p: argparse.ArgumentParser, agent: str) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m agents.receiver", description=__doc__.split("\n\n")[0],
+    ap = OneLineParser(prog="python -m agents.receiver", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     sub = ap.add_subparsers(dest="mode", required=True, metavar="{http,kafka}")
     h = sub.add_parser("http", help="CloudEvents HTTP sink (binary, structured and batched modes)",
@@ -57,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(h, "receiver-http")
     k = sub.add_parser("kafka", help="consume the SUT topic", description=kafka_receiver.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    k.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_SUT_BOOTSTRAP", "127.0.0.1:29092"))
+    k.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_SUT_BOOTSTRAP", "127.0.0.1:29092"), type=bootstrap_arg)
     k.add_argument("--topic", default="flightwatch.sut")
     k.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", "receiver-kafka"))
     k.add_argument("--create-topic", type=int, default=2, metavar="PARTITIONS",

@@ -33,6 +33,8 @@ import signal
 import sys
 import time
 
+from core.cli import OneLineParser, bootstrap_arg
+
 SEGMENT_BYTES = 64 << 20
 BUDGET_BYTES = 2 << 30
 """Disk the spool may hold while the broker is away: ~14M receive records."""
@@ -277,13 +279,13 @@ def start_shipper(spool_dir: str, bootstrap: str, topic: str, agent: str, log_pa
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agents.spool", description=__doc__.split("\n\n")[0],
+    ap = OneLineParser(prog="python -m agents.spool", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("ship", help="ship a spool into the telemetry topic")
     s.add_argument("--spool-dir", required=True)
     s.add_argument("--agent", required=True, help="message key (the agent whose records these are)")
-    s.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"))
+    s.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg)
     s.add_argument("--topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
     s.add_argument("--parent", type=int, default=0, help="drain and exit once this process is gone")
     try:

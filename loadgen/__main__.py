@@ -9,7 +9,7 @@ response. Prints one line per second while it runs, then a vegeta-style report; 
 report.json and latency.hlog (HdrHistogram interval log) into --out.
 
 Exit codes: 0 ok; 1 a --fail-on threshold was crossed or the attack failed; 2 bad input
-(flags, rate, pace, unreachable target); 3 stopped early by an --abort-on threshold.
+(flags, rate, pace, unreachable target); 3 stopped early by an --abort-on threshold; 130 interrupted (Ctrl-C).
 Thresholds: 'METRIC OP VALUE[UNIT] [for DURATION]' (loadgen/thresholds.py), e.g.
 --fail-on 'p99>500ms for 10s' --fail-on 'loss>0.1%' --abort-on 'p99>2s for 5s'.
 """
@@ -20,10 +20,11 @@ import os
 import sys
 import time
 
+from core.cli import bootstrap_arg
 from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
 from core.rundir import CHECKPOINTS
-from core.units import parse_duration_ns
+from core.units import parse_duration_ns, split_host_port
 from loadgen.errors import UsageError
 from loadgen.run import attack
 from loadgen.streamjob import start_job, wait_job
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "pace among them, each with its own sender ID; the run closes once every shard has stopped. "
                         "Needs --run (the same on every shard). Default 0/1, or JOB_COMPLETION_INDEX/FLIGHTWATCH_SHARDS "
                         "in a Kubernetes indexed Job")
-    a.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
+    a.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg,
                    help="telemetry broker for send/ack records (default %(default)s)")
     a.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
     a.add_argument("--no-telemetry", action="store_true", help="do not write send/ack records")
@@ -190,8 +191,8 @@ def main(argv=None) -> int:
         if why:
             raise UsageError(f"target {cfg.target} unreachable: {why}")
         if cfg.telemetry_bootstrap:
-            host, _, port = cfg.telemetry_bootstrap.split(",")[0].rpartition(":")
-            if tcp_unreachable(host, int(port)):
+            host, port = split_host_port(cfg.telemetry_bootstrap.split(",")[0])  # checked by bootstrap_arg
+            if tcp_unreachable(host, port):
                 raise UsageError(f"telemetry broker {cfg.telemetry_bootstrap} unreachable (start it with `make up`, or --no-telemetry)")
     except UsageError as e:
         print(f"loadgen: error: {e}", file=sys.stderr)

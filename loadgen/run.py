@@ -133,7 +133,7 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
         status = "aborted"
         print("attack interrupted", file=sys.stderr)
         telemetry_marker(cfg, contract.RunStop(cfg.run_id, cfg.sender, time.time_ns(), reason=status))
-        return 1
+        return 130  # the shell's code for Ctrl-C
     except RuntimeError as e:
         print(f"loadgen: attack failed: {e}", file=sys.stderr)
         telemetry_marker(cfg, contract.RunStop(cfg.run_id, cfg.sender, time.time_ns(), reason="failed"))

@@ -25,6 +25,7 @@ import threading
 import time
 
 from core import memory, observer
+from core.cli import bootstrap_arg
 from core.kafka_options import client_options
 from core.rundir import ROOT as PROJECT_ROOT
 from core.units import one_line, parse_duration_ns
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Spark master (default %(default)s)")
         if name == "replay":
             continue
-        s.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
+        s.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg,
                        help="telemetry Kafka bootstrap servers (default %(default)s)")
         s.add_argument("--topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"),
                        help="telemetry topic (default %(default)s)")

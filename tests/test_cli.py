@@ -10,6 +10,7 @@ CASES = [
     (["run", "--run", "x", "--window", "7s"], "divide"),
     (["run", "--run", "x", "--max-offsets-per-trigger", "0"], "positive"),
     (["frobnicate"], "invalid choice"),
+    (["run", "--run", "x", "--bootstrap", "localhost"], "HOST:PORT"),
     (["summary", "--run", "no-such-run", "--checkpoints", "/nonexistent"], "no run at"),
     (["replay", "--run", "no-such-run", "--checkpoints", "/nonexistent"], "nothing to replay"),
 ]
@@ -47,6 +48,10 @@ AGENT_CASES = [
     ("agents.node_metrics", ["--cgroup", "/nonexistent"], "not a directory"),
     ("agents.node_metrics", ["--pid", "999999999"], "no such process"),
     ("agents.clock", ["probe", "nohostport"], "HOST:PORT"),
+    ("loadgen", ["attack", "--rate", "10", "--duration", "1s", "--telemetry-bootstrap", "localhost"], "HOST:PORT"),
+    ("agents.receiver", ["http", "--listen", "127.0.0.1:{free}", "--telemetry-bootstrap", "localhost"], "HOST:PORT"),
+    ("agents.receiver", ["kafka", "--telemetry-bootstrap", "localhost"], "HOST:PORT"),
+    ("agents.node_metrics", ["--telemetry-bootstrap", "localhost"], "HOST:PORT"),
 ]
 
 

@@ -145,11 +145,26 @@ def test_bad_requests_are_answered_400_counted_and_never_crash_it(broker, tmp_pa
         assert proc.poll() is None
         h = health(port)
         recs = wait_for_receives(broker, topic, "bad", 1, seconds=30)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            metrics = r.read().decode()
     finally:
         stop(proc)
     assert h["bad"] == {"missing id": 1, "malformed JSON": 1, "batch is not a non-empty JSON array": 1}
     assert h["unattributed"] == 1 and h["received"] == 1
     assert [r["event_id"] for r in recs] == ["good-1"]
+    # /metrics with telemetry on (the spool's counters too) is Prometheus text that its own parser reads whole
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = list(text_string_to_metric_families(metrics))
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+    agent = ("agent", h["agent"])
+    assert samples[("flightwatch_receiver_events_total", (agent,))] == 1
+    assert samples[("flightwatch_receiver_bad_requests_total", (agent, ("reason", "missing id")))] == 1
+    assert samples[("flightwatch_receiver_telemetry_records", (agent, ("state", "over_budget")))] == 0
+    assert samples[("flightwatch_receiver_telemetry_records", (agent, ("state", "spooled")))] == 1
+    types = {f.name: f.type for f in families}
+    assert types["flightwatch_receiver_requests"] == "counter" and types["flightwatch_receiver_telemetry_records"] == "gauge"
+    assert all(f.documentation for f in families)  # HELP on every one
 
 
 @pytest.mark.integration
