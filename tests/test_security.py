@@ -32,6 +32,31 @@ def _cert(folder) -> str:
 
 
 @pytest.mark.integration
+def _decoded_sends(bootstrap: str, topic: str, run_id: str) -> int:
+    """The send records of ``run_id`` in ``topic``, through the job's own decoder (malformed lines quarantined)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from core.kafka_options import client_options
+    from streaming.decode import decode_messages
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **client_options())
+    tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
+    c.assign(tps)
+    c.seek_to_beginning()
+    values, parts, offsets, idle = [], [], [], 0
+    while idle < 4:
+        batch = c.poll(timeout_ms=500)
+        idle = 0 if batch else idle + 1
+        for msgs in batch.values():
+            for m in msgs:
+                values.append(m.value)
+                parts.append(m.partition)
+                offsets.append(m.offset)
+    c.close()
+    t = decode_messages(values, parts, offsets).to_pandas()
+    return int(((t["kind"] == "send") & t["quarantine_reason"].isna() & (t["run_id"] == run_id)).sum())
+
+
 def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path):
     """The telemetry broker is reachable only through TLS (a TLS-terminating proxy in front of Tansu,
     which advertises it). With FLIGHTWATCH_KAFKA_OPTIONS set, every client gets through: the load
@@ -61,7 +86,7 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
         from core.kafka_options import client_options
 
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_options())
-        admin.create_topics([NewTopic(topic, 2, 1)])
+        admin.create_topics([NewTopic(topic, 2, 1), NewTopic(f"{topic}-demo", 1, 1)])
         admin.close()
         # without the settings: no way in
         with pytest.raises(Exception):  # noqa: B017 - refused as the client finds out: timeout or no broker
@@ -109,8 +134,8 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
         outputs["loadgen-kafka"] = lgk.stdout + lgk.stderr
         assert lgk.returncode == 0, outputs["loadgen-kafka"][-3000:]
         assert json.load(open(tmp_path / "lg-kafka" / "report.json"))["success_ratio"] == 1.0
-        # make demo's writer of a synthetic run takes the same options
-        demo = subprocess.run([sys.executable, "-m", "loadgen.synthetic", "--bootstrap", bootstrap, "--topic", topic,
+        # make demo's writer of a synthetic run takes the same options (its own topic: it writes malformed records)
+        demo = subprocess.run([sys.executable, "-m", "loadgen.synthetic", "--bootstrap", bootstrap, "--topic", f"{topic}-demo",
                                "--run", "tls-demo", "--duration", "2", "--rate", "100"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=120)
         outputs["demo"] = demo.stdout + demo.stderr
@@ -121,7 +146,7 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
             stop_process(p, wait_s=30, group=True)
         records = telemetry(bootstrap, topic, run_id) + telemetry(bootstrap, topic, "*")
         over_kafka = telemetry(bootstrap, topic, "tls-kafka")
-        demo_sends = [r for r in telemetry(bootstrap, topic, "tls-demo") if r["kind"] == "send"]
+        demo_sends = _decoded_sends(bootstrap, f"{topic}-demo", "tls-demo")
     finally:
         os.environ.pop("FLIGHTWATCH_KAFKA_OPTIONS", None)
         for p in procs:
@@ -140,7 +165,7 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
 
     truth = [r for _, r in generate(SyntheticSpec(run_id="tls-demo", duration_s=2, rate_per_sec=100)).records
              if isinstance(r, dict) and r.get("kind") == "send"]
-    assert len(demo_sends) == len(truth) == 200
+    assert demo_sends == len(truth) == 200
     # no secret anywhere: outputs, logs, run folder (summary, archive, loadgen report), spool, telemetry
     blobs = [outputs["loadgen"], json.dumps(records)]
     for d, _, files in os.walk(tmp_path):
