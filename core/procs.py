@@ -8,6 +8,8 @@ import subprocess
 import time
 
 HOST = "127.0.0.1"
+JOB_METRICS_PORT = 19401
+"""Where a streaming job serves its live figures for Prometheus by default (``streaming.metrics``)."""
 
 
 def port_open(port: int, host: str = HOST) -> bool:

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from core.procs import port_open, wait_port
+from core.procs import JOB_METRICS_PORT, port_open, wait_port
 from core.rundir import ROOT
 from stack.tansu import tansu_command
 
@@ -56,11 +56,14 @@ start. Pages it frees after a collection are handed back lazily (MADV_FREE: the 
 them), so it stays at the budget rather than swinging 74-84 MiB between collections."""
 
 
-def prometheus_config(node_exporter_port: int) -> str:
+def prometheus_config(node_exporter_port: int, flightwatch: dict[str, int] | None = None) -> str:
+    """Every second: the node exporter, and flightwatch's own /metrics (``flightwatch``: job name -> port)."""
     return (
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         "scrape_configs:\n"
         f"  - job_name: node\n    static_configs:\n      - targets: ['{HOST}:{node_exporter_port}']\n"
+        + "".join(f"  - job_name: {name}\n    static_configs:\n      - targets: ['{HOST}:{port}']\n"
+                  for name, port in (flightwatch or {}).items())
     )
 
 
@@ -136,7 +139,8 @@ def address(name: str) -> str:
 def up() -> int:
     os.makedirs(STACK_DIR, exist_ok=True)
     with open(os.path.join(STACK_DIR, "prometheus.yml"), "w") as f:
-        f.write(prometheus_config(PORTS["node-exporter"]))
+        f.write(prometheus_config(PORTS["node-exporter"], {"flightwatch-receiver": PORTS["http-receiver"],
+                                                           "flightwatch-job": JOB_METRICS_PORT}))
     failed = False
     fresh_broker = False
     for name, cmd in commands().items():

@@ -25,6 +25,7 @@ class JobConfig:
     kafka_options: dict = field(default_factory=dict)
     heartbeat: bool = True
     partitions: int = 2
+    metrics_listen: str | None = None  # HOST:PORT of the live figures' /metrics (streaming.metrics); None: off
 
     @property
     def spark_checkpoint(self) -> str:

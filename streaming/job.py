@@ -27,11 +27,13 @@ import time
 from core import memory, observer
 from core.cli import bootstrap_arg
 from core.kafka_options import client_options
+from core.procs import HOST, JOB_METRICS_PORT
 from core.rundir import ROOT as PROJECT_ROOT
-from core.units import one_line, parse_duration_ns
+from core.units import one_line, parse_duration_ns, split_host_port
 from streaming import engine
 from streaming.config import JobConfig
 
+DEFAULT_METRICS_LISTEN = f"{HOST}:{JOB_METRICS_PORT}"
 DEFAULT_TRIGGER = "750ms"
 """The micro-batch interval. The JVM's work per batch is nearly fixed: 0.40 core at two batches a second (at 1,000
 and at 5,000 events/s), 0.24 at one. Spark starts batches at multiples of the interval since the epoch, so a 1 s
@@ -101,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--no-heartbeat", action="store_true",
                        help="do not write the job's own heartbeats (they close the last windows of a live run)")
         s.add_argument("--partitions", type=int, default=2, help="partitions when creating the topic (default %(default)s)")
+        s.add_argument("--metrics-listen", default=os.environ.get("FLIGHTWATCH_JOB_METRICS", DEFAULT_METRICS_LISTEN),
+                       metavar="HOST:PORT", help="serve the run's live figures for Prometheus at http://HOST:PORT/metrics "
+                       "(env FLIGHTWATCH_JOB_METRICS; 'none' to not serve; default %(default)s)")
     return p
 
 
@@ -144,7 +149,18 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         source=getattr(a, "source", "flightwatch_kafka"), starting_offsets=getattr(a, "starting_offsets", "earliest"),
         max_offsets_per_trigger=getattr(a, "max_offsets_per_trigger", None), kafka_options=kafka_options,
         heartbeat=not getattr(a, "no_heartbeat", True), partitions=getattr(a, "partitions", 2),
+        metrics_listen=_metrics_listen(getattr(a, "metrics_listen", "none")),
     )
+
+
+def _metrics_listen(text: str) -> str | None:
+    if text in (None, "", "none"):
+        return None
+    try:
+        split_host_port(text, "--metrics-listen", DEFAULT_METRICS_LISTEN)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return text
 
 
 def check_broker(cfg: JobConfig) -> None:
@@ -275,6 +291,15 @@ def run_query(spark, cfg: JobConfig, log=print) -> bool:
 
     finished = threading.Event()
     store = RunStore(cfg.run_dir, cfg.engine, on_finished=finished.set, log=log, live_verdict=True)
+    served = None
+    if cfg.metrics_listen:
+        from streaming.metrics import JobMetrics
+
+        served = JobMetrics()
+        if served.serve(cfg.metrics_listen, log):
+            store.verdict.metrics = served
+        else:
+            served = None
 
     def sink(batch_df, batch_id: int) -> None:
         result = store.process_batch(batch_df.toArrow(), batch_id)
@@ -298,6 +323,8 @@ def run_query(spark, cfg: JobConfig, log=print) -> bool:
     finally:
         if store.verdict is not None and not finished.is_set():
             store.verdict.close()
+        if served is not None:
+            served.close()
     if query.exception():
         raise RuntimeError(str(query.exception()))
     return finished.is_set()

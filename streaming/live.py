@@ -36,6 +36,8 @@ class LiveWindows:
         self.window_ns = self.cfg["window_ns"]
         self.counts: dict[str, dict[int, int]] = {c: defaultdict(int) for c in COUNTS}
         self.buckets: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)  # window -> latency_us parts
+        self.delay_buckets: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)  # send_delay_us parts
+        self.last_table: pd.DataFrame | None = None          # the table of the latest verdict pass (for metrics)
         self.p99: dict[int, int | None] = {}                 # per window, cached until a batch adds to it
         self.ranges: dict[tuple[int, int], tuple[np.ndarray, dict[int, int]]] = {}  # (lo, hi) -> buckets, parts in
         self.node: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))  # sum, n
@@ -73,17 +75,20 @@ class LiveWindows:
                 if name in self.counts:
                     self.counts[name][w] += v
         if len(hists):
-            w = hists["window_ns"].to_numpy(np.int64)
-            self._span(w)
-            lat = hists["hist"].to_numpy(object) == "latency_us"
-            w, idx, cnt = w[lat], hists["bucket"].to_numpy(np.int64)[lat], hists["count"].to_numpy(np.int64)[lat]
-            order = np.argsort(w, kind="stable")
-            w, idx, cnt = w[order], idx[order], cnt[order]
-            cuts = np.flatnonzero(w[1:] != w[:-1]) + 1
-            for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(w)])).tolist()):
-                if hi > lo:
-                    self.buckets[int(w[lo])].append((idx[lo:hi], cnt[lo:hi]))
-                    self.p99.pop(int(w[lo]), None)
+            all_w = hists["window_ns"].to_numpy(np.int64)
+            self._span(all_w)
+            names = hists["hist"].to_numpy(object)
+            for hist, into in (("latency_us", self.buckets), ("send_delay_us", self.delay_buckets)):
+                sel = names == hist
+                w, idx, cnt = all_w[sel], hists["bucket"].to_numpy(np.int64)[sel], hists["count"].to_numpy(np.int64)[sel]
+                order = np.argsort(w, kind="stable")
+                w, idx, cnt = w[order], idx[order], cnt[order]
+                cuts = np.flatnonzero(w[1:] != w[:-1]) + 1
+                for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(w)])).tolist()):
+                    if hi > lo:
+                        into[int(w[lo])].append((idx[lo:hi], cnt[lo:hi]))
+                        if hist == "latency_us":
+                            self.p99.pop(int(w[lo]), None)
         if len(events):
             kinds = events["kind"].to_numpy(object)
             windows = events["window_ns"].to_numpy(np.int64)
@@ -110,6 +115,10 @@ class LiveWindows:
             self.watermark = max(self.watermark or info["watermark_ns"], info["watermark_ns"])
         if info.get("judged_ns") is not None:
             self.judged = max(self.judged or info["judged_ns"], info["judged_ns"])
+            # send delay is kept for the metrics' latest settled window only: a few windows back
+            old = [w for w in self.delay_buckets if w < self.judged - 10 * self.window_ns]
+            for w in old:
+                del self.delay_buckets[w]
         self.finished |= bool(info.get("finished"))
 
     def _window_p99(self, w: int) -> float:
@@ -159,6 +168,7 @@ class LiveWindows:
     def verdict(self) -> dict | None:
         """The live verdict (``results.live_verdict``'s, without reading a file); None before data."""
         t = self.table()
+        self.last_table = t
         if t.empty:
             return None
         return results.run_verdict(self.root, t, self.starts, cfg=self.cfg, percentiles=self.merged_percentiles)

@@ -81,6 +81,7 @@ class LiveVerdict:
         self.path = os.path.join(root, "verdict.json")
         self._said: tuple | None = None
         self.windows = None  # streaming.live.LiveWindows (it reads results, which reads this module)
+        self.metrics = None  # streaming.metrics.JobMetrics, when the job serves them
 
     def restart_at(self, batch_id: int) -> None:
         """A restarted or redone batch: the figures are rebuilt from the files at the next update."""
@@ -104,6 +105,21 @@ class LiveVerdict:
             return
         if v is not None:
             self._publish(v, info["batch_id"])
+        if self.metrics is not None and self.windows.last_table is not None:
+            self._publish_metrics(v, info["batch_id"])
+
+    def _publish_metrics(self, v: dict | None, batch_id: int) -> None:
+        from streaming import metrics
+
+        try:
+            t, live = self.windows.last_table, self.windows
+            settled = t[t["settled"]] if len(t) else t
+            w = int(settled["window_ns"].iloc[-1]) if len(settled) else None
+            self.metrics.publish(metrics.snapshot(
+                live.cfg["run_id"], t, v, metrics.window_figures(live.buckets.get(w)),
+                metrics.window_figures(live.delay_buckets.get(w)), batch_id + 1, False))
+        except Exception as e:  # noqa: BLE001 - metrics are advice, as the verdict is
+            self.log(f"metrics: not updated after batch {batch_id} ({type(e).__name__}: {e})")
 
     def close(self, final: dict | None = None, batch_id: int | None = None) -> None:
         if final is not None:
@@ -211,6 +227,11 @@ class RunStore:
             write_json(self.paths.summary_file, summary)
             if self.verdict is not None:
                 self.verdict.close(summary.get("verdict"), batch_id)
+                if self.verdict.metrics is not None:
+                    from streaming import metrics
+
+                    self.verdict.metrics.publish(metrics.final_snapshot(self.cfg.run_id, windows, summary.get("verdict"),
+                                                                        batch_id + 1))
             if self.on_finished:
                 self.on_finished()
         elif self.verdict is not None:

@@ -215,7 +215,7 @@ def test_deploy_dry_run_and_errors():
     r = run("apply", "--overlay", "small", "--dry-run")
     assert r.returncode == 0, r.stderr
     plan = [line for line in r.stderr.splitlines() if line.startswith("would apply: ")]
-    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 27
+    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 28  # with the Grafana dashboard's ConfigMap
     assert "would apply: sparkoperator.k8s.io/v1beta2 SparkApplication/flightwatch-streaming (namespace flightwatch)" in plan
     r = run("delete", "--overlay", "large", "--dry-run")
     assert r.returncode == 0 and "would delete: batch/v1 Job/flightwatch-loadgen" in r.stderr
@@ -224,3 +224,33 @@ def test_deploy_dry_run_and_errors():
     # no cluster here: a clear one-line error, nothing applied (kubectl's default server is loopback)
     r = run("apply", "--overlay", "small", KUBECONFIG=os.path.join(ROOT, "no-such-kubeconfig"))
     assert r.returncode == 2 and r.stderr.startswith("deploy: error: no Kubernetes cluster reachable"), r.stderr
+
+
+def test_the_grafana_dashboard_is_mounted_and_names_only_exported_metrics(rendered):
+    """Every overlay carries the dashboard as a ConfigMap for Grafana's sidecar; the JSON parses, and every
+    metric its PromQL names is one the job (``streaming.metrics``) or the HTTP receiver exports: the names are
+    taken from their collectors, fed a snapshot, not from a list written again here."""
+    import json
+    import re
+
+    from agents.http_receiver import HttpReceiver
+    from streaming.metrics import JobMetrics
+
+    for overlay, docs in rendered.items():
+        cm = by_kind(docs, "ConfigMap")["flightwatch-grafana-dashboard"]
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1", overlay
+        dash = json.loads(cm["data"]["flightwatch.json"])
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    exprs += [v["query"] for v in dash["templating"]["list"] if v["type"] == "query"]
+    named = {m for e in exprs for m in re.findall(r"\b(flightwatch_[a-z0-9_]+)", e)}
+    job = JobMetrics()
+    job.publish({"run": "r", "events": {"sent": 1, "received": 1, "dropped": 0, "errors": 0}, "gap_windows": 0,
+                 "in_flight": 0, "window_start_s": 1.0, "flight_time_us": {"0.99": 1.0}, "send_delay_us": {"0.99": 1.0},
+                 "observer_cpu": 0.1, "state": "ok", "batches": 1, "finished": False})
+    receiver = HttpReceiver.__new__(HttpReceiver)
+    receiver.counters = lambda: {"requests": 1, "received": 1, "unattributed": 0, "malformed_http": 0, "bad": {"x": 1},
+                                 "telemetry": {"spooled": 1, "lost": 0, "over_budget": False}}
+    receiver.agent = "a"
+    exported = {s.name for collector in (job, receiver) for f in collector.collect() for s in f.samples}
+    assert named and named <= exported, named - exported
+    assert len(dash["panels"]) >= 8

@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
+import urllib.request
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, create_topic, job_command, job_env, run_job
+from conftest import ROOT, create_topic, free_port, job_command, job_env, run_job
 
 from loadgen.synthetic import NS, SyntheticSpec, generate, produce, truth
 from streaming import reader, results
@@ -41,11 +43,41 @@ def job_args(rec, out, *extra):
             "--no-heartbeat", "--available-now", "--trigger", "200ms", *extra]
 
 
+SCRAPES: list[dict] = []
+"""What the live job's /metrics said while it ran (``_scrape``), for the metrics test."""
+
+
+def _scrape(port: int, stop: threading.Event) -> None:
+    """Read the job's /metrics every 50 ms while it runs: each scrape as {sample name: {labels: value}}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    while not stop.is_set():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+                text = r.read().decode()
+        except OSError:
+            time.sleep(0.05)
+            continue
+        scrape: dict = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                scrape.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+        SCRAPES.append(scrape)
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def live(recorded):
-    """An undisturbed run of the job over the recorded telemetry: its folder."""
+    """An undisturbed run of the job over the recorded telemetry: its folder (its /metrics read meanwhile)."""
     out = recorded["tmp"] / "live"
-    proc = run_job(*job_args(recorded, out, "--max-offsets-per-trigger", "60"))
+    port, stop = free_port(), threading.Event()
+    scraper = threading.Thread(target=_scrape, args=(port, stop), daemon=True)
+    scraper.start()
+    try:
+        proc = run_job(*job_args(recorded, out, "--max-offsets-per-trigger", "60", "--metrics-listen", f"127.0.0.1:{port}"))
+    finally:
+        stop.set()
+        scraper.join(10)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "FINISHED" in proc.stdout
     return out
@@ -111,6 +143,33 @@ def test_run_summary_matches_ground_truth(live, recorded):
 
 
 @pytest.mark.faults
+def test_the_jobs_prometheus_metrics_are_its_window_table(live, recorded):
+    """While the job ran, its /metrics named its latest settled window and gave that window's flight-time and
+    send-delay quantiles: each equals the final window table's (the same HDR buckets); the event counters never
+    exceed the run's totals and the verdict is one state at a time."""
+    run = (("run", RUN),)
+    w = results.load_windows(str(live)).set_index("window_ns")
+    seen = {}
+    for s in SCRAPES:
+        start = s.get("flightwatch_run_window_start_seconds", {}).get(run)
+        if start is not None:
+            seen[int(round(start)) * NS] = s
+    assert len(seen) >= 5, f"{len(SCRAPES)} scrapes, {len(seen)} windows"
+    for window_ns, s in seen.items():
+        row = w.loc[window_ns]
+        for q, col in (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"), ("1", "max")):
+            key = (("quantile", q), ("run", RUN))
+            for metric, column in (("flightwatch_run_flight_time_us", f"latency_us_{col}"),
+                                   ("flightwatch_run_send_delay_us", f"send_delay_us_{col}")):
+                want, got = row[column], s.get(metric, {}).get(key)
+                assert got == want if want == want else got is None, (window_ns, metric, q, got, want)  # none: no sample
+        states = s["flightwatch_run_verdict"]
+        assert sum(states.values()) <= 1 and set(v for v in states.values()) <= {0.0, 1.0}
+        sent = s["flightwatch_run_events_total"][(("kind", "sent"), ("run", RUN))]
+        assert 0 < sent <= recorded["truth"]["num_sent"]
+    assert sum(len(s.get("flightwatch_run_batches_total", {})) for s in SCRAPES) > 0
+
+
 def test_kill_and_restart_gives_the_undisturbed_results(live, recorded):
     out = recorded["tmp"] / "restarted"
     args = job_args(recorded, out, "--max-offsets-per-trigger", "25")

@@ -1,0 +1,159 @@
+"""The job's live figures as Prometheus metrics, served by the driver (prometheus-client) on 127.0.0.1:19401 by
+default (``--metrics-listen``), for the same Grafana board as the system under test. Per run:
+
+    flightwatch_run_events_total{run,kind}            sent, received, dropped, errors (windows so far; by send
+                                                      time, received by receive time, as the window table)
+    flightwatch_run_gap_windows_total{run}            windows with no delivery while events were in flight
+    flightwatch_run_in_flight{run}                    events in flight at the end of the latest window
+    flightwatch_run_window_start_seconds{run}         the latest settled window (its start, Unix seconds) ...
+    flightwatch_run_flight_time_us{run,quantile}      ... its flight time: quantile 0.5, 0.9, 0.99 and 1 (max)
+    flightwatch_run_send_delay_us{run,quantile}       ... and its send delay (actual - intended send time)
+    flightwatch_run_observer_cpu_cores{run}           flightwatch's own CPU in that window, where known
+    flightwatch_run_verdict{run,state}                1 for the verdict's current state, 0 for the others
+    flightwatch_run_batches_total{run}                micro-batches processed
+    flightwatch_run_finished{run}                     1 once the run is closed
+
+A snapshot is taken after each batch, from the live verdict's window table (``streaming.live``); a scrape reads
+the snapshot and nothing else: no cost per event.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from core import histogram
+
+QUANTILES = ((50, "0.5"), (90, "0.9"), (99, "0.99"))
+VERDICT_STATES = ("ok", "degrading", "saturated", "loadgen-bound", "observer-bound")
+
+
+def window_figures(parts: list | None) -> dict[str, float]:
+    """{quantile label: µs} of one window's histogram bucket parts [(bucket indexes, counts), ...]; {} if none."""
+    if not parts:
+        return {}
+    idx = np.concatenate([p[0] for p in parts])
+    cnt = np.concatenate([p[1] for p in parts])
+    ps = histogram.percentiles(idx, cnt, [p for p, _ in QUANTILES])
+    out = {label: float(v) for (_, label), v in zip(QUANTILES, ps) if v is not None}
+    top = histogram.max_value(idx, cnt)
+    if top is not None:
+        out["1"] = float(top)
+    return out
+
+
+def snapshot(run_id: str, table, verdict: dict | None, flight: dict, delay: dict, batches: int,
+             finished: bool) -> dict:
+    """What a scrape shows, from the live window table (``LiveWindows.table``) and the latest settled window's
+    figures (``window_figures``)."""
+    settled = table[table["settled"]] if len(table) else table
+    latest = settled.iloc[-1] if len(settled) else None
+    observer = [c for c in table.columns if c.endswith(":observer_cpu")]
+    cpu = None
+    if latest is not None and observer:
+        values = [float(latest[c]) for c in observer if latest[c] == latest[c]]
+        cpu = sum(values) if values else None
+    return {
+        "run": run_id,
+        "events": {k: int(table[k].sum()) if k in table else 0 for k in ("sent", "received", "dropped", "errors")},
+        "gap_windows": int(table["gap"].sum()) if "gap" in table else 0,
+        "in_flight": int(table["in_flight"].iloc[-1]) if len(table) else 0,
+        "window_start_s": int(latest["window_ns"]) / 1e9 if latest is not None else None,
+        "flight_time_us": flight, "send_delay_us": delay, "observer_cpu": cpu,
+        "state": (verdict or {}).get("state"), "batches": batches, "finished": finished,
+    }
+
+
+def final_snapshot(run_id: str, windows, verdict: dict | None, batches: int) -> dict:
+    """The snapshot of a closed run, from its full window table (``results.load_windows``)."""
+    settled = windows[windows["settled"]] if len(windows) and "settled" in windows else windows.iloc[:0]
+
+    def figures(prefix: str) -> dict:
+        if not len(settled):
+            return {}
+        row = settled.iloc[-1]
+        out = {label: row.get(f"{prefix}_p{p}") for p, label in QUANTILES} | {"1": row.get(f"{prefix}_max")}
+        return {k: float(v) for k, v in out.items() if v is not None and v == v}
+    return snapshot(run_id, windows, verdict, figures("latency_us"), figures("send_delay_us"), batches, True)
+
+
+class JobMetrics:
+    """prometheus-client's collector protocol over the latest snapshot (``publish`` after each batch)."""
+
+    def __init__(self) -> None:
+        self._snap: dict | None = None
+        self._lock = threading.Lock()
+        self.server = None
+
+    def publish(self, snap: dict) -> None:
+        with self._lock:
+            self._snap = snap
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        with self._lock:
+            s = self._snap
+        if s is None:
+            return
+        run = s["run"]
+        events = CounterMetricFamily("flightwatch_run_events", "events of the run so far, by kind (window table sums)",
+                                     labels=["run", "kind"])
+        for kind, n in s["events"].items():
+            events.add_metric([run, kind], n)
+        yield events
+        yield _one(CounterMetricFamily, "flightwatch_run_gap_windows",
+                   "windows with no delivery while events were in flight", run, s["gap_windows"])
+        yield _one(GaugeMetricFamily, "flightwatch_run_in_flight", "events in flight at the end of the latest window",
+                   run, s["in_flight"])
+        yield _one(CounterMetricFamily, "flightwatch_run_batches", "micro-batches processed", run, s["batches"])
+        yield _one(GaugeMetricFamily, "flightwatch_run_finished", "1 once the run is closed", run, float(s["finished"]))
+        if s["window_start_s"] is not None:
+            yield _one(GaugeMetricFamily, "flightwatch_run_window_start_seconds",
+                       "start of the latest settled window (Unix seconds): the window of the figures below", run,
+                       s["window_start_s"])
+        for name, key, text in (("flightwatch_run_flight_time_us", "flight_time_us",
+                                 "flight time (µs) in the latest settled window, by quantile (1: the max)"),
+                                ("flightwatch_run_send_delay_us", "send_delay_us",
+                                 "send delay (µs, actual - intended send time) in the latest settled window")):
+            g = GaugeMetricFamily(name, text, labels=["run", "quantile"])
+            for q, v in s[key].items():
+                g.add_metric([run, q], v)
+            yield g
+        if s["observer_cpu"] is not None:
+            yield _one(GaugeMetricFamily, "flightwatch_run_observer_cpu_cores",
+                       "cores used by flightwatch itself in the latest settled window", run, s["observer_cpu"])
+        v = GaugeMetricFamily("flightwatch_run_verdict", "1 for the saturation verdict's current state",
+                              labels=["run", "state"])
+        for state in VERDICT_STATES:
+            v.add_metric([run, state], 1.0 if s["state"] == state else 0.0)
+        yield v
+
+    def serve(self, listen: str, log=print) -> bool:
+        """Serve ``/metrics`` on ``listen`` (HOST:PORT) in a thread; False (logged) if it cannot bind."""
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from core.units import split_host_port
+
+        host, port = split_host_port(listen, "--metrics-listen")
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        try:
+            self.server, _ = start_http_server(port, addr=host, registry=registry)
+        except OSError as e:
+            log(f"metrics: not served on {listen}: {e.strerror or e}")
+            return False
+        log(f"metrics: http://{listen}/metrics")
+        return True
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+def _one(family, name: str, text: str, run: str, value: float):
+    f = family(name, text, labels=["run"])
+    f.add_metric([run], value)
+    return f
