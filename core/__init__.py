@@ -10,6 +10,5 @@
     units         durations, rates, sizes: parsing and one-line errors
     clock         clock offset against a reference (NTP-style)
     rundir        the run folder: the only code that knows paths under checkpoints/<run>/
-    http1         HTTP/1.1 request framing
     procs, memory, observer   process helpers: ports, stopping by PID, heap trimming, flightwatch's own CPU
 """

@@ -8,8 +8,9 @@ shippers and consumers, the node-metrics agent, the streaming job (driver and ex
 FLIGHTWATCH_SUT_KAFKA_OPTIONS to the load generator's and the Kafka receiver's clients of the
 system under test. Keys are kafka-python's (``security_protocol``, ``ssl_cafile``,
 ``sasl_mechanism``, ...); ``true``/``false`` and integers are converted. A ``*_file`` key reads
-its value from that file (``sasl_plain_password_file``), so a secret need not sit in the
-environment. Secrets are never printed: ``redacted`` shows them as ***.
+its value from that file (``sasl_plain_password_file``), as does a value ``@PATH`` (also with the job's
+``--kafka-option sasl_plain_password=@/run/secrets/kafka``), so a secret need not sit in the environment or on a
+command line. Secrets are never printed: ``redacted`` shows them as ***.
 
 The SUT-side clients are librdkafka's (confluent-kafka): ``librdkafka`` turns the same options into
 its configuration, so one setting reaches both kinds of client; a key it cannot carry is refused by
@@ -42,15 +43,26 @@ def parse(text: str | None) -> dict:
             continue
         if "=" not in part:
             raise ValueError(f"bad Kafka option {part.strip()!r}: expected KEY=VALUE")
-        key, value = (x.strip() for x in part.split("=", 1))
-        if not key.isidentifier():
-            raise ValueError(f"bad Kafka option key {key!r}")
-        if key.endswith("_file") and key[:-5] in SECRET_KEYS:
-            with open(value) as f:
-                out[key[:-5]] = f.read().strip()
-        else:
-            out[key] = typed_value(value)
+        key, value = option(*part.split("=", 1))
+        out[key] = value
     return out
+
+
+def option(key: str, value: str) -> tuple[str, object]:
+    """One ``KEY=VALUE`` setting, as the environment and ``--kafka-option`` give it: a secret's ``*_file`` key, or
+    a value ``@PATH``, is read from that file (a secret need not sit on a command line); others are typed."""
+    key, value = key.strip(), value.strip()
+    if not key.isidentifier():
+        raise ValueError(f"bad Kafka option key {key!r}")
+    if key.endswith("_file") and key[:-5] in SECRET_KEYS:
+        key, value = key[:-5], "@" + value
+    if value.startswith("@"):
+        try:
+            with open(value[1:]) as f:
+                return key, f.read().strip()
+        except OSError as e:
+            raise ValueError(f"Kafka option {key}: cannot read {value[1:]}: {e.strerror or e}") from None
+    return key, typed_value(value)
 
 
 def client_options(extra: dict | None = None, env: str = TELEMETRY_ENV) -> dict:

@@ -1,8 +1,8 @@
 """A lean HTTP/1.1 client for sending CloudEvents fast: keep-alive connections, one request each at a time.
 
 aiohttp spends ~150 µs of CPU per request here; a load generator needs less. This client
-writes a prebuilt request (headers from a template, the payload as is), parses only the
-status line and the body framing (Content-Length or chunked) of the answer, and keeps a
+writes a prebuilt request (headers from a template, the payload as is), frames the answer with
+llhttp (``httptools``: status, Content-Length or chunked, 1xx interim answers), and keeps a
 pool of up to ``max_connections`` keep-alive connections. A request that takes longer than
 the timeout fails as ``timeout`` and its connection is closed.
 
@@ -17,7 +17,8 @@ import asyncio
 import time
 from collections import deque
 
-from core.http1 import Malformed, dechunk
+import httptools
+
 from loadgen.errors import error_cause
 
 IDLE_TIMEOUT_S = 10.0
@@ -34,12 +35,14 @@ def _resolve(fut: asyncio.Future, sent: int, status: int | None, error: str | No
 
 
 class _Conn(asyncio.Protocol):
-    """One keep-alive connection; ``ctx`` is the request under way (None while idle)."""
+    """One keep-alive connection; ``ctx`` is the request under way (None while idle). Responses are framed by
+    llhttp (``httptools``): a 1xx is interim (the final answer follows), a response it cannot frame fails the
+    request as ``malformed response`` and closes the connection."""
 
     def __init__(self, pool: HttpPool) -> None:
         self.pool = pool
         self.transport = None
-        self.buf = bytearray()
+        self.parser = httptools.HttpResponseParser(self)
         self.ctx = None
         self.sent = 0
         self.started = 0.0
@@ -57,54 +60,29 @@ class _Conn(asyncio.Protocol):
         self.pool.forget(self)
 
     def data_received(self, data: bytes) -> None:
-        self.buf += data
-        while self.ctx is not None:
-            parsed = self._parse()
-            if parsed is None:
-                return
-            status, keep = parsed
-            ctx, self.ctx = self.ctx, None
-            self.pool.on_done(ctx, self.sent, status, None)
-            if keep:
-                self.pool.release(self)
-            else:
-                self.transport.close()
-
-    def _parse(self):
-        """(status, keep-alive) once a whole response is in the buffer, else None."""
-        end = self.buf.find(b"\r\n\r\n")
-        if end < 0:
-            return None
-        head = bytes(self.buf[:end]).decode("latin-1")
-        lines = head.split("\r\n")
         try:
-            status = int(lines[0].split(" ", 2)[1])
-        except (IndexError, ValueError):
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
             self.transport.close()
-            return None
-        headers = {}
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            headers[k.strip().lower()] = v.strip().lower()
-        body_start = end + 4
-        if "content-length" in headers:
-            total = body_start + int(headers["content-length"])
-            if len(self.buf) < total:
-                return None
-        elif headers.get("transfer-encoding") == "chunked":
-            try:
-                done, total = dechunk(self.buf, body_start, bytearray())
-            except Malformed:
-                self.transport.close()
-                return None
-            if not done:
-                return None
-        elif status in (204, 304) or 100 <= status < 200:
-            total = body_start
-        else:  # body ends at close: wait for it
-            return None
-        del self.buf[:total]
-        return status, headers.get("connection") != "close"
+        except httptools.HttpParserError:
+            ctx, self.ctx = self.ctx, None
+            if ctx is not None:
+                self.pool.on_done(ctx, self.sent, None, "malformed response")
+            self.transport.close()
+
+    def on_message_complete(self) -> None:  # llhttp's callback: a whole response
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # interim (100 Continue, 103 Early Hints): the answer is still to come
+            return
+        ctx, self.ctx = self.ctx, None
+        if ctx is None:  # an answer to nothing: this connection cannot be trusted
+            self.transport.close()
+            return
+        self.pool.on_done(ctx, self.sent, status, None)
+        if self.parser.should_keep_alive():
+            self.pool.release(self)
+        else:
+            self.transport.close()
 
 
 class HttpPool:

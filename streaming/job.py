@@ -111,16 +111,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(a: argparse.Namespace) -> JobConfig:
     out = a.out or os.path.join(a.checkpoints, a.run)
+    from core.kafka_options import option
+
     kafka_options = {}
     for kv in getattr(a, "kafka_option", []):
         if "=" not in kv:
             raise UsageError(f"--kafka-option {kv!r}: expected KEY=VALUE")
-        k, v = kv.split("=", 1)
-        kafka_options[k.strip()] = v.strip()
+        try:
+            key, value = option(*kv.split("=", 1))
+        except ValueError as e:
+            raise UsageError(f"--kafka-option: {e}") from None
+        kafka_options[key] = value
     try:
-        from core.kafka_options import typed_value
-
-        kafka_options = client_options({k: typed_value(v) for k, v in kafka_options.items()})
+        kafka_options = client_options(kafka_options)
     except (ValueError, OSError) as e:
         raise UsageError(f"FLIGHTWATCH_KAFKA_OPTIONS: {e}") from None
     try:

@@ -11,6 +11,7 @@ CASES = [
     (["run", "--run", "x", "--max-offsets-per-trigger", "0"], "positive"),
     (["frobnicate"], "invalid choice"),
     (["run", "--run", "x", "--bootstrap", "localhost"], "HOST:PORT"),
+    (["run", "--run", "x", "--kafka-option", "sasl_plain_password=@/nonexistent/pw"], "cannot read /nonexistent/pw"),
     (["summary", "--run", "no-such-run", "--checkpoints", "/nonexistent"], "no run at"),
     (["replay", "--run", "no-such-run", "--checkpoints", "/nonexistent"], "nothing to replay"),
 ]

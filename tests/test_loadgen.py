@@ -318,3 +318,69 @@ def test_the_send_stamp_is_taken_where_the_event_leaves(broker, tmp_path, rate):
     p50, p99, worst = np.percentile(gap_us, [50, 99, 100])
     print(f"\n{rate}/s: arrival - send stamp p50 {p50:.0f} µs, p99 {p99:.0f} µs, max {worst:.0f} µs, min {gap_us.min():.0f} µs")
     assert gap_us.min() >= 0 and p50 <= 500, (p50, p99, worst, report["send_delay_us"])
+
+
+def _raw_server(answer: bytes):
+    """A loopback server answering every request it reads with ``answer``, byte for byte; (port, stop)."""
+    import re
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve(conn):
+        conn.settimeout(0.2)
+        buf = b""
+        with conn:
+            while not stop.is_set():
+                try:
+                    data = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                buf += data
+                while b"\r\n\r\n" in buf:  # the generator's requests carry a Content-Length body
+                    head, rest = buf.split(b"\r\n\r\n", 1)
+                    n = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+                    if len(rest) < n:
+                        break
+                    buf = rest[n:]
+                    conn.sendall(answer)
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+        srv.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv.getsockname()[1], stop
+
+
+@pytest.mark.parametrize("answer,codes,errors", [
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n", {"202": 100}, {}),
+    (b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\nno", {"503": 100},
+     {"http 503": 100}),
+    (b"HTTP/1.1 202 Accepted\r\nContent-Length: abc\r\n\r\n", {}, {"malformed response": 100}),
+    (b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n", {}, {"malformed response": 100}),
+], ids=["100 then 202", "103 then 503", "bad Content-Length", "two Content-Lengths"])
+def test_the_clients_answers_are_framed_by_llhttp(tmp_path, answer, codes, errors):
+    """A 1xx is interim: the final answer is the one counted. An answer the client cannot frame fails its request
+    as ``malformed response`` (it was counted as a connection reset) and the run goes on."""
+    port, stop = _raw_server(answer)
+    try:
+        proc = attack("--rate", "100", "--duration", "1s", "--target", f"http://127.0.0.1:{port}/", "--no-telemetry",
+                      "--out", str(tmp_path / "r"), "--timeout", "5s")
+    finally:
+        stop.set()
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["requests"] == 100, proc.stderr
+    assert report["status_codes"] == codes and report["errors"] == errors, (report["status_codes"], report["errors"])

@@ -205,6 +205,11 @@ def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
     Producer({"bootstrap.servers": "127.0.0.1:1", **rd})  # raises KafkaException on a property it does not know
     with pytest.raises(ValueError, match="max_in_flight_requests_per_connection"):
         ko.librdkafka({"max_in_flight_requests_per_connection": 1})  # refused by name, not dropped
+    # a value @PATH is read from the file, on the command line as in the environment; a missing file is one line
+    assert ko.option("sasl_plain_password", f"@{tmp_path / 'pw'}") == ("sasl_plain_password", SECRET)
+    assert ko.option("request_timeout_ms", "40000") == ("request_timeout_ms", 40000)
+    with pytest.raises(ValueError, match="cannot read"):
+        ko.option("sasl_plain_password_file", str(tmp_path / "missing"))
 
 
 def test_a_password_in_the_target_url_is_sent_as_basic_auth_and_never_shown():
