@@ -220,9 +220,16 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
                 if m:
                     seen.setdefault(int(m.group(2)), time.time())
                     if int(m.group(2)) >= 21 and not (shots / "1-live.png").exists():
-                        labels = page.locator("text.annotation-text").all_text_contents()
-                        assert "OOM" in labels, labels   # the OOM marker
-                        assert "gap" in labels, labels   # the gap shading's label
+                        # the OOM marker and the gap shading's label, read while live (a refresh redraws the
+                        # charts: an empty read mid-redraw is retried for up to 5 s)
+                        until = time.monotonic() + 5
+                        while True:
+                            labels = page.locator("text.annotation-text").all_text_contents()
+                            if {"OOM", "gap"} <= set(labels) or time.monotonic() > until:
+                                break
+                            time.sleep(0.2)
+                        assert "OOM" in labels, labels
+                        assert "gap" in labels, labels
                         page.screenshot(path=str(shots / "1-live.png"), full_page=True)
                 time.sleep(0.1)
             assert len(seen) >= 5, f"live updates seen for windows {sorted(seen)}"
