@@ -22,32 +22,34 @@ import threading
 
 import numpy as np
 
-from core import histogram
+from streaming.table import PERCENTILES, percentile_figures
 
-QUANTILES = ((50, "0.5"), (90, "0.9"), (99, "0.99"))
+QUANTILES = {f"p{p}": str(p / 100) for p in PERCENTILES} | {"max": "1"}
+"""The window table's figure names (``latency_us_p99``, ...) and the ``quantile`` label each is exported as."""
 VERDICT_STATES = ("ok", "degrading", "saturated", "loadgen-bound", "observer-bound")
 
 
 def window_figures(parts: list | None) -> dict[str, float]:
-    """{quantile label: µs} of one window's histogram bucket parts [(bucket indexes, counts), ...]; {} if none."""
+    """{quantile label: µs} of one window's histogram bucket parts [(bucket indexes, counts), ...], merged as the
+    window table merges them (``table.percentile_figures``); {} if none."""
     if not parts:
         return {}
-    idx = np.concatenate([p[0] for p in parts])
-    cnt = np.concatenate([p[1] for p in parts])
-    ps = histogram.percentiles(idx, cnt, [p for p, _ in QUANTILES])
-    out = {label: float(v) for (_, label), v in zip(QUANTILES, ps) if v is not None}
-    top = histogram.max_value(idx, cnt)
-    if top is not None:
-        out["1"] = float(top)
-    return out
+    figs = percentile_figures(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    return {label: float(figs[name]) for name, label in QUANTILES.items() if figs[name] is not None}
 
 
-def snapshot(run_id: str, table, verdict: dict | None, flight: dict, delay: dict, batches: int,
-             finished: bool) -> dict:
-    """What a scrape shows, from the live window table (``LiveWindows.table``) and the latest settled window's
-    figures (``window_figures``)."""
-    settled = table[table["settled"]] if len(table) else table
+def row_figures(row, hist: str) -> dict[str, float]:
+    """{quantile label: µs} of one row of the full window table (``results.load_windows``) for ``hist``."""
+    out = {label: row.get(f"{hist}_{name}") for name, label in QUANTILES.items()}
+    return {k: float(v) for k, v in out.items() if v is not None and v == v}
+
+
+def snapshot(run_id: str, table, verdict: dict | None, figures, batches: int, finished: bool) -> dict:
+    """What a scrape shows, from a window table (the live one, ``LiveWindows.table``, or the run's full one) and
+    ``figures(row)``: the (flight time, send delay) figures of its latest settled window's row."""
+    settled = table[table["settled"]] if len(table) and "settled" in table else table.iloc[:0]
     latest = settled.iloc[-1] if len(settled) else None
+    flight, delay = figures(latest) if latest is not None else ({}, {})
     observer = [c for c in table.columns if c.endswith(":observer_cpu")]
     cpu = None
     if latest is not None and observer:
@@ -66,15 +68,8 @@ def snapshot(run_id: str, table, verdict: dict | None, flight: dict, delay: dict
 
 def final_snapshot(run_id: str, windows, verdict: dict | None, batches: int) -> dict:
     """The snapshot of a closed run, from its full window table (``results.load_windows``)."""
-    settled = windows[windows["settled"]] if len(windows) and "settled" in windows else windows.iloc[:0]
-
-    def figures(prefix: str) -> dict:
-        if not len(settled):
-            return {}
-        row = settled.iloc[-1]
-        out = {label: row.get(f"{prefix}_p{p}") for p, label in QUANTILES} | {"1": row.get(f"{prefix}_max")}
-        return {k: float(v) for k, v in out.items() if v is not None and v == v}
-    return snapshot(run_id, windows, verdict, figures("latency_us"), figures("send_delay_us"), batches, True)
+    return snapshot(run_id, windows, verdict, lambda row: (row_figures(row, "latency_us"),
+                                                           row_figures(row, "send_delay_us")), batches, True)
 
 
 class JobMetrics:

@@ -111,13 +111,13 @@ class LiveVerdict:
     def _publish_metrics(self, v: dict | None, batch_id: int) -> None:
         from streaming import metrics
 
+        live = self.windows
+
+        def figures(row) -> tuple[dict, dict]:  # the live table has no percentile columns: from the buckets
+            w = int(row["window_ns"])
+            return metrics.window_figures(live.buckets.get(w)), metrics.window_figures(live.delay_buckets.get(w))
         try:
-            t, live = self.windows.last_table, self.windows
-            settled = t[t["settled"]] if len(t) else t
-            w = int(settled["window_ns"].iloc[-1]) if len(settled) else None
-            self.metrics.publish(metrics.snapshot(
-                live.cfg["run_id"], t, v, metrics.window_figures(live.buckets.get(w)),
-                metrics.window_figures(live.delay_buckets.get(w)), batch_id + 1, False))
+            self.metrics.publish(metrics.snapshot(live.cfg["run_id"], live.last_table, v, figures, batch_id + 1, False))
         except Exception as e:  # noqa: BLE001 - metrics are advice, as the verdict is
             self.log(f"metrics: not updated after batch {batch_id} ({type(e).__name__}: {e})")
 
