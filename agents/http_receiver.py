@@ -17,6 +17,7 @@ import json
 import time
 import traceback
 from collections import Counter
+from dataclasses import dataclass
 from http import HTTPStatus
 
 import httptools
@@ -29,6 +30,24 @@ READ_MAX = 256 * 1024
 """The most one read hands over (asyncio's and uvloop's buffer): the head guard's slack."""
 KEEPALIVE_S = 75.0
 """A connection that sends nothing for this long is closed (aiohttp's and nginx's default)."""
+SWEEP_S = 1.0
+"""How often open connections are checked against their deadlines (10,000 connections: ~2 ms a sweep)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a client may hold: a request's head must be complete ``head_timeout_s`` after its first byte; its body
+    within ``body_timeout_s`` or at ``body_min_rate`` bytes/s of its length, whichever allows longer (a chunked
+    body: of what has come so far); at most ``max_connections`` open at once, more are answered 503 and closed.
+    A request past its deadline is answered 408 and its connection closed; both are counted."""
+
+    head_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    body_min_rate: float = 64 * 1024
+    max_connections: int = 10_000
+
+    def body_deadline_s(self, size: int) -> float:
+        return max(self.body_timeout_s, size / self.body_min_rate)
 LINGER_S = 2.0
 """After its last answer a connection is half-closed and what the client still sends is read and dropped
 for this long, so that the answer is not lost to a reset (a "lingering close", as nginx and Apache do)."""
@@ -66,13 +85,17 @@ class HttpReceiver:
         self.num_received = 0
         self.num_unattributed = 0
         self.num_malformed_http = 0
+        self.num_refused = 0        # connections over the cap
+        self.timeouts: Counter = Counter()  # requests not complete by their deadline, by part (head, body)
+        self.conns: set = set()     # the open connections (``serve`` fills it)
         self.bad: Counter = Counter()
         self._registry = None  # prometheus-client's, made at the first scrape
 
     def counters(self) -> dict:
         out = {"agent": self.agent, "requests": self.num_requests, "received": self.num_received,
                "unattributed": self.num_unattributed, "bad": dict(self.bad), "bad_total": sum(self.bad.values()),
-               "malformed_http": self.num_malformed_http}
+               "malformed_http": self.num_malformed_http, "timeouts": dict(self.timeouts),
+               "refused_connections": self.num_refused, "connections": len(self.conns)}
         if self.spool is not None:
             out["telemetry"] = self.spool.counters()
         return out
@@ -95,6 +118,19 @@ class HttpReceiver:
         for reason, n in c["bad"].items():
             bad.add_metric([self.agent, reason], n)
         yield bad
+        timeouts = CounterMetricFamily("flightwatch_receiver_timeouts",
+                                       "requests answered 408: head or body not complete by its deadline",
+                                       labels=["agent", "part"])
+        for part in ("head", "body"):
+            timeouts.add_metric([self.agent, part], c["timeouts"].get(part, 0))
+        yield timeouts
+        refused = CounterMetricFamily("flightwatch_receiver_refused_connections",
+                                      "connections answered 503 and closed: the connection cap was reached", labels=["agent"])
+        refused.add_metric([self.agent], c["refused_connections"])
+        yield refused
+        open_ = GaugeMetricFamily("flightwatch_receiver_connections", "client connections open now", labels=["agent"])
+        open_.add_metric([self.agent], c["connections"])
+        yield open_
         telemetry = c.get("telemetry")
         if telemetry is not None:
             g = GaugeMetricFamily("flightwatch_receiver_telemetry_records",
@@ -145,19 +181,22 @@ class HttpReceiver:
         return response(405, "POST CloudEvents here; GET /healthz or /metrics\n")
 
 
+IDLE, HEAD, BODY = 0, 1, 2
+
+
 class _Connection(asyncio.Protocol):
     """One client connection, framed by llhttp (``httptools``): requests are answered in order as they complete.
 
     llhttp refuses what request smuggling lives on (two Content-Lengths, Content-Length with Transfer-Encoding,
     bare LF, CR/LF/NUL in a field, obs-fold, a chunk size that is not plain hex, an overflowing length): 400.
     Our limits on top: a head over ``MAX_HEAD`` (431), a body over ``MAX_BODY`` (413), a transfer coding other
-    than chunked (400)."""
+    than chunked (400); deadlines and a connection cap (``Limits``)."""
 
-    __slots__ = ("receiver", "conns", "transport", "parser", "url", "headers", "body", "head_bytes", "unparsed",
-                 "in_head", "last", "ending")
+    __slots__ = ("receiver", "conns", "limits", "transport", "parser", "url", "headers", "body", "head_bytes",
+                 "unparsed", "in_head", "last", "ending", "part", "started", "body_size")
 
-    def __init__(self, receiver: HttpReceiver, conns: set) -> None:
-        self.receiver, self.conns = receiver, conns
+    def __init__(self, receiver: HttpReceiver, conns: set, limits: Limits) -> None:
+        self.receiver, self.conns, self.limits = receiver, conns, limits
         self.transport = None
         self.parser = httptools.HttpRequestParser(self)
         self.url, self.headers, self.body = b"", {}, None
@@ -166,10 +205,35 @@ class _Connection(asyncio.Protocol):
         self.in_head = False
         self.last = time.monotonic()
         self.ending = False      # answered its last request: what arrives now is dropped
+        self.part = IDLE         # the part of a request being read, and since when (monotonic)
+        self.started = 0.0
+        self.body_size = None    # the body's Content-Length (None: chunked)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if len(self.conns) >= self.limits.max_connections:
+            self.receiver.num_refused += 1
+            self.ending = True
+            transport.write(closing(response(503, "too many connections\n")))
+            transport.close()
+            return
         self.conns.add(self)
+
+    def deadline_passed(self, now: float) -> str | None:
+        """The part of the request in progress ("head", "body") if it is past its deadline."""
+        if self.part == HEAD:
+            return "head" if now - self.started > self.limits.head_timeout_s else None
+        if self.part == BODY:
+            size = self.body_size if self.body_size is not None else len(self.body or b"")
+            return "body" if now - self.started > self.limits.body_deadline_s(size) else None
+        return None
+
+    def time_out(self, part: str) -> None:
+        self.receiver.timeouts[part] += 1
+        self.part, self.ending = IDLE, True
+        self.headers = self.body = None
+        self.transport.write(closing(response(408, f"request {part} not complete in time\n")))
+        self.transport.close()
 
     def connection_lost(self, exc) -> None:
         self.conns.discard(self)
@@ -183,7 +247,7 @@ class _Connection(asyncio.Protocol):
 
     def _end(self) -> None:
         """Lingering close: half-close after the last answer, drop what still arrives, close after LINGER_S."""
-        self.ending = True
+        self.ending, self.part = True, IDLE
         self.headers = self.body = None
         if self.transport.can_write_eof():
             self.transport.write_eof()
@@ -193,9 +257,13 @@ class _Connection(asyncio.Protocol):
         self.last = time.monotonic()
         if self.ending:
             return
+        if self.part == IDLE:
+            self.part, self.started = HEAD, self.last
         try:
             self.parser.feed_data(data)
             if self.in_head:
+                if self.part == IDLE:  # a pipelined request began in a read that completed the one before it
+                    self.part, self.started = HEAD, self.last
                 self.unparsed += len(data)  # at most one read more than the field in progress
                 if self.unparsed > MAX_HEAD + READ_MAX:
                     raise Malformed(431, "request head too large")
@@ -243,12 +311,14 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.in_head = False
+        self.part, self.started = BODY, self.last
         if self.parser.get_http_version() not in ("1.1", "1.0"):  # llhttp takes "POST /" as HTTP/0.9
             raise Malformed(400, "not an HTTP/1.x request")
         te, cl = self.headers.get("transfer-encoding"), self.headers.get("content-length")
         if te is not None and te.lower() != "chunked":
             raise Malformed(400, "unsupported transfer-encoding")
-        if cl is not None and int(cl) > MAX_BODY:  # llhttp has checked it is digits and no overflow
+        self.body_size = None if cl is None else int(cl)  # llhttp has checked it is digits and no overflow
+        if self.body_size is not None and self.body_size > MAX_BODY:
             raise Malformed(413, "body too large")
         if self.headers.get("expect", "").lower() == "100-continue" and (te is not None or cl not in (None, "0")):
             self.transport.write(CONTINUE)
@@ -267,7 +337,7 @@ class _Connection(asyncio.Protocol):
         body = b"" if self.body is None else bytes(self.body)
         answer = self.receiver.handle(self.parser.get_method().decode("latin-1"),
                                       self.url.split(b"?", 1)[0].decode("latin-1"), self.headers, body)
-        self.headers, self.body, self.in_head = {}, None, False
+        self.headers, self.body, self.in_head, self.part = {}, None, False, IDLE
         if self.parser.should_keep_alive():
             self.transport.write(answer)
         else:
@@ -276,22 +346,27 @@ class _Connection(asyncio.Protocol):
 
 
 async def serve(receiver: HttpReceiver, host: str, port: int, reuse_port: bool = False, ready=None,
-                stop: asyncio.Event | None = None) -> None:
+                stop: asyncio.Event | None = None, limits: Limits = Limits()) -> None:
     """Serve until ``stop`` is set (forever without one). Requests are answered as they are parsed: at stop
     nothing is half done, and open connections are closed."""
-    conns: set[_Connection] = set()
+    conns: set[_Connection] = receiver.conns
     loop = asyncio.get_running_loop()
-    srv = await loop.create_server(lambda: _Connection(receiver, conns), host, port,
+    srv = await loop.create_server(lambda: _Connection(receiver, conns, limits), host, port,
                                    reuse_port=reuse_port or None, backlog=1024)
 
-    async def close_silent() -> None:
+    async def sweep() -> None:
+        """Close connections past a deadline (408) or silent between requests for KEEPALIVE_S."""
         while True:
-            await asyncio.sleep(KEEPALIVE_S / 15)
-            before = time.monotonic() - KEEPALIVE_S
-            for c in [c for c in conns if c.last < before]:
-                c.transport.close()
+            await asyncio.sleep(SWEEP_S)
+            now = time.monotonic()
+            for c in list(conns):
+                part = c.deadline_passed(now)
+                if part is not None:
+                    c.time_out(part)
+                elif c.part == IDLE and now - c.last > KEEPALIVE_S:
+                    c.transport.close()
 
-    sweeper = asyncio.create_task(close_silent())
+    sweeper = asyncio.create_task(sweep())
     if ready:
         ready()
     try:

@@ -26,7 +26,7 @@ from core import clock, contract, memory
 from core.cli import OneLineParser, bootstrap_arg
 from core.kafka_options import SUT_ENV, client_options
 from core.rundir import ROOT
-from core.units import parse_size, split_host_port
+from core.units import parse_duration_ns, parse_size, split_host_port
 
 
 def _common(p: argparse.ArgumentParser, agent: str) -> None:
@@ -55,6 +55,16 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--spool-budget", default="2GiB", metavar="SIZE",
                    help="disk the spool may take while the telemetry broker is away (default %(default)s); "
                         "receives over it are counted as lost, in /healthz and in the run's summary")
+    limits = http_receiver.Limits()
+    h.add_argument("--head-timeout", default=f"{limits.head_timeout_s:g}s", metavar="DURATION",
+                   help="a request's head must be complete this long after its first byte, else 408 and close "
+                        "(default %(default)s)")
+    h.add_argument("--body-timeout", default=f"{limits.body_timeout_s:g}s", metavar="DURATION",
+                   help="a body must be complete within this, or at %d KiB/s of its length if that allows longer, "
+                        "else 408 and close (default %%(default)s)" % (limits.body_min_rate // 1024))
+    h.add_argument("--max-connections", type=int, default=limits.max_connections, metavar="N",
+                   help="open connections per serving process; more are answered 503 and closed, and counted "
+                        "(default %(default)s)")
     _common(h, "receiver-http")
     k = sub.add_parser("kafka", help="consume the SUT topic", description=kafka_receiver.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,6 +99,16 @@ def _report_clock(write, agent: str, reference: str, log) -> None:
         write(rec)
 
 
+def _positive_s(text: str, flag: str) -> float:
+    try:
+        ns = parse_duration_ns(text)
+    except ValueError as e:
+        raise ValueError(f"{flag}: {e}") from None
+    if ns <= 0:
+        raise ValueError(f"{flag} must be more than 0")
+    return ns / 1e9
+
+
 def main_http(a, log=print) -> int:
     try:
         host, port = split_host_port(a.listen, "--listen")
@@ -102,6 +122,15 @@ def main_http(a, log=print) -> int:
         a.spool_budget_bytes = parse_size(a.spool_budget)
     except ValueError as e:
         print(f"receiver: error: --spool-budget: {e}", file=sys.stderr)
+        return 2
+    try:
+        a.limits = http_receiver.Limits(head_timeout_s=_positive_s(a.head_timeout, "--head-timeout"),
+                                        body_timeout_s=_positive_s(a.body_timeout, "--body-timeout"),
+                                        max_connections=a.max_connections)
+        if a.max_connections < 1:
+            raise ValueError("--max-connections must be at least 1")
+    except ValueError as e:
+        print(f"receiver: error: {e}", file=sys.stderr)
         return 2
     if a.workers > 1:
         return _serve_workers(a, host, port)
@@ -156,7 +185,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=print)
 
         tasks = [asyncio.create_task(clock_every(30.0)), asyncio.create_task(progress()), asyncio.create_task(report_lost()),
                  asyncio.create_task(memory.trim_every())]
-        await http_receiver.serve(receiver, host, port, reuse_port=reuse_port, stop=stop,
+        await http_receiver.serve(receiver, host, port, reuse_port=reuse_port, stop=stop, limits=a.limits,
                                   ready=lambda: log(f"receiver {agent}: http://{host}:{port}/ -> " + (
                                       "(no telemetry)" if spool is None else
                                       f"spool {spool.dir} -> {a.telemetry_bootstrap}/{a.telemetry_topic}"), flush=True))

@@ -42,6 +42,9 @@ AGENT_CASES = [
     # (module, arguments, words the error line must contain); the usage line argparse prints is allowed
     ("agents.receiver", ["http", "--listen", "nope"], "bad --listen"),
     ("agents.receiver", ["http", "--workers", "0"], "at least 1"),
+    ("agents.receiver", ["http", "--head-timeout", "soon"], "--head-timeout: bad duration"),
+    ("agents.receiver", ["http", "--body-timeout", "0s"], "--body-timeout must be more than 0"),
+    ("agents.receiver", ["http", "--max-connections", "0"], "--max-connections must be at least 1"),
     ("agents.receiver", ["http", "--bogus"], "unrecognized arguments"),
     ("agents.receiver", ["kafka", "--bootstrap", "127.0.0.1:{free}"], "cannot reach the SUT broker"),
     ("agents.node_metrics", ["--interval", "0s"], "too short"),

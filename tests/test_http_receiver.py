@@ -410,3 +410,127 @@ def test_malformed_and_smuggling_requests_get_4xx_are_counted_and_never_5xx():
     wrong = {what: (got[what], status) for what, _, status in SMUGGLING if got[what] != [status]}
     assert not wrong, wrong  # one answer each, the expected one: never a 2xx for the smuggled request, never 5xx
     assert good == [202] and h["malformed_http"] == len(SMUGGLING) and h["received"] == 1, h
+
+
+def _start_bare_receiver(port, *extra):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}
+    env.update(PYTHONPATH=ROOT, FLIGHTWATCH_TRIM_EVERY_S="1")
+    proc = subprocess.Popen([sys.executable, "-m", "agents.receiver", "http", "--listen", f"127.0.0.1:{port}",
+                             "--no-telemetry", "--run", "slow", *extra], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    assert wait_port(port, 30), "receiver did not start"
+    return proc
+
+
+@pytest.mark.integration
+def test_slow_clients_are_closed_at_their_deadline_and_starve_no_one():
+    """500 connections trickle one byte a second: 250 in a request's head, 250 in a body (head sent whole,
+    Content-Length 100). With deadlines of 3 s (head) and 3 s (body; 100 bytes at 64 KiB/s is far less), each gets
+    a 408 and is closed between 3 s and 3 s + one sweep (1 s) + 1 s of slack after its part began. Meanwhile a
+    normal client sends 2 KiB events at ~100/s over keep-alive and gets every 202 with p99 <= 50 ms, and the
+    receiver's memory moves by at most 10 MiB. Both timeouts are counted by part."""
+    import asyncio
+    import threading
+
+    port = free_port()
+    proc = _start_bare_receiver(port, "--head-timeout", "3s", "--body-timeout", "3s")
+    normal_latencies: list[float] = []
+    statuses: list[int] = []
+    stop_normal = threading.Event()
+
+    def normal_client():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        body = os.urandom(2048)
+        i = 0
+        while not stop_normal.is_set():
+            t0 = time.perf_counter()
+            conn.request("POST", "/", body, {"ce-id": f"n-{i}", "ce-fwrun": "slow", "ce-source": "t", "ce-type": "t",
+                                             "ce-specversion": "1.0", "Content-Type": "application/octet-stream"})
+            r = conn.getresponse()
+            r.read()
+            normal_latencies.append(time.perf_counter() - t0)
+            statuses.append(r.status)
+            i += 1
+            time.sleep(max(0.0, 0.01 - (time.perf_counter() - t0)))
+        conn.close()
+
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nce-id: s\r\nce-source: t\r\nce-type: t\r\nce-specversion: 1.0\r\n"
+
+    async def trickler(in_body: bool):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        if in_body:
+            writer.write(head + b"Content-Length: 100\r\n\r\n")
+            await writer.drain()
+        started = time.monotonic()
+        answer = asyncio.ensure_future(reader.read())  # until the server closes
+        data = b"x" if in_body else head
+        i = 0
+        while not answer.done() and time.monotonic() - started < 15:
+            writer.write(data[i % len(data):i % len(data) + 1])
+            i += 1
+            await asyncio.wait([answer], timeout=1.0)
+        got = await answer if answer.done() else b""
+        closed_after = time.monotonic() - started
+        writer.close()
+        return got, closed_after
+
+    async def scenario():
+        await asyncio.sleep(1.5)
+        before = _rss_anon_mib(proc.pid)
+        tasks = [asyncio.ensure_future(trickler(i % 2 == 1)) for i in range(500)]
+        peak = before
+        while not all(t.done() for t in tasks):
+            await asyncio.sleep(0.5)
+            peak = max(peak, _rss_anon_mib(proc.pid))
+        return before, peak, [t.result() for t in tasks]
+
+    normal = threading.Thread(target=normal_client)
+    try:
+        normal.start()
+        before, peak, results = asyncio.run(scenario())
+        stop_normal.set()
+        normal.join(30)
+        h = health(port)
+    finally:
+        stop_normal.set()
+        stop(proc)
+    for got, closed_after in results:
+        assert got.startswith(b"HTTP/1.1 408 "), got[:80]
+        assert 3.0 <= closed_after <= 5.0, closed_after
+    assert h["timeouts"] == {"head": 250, "body": 250}, h
+    assert peak - before <= 10, (before, peak)
+    assert set(statuses) == {202} and len(statuses) >= 300, (len(statuses), set(statuses))
+    lat = sorted(normal_latencies)
+    assert lat[int(0.99 * (len(lat) - 1))] <= 0.050, lat[-10:]
+
+
+@pytest.mark.integration
+def test_connections_over_the_cap_are_answered_503_and_counted():
+    """With --max-connections 20, 20 connections held open in a head are served; 5 more each get a 503 and are
+    closed at once. Once they are gone the receiver answers again, and counts the 5 refusals."""
+    port = free_port()
+    proc = _start_bare_receiver(port, "--max-connections", "20")
+    held = []
+    try:
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(b"POST / HTTP/1.1\r\n")
+            held.append(s)
+        time.sleep(0.3)
+        refused = []
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                out = b""
+                while chunk := s.recv(4096):
+                    out += chunk
+                refused.append(out)
+        for s in held:
+            s.close()
+        time.sleep(0.3)
+        h = health(port)
+    finally:
+        for s in held:
+            s.close()
+        stop(proc)
+    assert all(r.startswith(b"HTTP/1.1 503 ") and b"too many connections" in r for r in refused), refused
+    assert h["refused_connections"] == 5, h
