@@ -90,6 +90,7 @@ class HttpReceiver:
         self.conns: set = set()     # the open connections (``serve`` fills it)
         self.bad: Counter = Counter()
         self._registry = None  # prometheus-client's, made at the first scrape
+        self.shared = None      # core.metrics.Shared when several processes serve this port (--workers)
 
     def counters(self) -> dict:
         out = {"agent": self.agent, "requests": self.num_requests, "received": self.num_received,
@@ -146,7 +147,7 @@ class HttpReceiver:
 
         if self._registry is None:
             self._registry = CollectorRegistry(auto_describe=False)
-            self._registry.register(self)
+            self._registry.register(_Exposition(self))
         return generate_latest(self._registry)
 
     def handle(self, method: str, path: str, headers: dict, body: bytes) -> bytes:
@@ -179,6 +180,18 @@ class HttpReceiver:
 
             return response(200, self.metrics_text(), CONTENT_TYPE_LATEST)
         return response(405, "POST CloudEvents here; GET /healthz or /metrics\n")
+
+
+class _Exposition:
+    """What a scrape of this process shows: its own counters, and with --workers those of the other workers and
+    of every shipper too (``core.metrics.Shared``), whichever worker the scrape reaches."""
+
+    def __init__(self, receiver: HttpReceiver) -> None:
+        self.receiver = receiver
+
+    def collect(self):
+        own = self.receiver.collect()
+        return own if self.receiver.shared is None else self.receiver.shared.collect(own)
 
 
 IDLE, HEAD, BODY = 0, 1, 2

@@ -37,8 +37,10 @@ import threading
 import time
 
 from core import clock, contract
+from core import metrics as metrics_module
 from core.cli import OneLineParser, bootstrap_arg
 from core.kafka_options import telemetry_producer
+from core.procs import HOST, NODE_METRICS_PORT
 
 METRICS = {
     "cpu_util": '1 - avg by (instance) (irate(node_cpu_seconds_total{mode="idle"}[5s]))',
@@ -211,6 +213,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="PromQL giving the cores flightwatch uses per node (label 'node'), e.g. its pods' container "
                     "CPU on Kubernetes (env FLIGHTWATCH_OBSERVER_PROMQL; default: this node's flightwatch processes, "
                     "found from the stack's PID files and the observer registry)")
+    ap.add_argument("--metrics-listen", type=metrics_module.listen_arg,
+                    default=os.environ.get("FLIGHTWATCH_NODE_METRICS_METRICS", f"{HOST}:{NODE_METRICS_PORT}"),
+                    metavar="HOST:PORT", help="serve this agent's own Prometheus metrics here ('none': not at all; "
+                    "env FLIGHTWATCH_NODE_METRICS_METRICS; default %(default)s)")
     ap.add_argument("--clock-listen", default=os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE),
                     metavar="HOST:PORT", help="serve the clock reference here (UDP; 'none' to not serve; default %(default)s)")
     return ap
@@ -281,6 +287,7 @@ def main(argv=None) -> int:
           + (f"; clock reference udp://{ref.address}" if ref else "")
           + (f"; cgroups {', '.join(roots)}" if roots else "") + ("; kubernetes pods" if kube else "")
           + ("" if kernel else "; OOM victims unnamed (/dev/kmsg not readable)"), flush=True)
+    server = metrics_module.serve(_Exposed(metrics, writer, a.agent), a.metrics_listen, log=lambda m: print(m, flush=True))
     next_at = (time.time_ns() // 10**9 + 1) * 10**9
     last_log = time.monotonic()
     try:
@@ -304,8 +311,24 @@ def main(argv=None) -> int:
         kube.stop()
     if ref:
         ref.close()
+    metrics_module.stop(server)
     writer.close()
     return 0
+
+
+class _Exposed:
+    """This agent's own counters as Prometheus metrics, read at scrape time."""
+
+    def __init__(self, node_metrics: NodeMetrics, writer, agent: str) -> None:
+        self.node_metrics, self.writer, self.agent = node_metrics, writer, agent
+
+    def collect(self):
+        m = self.node_metrics
+        yield metrics_module.family("counter", "flightwatch_node_metrics_cycles",
+                                    "sampling cycles (a query of Prometheus each), by outcome", ["agent", "outcome"],
+                                    [((self.agent, "ok"), m.num_cycles - m.num_missing_cycles),
+                                     ((self.agent, "failed"), m.num_missing_cycles)])
+        yield from metrics_module.telemetry_families(self.agent, self.writer.counters())
 
 
 if __name__ == "__main__":

@@ -22,9 +22,10 @@ import time
 
 from agents import http_receiver, kafka_receiver
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS, KafkaReceiver
-from core import clock, contract, memory
+from core import clock, contract, memory, metrics
 from core.cli import OneLineParser, bootstrap_arg
 from core.kafka_options import SUT_ENV, client_options
+from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
 
@@ -76,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--fetch-wait-ms", type=int, default=FETCH_MAX_WAIT_MS, metavar="MS",
                    help="fetch.wait.max.ms: the longest a broker may hold a fetch; adds to flight time on a broker "
                         "that holds it under load (Tansu), and sets the idle fetch rate (default %(default)s)")
+    k.add_argument("--metrics-listen", type=metrics.listen_arg,
+                   default=os.environ.get("FLIGHTWATCH_KAFKA_RECEIVER_METRICS", f"{HOST}:{KAFKA_RECEIVER_METRICS_PORT}"),
+                   metavar="HOST:PORT", help="serve Prometheus metrics here ('none': not at all; env "
+                   "FLIGHTWATCH_KAFKA_RECEIVER_METRICS; default %(default)s)")
     _common(k, "receiver-kafka")
     return ap
 
@@ -109,6 +114,10 @@ def _positive_s(text: str, flag: str) -> float:
     return ns / 1e9
 
 
+def _metrics_dir(a) -> str:
+    return os.path.join(a.spool_dir, f"{a.agent}.metrics")
+
+
 def main_http(a, log=print) -> int:
     try:
         host, port = split_host_port(a.listen, "--listen")
@@ -132,6 +141,7 @@ def main_http(a, log=print) -> int:
     except ValueError as e:
         print(f"receiver: error: {e}", file=sys.stderr)
         return 2
+    metrics.use_shared_dir(_metrics_dir(a), clear=True)  # the workers' and shippers' counters meet there
     if a.workers > 1:
         return _serve_workers(a, host, port)
     return _serve_one(a, host, port, a.agent, reuse_port=False, log=log)
@@ -149,6 +159,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=print)
         shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, agent,
                                 log_path=os.path.join(a.spool_dir, f"{agent}.shipper.log"))
     receiver = http_receiver.HttpReceiver(spool, agent, a.run)
+    receiver.shared = metrics.Shared()
     try:
         import uvloop
         uvloop.install()
@@ -183,8 +194,13 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=print)
                 await asyncio.sleep(1.0)
                 spool.report_lost()
 
+        async def share_metrics() -> None:  # once a second, not per event
+            while True:
+                receiver.shared.sync(receiver.collect())
+                await asyncio.sleep(1.0)
+
         tasks = [asyncio.create_task(clock_every(30.0)), asyncio.create_task(progress()), asyncio.create_task(report_lost()),
-                 asyncio.create_task(memory.trim_every())]
+                 asyncio.create_task(memory.trim_every()), asyncio.create_task(share_metrics())]
         await http_receiver.serve(receiver, host, port, reuse_port=reuse_port, stop=stop, limits=a.limits,
                                   ready=lambda: log(f"receiver {agent}: http://{host}:{port}/ -> " + (
                                       "(no telemetry)" if spool is None else
@@ -198,6 +214,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=print)
         print(f"receiver: error: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
         return 2
     finally:
+        receiver.shared.close()
         if spool is not None:
             spool.close()
             shipper.terminate()  # it drains the spool, then exits
@@ -229,6 +246,21 @@ def _serve_workers(a, host: str, port: int) -> int:
     for p in procs:
         p.join()
     return max((p.exitcode or 0) for p in procs)
+
+
+class _KafkaExposed:
+    """The Kafka receiver's counters as Prometheus metrics, read at scrape time."""
+
+    def __init__(self, receiver: KafkaReceiver, writer) -> None:
+        self.receiver, self.writer = receiver, writer
+
+    def collect(self):
+        r, agent = self.receiver, self.receiver.agent
+        for name, value, text in (("events", r.num_received, "events received from the SUT topic and recorded"),
+                                  ("unattributed", r.num_unattributed, "messages without a run or event ID, not recorded"),
+                                  ("consumer_errors", r.num_errors, "errors the consumer reported (a broker away, ...)")):
+            yield metrics.family("counter", f"flightwatch_kafka_receiver_{name}", text, ["agent"], [((agent,), value)])
+        yield from metrics.telemetry_families(agent, self.writer.counters())
 
 
 def main_kafka(a) -> int:
@@ -275,6 +307,7 @@ def main_kafka(a) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     offsets = receiver.start()
     print(f"receiver {a.agent}: {a.bootstrap}/{a.topic} -> {a.telemetry_bootstrap}/{a.telemetry_topic}", flush=True)
+    server = metrics.serve(_KafkaExposed(receiver, writer), a.metrics_listen, log=lambda m: print(m, flush=True))
     last = time.monotonic()
     last_clock = 0.0
     try:
@@ -290,6 +323,7 @@ def main_kafka(a) -> int:
                 last = time.monotonic()
     except KeyboardInterrupt:
         pass
+    metrics.stop(server)
     writer.close()
     consumer.close()
     return 0

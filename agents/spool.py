@@ -177,6 +177,7 @@ class Shipper:
         self.seq, self.offset = self._load_position()
         self.num_shipped = 0
         self.num_failures = 0
+        self.shared = None  # core.metrics.Shared: the receiver's /metrics shows this shipper's counters
         self.backlog = False
 
     def _load_position(self) -> tuple[int, int]:
@@ -237,14 +238,28 @@ class Shipper:
         self.num_shipped += len(lines)
         return len(lines)
 
+    def collect(self):
+        from core.metrics import family
+
+        agent = self.key.decode()
+        yield family("counter", "flightwatch_shipper_records", "receive records shipped into the telemetry topic",
+                     ["agent"], [((agent,), self.num_shipped)])
+        yield family("counter", "flightwatch_shipper_failures", "shipping attempts the telemetry broker did not "
+                     "acknowledge (retried)", ["agent"], [((agent,), self.num_failures)])
+        yield family("gauge", "flightwatch_shipper_backlog_bytes", "disk the spool takes (segments not yet wholly shipped)", ["agent"],
+                     [((agent,), spool_bytes(self.dir))])
+
     def run(self, should_stop, idle_s: float = 0.05) -> None:
         """Ship until ``should_stop()`` and the spool is drained; back off and retry while the broker fails.
 
         Caught up, it ships every ``idle_s``: a Kafka request costs kafka-python ~2 ms of CPU
         whatever its size, so shipping every few lines would cost half a core (measured)."""
         backoff = 0.1
-        last_log = 0.0
+        last_log = last_share = 0.0
         while True:
+            if self.shared is not None and time.monotonic() - last_share >= 1.0:
+                self.shared.sync(self.collect())
+                last_share = time.monotonic()
             try:
                 n = self.ship_once()
                 backoff = 0.1
@@ -315,8 +330,14 @@ def main(argv=None) -> int:
             print(f"shipper {a.agent}: telemetry broker {a.bootstrap} not reachable ({e}); retrying", flush=True)
             time.sleep(2)
     shipper = Shipper(a.spool_dir, producer, a.topic, a.agent)
+    from core import metrics
+
+    if metrics.MULTIPROC_ENV in os.environ:  # started by a receiver: its /metrics shows ours
+        shipper.shared = metrics.Shared()
 
     shipper.run(should_stop)
+    if shipper.shared is not None:
+        shipper.shared.close()
     producer.close(timeout=10)
     return 0
 

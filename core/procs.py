@@ -9,6 +9,10 @@ import time
 
 HOST = "127.0.0.1"
 JOB_METRICS_PORT = 19401
+KAFKA_RECEIVER_METRICS_PORT = 19402
+NODE_METRICS_PORT = 19403
+LOADGEN_METRICS_PORT = 19404
+"""Where each long-running process serves ``/metrics`` by default (the HTTP receiver serves it on its own port)."""
 """Where a streaming job serves its live figures for Prometheus by default (``streaming.metrics``)."""
 
 

@@ -20,9 +20,11 @@ import os
 import sys
 import time
 
+from core import metrics
 from core.cli import bootstrap_arg
 from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
+from core.procs import HOST, LOADGEN_METRICS_PORT
 from core.rundir import CHECKPOINTS
 from core.units import parse_duration_ns, split_host_port
 from loadgen.errors import UsageError
@@ -107,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop the attack at once when crossed, judged every second (exit 3); e.g. 'p99>2s for 5s', "
                         "'errors>100'; repeatable")
     a.add_argument("--quiet", action="store_true", help="no per-second lines")
+    a.add_argument("--metrics-listen", type=metrics.listen_arg,
+                   default=os.environ.get("FLIGHTWATCH_LOADGEN_METRICS", f"{HOST}:{LOADGEN_METRICS_PORT}"),
+                   metavar="HOST:PORT", help="serve the attack's figures as Prometheus metrics here while it runs "
+                   "('none': not at all; env FLIGHTWATCH_LOADGEN_METRICS; default %(default)s)")
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
                         "summary once it has closed the run")
@@ -203,7 +209,7 @@ def main(argv=None) -> int:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
     fail_on, abort_on = thresholds
-    code = attack(cfg, fail_on, abort_on, out, quiet=a.quiet)
+    code = attack(cfg, fail_on, abort_on, out, quiet=a.quiet, metrics_listen=a.metrics_listen)
     if job is not None:
         summary = wait_job(cfg, job)
         loss = [t for t in fail_on if t.metric == "loss"]

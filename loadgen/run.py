@@ -61,12 +61,14 @@ def _report_clock(cfg) -> None:
         telemetry_marker(cfg, rec)
 
 
-def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) -> int:
-    """Run the attack; exit code 0, 1 (a --fail-on crossed, or the attack failed) or 3 (stopped by --abort-on)."""
+def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False, metrics_listen: str | None = None) -> int:
+    """Run the attack; exit code 0, 1 (a --fail-on crossed, or the attack failed) or 3 (stopped by --abort-on).
+    While it runs, its figures are served as Prometheus metrics on ``metrics_listen`` (``loadgen.metrics``)."""
     import threading
 
-    from core import contract, memory, observer
+    from core import contract, memory, metrics, observer
     from loadgen.attack import run_workers
+    from loadgen.metrics import AttackMetrics
 
     memory.trace_from_env("loadgen")
     observer.register("loadgen")  # it and its workers count as flightwatch's CPU (core.observer)
@@ -81,6 +83,8 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
         run_config.update(pace=cfg.schedule.share(1.0 / cfg.shards).describe(), shard=cfg.shard, shards=cfg.shards,
                           shard_pace=cfg.schedule.describe())
     telemetry_marker(cfg, contract.RunStart(cfg.run_id, cfg.sender, time.time_ns(), config=json.dumps(run_config)))
+    exposed = AttackMetrics(cfg.run_id, cfg.sender)
+    server = metrics.serve(exposed, metrics_listen, log=lambda m: print(m, flush=True))
 
     parent_cpu = []
 
@@ -109,10 +113,13 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
         if s2 % 30 == 29:  # the .hlog encoder's buffers come and go through glibc's heap: hand back what is free
             memory.trim()
         scheduled = cfg.schedule.rate_at(s2 * NS_PER_S + NS_PER_S // 2)
-        if s2 * NS_PER_S < cfg.schedule.duration_ns and s2 > 0 and iv.sent < LOADGEN_BOUND_RATIO * scheduled:
+        bound = s2 * NS_PER_S < cfg.schedule.duration_ns and s2 > 0 and iv.sent < LOADGEN_BOUND_RATIO * scheduled
+        if bound:
             bound_seconds.append(s2)
         totals["sent"] += iv.sent
         totals["completed"] += iv.completed
+        exposed.second(iv, scheduled if s2 * NS_PER_S < cfg.schedule.duration_ns else 0.0,
+                       totals["sent"] - totals["completed"], bound)
         if not quiet and s2 * NS_PER_S < cfg.schedule.duration_ns + 60 * NS_PER_S:
             print(live_line(s2, iv, scheduled if s2 * NS_PER_S < cfg.schedule.duration_ns else 0,
                             totals["sent"] - totals["completed"]), flush=True)
@@ -133,16 +140,20 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False) ->
         status = "aborted"
         print("attack interrupted", file=sys.stderr)
         telemetry_marker(cfg, contract.RunStop(cfg.run_id, cfg.sender, time.time_ns(), reason=status))
+        metrics.stop(server)
         return 130  # the shell's code for Ctrl-C
     except RuntimeError as e:
         print(f"loadgen: attack failed: {e}", file=sys.stderr)
         telemetry_marker(cfg, contract.RunStop(cfg.run_id, cfg.sender, time.time_ns(), reason="failed"))
+        metrics.stop(server)
         return 1
     finally:
         leftover = stats.close_all()  # none when every worker finished (each ships FINAL_S when done)
         hlog.close()
     for iv in leftover:
         on_second(iv)
+    exposed.finished = 1
+    metrics.stop(server)
     end_ns = time.time_ns()
     if aborted:
         status = f"aborted: {aborted[0][0].text}"

@@ -27,7 +27,14 @@ import subprocess
 import sys
 import time
 
-from core.procs import JOB_METRICS_PORT, port_open, wait_port
+from core.procs import (
+    JOB_METRICS_PORT,
+    KAFKA_RECEIVER_METRICS_PORT,
+    LOADGEN_METRICS_PORT,
+    NODE_METRICS_PORT,
+    port_open,
+    wait_port,
+)
 from core.rundir import ROOT
 from stack.tansu import tansu_command
 
@@ -42,6 +49,19 @@ PORTS = {
     "ui": int(os.environ.get("FLIGHTWATCH_UI_PORT", "18501")),
 }
 CLOCK_PORT = int(os.environ.get("FLIGHTWATCH_CLOCK_PORT", "19123"))
+def _listen_port(env: str, default: int) -> int:
+    port = os.environ.get(env, "").rpartition(":")[2]
+    return int(port) if port.isdigit() else default
+
+
+METRICS_PORTS = {
+    "kafka-receiver": int(os.environ.get("FLIGHTWATCH_KAFKA_RECEIVER_METRICS_PORT", str(KAFKA_RECEIVER_METRICS_PORT))),
+    "node-metrics": int(os.environ.get("FLIGHTWATCH_NODE_METRICS_PORT", str(NODE_METRICS_PORT))),
+    # started by `make attack`, not by the stack: where their own setting (or default) puts them
+    "job": _listen_port("FLIGHTWATCH_JOB_METRICS", JOB_METRICS_PORT),
+    "loadgen": _listen_port("FLIGHTWATCH_LOADGEN_METRICS", LOADGEN_METRICS_PORT),
+}
+"""Where the processes without a port of their own serve /metrics, for Prometheus' targets."""
 AGENTS = ("kafka-receiver", "node-metrics")
 """Components without a port of their own (started after the brokers)."""
 DEBIAN_PACKAGES = {"prometheus": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"}
@@ -98,10 +118,12 @@ def commands() -> dict[str, list[str] | None]:
                                 f"--storage.tsdb.path={os.path.join(STACK_DIR, 'prometheus-data')}",
                                 "--storage.tsdb.retention.time=1d"],
         "node-metrics": [sys.executable, "-m", "agents.node_metrics", "--prometheus", f"http://{HOST}:{PORTS['prometheus']}",
-                         "--telemetry-bootstrap", telemetry, "--clock-listen", clock],
+                         "--telemetry-bootstrap", telemetry, "--clock-listen", clock,
+                         "--metrics-listen", f"{HOST}:{METRICS_PORTS['node-metrics']}"],
         "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka",
                            "--bootstrap", f"{HOST}:{PORTS['sut-broker']}", "--telemetry-bootstrap", telemetry,
-                           "--clock-reference", clock, "--state-dir", os.path.join(STACK_DIR, "kafka-receiver")],
+                           "--clock-reference", clock, "--state-dir", os.path.join(STACK_DIR, "kafka-receiver"),
+                           "--metrics-listen", f"{HOST}:{METRICS_PORTS['kafka-receiver']}"],
         "http-receiver": [sys.executable, "-m", "agents.receiver", "http", "--listen", f"{HOST}:{PORTS['http-receiver']}",
                           "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                           "--spool-dir", os.path.join(STACK_DIR, "spool")],
@@ -139,8 +161,10 @@ def address(name: str) -> str:
 def up() -> int:
     os.makedirs(STACK_DIR, exist_ok=True)
     with open(os.path.join(STACK_DIR, "prometheus.yml"), "w") as f:
-        f.write(prometheus_config(PORTS["node-exporter"], {"flightwatch-receiver": PORTS["http-receiver"],
-                                                           "flightwatch-job": JOB_METRICS_PORT}))
+        f.write(prometheus_config(PORTS["node-exporter"], {
+            "flightwatch-receiver": PORTS["http-receiver"], "flightwatch-job": METRICS_PORTS["job"],
+            "flightwatch-kafka-receiver": METRICS_PORTS["kafka-receiver"], "flightwatch-node-metrics": METRICS_PORTS["node-metrics"],
+            "flightwatch-loadgen": METRICS_PORTS["loadgen"]}))  # the load generator's is up while it attacks
     failed = False
     fresh_broker = False
     for name, cmd in commands().items():

@@ -247,10 +247,10 @@ def test_the_grafana_dashboard_is_mounted_and_names_only_exported_metrics(render
     job.publish({"run": "r", "events": {"sent": 1, "received": 1, "dropped": 0, "errors": 0}, "gap_windows": 0,
                  "in_flight": 0, "window_start_s": 1.0, "flight_time_us": {"0.99": 1.0}, "send_delay_us": {"0.99": 1.0},
                  "observer_cpu": 0.1, "state": "ok", "batches": 1, "finished": False})
-    receiver = HttpReceiver.__new__(HttpReceiver)
-    receiver.counters = lambda: {"requests": 1, "received": 1, "unattributed": 0, "malformed_http": 0, "bad": {"x": 1},
-                                 "telemetry": {"spooled": 1, "lost": 0, "over_budget": False}}
-    receiver.agent = "a"
+    from types import SimpleNamespace
+
+    receiver = HttpReceiver(SimpleNamespace(counters=lambda: {"spooled": 1, "lost": 0, "over_budget": False}), "a")
+    receiver.bad["x"] = 1
     exported = {s.name for collector in (job, receiver) for f in collector.collect() for s in f.samples}
     assert named and named <= exported, named - exported
     assert len(dash["panels"]) >= 8

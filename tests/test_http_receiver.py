@@ -534,3 +534,42 @@ def test_connections_over_the_cap_are_answered_503_and_counted():
         stop(proc)
     assert all(r.startswith(b"HTTP/1.1 503 ") and b"too many connections" in r for r in refused), refused
     assert h["refused_connections"] == 5, h
+
+
+def _scrape(port) -> dict:
+    """{(sample name, sorted labels): value} of one scrape, read by prometheus-client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+@pytest.mark.integration
+def test_every_scrape_shows_every_worker_and_shipper(broker, tmp_path):
+    """With --workers 2 the kernel hands each connection, scrapes too, to either worker. Through prometheus-client's
+    multi-process files every scrape shows both workers' and both shippers' series, and once they have synced
+    (each does once a second) the events sum to what was sent and the shippers have shipped as many records."""
+    topic, port = "tel-http-workers", free_port()
+    create_topic(broker, topic)
+    proc = start_receiver(broker, topic, tmp_path / "spool", port, "--workers", "2")
+    try:
+        lg = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--quiet", "--rate", "500", "--duration", "2s",
+                             "--target", f"http://127.0.0.1:{port}/", "--run", "workers", "--out", str(tmp_path / "lg"),
+                             "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--metrics-listen", "none"],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=120)
+        assert lg.returncode == 0, lg.stderr
+        sent = json.loads((tmp_path / "lg" / "report.json").read_text())["requests"]
+        wait_for_receives(broker, topic, "workers", sent)
+        time.sleep(2.5)  # every process has synced its counters since
+        scrapes = [_scrape(port) for _ in range(12)]
+    finally:
+        stop(proc)
+    agents = ("receiver-http-0", "receiver-http-1")
+    for s in scrapes:
+        events = {a: s.get(("flightwatch_receiver_events_total", (("agent", a),))) for a in agents}
+        shipped = {a: s.get(("flightwatch_shipper_records_total", (("agent", a),))) for a in agents}
+        assert None not in events.values() and None not in shipped.values(), (events, shipped)
+        assert sum(events.values()) == sent, (events, sent)
+        assert sum(shipped.values()) == sent, (shipped, sent)  # one receive record an event (no clock records here)

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -73,3 +74,57 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
     assert down.returncode == 0 and down.stdout.count("stopped") == 8
     for pid in pids.values():
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_prometheus_scrapes_every_flightwatch_process_during_an_attack(tmp_path):
+    """`make up`'s real Prometheus (1 s scrapes) during an attack into the stack's HTTP receiver, with the streaming
+    job live: `up` is 1 for every flightwatch target at once (receiver, Kafka receiver, node-metrics agent, job,
+    load generator), and the receiver's and the load generator's counters are readable through Prometheus."""
+    ports = {k: free_port() for k in ("TELEMETRY", "SUT", "PROMETHEUS", "NODE_EXPORTER", "RECEIVER", "UI",
+                                      "KAFKA_RECEIVER_METRICS", "NODE_METRICS")}
+    job_port, loadgen_port = free_port(), free_port()
+    env = dict(os.environ, FLIGHTWATCH_STACK_DIR=str(tmp_path / "stack"), PYTHONPATH=ROOT,
+               FLIGHTWATCH_CLOCK_PORT=str(free_port()), **{f"FLIGHTWATCH_{k}_PORT": str(v) for k, v in ports.items()},
+               FLIGHTWATCH_JOB_METRICS=f"127.0.0.1:{job_port}", FLIGHTWATCH_LOADGEN_METRICS=f"127.0.0.1:{loadgen_port}")
+    # the stack writes Prometheus' targets from these, as `make up` does
+    up = stack("up", env)
+    job = None
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        telemetry = f"127.0.0.1:{ports['TELEMETRY']}"
+        job = subprocess.Popen([sys.executable, "-m", "streaming", "run", "--run", "scraped", "--bootstrap", telemetry,
+                                "--checkpoints", str(tmp_path / "runs"), "--drop-timeout", "2s"],
+                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        from core.procs import wait_port
+
+        assert wait_port(job_port, 120), "the job did not serve its metrics"
+        attack = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--rate", "200", "--duration", "12s",
+                                   "--target", f"http://127.0.0.1:{ports['RECEIVER']}/", "--run", "scraped",
+                                   "--out", str(tmp_path / "lg"), "--telemetry-bootstrap", telemetry],
+                                  cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        jobs = {"flightwatch-receiver", "flightwatch-kafka-receiver", "flightwatch-node-metrics", "flightwatch-job",
+                "flightwatch-loadgen"}
+
+        def query(q):
+            url = f"http://127.0.0.1:{ports['PROMETHEUS']}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+            return json.loads(urllib.request.urlopen(url, timeout=5).read())["data"]["result"]
+
+        seen, all_up, sent, received = {}, False, 0.0, 0.0
+
+        def value(q):
+            return max((float(r["value"][1]) for r in query(q)), default=0.0)
+
+        while attack.poll() is None and not (all_up and sent > 0 and received > 0):
+            seen = {r["metric"]["job"]: float(r["value"][1]) for r in query('up{job=~"flightwatch-.*"}')}
+            all_up = all_up or all(seen.get(j) == 1 for j in jobs)
+            sent = value('flightwatch_loadgen_requests_total{outcome="sent",run="scraped"}')
+            received = value("flightwatch_receiver_events_total")
+            time.sleep(0.5)
+        assert attack.wait(60) == 0, attack.stderr.read()
+    finally:
+        if job is not None:
+            os.killpg(job.pid, 15)
+            job.wait(60)
+        stack("down", env)
+    assert all_up, seen
+    assert sent > 0 and received > 0, (sent, received)
