@@ -258,7 +258,9 @@ class _KafkaExposed:
         r, agent = self.receiver, self.receiver.agent
         for name, value, text in (("events", r.num_received, "events received from the SUT topic and recorded"),
                                   ("unattributed", r.num_unattributed, "messages without a run or event ID, not recorded"),
-                                  ("consumer_errors", r.num_errors, "errors the consumer reported (a broker away, ...)")):
+                                  ("consumer_errors", r.num_errors, "errors the consumer reported (a broker away, ...)"),
+                                  ("skipped_offsets", r.num_skipped, "offsets the broker never served: a later one "
+                                   "came first, and the consumer moved on (their events count as dropped)")):
             yield metrics.family("counter", f"flightwatch_kafka_receiver_{name}", text, ["agent"], [((agent,), value)])
         yield from metrics.telemetry_families(agent, self.writer.counters())
 
@@ -302,7 +304,7 @@ def main_kafka(a) -> int:
         print(f"receiver: error: cannot reach a broker ({a.bootstrap} / {a.telemetry_bootstrap}): {e}", file=sys.stderr)
         return 2
     writer = TelemetryWriter(telemetry_producer, a.telemetry_topic, agent=a.agent)
-    receiver = KafkaReceiver(consumer, writer, a.topic, a.state_dir, a.agent)
+    receiver = KafkaReceiver(consumer, writer, a.topic, a.state_dir, a.agent, log=lambda m: print(m, flush=True))
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     offsets = receiver.start()
@@ -319,7 +321,7 @@ def main_kafka(a) -> int:
             if time.monotonic() - last >= 10:
                 c = writer.counters()
                 print(f"receiver {a.agent}: {receiver.num_received:,} received, {receiver.num_unattributed:,} without "
-                      f"run/event ID, {receiver.num_errors:,} consumer errors; telemetry sent {c['sent']:,} retried {c['retried']:,} failed {c['failed']:,}", flush=True)
+                      f"run/event ID, {receiver.num_errors:,} consumer errors, {receiver.num_skipped:,} offsets never served; telemetry sent {c['sent']:,} retried {c['retried']:,} failed {c['failed']:,}", flush=True)
                 last = time.monotonic()
     except KeyboardInterrupt:
         pass
