@@ -38,10 +38,10 @@ def _header(headers, name: str) -> str | None:
 class KafkaReceiver:
     """Consumes every partition of the SUT topic with librdkafka (confluent-kafka's ``Consumer``)."""
 
-    def __init__(self, consumer, writer, topic: str, state_dir: str, agent: str, log=print) -> None:
+    def __init__(self, consumer, writer, topic: str, state_dir: str, agent: str, log=print, warn=None) -> None:
         self.consumer, self.writer, self.topic = consumer, writer, topic
         self.wal = os.path.join(state_dir, "wal")
-        self.agent, self.log = agent, log
+        self.agent, self.log, self.warn = agent, log, warn or log
         self.lines = contract.FastLines("", agent)
         os.makedirs(state_dir, exist_ok=True)
         self.num_received = 0
@@ -103,7 +103,7 @@ class KafkaReceiver:
         self.num_skipped += got - expected
         if time.monotonic() - self._skip_logged >= 10:
             self._skip_logged = time.monotonic()
-            self.log(f"partition {part}: the broker served offset {got} where {expected} was next ({got - expected} "
+            self.warn(f"partition {part}: the broker served offset {got} where {expected} was next ({got - expected} "
                      f"offsets never served; {self.num_skipped:,} so far): a transaction marker or compaction, or "
                      "the broker made a later batch readable before an earlier one (those events count as dropped)")
 

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 
-from core import clock, contract
+from core import clock, contract, logs
 from core import metrics as metrics_module
 from core.cli import OneLineParser, bootstrap_arg
 from core.kafka_options import telemetry_producer
@@ -257,12 +257,13 @@ def main(argv=None) -> int:
         print(f"node_metrics: error: cannot reach the telemetry broker {a.telemetry_bootstrap}: {e}", file=sys.stderr)
         return 2
     writer = TelemetryWriter(producer, a.telemetry_topic, agent=a.agent)
+    logger = logs.setup(a.agent)
     ref = None
     if a.clock_listen != "none":
         try:
             ref = clock.ClockReference(*clock.split_address(a.clock_listen)).start()
         except (OSError, ValueError) as e:
-            print(f"node_metrics: clock reference not served on {a.clock_listen}: {e}", flush=True)
+            logger.warning("node_metrics: clock reference not served on %s: %s", a.clock_listen, e)
     kernel = KernelLog.open()  # names what the kernel killed, where its log is readable (root on the node)
     watchers = []
     if roots:
@@ -283,11 +284,11 @@ def main(argv=None) -> int:
     observe = promql_observer(query, a.observer_promql) if a.observer_promql else local_observer(a.node)
     metrics = NodeMetrics(query, writer.write, a.agent, observe, kernel=kernel,
                           local_nodes=(a.node, socket.gethostname()))
-    print(f"node_metrics {a.agent}: {a.prometheus} every {interval_s:g}s -> {a.telemetry_bootstrap}/{a.telemetry_topic}"
+    logger.info(f"node_metrics {a.agent}: {a.prometheus} every {interval_s:g}s -> {a.telemetry_bootstrap}/{a.telemetry_topic}"
           + (f"; clock reference udp://{ref.address}" if ref else "")
           + (f"; cgroups {', '.join(roots)}" if roots else "") + ("; kubernetes pods" if kube else "")
-          + ("" if kernel else "; OOM victims unnamed (/dev/kmsg not readable)"), flush=True)
-    server = metrics_module.serve(_Exposed(metrics, writer, a.agent), a.metrics_listen, log=lambda m: print(m, flush=True))
+          + ("" if kernel else "; OOM victims unnamed (/dev/kmsg not readable)"))
+    server = metrics_module.serve(_Exposed(metrics, writer, a.agent), a.metrics_listen, log=logs.printer(logger))
     next_at = (time.time_ns() // 10**9 + 1) * 10**9
     last_log = time.monotonic()
     try:
@@ -300,8 +301,8 @@ def main(argv=None) -> int:
             if next_at < time.time_ns():  # fell behind (a slow query): skip to the next slot, the hole is recorded
                 next_at = (time.time_ns() // int(interval_s * 1e9) + 1) * int(interval_s * 1e9)
             if time.monotonic() - last_log >= 30:
-                print(f"node_metrics {a.agent}: {metrics.num_cycles:,} cycles ({metrics.num_missing_cycles:,} failed), "
-                      f"nodes {sorted(set(metrics.nodes.values()))}", flush=True)
+                logger.info(f"node_metrics {a.agent}: {metrics.num_cycles:,} cycles ({metrics.num_missing_cycles:,} failed), "
+                      f"nodes {sorted(set(metrics.nodes.values()))}")
                 last_log = time.monotonic()
     except KeyboardInterrupt:
         pass

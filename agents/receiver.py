@@ -22,7 +22,7 @@ import time
 
 from agents import http_receiver, kafka_receiver
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS, KafkaReceiver
-from core import clock, contract, memory, metrics
+from core import clock, contract, logs, memory, metrics
 from core.cli import OneLineParser, bootstrap_arg
 from core.kafka_options import SUT_ENV, client_options
 from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT
@@ -118,7 +118,7 @@ def _metrics_dir(a) -> str:
     return os.path.join(a.spool_dir, f"{a.agent}.metrics")
 
 
-def main_http(a, log=print) -> int:
+def main_http(a, log=None) -> int:
     try:
         host, port = split_host_port(a.listen, "--listen")
     except ValueError as e:
@@ -147,7 +147,8 @@ def main_http(a, log=print) -> int:
     return _serve_one(a, host, port, a.agent, reuse_port=False, log=log)
 
 
-def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=print) -> int:
+def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) -> int:
+    log = log or logs.printer(logs.setup(agent))
     import asyncio
 
     from agents.spool import SpoolWriter, start_shipper
@@ -304,23 +305,26 @@ def main_kafka(a) -> int:
         print(f"receiver: error: cannot reach a broker ({a.bootstrap} / {a.telemetry_bootstrap}): {e}", file=sys.stderr)
         return 2
     writer = TelemetryWriter(telemetry_producer, a.telemetry_topic, agent=a.agent)
-    receiver = KafkaReceiver(consumer, writer, a.topic, a.state_dir, a.agent, log=lambda m: print(m, flush=True))
+    logger = logs.setup(a.agent)
+    log = logs.printer(logger)
+    receiver = KafkaReceiver(consumer, writer, a.topic, a.state_dir, a.agent, log=log,
+                             warn=logs.printer(logger, logs.WARNING))
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     offsets = receiver.start()
-    print(f"receiver {a.agent}: {a.bootstrap}/{a.topic} -> {a.telemetry_bootstrap}/{a.telemetry_topic}", flush=True)
-    server = metrics.serve(_KafkaExposed(receiver, writer), a.metrics_listen, log=lambda m: print(m, flush=True))
+    log(f"receiver {a.agent}: {a.bootstrap}/{a.topic} -> {a.telemetry_bootstrap}/{a.telemetry_topic}")
+    server = metrics.serve(_KafkaExposed(receiver, writer), a.metrics_listen, log=log)
     last = time.monotonic()
     last_clock = 0.0
     try:
         while not stopping:
             receiver.poll_once(offsets)
             if time.monotonic() - last_clock >= 30:
-                _report_clock(writer.write, a.agent, a.clock_reference, print)
+                _report_clock(writer.write, a.agent, a.clock_reference, logs.printer(logger, logs.WARNING))
                 last_clock = time.monotonic()
             if time.monotonic() - last >= 10:
                 c = writer.counters()
-                print(f"receiver {a.agent}: {receiver.num_received:,} received, {receiver.num_unattributed:,} without "
+                log(f"receiver {a.agent}: {receiver.num_received:,} received, {receiver.num_unattributed:,} without "
                       f"run/event ID, {receiver.num_errors:,} consumer errors, {receiver.num_skipped:,} offsets never served; telemetry sent {c['sent']:,} retried {c['retried']:,} failed {c['failed']:,}", flush=True)
                 last = time.monotonic()
     except KeyboardInterrupt:

@@ -318,8 +318,10 @@ def main(argv=None) -> int:
     def should_stop() -> bool:
         return bool(stopping) or bool(a.parent and os.getppid() != a.parent)
 
+    from core import logs
     from core.kafka_options import telemetry_producer
 
+    logger = logs.setup(f"shipper-{a.agent}")
     producer = None
     while producer is None:  # the broker may be away when we start: the spool holds the records meanwhile
         try:
@@ -327,9 +329,9 @@ def main(argv=None) -> int:
         except KafkaError as e:
             if should_stop():
                 return 0
-            print(f"shipper {a.agent}: telemetry broker {a.bootstrap} not reachable ({e}); retrying", flush=True)
+            logger.warning("shipper %s: telemetry broker %s not reachable (%s); retrying", a.agent, a.bootstrap, e)
             time.sleep(2)
-    shipper = Shipper(a.spool_dir, producer, a.topic, a.agent)
+    shipper = Shipper(a.spool_dir, producer, a.topic, a.agent, log=logs.printer(logger, logs.WARNING))
     from core import metrics
 
     if metrics.MULTIPROC_ENV in os.environ:  # started by a receiver: its /metrics shows ours

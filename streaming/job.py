@@ -391,7 +391,10 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"flightwatch streaming: error: {e}", file=sys.stderr)
         return 2
-    print(f"flightwatch streaming: run {cfg.engine.run_id} -> {cfg.run_dir}", flush=True)
+    from core import logs
+
+    logger = logs.setup(f"streaming-{cfg.command}")
+    logger.info("flightwatch streaming: run %s -> %s", cfg.engine.run_id, cfg.run_dir)
     from streaming.sinks import use_system_allocator
 
     use_system_allocator()  # this process lives as long as the run: freed memory goes back (release_memory)
@@ -402,9 +405,9 @@ def main(argv=None) -> int:
     if cfg.heartbeat and cfg.command == "run":
         threading.Thread(target=_heartbeats, args=(cfg, stop), daemon=True).start()
     try:
-        done = run_query(spark, cfg, log=lambda s: print(s, flush=True))
+        done = run_query(spark, cfg, log=logs.printer(logger))
     finally:
         stop.set()
         spark.stop()
-    print(f"run {cfg.engine.run_id}: {'finished' if done else 'stopped'}; results in {cfg.run_dir}", flush=True)
+    logger.info("run %s: %s; results in %s", cfg.engine.run_id, "finished" if done else "stopped", cfg.run_dir)
     return 0

@@ -126,26 +126,16 @@ class JobMetrics:
 
     def serve(self, listen: str, log=print) -> bool:
         """Serve ``/metrics`` on ``listen`` (HOST:PORT) in a thread; False (logged) if it cannot bind."""
-        from prometheus_client import CollectorRegistry, start_http_server
+        from core import metrics
 
-        from core.units import split_host_port
-
-        host, port = split_host_port(listen, "--metrics-listen")
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(self)
-        try:
-            self.server, _ = start_http_server(port, addr=host, registry=registry)
-        except OSError as e:
-            log(f"metrics: not served on {listen}: {e.strerror or e}")
-            return False
-        log(f"metrics: http://{listen}/metrics")
-        return True
+        self.server = metrics.serve(self, listen, log)
+        return self.server is not None
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
+        from core import metrics
+
+        metrics.stop(self.server)
+        self.server = None
 
 
 def _one(family, name: str, text: str, run: str, value: float):

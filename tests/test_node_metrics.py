@@ -27,7 +27,7 @@ def start_agent(prometheus, broker, topic, *extra, env=None):
                             cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     line = proc.stdout.readline()
-    assert line.startswith("node_metrics"), line + proc.stdout.read()
+    assert " INFO node-metrics: node_metrics" in line, line + proc.stdout.read()  # its first log line
     return proc
 
 
