@@ -1,7 +1,9 @@
 """``flightwatch_archive``: the streaming source that replays a run's archive (Spark's Python Data Source API).
 
-One archived micro-batch per micro-batch, in the order the live job processed them, so a replay sees the same
-batches and gives the same numbers.
+Archived micro-batches are read in the order the live job processed them, several at once: the engine's results do
+not depend on how records are cut into batches, so a replay takes few, large batches (``rowsPerBatch``). In local
+mode the read tasks hand the driver only the files' paths (``pathsOnly``) and the driver reads them itself
+(``read_paths``): the rows would cross Arrow -> Spark rows -> Arrow inside one JVM for nothing.
 """
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import gc
 import glob
 import os
 import re
+import sys
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -46,17 +50,20 @@ class ArchiveDataSource(DataSource):
 
         from streaming.decode import DECODED_SCHEMA
 
-        return from_arrow_schema(DECODED_SCHEMA)
+        return from_arrow_schema(PATHS_SCHEMA if _paths_only(self.options) else DECODED_SCHEMA)
 
     def streamReader(self, schema) -> ArchiveStreamReader:
-        return ArchiveStreamReader(self.options["path"])
+        return ArchiveStreamReader(self.options["path"], int(self.options.get("rowsPerBatch", "0")),
+                                   _paths_only(self.options))
 
 
 class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are ``{"index": n}``: the first n archived batches have been read."""
+    """Offsets are ``{"index": n}``: the first n archived batches have been read. A micro-batch takes archived
+    batches until it holds ``rows_per_batch`` rows (at least one; 0: one archived batch per micro-batch)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, rows_per_batch: int = 0, paths_only: bool = False) -> None:
+        self.path, self.rows_per_batch, self.paths_only = path, rows_per_batch, paths_only
+        self._rows: dict[int, int] = {}
 
     def initialOffset(self) -> dict:
         return {"index": 0}
@@ -65,16 +72,28 @@ class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
     def latestOffset(self, start: dict, limit) -> dict:
-        n = len(archived_batches(self.path))
-        return {"index": min(start["index"] + 1, n)}  # one archived batch per micro-batch
+        ids = archived_batches(self.path)
+        end, rows = start["index"], 0
+        while end < len(ids) and (end == start["index"] or rows < self.rows_per_batch):
+            rows += self._num_rows(ids[end])
+            end += 1
+        return {"index": end}
+
+    def _num_rows(self, batch_id: int) -> int:
+        if batch_id not in self._rows:
+            self._rows[batch_id] = pq.ParquetFile(batch_path(self.path, batch_id)).metadata.num_rows
+        return self._rows[batch_id]
 
     def partitions(self, start: dict, end: dict):
         ids = archived_batches(self.path)[start["index"]:end["index"]]
-        return [_ArchivePartition(os.path.join(self.path, f"batch-{i:08d}.parquet")) for i in ids]
+        return [_ArchivePartition(batch_path(self.path, i)) for i in ids]
 
     def read(self, partition: _ArchivePartition) -> Iterator[pa.RecordBatch]:
         from streaming.decode import DECODED_SCHEMA
 
+        if self.paths_only:
+            yield pa.RecordBatch.from_arrays([pa.array([partition.path])], schema=PATHS_SCHEMA)
+            return
         gc.freeze()
 
         table = pq.read_table(partition.path).cast(DECODED_SCHEMA)
@@ -82,3 +101,68 @@ class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         pass
+
+
+REPLAY_ROWS_PER_BATCH = 1_000_000
+"""A replay's micro-batches take archived batches until they hold this many records (~200 MB decoded)."""
+PATHS_SCHEMA = pa.schema([pa.field("path", pa.string())])
+
+
+def _paths_only(options) -> bool:
+    return str(options.get("pathsOnly", "false")).lower() == "true"
+
+
+def batch_path(archive_dir: str, batch_id: int) -> str:
+    return os.path.join(archive_dir, f"batch-{batch_id:08d}.parquet")
+
+
+def read_paths(paths: list[str]) -> pa.Table:
+    """The archived batches at ``paths``, in that order, as one table of decoded rows (``pathsOnly``)."""
+    from streaming.decode import DECODED_SCHEMA
+
+    tables = [pq.read_table(p).cast(DECODED_SCHEMA) for p in paths]
+    return pa.concat_tables(tables) if tables else DECODED_SCHEMA.empty_table()
+
+
+class ReplayProgress:
+    """Records done of the archive's total, the rate and an ETA, printed at most every ``every_s``; at the end the
+    wall time and the speed-up over the run's own length, both counted from ``begin()`` (the query started: Spark's
+    own start-up, ~10 s here, is not the replay's speed)."""
+
+    def __init__(self, archive_dir: str, run_length_s: float | None, log=print, every_s: float = 1.0) -> None:
+        self.total = sum(pq.ParquetFile(batch_path(archive_dir, i)).metadata.num_rows
+                         for i in archived_batches(archive_dir))
+        self.run_length_s, self.log, self.every_s = run_length_s, log, every_s
+        self.done, self.started, self.last = 0, time.monotonic(), 0.0
+
+    def begin(self) -> None:
+        self.started = time.monotonic()
+
+    def add(self, rows: int) -> None:
+        self.done += rows
+        now = time.monotonic()
+        if now - self.last >= self.every_s or self.done >= self.total:
+            self.last = now
+            elapsed = max(now - self.started, 1e-9)
+            rate = self.done / elapsed
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            self.log(f"replay: {self.done:,} of {self.total:,} records ({100 * self.done / max(self.total, 1):.0f}%), "
+                     f"{rate:,.0f} records/s, ETA {eta:.0f} s")
+
+    def finish(self) -> None:
+        wall = max(time.monotonic() - self.started, 1e-9)
+        speed = f"; {self.run_length_s / wall:.1f}x the run's own {self.run_length_s:.0f} s" if self.run_length_s else ""
+        self.log(f"replayed {self.done:,} records in {wall:.1f} s ({self.done / wall:,.0f} records/s){speed}")
+        sys.stdout.flush()
+
+
+def run_length_s(run_dir: str | None) -> float | None:
+    """The live run's length (its summary's start to stop), for a replay's speed-up."""
+    import json
+
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            s = json.load(f)
+        return (s["stopped_at_ns"] - s["started_at_ns"]) / 1e9
+    except (OSError, TypeError, KeyError, ValueError):
+        return None

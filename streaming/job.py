@@ -24,12 +24,12 @@ import sys
 import threading
 import time
 
-from core import memory, observer
+from core import memory, metrics, observer
 from core.cli import bootstrap_arg
 from core.kafka_options import client_options
 from core.procs import HOST, JOB_METRICS_PORT
 from core.rundir import ROOT as PROJECT_ROOT
-from core.units import one_line, parse_duration_ns, split_host_port
+from core.units import one_line, parse_duration_ns
 from streaming import engine
 from streaming.config import JobConfig
 
@@ -156,14 +156,11 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
     )
 
 
-def _metrics_listen(text: str) -> str | None:
-    if text in (None, "", "none"):
-        return None
+def _metrics_listen(text: str | None) -> str | None:
     try:
-        split_host_port(text, "--metrics-listen", DEFAULT_METRICS_LISTEN)
+        return metrics.listen_arg(text or "none")
     except ValueError as e:
         raise UsageError(str(e)) from None
-    return text
 
 
 def check_broker(cfg: JobConfig) -> None:
@@ -243,19 +240,21 @@ def telemetry_stream(spark, cfg: JobConfig):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from core import contract
-    from streaming.archive import ArchiveDataSource
+    from streaming.archive import REPLAY_ROWS_PER_BATCH, ArchiveDataSource
     from streaming.decode import DECODED_SCHEMA, decode_record_batches
     from streaming.sources import KafkaDataSource
 
     if cfg.command == "replay":
         spark.dataSource.register(ArchiveDataSource)
-        return spark.readStream.format("flightwatch_archive").option("path", cfg.archive_dir).load()
+        return (spark.readStream.format("flightwatch_archive").option("path", cfg.archive_dir)
+                .option("rowsPerBatch", str(REPLAY_ROWS_PER_BATCH))  # streaming.archive's
+                .option("pathsOnly", str(cfg.master.startswith("local")).lower()).load())
     reader = spark.readStream.format(cfg.source)
     if cfg.source == "kafka":  # Spark's connector (needs spark-sql-kafka on the classpath)
         reader = reader.option("kafka.bootstrap.servers", cfg.bootstrap)
     else:
         spark.dataSource.register(KafkaDataSource)
-        reader = (reader.option("bootstrap", cfg.bootstrap).option("decode", str(not decodes_in_driver(cfg)).lower())
+        reader = (reader.option("bootstrap", cfg.bootstrap).option("decode", str(not cfg.decodes_in_driver()).lower())
                   .option("minBatchMessages", str(IDLE_BATCH_MESSAGES))
                   .option("maxBatchWaitMs", str(cfg.idle_batch_ms)))
     reader = reader.option("subscribe", cfg.topic).option("startingOffsets", cfg.starting_offsets)
@@ -264,7 +263,7 @@ def telemetry_stream(spark, cfg: JobConfig):
     for k, v in cfg.kafka_options.items():
         reader = reader.option(f"kafka.{k}", v)
     raw = reader.load()
-    if decodes_in_driver(cfg):
+    if cfg.decodes_in_driver():
         return raw
     decoded = raw if cfg.source == "flightwatch_kafka" else raw.mapInArrow(decode_record_batches, from_arrow_schema(DECODED_SCHEMA))
     run = F.col("run_id") == F.lit(cfg.engine.run_id)
@@ -273,31 +272,6 @@ def telemetry_stream(spark, cfg: JobConfig):
     # every quarantined row it is given)
     unattributed = F.col("quarantine_reason").isNotNull() & (F.col("run_id").isNull() | run | (F.col("run_id") == F.lit(contract.ANY_RUN)))
     return decoded.where(run | shared | unattributed)
-
-
-def decodes_in_driver(cfg: JobConfig) -> bool:
-    """In local mode the read tasks hand the driver raw messages (hundreds of records each) and the driver decodes
-    them: decoded rows would cross Arrow -> Spark rows -> Arrow inside one JVM for nothing (at 5,000 events/s, half
-    of the JVM's CPU). A cluster's read tasks decode on the executors."""
-    return cfg.command != "replay" and cfg.source == "flightwatch_kafka" and cfg.master.startswith("local")
-
-
-def decode_in_driver(raw, run_id: str):
-    """Raw Kafka rows of a batch to this run's decoded rows (the filter of ``telemetry_stream``, in Arrow)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from core import contract
-    from streaming.decode import DECODED_SCHEMA, decode_messages
-
-    t = decode_messages(raw.column("value").to_pylist(), raw.column("partition").to_pylist(),
-                        raw.column("offset").to_pylist()).cast(DECODED_SCHEMA)
-    run_col = t.column("run_id")
-    run = pc.fill_null(pc.equal(run_col, run_id), False)
-    any_run = pc.fill_null(pc.equal(run_col, contract.ANY_RUN), False)
-    shared = pc.and_(any_run, pc.fill_null(pc.is_in(t.column("kind"), pa.array(contract.SHARED_KINDS)), False))
-    unattributed = pc.and_(pc.is_valid(t.column("quarantine_reason")), pc.or_(pc.or_(pc.is_null(run_col), run), any_run))
-    return t.filter(pc.or_(pc.or_(run, shared), unattributed))
 
 
 def _heartbeats(cfg: JobConfig, stop: threading.Event) -> None:
@@ -335,12 +309,20 @@ def run_query(spark, cfg: JobConfig, log=print) -> bool:
         else:
             served = None
 
-    in_driver = decodes_in_driver(cfg)
+    in_driver = cfg.decodes_in_driver()
+    from streaming.archive import ReplayProgress, read_paths, run_length_s
+    from streaming.decode import this_runs_rows
+
+    progress = ReplayProgress(cfg.archive_dir, run_length_s(cfg.source_dir), log) if cfg.command == "replay" else None
 
     def sink(batch_df, batch_id: int) -> None:
         table = batch_df.toArrow()
         if in_driver:
-            table = decode_in_driver(table, cfg.engine.run_id)
+            table = this_runs_rows(table, cfg.engine.run_id)
+        elif "path" in table.column_names:  # a local replay: the archived batches' files
+            table = read_paths(table.column("path").to_pylist())
+        if progress is not None:
+            progress.add(table.num_rows)
         result = store.process_batch(table, batch_id)
         log(_progress_line(dict(result.info, batch_id=batch_id, finished=result.finished,
                                 processing_s=time.time() - t_batch[0])))
@@ -351,6 +333,8 @@ def run_query(spark, cfg: JobConfig, log=print) -> bool:
               .option("checkpointLocation", cfg.spark_checkpoint).queryName(f"flightwatch_{cfg.engine.run_id}"))
     writer = writer.trigger(availableNow=True) if cfg.available_now else writer.trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
     query = writer.start()
+    if progress is not None:
+        progress.begin()
     try:
         while query.isActive:
             query.awaitTermination(0.5)
@@ -366,7 +350,10 @@ def run_query(spark, cfg: JobConfig, log=print) -> bool:
             served.close()
     if query.exception():
         raise RuntimeError(str(query.exception()))
+    if progress is not None:
+        progress.finish()
     return finished.is_set()
+
 
 
 def main(argv=None) -> int:
