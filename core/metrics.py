@@ -3,8 +3,8 @@
 A process keeps its own plain counters (an attribute increment per event) and hands ``serve`` a collector that
 turns them into metric families when scraped: nothing is done per event for Prometheus. Where several processes
 stand for one target (the HTTP receiver's ``--workers``, each with its shipper), each one copies its counters once
-a second into prometheus-client's multi-process files (``Shared``), and a scrape of any of them sums them all
-(``MultiProcessCollector``).
+a second into prometheus-client's multi-process files, and a scrape of any of them shows them all, each process's
+series under its own ``agent`` label (``Shared``, over prometheus-client's ``MultiProcessCollector``).
 """
 from __future__ import annotations
 
