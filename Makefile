@@ -49,8 +49,9 @@ ui: install ## serve the dashboard on 127.0.0.1:$(UI_PORT) (opens on the live ru
 stream: install ## run the streaming job for RUN (results in checkpoints/RUN)
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC)
 
-replay: install ## recompute RUN from its archive into checkpoints/RUN/replay
-	$(PYTHON) -m streaming replay --run $(RUN)
+replay: install ## recompute RUN from its archive into checkpoints/RUN/replay (DROP_TIMEOUT=10s WINDOW=500ms: into replay-drop10s-window500ms)
+	$(PYTHON) -m streaming replay --run $(RUN) $(if $(DROP_TIMEOUT),--drop-timeout $(DROP_TIMEOUT)) \
+		$(if $(WINDOW),--window $(WINDOW)) $(if $(WATERMARK_DELAY),--watermark-delay $(WATERMARK_DELAY))
 
 summary: install ## print RUN's summary
 	$(PYTHON) -m streaming summary --run $(RUN)
@@ -83,12 +84,13 @@ test-fast: install ## the tests that need neither broker nor Spark
 soak: up ## 15 minutes at 2,000 events/s through the stack; memory of every process, engine state, completeness (SOAK_ARGS)
 	$(PYTHON) -m bench.soak $(SOAK_ARGS)
 
-bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, verdict lag and false alarms
+bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, replay speed, verdict lag and false alarms
 	$(PYTHON) -m bench.footprint
 	$(PYTHON) -m bench.encoding
 	$(PYTHON) -m bench.loadgen
 	$(PYTHON) -m bench.receiver
 	$(PYTHON) -m bench.pipeline
+	$(PYTHON) -m bench.replay
 	$(PYTHON) -m bench.verdict
 
 spark-cluster: install ## a Spark standalone master + SPARK_WORKERS workers on 127.0.0.1:7077 (then: make stream SPARK_MASTER=spark://127.0.0.1:7077)

@@ -16,6 +16,14 @@ def parse_duration_ns(text: str) -> int:
     return int(float(m.group(1)) * UNITS_NS[m.group(2) or "s"])
 
 
+def duration_text(ns: int) -> str:
+    """Nanoseconds as ``parse_duration_ns`` reads them, in the largest unit that divides them: 500ms, 30s, 2m."""
+    for unit in ("h", "m", "s", "ms", "us"):
+        if ns and ns % UNITS_NS[unit] == 0:
+            return f"{ns // UNITS_NS[unit]}{unit}"
+    return f"{ns}ns"
+
+
 SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
 

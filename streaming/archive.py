@@ -34,8 +34,8 @@ def archived_batches(archive_dir: str) -> list[int]:
 
 
 class _ArchivePartition(InputPartition):
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
 
 
 class ArchiveDataSource(DataSource):
@@ -85,19 +85,20 @@ class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._rows[batch_id]
 
     def partitions(self, start: dict, end: dict):
-        ids = archived_batches(self.path)[start["index"]:end["index"]]
-        return [_ArchivePartition(batch_path(self.path, i)) for i in ids]
+        """A task per archived batch, to be read on the executors; paths only: one task for them all (a task costs
+        ~30 ms of Python worker and JVM: with one per archived batch, 90 of them took 3 s a million records)."""
+        paths = [batch_path(self.path, i) for i in archived_batches(self.path)[start["index"]:end["index"]]]
+        return [_ArchivePartition(paths)] if self.paths_only else [_ArchivePartition([p]) for p in paths]
 
     def read(self, partition: _ArchivePartition) -> Iterator[pa.RecordBatch]:
         from streaming.decode import DECODED_SCHEMA
 
         if self.paths_only:
-            yield pa.RecordBatch.from_arrays([pa.array([partition.path])], schema=PATHS_SCHEMA)
+            yield pa.RecordBatch.from_arrays([pa.array(partition.paths)], schema=PATHS_SCHEMA)
             return
         gc.freeze()
-
-        table = pq.read_table(partition.path).cast(DECODED_SCHEMA)
-        yield from table.to_batches()
+        for path in partition.paths:
+            yield from pq.read_table(path).cast(DECODED_SCHEMA).to_batches()
 
     def commit(self, end: dict) -> None:
         pass

@@ -5,7 +5,12 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from core.units import duration_text
 from streaming.engine import EngineConfig
+
+RECOMPUTABLE = {"drop_timeout_ns": "drop", "window_ns": "window", "watermark_delay_ns": "watermark"}
+"""Engine settings a replay may change (``replay --drop-timeout 10s``: the key without ``_ns``), and how its folder's
+name spells them."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,7 @@ class JobConfig:
     heartbeat: bool = True
     partitions: int = 2
     metrics_listen: str | None = None  # HOST:PORT of the live figures' /metrics (streaming.metrics); None: off
+    recompute: dict = field(default_factory=dict)  # a replay's RECOMPUTABLE settings given on its command line (ns)
 
     @property
     def spark_checkpoint(self) -> str:
@@ -44,13 +50,25 @@ class JobConfig:
         return self.command != "replay" and self.source == "flightwatch_kafka" and self.master.startswith("local")
 
     def for_replay(self) -> JobConfig:
-        """Read the run's archive; write into <run>/replay with a fresh checkpoint."""
+        """Read the run's archive with the run's own settings, but those given in ``recompute``; write into
+        <run>/replay, or <run>/replay-drop10s-window500ms when a setting differs from the run's (a recomputation
+        sits beside the run and the dashboard lists it), with a fresh checkpoint."""
         run_cfg = _read_run_config(self.run_dir)
-        eng = dataclasses.replace(self.engine, **{k: v for k, v in run_cfg.items() if k in
-                                                  ("window_ns", "drop_timeout_ns", "watermark_delay_ns", "retention_ns",
-                                                   "silence_timeout_ns")})
-        return dataclasses.replace(self, engine=eng, source_dir=self.run_dir,
-                                   run_dir=os.path.join(self.run_dir, "replay"), heartbeat=False)
+        own = {k: v for k, v in run_cfg.items() if k in ("window_ns", "drop_timeout_ns", "watermark_delay_ns",
+                                                         "retention_ns", "silence_timeout_ns")}
+        changed = {k: v for k, v in self.recompute.items() if own.get(k) != v}
+        folder = "replay" + "".join(f"-{name}{duration_text(changed[k])}" for k, name in RECOMPUTABLE.items() if k in changed)
+        return dataclasses.replace(self, engine=dataclasses.replace(self.engine, **{**own, **self.recompute}),
+                                   source_dir=self.run_dir, run_dir=os.path.join(self.run_dir, folder), heartbeat=False)
+
+
+def engine_problem(eng: EngineConfig) -> str | None:
+    """Why these engine settings cannot work together, or None."""
+    if eng.window_ns <= 0 or eng.drop_timeout_ns <= 0 or eng.drop_timeout_ns % eng.window_ns:
+        return "--window must be > 0 and divide --drop-timeout"
+    if eng.silence_timeout_ns <= eng.window_ns:
+        return "--silence-timeout must be longer than a window"
+    return None
 
 
 def _read_run_config(run_dir: str) -> dict:

@@ -31,7 +31,7 @@ from core.procs import HOST, JOB_METRICS_PORT
 from core.rundir import ROOT as PROJECT_ROOT
 from core.units import one_line, parse_duration_ns
 from streaming import engine
-from streaming.config import JobConfig
+from streaming.config import RECOMPUTABLE, JobConfig, engine_problem
 
 DEFAULT_METRICS_LISTEN = f"{HOST}:{JOB_METRICS_PORT}"
 DEFAULT_TRIGGER = "750ms"
@@ -79,7 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="process what is in the topic now, then stop (tests, catch-up)")
         s.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
                        help="Spark master (default %(default)s)")
-        if name == "replay":
+        own = name == "replay"  # a replay recomputes with the run's own settings but those given here
+        for flag, default, what in (("--window", "1s", "window length"),
+                                    ("--drop-timeout", "30s", "a send unanswered this long is a drop"),
+                                    ("--watermark-delay", "5s", "wait for late records this long")):
+            shown = "the run's own; another writes into <run>/replay-<settings>" if own else default
+            s.add_argument(flag, default=None if own else default, help=f"{what} (default {shown})")
+        if own:
             continue
         s.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg,
                        help="telemetry Kafka bootstrap servers (default %(default)s)")
@@ -94,9 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--max-offsets-per-trigger", type=int, help="cap on Kafka messages per micro-batch")
         s.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                        help="extra Kafka client setting (e.g. security_protocol=SASL_SSL); repeatable")
-        s.add_argument("--window", default="1s", help="window length (default %(default)s)")
-        s.add_argument("--drop-timeout", default="30s", help="a send unanswered this long is a drop (default %(default)s)")
-        s.add_argument("--watermark-delay", default="5s", help="wait for late records this long (default %(default)s)")
         s.add_argument("--silence-timeout", default="60s",
                        help="close a run as aborted when its load generator has written nothing for this long, "
                             "e.g. after a kill -9 (default %(default)s)")
@@ -127,21 +130,15 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
     except (ValueError, OSError) as e:
         raise UsageError(f"FLIGHTWATCH_KAFKA_OPTIONS: {e}") from None
     try:
-        eng = engine.EngineConfig(
-            run_id=a.run,
-            window_ns=parse_duration_ns(getattr(a, "window", "1s")),
-            drop_timeout_ns=parse_duration_ns(getattr(a, "drop_timeout", "30s")),
-            watermark_delay_ns=parse_duration_ns(getattr(a, "watermark_delay", "5s")),
-            silence_timeout_ns=parse_duration_ns(getattr(a, "silence_timeout", "60s")),
-        )
+        given = {key: parse_duration_ns(text) for key in RECOMPUTABLE if (text := getattr(a, key[:-3], None))}  # --window ...
+        eng = engine.EngineConfig(run_id=a.run, silence_timeout_ns=parse_duration_ns(getattr(a, "silence_timeout", "60s")),
+                                  **given)
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if eng.window_ns <= 0 or eng.drop_timeout_ns <= 0 or eng.drop_timeout_ns % eng.window_ns:
-        raise UsageError("--window must be > 0 and divide --drop-timeout")
-    if eng.silence_timeout_ns <= eng.window_ns:
-        raise UsageError("--silence-timeout must be longer than a window")
+    if a.command == "run" and (problem := engine_problem(eng)):
+        raise UsageError(problem)
     if getattr(a, "max_offsets_per_trigger", None) is not None and a.max_offsets_per_trigger <= 0:
         raise UsageError("--max-offsets-per-trigger must be a positive number")
     return JobConfig(
@@ -152,7 +149,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         source=getattr(a, "source", "flightwatch_kafka"), starting_offsets=getattr(a, "starting_offsets", "earliest"),
         max_offsets_per_trigger=getattr(a, "max_offsets_per_trigger", None), kafka_options=kafka_options,
         heartbeat=not getattr(a, "no_heartbeat", True), partitions=getattr(a, "partitions", 2),
-        metrics_listen=_metrics_listen(getattr(a, "metrics_listen", "none")),
+        metrics_listen=_metrics_listen(getattr(a, "metrics_listen", "none")), recompute=given if a.command == "replay" else {},
     )
 
 
@@ -298,7 +295,8 @@ def run_query(spark, cfg: JobConfig, log=print) -> bool:
     from streaming.sinks import RunStore
 
     finished = threading.Event()
-    store = RunStore(cfg.run_dir, cfg.engine, on_finished=finished.set, log=log, live_verdict=True)
+    store = RunStore(cfg.run_dir, cfg.engine, on_finished=finished.set, log=log, live_verdict=True,
+                     archive=cfg.command != "replay")
     served = None
     if cfg.metrics_listen:
         from streaming.metrics import JobMetrics
@@ -372,6 +370,8 @@ def main(argv=None) -> int:
             if not os.path.isdir(os.path.join(source_dir, "archive")):
                 raise UsageError(f"no archive at {source_dir}/archive: nothing to replay")
             cfg = cfg.for_replay()
+            if problem := engine_problem(cfg.engine):
+                raise UsageError(problem)
             shutil.rmtree(cfg.run_dir, ignore_errors=True)  # a replay starts from a fresh checkpoint
         else:
             check_broker(cfg)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from core.units import duration_text
 from streaming import reader, runinfo, table
 from streaming.table import percentile_figures
 
@@ -98,6 +99,7 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
     return {
         "run_id": cfg["run_id"],
         "state": "finished" if finished else "running",
+        "settings": {key[:-3]: duration_text(cfg[key]) for key in ("window_ns", "drop_timeout_ns", "watermark_delay_ns")},
         "started_at_ns": int(min(starts)) if len(starts) else None,
         "stopped_at_ns": int(max(stops)) if len(stops) else None,
         "stop_reasons": runinfo.records(events, "run_stop", ["at_ns", "agent", "reason"]),

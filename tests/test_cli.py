@@ -1,4 +1,6 @@
 """Bad input to the job's command line: one line on stderr, exit code 2, no traceback."""
+import json
+
 import pytest
 from conftest import free_port, run_job
 
@@ -36,6 +38,20 @@ def test_unreachable_bootstrap():
 def test_help_explains():
     proc = run_job("run", "--help", timeout=60)
     assert proc.returncode == 0 and "--drop-timeout" in proc.stdout and "--bootstrap" in proc.stdout
+    proc = run_job("replay", "--help", timeout=60)
+    assert proc.returncode == 0 and "--drop-timeout" in proc.stdout and "replay-<settings>" in proc.stdout
+
+
+@pytest.mark.parametrize("flags,words", [(["--window", "7s"], "divide"), (["--drop-timeout", "soon"], "bad duration")])
+def test_a_recomputation_with_settings_that_cannot_work_gives_one_line(tmp_path, flags, words):
+    """The run's own drop timeout (30 s) with --window 7s, checked once the run's settings are read."""
+    (tmp_path / "r" / "archive").mkdir(parents=True)
+    (tmp_path / "r" / "run.json").write_text(json.dumps({"run_id": "r", "window_ns": 10**9, "drop_timeout_ns": 30 * 10**9}))
+    proc = run_job("replay", "--run", "r", "--checkpoints", str(tmp_path), *flags, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["archive", "run.json"]  # nothing written
 
 
 AGENT_CASES = [

@@ -7,6 +7,7 @@ micro-batches; every window is checked against truth computed independently with
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -168,6 +169,27 @@ def test_the_jobs_prometheus_metrics_are_its_window_table(live, recorded):
         sent = s["flightwatch_run_events_total"][(("kind", "sent"), ("run", RUN))]
         assert 0 < sent <= recorded["truth"]["num_sent"]
     assert sum(len(s.get("flightwatch_run_batches_total", {})) for s in SCRAPES) > 0
+
+
+def test_a_recomputation_with_another_drop_timeout_matches_its_ground_truth(live, recorded):
+    """``replay --drop-timeout 2s`` recomputes the run from its archive into ``<run>/replay-drop2s``: the deliveries
+    held by the 3 s pause now come after the timeout, so they are drops (and late receives). Every window's counts
+    equal the ground truth computed for a 2 s timeout; the summary names the settings."""
+    proc = run_job("replay", "--run", RUN, "--out", str(live), "--drop-timeout", "2s", "--trigger", "100ms")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = live / "replay-drop2s"
+    run = recorded["run"]
+    t = truth(dataclasses.replace(run, spec=dataclasses.replace(run.spec, drop_timeout_s=2)))
+    assert t["num_dropped"] > recorded["truth"]["num_dropped"] + 500  # the pause's backlog
+    w = results.load_windows(str(out)).set_index("window_ns")
+    for name in ("sent", "received", "dropped", "duplicates", "late", "errors"):
+        expected = pd.Series({win: d.get(name, 0) for win, d in t["windows"].items()}, dtype=np.int64)
+        got = w[name].reindex(expected.index, fill_value=0)
+        assert (got == expected).all(), f"{name}: {got[got != expected].head()} vs {expected[got != expected].head()}"
+    s = results.summarize(str(out))
+    assert (s["sent"], s["received"], s["dropped"], s["late"]) == (t["num_sent"], t["num_received"], t["num_dropped"], t["num_late"])
+    assert s["settings"] == {"window": "1s", "drop_timeout": "2s", "watermark_delay": "5s"}
+    assert results.summarize(str(live))["settings"]["drop_timeout"] == "30s"
 
 
 def test_kill_and_restart_gives_the_undisturbed_results(live, recorded):

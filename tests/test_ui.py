@@ -32,10 +32,11 @@ from ui import data
 APP = os.path.join(ROOT, "ui", "app.py")
 
 
-def build_run(folder, spec: SyntheticSpec, batches: int = 8, finish: bool = True):
-    """Write a run folder the way the streaming job does (real decode, engine and sink, no Spark)."""
+def build_run(folder, spec: SyntheticSpec, batches: int = 8, finish: bool = True, drop_timeout_s: int | None = None):
+    """Write a run folder the way the streaming job does (real decode, engine and sink, no Spark); the engine's drop
+    timeout is the spec's unless given (a recomputation)."""
     msgs = messages(generate(spec))
-    store = RunStore(str(folder), engine.EngineConfig(spec.run_id, drop_timeout_ns=spec.drop_timeout_s * NS))
+    store = RunStore(str(folder), engine.EngineConfig(spec.run_id, drop_timeout_ns=(drop_timeout_s or spec.drop_timeout_s) * NS))
     chunks = np.array_split(np.arange(len(msgs)), batches)
     for b, idx in enumerate(chunks if finish else chunks[: batches // 2]):
         table = decode_messages([msgs[i][1] for i in idx], [0] * len(idx), list(idx))
@@ -117,6 +118,26 @@ def test_comparison_and_replay(app, tmp_path):
     progress = at.get("progress")[0].proto.text
     assert progress.startswith("replay at 10×: t = ") and progress.endswith(" s")
     assert metric(at, "rate (sent/s)")  # the run as it stood at the replay's position
+
+
+def test_a_run_is_compared_with_its_recomputation(app, tmp_path):
+    """``replay --drop-timeout 2s`` writes ``<run>/replay-drop2s``: the dashboard lists it beside its run, shows its
+    own figures and compares the two."""
+    spec = SyntheticSpec(run_id="a", start_ns=1_800_000_000 * NS, duration_s=12, rate_per_sec=100, drop_timeout_s=5,
+                         num_malformed=0, pause=(4.0, 3.0), oom_at_s=())
+    build_run(tmp_path / "a", spec)
+    build_run(tmp_path / "a" / "replay-drop2s", spec, drop_timeout_s=2)
+    runs = {r.run_id: r for r in data.list_runs(str(tmp_path))}
+    assert set(runs) == {"a", "a/replay-drop2s"} and all(r.finished for r in runs.values())
+    own, recomputed = (json.load(open(tmp_path / "a" / p / "summary.json")) for p in (".", "replay-drop2s"))
+    assert recomputed["settings"]["drop_timeout"] == "2s" and recomputed["dropped"] > own["dropped"] + 50  # the pause
+    at = app(tmp_path)
+    at.selectbox(key="run").set_value("a/replay-drop2s").run()
+    assert not at.exception
+    assert metric(at, "loss") == data.fmt_ratio(recomputed["loss_ratio"])
+    at.selectbox(key="compare").set_value("a").run()
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 2  # the timeline and the comparison on the same axes
 
 
 def test_banner_shows_the_detectors_verdict(app, tmp_path):

@@ -129,11 +129,12 @@ def after_run(view: data.RunView, runs: list[data.RunInfo]) -> None:
             st.info(f"{data.plain(other)}: {data.plain(ov.reason)}")
     st.subheader("Export")
     cols = st.columns(4)
-    cols[0].download_button("windows (CSV)", data.windows_csv(view), f"{view.run_id}-windows.csv", "text/csv")
-    cols[1].download_button("summary (JSON)", data.summary_json(view), f"{view.run_id}-summary.json", "application/json")
+    stem = view.run_id.replace("/", "-")  # a recomputation is run/replay-...
+    cols[0].download_button("windows (CSV)", data.windows_csv(view), f"{stem}-windows.csv", "text/csv")
+    cols[1].download_button("summary (JSON)", data.summary_json(view), f"{stem}-summary.json", "application/json")
     hlog = data.hlog_path(view)
     if hlog:
-        cols[2].download_button("latency (.hlog)", open(hlog, "rb").read(), f"{view.run_id}.hlog", "text/plain")
+        cols[2].download_button("latency (.hlog)", open(hlog, "rb").read(), f"{stem}.hlog", "text/plain")
     cols[3].caption("Charts: the camera button on each chart saves it as PNG.")
 
 

@@ -138,7 +138,7 @@ PNG_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "s
 
 def png_config(name: str) -> dict:
     """Plotly's own 'download as PNG' button (rendered by the browser), named after the run."""
-    return {**PNG_CONFIG, "toImageButtonOptions": {**PNG_CONFIG["toImageButtonOptions"], "filename": name}}
+    return {**PNG_CONFIG, "toImageButtonOptions": {**PNG_CONFIG["toImageButtonOptions"], "filename": name.replace("/", "-")}}
 
 
 def profile(verdict: dict, height: int = 420) -> go.Figure:

@@ -52,9 +52,16 @@ def version(path: str) -> tuple[int, float]:
     return _newest_batch(path)
 
 
+def run_name(path: str) -> str:
+    """A run's name here: its folder's; a replay or recomputation in a run's folder is ``run/replay-drop10s``."""
+    path = os.path.normpath(path)
+    parent, name = os.path.split(path)
+    return f"{os.path.basename(parent)}/{name}" if os.path.isfile(os.path.join(parent, "run.json")) else name
+
+
 def run_info(path: str) -> RunInfo:
     n, mtime = _newest_batch(path)
-    return RunInfo(os.path.basename(os.path.normpath(path)), path, mtime or os.path.getmtime(os.path.join(path, "run.json")),
+    return RunInfo(run_name(path), path, mtime or os.path.getmtime(os.path.join(path, "run.json")),
                    os.path.exists(os.path.join(path, "summary.json")))
 
 
@@ -63,7 +70,7 @@ def is_live(path: str) -> bool:
 
 
 def list_runs(checkpoints: str) -> list[RunInfo]:
-    """Runs in a checkpoints folder, newest first."""
+    """Runs in a checkpoints folder, and their replays and recomputations (``<run>/replay*``), newest first."""
     out = []
     try:
         names = os.listdir(checkpoints)
@@ -74,6 +81,8 @@ def list_runs(checkpoints: str) -> list[RunInfo]:
         if not os.path.isfile(os.path.join(path, "run.json")):
             continue
         out.append(run_info(path))
+        out += [run_info(os.path.join(path, sub)) for sub in sorted(os.listdir(path))
+                if sub.startswith("replay") and os.path.isfile(os.path.join(path, sub, "run.json"))]
     return sorted(out, key=lambda r: r.updated_s, reverse=True)
 
 
@@ -126,7 +135,7 @@ def step_bands(events: pd.DataFrame, t0_ns: int) -> list[PaceStep]:
 
 def load_run(path: str) -> RunView:
     """Everything the dashboard shows about one run, as of now."""
-    run_id = os.path.basename(os.path.normpath(path))
+    run_id = run_name(path)
     try:
         cfg = reader.job_settings(path)
     except (OSError, ValueError):
