@@ -24,7 +24,7 @@ SCHEMA_VERSION = 1
 ANY_RUN = "*"
 """Run ID of records about the machines rather than one run (node samples, OOM kills, restarts,
 clock offsets): every run's job takes those that fall within the run's time span."""
-SHARED_KINDS = ("node", "oom", "restart", "clock", "lost")
+SHARED_KINDS = ("node", "oom", "restart", "clock", "lost", "reset")
 """Record kinds that may carry ``ANY_RUN``."""
 
 MIN_TS_NS = 946_684_800 * 10**9
@@ -148,6 +148,18 @@ class TelemetryLost(Record):
 
 
 @dataclass(frozen=True)
+class TelemetryReset(Record):
+    """The telemetry broker lost what it held (restarted on memory storage, a topic recreated): written by the job's
+    Kafka source when it finds out, with ``where`` (the topic), ``reason`` (the signal) and ``count`` (messages it
+    knew of and had not read: at least that many are gone). The job resumes at the new log's start."""
+
+    where: str | None = None
+    reason: str | None = None
+    count: int | None = None
+    KIND: ClassVar[str] = "reset"
+
+
+@dataclass(frozen=True)
 class RunStart(Record):
     """A run began; ``config`` is the run's configuration as a JSON object string."""
 
@@ -171,7 +183,8 @@ class Heartbeat(Record):
 
 
 RECORD_TYPES: tuple[type[Record], ...] = (
-    Send, Receive, Ack, NodeSample, OomEvent, ContainerRestart, ClockOffset, TelemetryLost, RunStart, RunStop, Heartbeat,
+    Send, Receive, Ack, NodeSample, OomEvent, ContainerRestart, ClockOffset, TelemetryLost, TelemetryReset, RunStart,
+    RunStop, Heartbeat,
 )
 KINDS: dict[str, type[Record]] = {t.KIND: t for t in RECORD_TYPES}
 

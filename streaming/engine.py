@@ -30,9 +30,10 @@ from streaming import gaps as gap_tracking
 from streaming import partials
 from streaming.partials import EXEMPLARS, HISTS, MAX_PREFIX  # noqa: F401 - the engine's output names, read as engine.*
 
-PENDING, RECEIVED, LATE, DROPPED, ERRORED = 0, 1, 2, 3, 4
+PENDING, RECEIVED, LATE, DROPPED, ERRORED, UNKNOWN, UNACCOUNTED = 0, 1, 2, 3, 4, 5, 6
 """Status of a known event ID: waiting; delivered in time; delivered after its deadline;
-declared dropped; failed at the sender (an error ack) and never delivered in time."""
+declared dropped; failed at the sender (an error ack) and never delivered in time; waiting when the telemetry broker
+lost its data (its receive record may have gone with it); past its deadline so (not a drop: ``unaccounted``)."""
 
 
 EVENT_KINDS = ("node", "oom", "restart", "clock", "lost", "run_start", "run_stop")
@@ -102,6 +103,8 @@ class EngineState:
     aborted: str | None = None       # why the job closed the run itself
     gaps: gap_tracking.GapTracker = field(default_factory=gap_tracking.GapTracker)
     drops_named_ns: int = NO_TIME_NS  # drops of events sent before this are final and their exemplars written
+    hole_until_ns: int = NO_TIME_NS   # the telemetry broker lost records before this: a send before it that comes
+    #                                   only now may have had its receive record in what was lost (``UNKNOWN``)
 
     def scalars(self) -> dict:
         """Everything but the tables (``known``, ``orphans``, the gap tracker's stamps), as JSON can hold it."""
@@ -183,9 +186,11 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     out.record("send_delay_us", _column(sends, "at_ns"),
                (_column(sends, "at_ns") - _column(sends, "intended_at_ns")) // 1000, "negative_send_delay")
     if len(sends):
+        in_hole = _column(sends, "at_ns") < state.hole_until_ns
         new = pd.DataFrame(
             {"sent_ns": _column(sends, "at_ns"), "intended_ns": _column(sends, "intended_at_ns"),
-             "errored": False, "recv_ns": np.int64(-1), "status": np.int8(PENDING), "id": _column(sends, "id")},
+             "errored": False, "recv_ns": np.int64(-1), "status": np.where(in_hole, UNKNOWN, PENDING).astype(np.int8),
+             "id": _column(sends, "id")},
             index=pd.Index(_column(sends, "event_id"), dtype=np.uint64, name="event_id"),
         )
         known = pd.concat([known, new]) if len(known) else new
@@ -248,6 +253,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     drop_after = ~in_time & ~errored[p]
     delta = drop_after.astype(np.int64) - drop_before.astype(np.int64)
     out.add("dropped", sent_ns[p][delta != 0], delta[delta != 0])
+    out.add("unaccounted", sent_ns[p][status[p] == UNACCOUNTED], -1)  # its fate is known after all
     withdrawn = p[(delta < 0) & (sent_ns[p] < state.drops_named_ns)]  # named already (an agent out of order): unname
     if len(withdrawn):
         exemplars.append(pd.DataFrame({"kind": "dropped_id", "at_ns": sent_ns[withdrawn], "count": -1,
@@ -269,11 +275,37 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     out.add("orphan_receives", _column(orphans, "at_ns")[expired])
     orphans = orphans[~expired].reset_index(drop=True)
 
+    # The telemetry broker lost its data (the source's ``reset`` record): a send still waiting may have had its
+    # receive record in what was lost, so it is not a drop if none comes (``unaccounted``); the windows from the
+    # watermark (or the earliest such send) to the reset are incomplete.
+    # In event time the hole lies after what the job had read (``state.max_event_ns``) and before the new log's
+    # first records (an agent re-sending what it buffered may go back further): one window more is flagged.
+    resets = shared.filter(pc.equal(shared["kind"], "reset")).to_pylist() if shared.num_rows else []
+    reset_event, hole_until_ns = None, state.hole_until_ns
+    if resets and state.max_event_ns != NO_TIME_NS:  # a reset before the run's first record touches nothing of it
+        r = resets[-1]
+        waiting = (status == PENDING) & (np.arange(len(status)) < len(state.known))  # sends read before the reset
+        status[waiting] = UNKNOWN
+        alive = good.filter(pa.array(np.isin(kinds, ("send", "ack", "recv"))))["at_ns"] if good.num_rows else []
+        hole_ns = max(state.max_event_ns, pc.min(alive).as_py() if len(alive) else state.max_event_ns)
+        since = min([state.watermark_ns, *sent_ns[waiting]])
+        since = max(since, int(sent_ns.min()) if len(sent_ns) else since)  # not before the run's first send
+        first_window = since - since % cfg.window_ns
+        hole_until_ns = hole_ns - hole_ns % cfg.window_ns + 2 * cfg.window_ns  # the end of the hole's next window
+        status[(status == PENDING) & (sent_ns < hole_until_ns)] = UNKNOWN  # read with the new log's first batch
+        out.add("telemetry_incomplete", np.arange(first_window, hole_until_ns, cfg.window_ns, dtype=np.int64))
+        reset_event = {"kind": "reset", "agent": "job", "at_ns": int(hole_ns), "where": r["where"], "reason": r["reason"],
+                       "count": r["count"], "value": float(r["at_ns"])}  # value: when the source found out (wall ns)
+        info["reset"] = {"at_ns": int(r["at_ns"]), "reason": r["reason"], "lost": r["count"],
+                         "waiting": int(waiting.sum()), "incomplete_from_ns": int(first_window)}
     # Drops: pending sends whose deadline the watermark has passed (errored ones are not drops).
     deadline = sent_ns + cfg.drop_timeout_ns
     due = (status == PENDING) & (deadline < watermark_ns)
     out.add("dropped", sent_ns[due & ~errored])
     status[due] = np.where(errored[due], ERRORED, DROPPED).astype(np.int8)
+    due = (status == UNKNOWN) & (deadline < watermark_ns)
+    out.add("unaccounted", sent_ns[due & ~errored])
+    status[due] = np.where(errored[due], ERRORED, UNACCOUNTED).astype(np.int8)
     # Drop exemplars name only final drops: once every agent has written past the deadline, no receive or error
     # ack can withdraw them (the watermark alone can run ahead: one partition seconds before another). Drops turn
     # final in the order of their sends, so the first of each batch's final ones are the first of the window.
@@ -285,7 +317,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
         drops_named_ns = name_until
 
     known = known.assign(status=status, errored=errored, recv_ns=recv_ns)
-    forget = (status != PENDING) & (deadline + cfg.retention_ns < watermark_ns)
+    forget = (status != PENDING) & (status != UNKNOWN) & (deadline + cfg.retention_ns < watermark_ns)
     if forget.any():
         known = known[~forget]
 
@@ -334,9 +366,12 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     # Records about the machines (for every run): those within the run's span, once it is known.
     # They never move the watermark (an agent's clock is not the run's event time).
     info["num_shared"] = shared.num_rows
+    if reset_event is not None:  # at its place in event time (the source stamped it with its own clock)
+        events = pd.concat([events, pd.DataFrame([reset_event])], ignore_index=True)
     if shared.num_rows and start_ns is not None:
         at = shared["at_ns"].to_numpy()
         span = (at >= start_ns - cfg.window_ns) & (at <= (stop_ns if stop_ns is not None else at.max()) + cfg.drop_timeout_ns)
+        span &= shared["kind"].to_numpy(zero_copy_only=False) != "reset"  # placed above
         if span.any():
             events = pd.concat([events, shared.filter(pa.array(span)).select(list(EVENT_COLUMNS)).to_pandas()],
                                ignore_index=True)
@@ -346,11 +381,11 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
                             watermark_ns=int(watermark_ns), start_ns=start_ns, stop_ns=stop_ns,
                             num_batches=state.num_batches + 1, shards=shards, stopped=stopped,
                             last_sender_ns=int(last_sender_ns), aborted=aborted, gaps=gap_state,
-                            drops_named_ns=int(drops_named_ns))
+                            drops_named_ns=int(drops_named_ns), hole_until_ns=int(hole_until_ns))
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     finished = (stop_ns is not None and len(stopped) >= shards and watermark_ns >= stop_ns + cfg.drop_timeout_ns
-                and not (status == PENDING).any())
+                and not ((status == PENDING) | (status == UNKNOWN)).any())
     info.update({"watermark_ns": int(watermark_ns), "max_event_ns": int(max_event_ns), "judged_ns": int(judged_ns),
-                 "num_known": int(len(known)), "num_pending": int((status == PENDING).sum()),
+                 "num_known": int(len(known)), "num_pending": int(((status == PENDING) | (status == UNKNOWN)).sum()),
                  "num_orphans": int(len(orphans))})
     return new_state, BatchResult(out.counts_frame(), out.hists_frame(), events, bad, info, finished)

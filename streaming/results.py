@@ -83,7 +83,9 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
     batches = reader.load_batches(root)
     if windows.empty:
         return {"run_id": cfg["run_id"], "state": "waiting for data"}
-    total = {c: int(windows[c].sum()) for c in ("sent", "received", "dropped", "duplicates", "late", "errors", "orphan_receives", "oom_kills")}
+    total = {c: int(windows[c].sum()) for c in ("sent", "received", "dropped", "duplicates", "late", "errors", "orphan_receives",
+                                                 "oom_kills", "unaccounted")}
+    incomplete = windows[windows["telemetry_incomplete"] > 0]["window_ns"]
     errors = {c.split(":", 1)[1]: int(windows[c].sum()) for c in windows.columns if c.startswith("errors:")}
     events = reader.load_partials(root, "events")
     hists = reader.load_partials(root, "hists")
@@ -114,14 +116,26 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
            for name in ("latency_us", "latency_intended_us", "send_delay_us")},
         "exemplars": table.exemplar_records(events),
         "gaps": [{"start_ns": int(g.start_ns), "end_ns": int(g.end_ns), "duration_s": float(g.duration_s),
-                  "in_flight": int(g.in_flight)} for g in table.gaps(events).itertuples()],
+                  "in_flight": int(g.in_flight)} for g in table.gaps(events).itertuples()
+                 if not _overlaps(incomplete, g.start_ns, g.end_ns, cfg["window_ns"])],  # a hole in the telemetry
         "oom_events": ooms,
         "oom_kills_by_source": by_source,
         "container_restarts": runinfo.records(events, "restart", ["at_ns", "where", "reason", "count"]),
         "clock_offsets": runinfo.clock_offsets(events),
         "telemetry_lost": runinfo.telemetry_lost(events),
+        # the telemetry broker lost its data: when, why, how many unread messages at least; windows that lost records
+        "telemetry_reset": [dict(r, count=None if r["count"] is None else int(r["count"]))
+                            for r in runinfo.records(events, "reset", ["at_ns", "where", "reason", "count"])],
+        "windows_incomplete": int(len(incomplete)),
+        "trustworthy_fraction": 1 - len(incomplete) / len(windows),
         # while live, the job's own verdict (one detector for the UI, the CLI and CI); at the end, recomputed here
         "verdict": (live if not finished and (live := reader.job_verdict(root)) else run_verdict(root, windows, events, hists, cfg)),
         "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,
         "num_batches": int(len(batches)),
     }
+
+
+def _overlaps(windows: pd.Series, start_ns: int, end_ns: int, window_ns: int) -> bool:
+    """Whether [start_ns, end_ns) meets any of these windows."""
+    w = windows.to_numpy()
+    return bool(((w < end_ns) & (w + window_ns > start_ns)).any())

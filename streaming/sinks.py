@@ -19,6 +19,7 @@ archived batches after it: a kill -9 anywhere loses nothing and counts nothing t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -216,6 +217,13 @@ class RunStore:
         if self.archive:
             write_parquet(batch_file(self.paths.archive, batch_id), table)  # the write-ahead archive
         self.state, result = engine.process(self.state, table, self.cfg)
+        if (reset := result.info.get("reset")) is not None:
+            at = lambda ns: time.strftime("%H:%M:%S", time.gmtime(ns / 1e9))  # noqa: E731
+            logging.getLogger("streaming").error(
+                "the telemetry broker lost its data (%s) at %s: at least %s messages unread are gone; %s sends still "
+                "waiting are not drops if no receive comes (unaccounted); windows from %s on are telemetry_incomplete; "
+                "going on with the new log", reset["reason"], at(reset["at_ns"]), reset["lost"], reset["waiting"],
+                at(reset["incomplete_from_ns"]))
         for kind in PARTIAL_KINDS:
             write_parquet(batch_file(self.paths.partial(kind), batch_id), getattr(result, kind))
         if result.quarantine.num_rows:

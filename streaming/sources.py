@@ -34,6 +34,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from streaming.consumers import (  # noqa: F401 - close_worker_consumers: for tests reading in-process
+    _drop_worker_consumer,
+    _worker_consumer,
+    close_worker_consumers,
+    kafka_client_config,
+)
+
 KAFKA_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset bigint, "
     "timestamp timestamp, timestampType int"
@@ -49,25 +56,20 @@ resumes from its checkpoint when restarted."""
 HIGHWATER_WAIT_S = 1.0
 """How long the planner waits for every partition's high watermark before using what it has."""
 
-_CLIENT_PREFIX = "kafka."
-
-
-def kafka_client_config(options: dict) -> dict:
-    """kafka-python settings from source options: ``kafka.<setting>`` passes through (SASL/TLS ...)."""
-    from core.kafka_options import typed_value
-
-    cfg = {}
-    for key, value in options.items():
-        if key.startswith(_CLIENT_PREFIX) and key != "kafka.bootstrap.servers":
-            cfg[key[len(_CLIENT_PREFIX):].replace(".", "_")] = typed_value(value) if isinstance(value, str) else value
-    servers = options.get("kafka.bootstrap.servers") or options.get("bootstrap.servers") or options["bootstrap"]
-    cfg["bootstrap_servers"] = servers.split(",")
-    return cfg
-
-
 class _KafkaPartition(InputPartition):
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+    def __init__(self, topic: str, partition: int, start: int, end: int, reset: dict | None = None) -> None:
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
+        self.reset = reset  # the first read after the broker lost its data also writes the record that says so
+
+
+RESET_KEYS = ("topic_id", "resets", "reset_at_ns", "reset_reason", "reset_lost")
+"""Offsets are ``{"<partition>": next offset}`` plus these: the topic's ID, how many times the broker lost its data,
+and for the batch that found out, when, why and how many messages it knew of and had not read."""
+
+
+def _parts(offsets: dict) -> dict[str, int]:
+    """The partitions' offsets of an offset dict (without ``RESET_KEYS``)."""
+    return {p: int(o) for p, o in offsets.items() if p not in RESET_KEYS}
 
 
 class KafkaDataSource(DataSource):
@@ -106,11 +108,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._pending_since: float | None = None
         self._consumer = None
         self._known_end: dict[int, int] = {}
+        self._fresh_end: dict[int, int] = {}  # what the last fetch answered, even below what is known
         self._available_now_end: dict | None = None
+        self._admin = None
 
     def __getstate__(self):
         d = dict(self.__dict__)
-        d["_consumer"] = None
+        d["_consumer"] = d["_admin"] = None
         return d
 
     # --- planning (driver side) ---
@@ -146,17 +150,48 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         deadline = time.monotonic() + HIGHWATER_WAIT_S
         while time.monotonic() < deadline and any(c.highwater(tp) is None for tp in tps):
             c.poll(timeout_ms=50, max_records=1, update_offsets=False)
+        self._fresh_end = {}
         for tp in tps:
             hw = c.highwater(tp)
             if hw is not None:
+                self._fresh_end[tp.partition] = hw
                 self._known_end[tp.partition] = max(hw, self._known_end.get(tp.partition, 0))
         return {tp.partition: self._known_end.get(tp.partition, 0) for tp in tps}
 
+    def _topic_id(self) -> str | None:
+        """The topic's ID (a broker that lost its data, restarted on memory storage, has it recreated under a new
+        one); None while the broker is away or does not say."""
+        from confluent_kafka import TopicCollection
+        from confluent_kafka.admin import AdminClient
+
+        from core.kafka_options import librdkafka
+
+        try:
+            if self._admin is None:
+                cfg = kafka_client_config(self.options)
+                self._admin = AdminClient({"bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), **librdkafka(cfg)})
+            found = self._admin.describe_topics(TopicCollection([self.topic]), request_timeout=2)[self.topic].result(3)
+            return str(found.topic_id)
+        except Exception:  # noqa: BLE001 - away or unknown: no signal either way
+            return None
+
+    def _reset(self, start: dict, topic_id: str | None) -> str | None:
+        """Why the broker no longer holds what ``start`` points into, or None: the topic has a new ID, or a
+        partition's end (from a fresh fetch) is below where the job is."""
+        if topic_id is not None and start.get("topic_id") not in (None, topic_id):
+            return f"the topic was recreated (ID {start['topic_id']} -> {topic_id})"
+        behind = {p: (o, self._fresh_end[int(p)]) for p, o in _parts(start).items()
+                  if int(p) in self._fresh_end and self._fresh_end[int(p)] < o}
+        if behind:
+            return "its end offsets went back (" + ", ".join(f"partition {p}: {o} -> {e}" for p, (o, e) in sorted(behind.items())) + ")"
+        return None
+
     def initialOffset(self) -> dict:
         parts = self._partitions()
+        topic_id = {"topic_id": tid} if (tid := self._topic_id()) else {}
         if self.options.get("startingoffsets", "earliest") == "latest":
-            return {str(p): o for p, o in self._high_watermarks().items()}
-        return {str(p): 0 for p in parts}
+            return {**{str(p): o for p, o in self._high_watermarks().items()}, **topic_id}
+        return {**{str(p): 0 for p in parts}, **topic_id}
 
     def getDefaultReadLimit(self):
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
@@ -166,15 +201,33 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit) -> dict:
         latest = self._available_now_end or {str(p): o for p, o in self._high_watermarks().items()}
+        topic_id = self._topic_id()
+        keep = {"topic_id": topic_id or start.get("topic_id"), "resets": start.get("resets", 0)}
+        keep = {k: v for k, v in keep.items() if v}
+        if (why := self._reset(start, topic_id)) is not None:
+            return self._after_reset(start, why, keep)
+        start = _parts(start)
         end = {p: max(latest.get(p, 0), start.get(p, 0)) for p in set(latest) | set(start)}
         if self._available_now_end is None and self._hold(sum(end[p] - start.get(p, 0) for p in end)):
-            return {p: start.get(p, 0) for p in end}
+            return {**{p: start.get(p, 0) for p in end}, **keep}
         if isinstance(limit, ReadMaxRows):
             budget = limit.max_rows
             for p in sorted(end, key=int):  # fair share first, then what is left
                 share = max(budget // max(len(end), 1), 1)
                 end[p] = min(end[p], start.get(p, 0) + share)
-        return end
+        return {**end, **keep}
+
+    def _after_reset(self, start: dict, why: str, keep: dict) -> dict:
+        """The broker lost its data: read the new log from its start; the batch carries when, why and how much."""
+        import sys
+
+        lost = sum(max(self._known_end.get(int(p), 0) - o, 0) for p, o in _parts(start).items())
+        self._known_end, self._available_now_end = {}, None
+        end = {str(p): o for p, o in self._high_watermarks().items()}
+        print(f"flightwatch_kafka: ERROR: the telemetry broker lost topic {self.topic!r}: {why}; at least {lost} "
+              f"messages unread are gone; reading the new log from its start", file=sys.stderr, flush=True)
+        return {**end, **keep, "resets": start.get("resets", 0) + 1, "reset_at_ns": time.time_ns(),
+                "reset_reason": why, "reset_lost": lost}
 
     def _hold(self, num_new: int, now: float | None = None) -> bool:
         """Whether ``num_new`` new messages wait for more (fewer than ``min_messages``, not yet ``max_wait_s``)."""
@@ -193,11 +246,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {str(p): o for p, o in self._known_end.items()} or None
 
     def partitions(self, start: dict, end: dict):
-        return [
-            _KafkaPartition(self.topic, int(p), int(start.get(p, 0)), int(o))
-            for p, o in sorted(end.items(), key=lambda kv: int(kv[0]))
-            if int(o) > int(start.get(p, 0))
-        ]
+        reset = None
+        if end.get("resets", 0) > start.get("resets", 0):  # the new log is read from its start
+            reset = {"at_ns": end["reset_at_ns"], "reason": end["reset_reason"], "count": end["reset_lost"]}
+            start = {}
+        start, end = _parts(start), _parts(end)
+        out = [_KafkaPartition(self.topic, int(p), start.get(p, 0), o)
+               for p, o in sorted(end.items(), key=lambda kv: int(kv[0])) if o > start.get(p, 0)]
+        if reset is not None:  # the first task also writes the record that says so
+            out = out or [_KafkaPartition(self.topic, int(min(end, key=int, default="0")), 0, 0)]
+            out[0].reset = reset
+        return out
 
     def commit(self, end: dict) -> None:
         pass
@@ -214,7 +273,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reading = _worker_consumer(self.options, partition.topic, partition.partition)
         reading.assign(partition.start)
         consumer = reading.consumer
-        rows: list[tuple] = []
+        rows: list[tuple] = [_reset_row(partition)] if partition.reset else []
         next_offset = partition.start
         ok = False
         try:
@@ -254,82 +313,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from decode_messages(list(values), list(partitions), list(offsets)).cast(DECODED_SCHEMA).to_batches()
 
 
+def _reset_row(partition: _KafkaPartition) -> tuple:
+    """A Kafka row (offset -1: no message of the topic) carrying the job's ``reset`` record, for every run."""
+    from core import contract
+
+    r = partition.reset
+    line = contract.encode([contract.TelemetryReset(contract.ANY_RUN, "job", int(r["at_ns"]), where=partition.topic,
+                                                    reason=r["reason"], count=int(r["count"]))])
+    return (b"job", line, partition.topic, partition.partition, -1, int(r["at_ns"]) // 1000, -1)
+
+
 def _decoding(options: dict) -> bool:
     return str(options.get("decode", "false")).lower() == "true"
 
 
 READ_CHUNK = 10_000
-WORKER_FETCH_WAIT_MS = 50
-"""librdkafka's fetch.wait.max.ms for read tasks: a fetch past the data the planner saw waits at most this."""
-WORKER_QUEUE_KBYTES = 32768
-"""What a read task's consumer may fetch ahead within its range (telemetry at 5,000 events/s: ~1.5 MB/s)."""
-
-_CONSUMERS: dict = {}
-"""A worker's consumers, one per (client settings, partition), kept between read tasks."""
-
-
-class _Reading:
-    """A worker's librdkafka consumer of one partition, kept between read tasks, assigned only while one reads.
-
-    librdkafka instead of kafka-python: at 5,000 events/s the two read workers took ~0.5 core each, half of it
-    in kafka-python's network thread and fetch parsing; librdkafka's threads take ~0.02. Left assigned between
-    tasks it would fetch ahead, but every fetch on the embedded Tansu scans what the broker holds: the telemetry
-    broker went from 0.09 to 0.31 core. A task's first fetch asks for data that is there, so it is answered at once."""
-
-    def __init__(self, consumer, topic: str, partition: int) -> None:
-        self.consumer, self.topic, self.partition = consumer, topic, partition
-
-    def assign(self, offset: int) -> None:
-        from confluent_kafka import TopicPartition
-
-        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
-
-    def unassign(self) -> None:
-        self.consumer.unassign()
-
-
-def _consumer_key(options: dict, topic: str, partition: int) -> tuple:
-    return tuple(sorted((k, str(v)) for k, v in options.items())), topic, partition
-
-
-def _worker_consumer(options: dict, topic: str, partition: int) -> _Reading:
-    from confluent_kafka import Consumer, KafkaException
-
-    from core.kafka_options import librdkafka
-
-    key = _consumer_key(options, topic, partition)
-    reading = _CONSUMERS.get(key)
-    if reading is not None:
-        return reading
-    cfg = kafka_client_config(options)
-    servers = cfg.pop("bootstrap_servers")
-    config = {"bootstrap.servers": ",".join(servers), "group.id": "flightwatch-spark-source",
-              "enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": False,
-              "fetch.wait.max.ms": WORKER_FETCH_WAIT_MS, "queued.max.messages.kbytes": WORKER_QUEUE_KBYTES,
-              "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20, "receive.message.max.bytes": 80 << 20,
-              **librdkafka(cfg)}
-    try:  # a broker that is away is retried by librdkafka (the read waits up to its deadline); only bad settings fail here
-        reading = _Reading(Consumer(config), topic, partition)
-    except KafkaException as e:
-        raise RuntimeError(f"cannot read {topic}[{partition}]: Kafka settings refused: {e}") from None
-    _CONSUMERS[key] = reading
-    return reading
-
-
-def _drop_worker_consumer(options: dict | tuple, topic: str, partition: int) -> None:
-    key = (options if isinstance(options, tuple) else _consumer_key(options, topic, partition)[0]), topic, partition
-    reading = _CONSUMERS.pop(key, None)
-    if reading is not None:
-        try:
-            reading.consumer.close()
-        except Exception:  # noqa: BLE001 - closing a broken client
-            pass
-
-
-def close_worker_consumers() -> None:
-    """Close every consumer this process keeps for read tasks (a test that read in-process, before its broker goes)."""
-    for key in list(_CONSUMERS):
-        _drop_worker_consumer(*key)
 
 
 def _kafka_batch(rows: list[tuple]) -> pa.RecordBatch:

@@ -76,7 +76,7 @@ def window_table(cfg: dict, batches: pd.DataFrame, counts: pd.DataFrame, hists: 
     full = np.arange(table.index.min(), table.index.max() + window_ns, window_ns, dtype=np.int64)
     table = table.reindex(pd.Index(full, name="window_ns"))
     for name in ("sent", "received", "dropped", "duplicates", "late", "errors", "acked", "oom_kills", "orphan_receives",
-                 "container_restarts"):
+                 "container_restarts", "unaccounted", "telemetry_incomplete"):
         table[name] = table[name].fillna(0).astype(np.int64) if name in table else 0
     for name in [c for c in table.columns if c.startswith("errors:") or c.startswith("overflow:") or c in ("clock_skew", "repeated_send_records", "negative_send_delay")]:
         table[name] = table[name].fillna(0).astype(np.int64)
@@ -110,7 +110,8 @@ def window_status(windows: np.ndarray, counts, window_ns: int, timeout_ns: int, 
     sent, received = np.asarray(counts["sent"], np.int64), np.asarray(counts["received"], np.int64)
     # In flight at a window's end: sent - received - errors - drops whose deadline has passed.
     shift = timeout_ns // window_ns
-    dropped = np.asarray(counts["dropped"], np.int64)
+    dropped = np.asarray(counts["dropped"], np.int64)  # and sends whose fate a telemetry reset took (``unaccounted``)
+    dropped = dropped + (np.asarray(counts["unaccounted"], np.int64) if "unaccounted" in counts else 0)
     dropped_at_deadline = np.concatenate((np.zeros(min(shift, len(dropped)), np.int64), dropped[:max(len(dropped) - shift, 0)]))
     in_flight = np.cumsum(sent - received - np.asarray(counts["errors"], np.int64) - dropped_at_deadline)
     # Complete once the watermark has passed; all of them once the run is finished (no send

@@ -28,6 +28,10 @@ def beat(t_ms):
     return c.Heartbeat("r", "s", S + t_ms * MS)
 
 
+def reset(t_ms):
+    return c.TelemetryReset(c.ANY_RUN, "job", S + t_ms * MS, where="t", reason="the topic was recreated", count=7)
+
+
 def run(batches):
     """Feed batches of records; return summed counts by name and by (window second, name)."""
     state = engine.EngineState()
@@ -73,7 +77,26 @@ CASES = [
     ("other runs are ignored", [[c.Send("other", "s", S, event_id="x", intended_at_ns=S)]], {}),
     ("clock skew: receive before send is counted, kept out of the histogram",
      [[send(1, 100), recv(1, 50)]], {"sent": 1, "received": 1, "clock_skew": 1}),
+    # the telemetry broker lost its data (the source's reset record, stamped with the source's clock): e1 was waiting,
+    # its receive record may have gone with the broker; windows from its send (or the watermark, if earlier) to the
+    # hole (the newest record read before, or the new log's first) and one more are incomplete
+    ("waiting at a telemetry reset: unaccounted, not dropped",
+     [[send(1, 0), send(2, 100), recv(2, 200), beat(3_000)], [reset(3_000)], [beat(12_000)]],
+     {"sent": 2, "received": 1, "unaccounted": 1, "telemetry_incomplete": 5}),
+    ("waiting at a telemetry reset, received after it: received",
+     [[send(1, 0), beat(3_000)], [reset(3_000), recv(1, 3_500)], [beat(12_000)]],
+     {"sent": 1, "received": 1, "telemetry_incomplete": 3}),  # from the watermark (2 s): e1 came in the same batch
+    ("unaccounted, then its in-time receive arrives: withdrawn",
+     [[send(1, 0), beat(3_000)], [reset(3_000)], [beat(12_000)], [recv(1, 9_000)]],
+     {"sent": 1, "received": 1, "telemetry_incomplete": 5}),
+    ("sent after the hole and never received: a drop (nothing was waiting: from the watermark, not before the run)",
+     [[send(1, 0), recv(1, 5)], [reset(3_000)], [send(2, 3_100)], [beat(15_000)]],
+     {"sent": 2, "received": 1, "dropped": 1, "telemetry_incomplete": 2}),
+    ("a send of the hole's windows read only after the reset (its receive record may be lost): unaccounted",
+     [[send(1, 0), recv(1, 5)], [reset(3_000), send(2, 1_500)], [beat(15_000)]],
+     {"sent": 2, "received": 1, "unaccounted": 1, "telemetry_incomplete": 3}),
 ]
+
 
 
 @pytest.mark.parametrize("desc,batches,expected", CASES, ids=[c[0] for c in CASES])

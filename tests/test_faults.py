@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+import numpy as np
+import pandas as pd
 import pytest
 from conftest import ROOT, create_topic, job_command, job_env, telemetry
 from fault_proxy import FaultProxy
@@ -193,3 +195,99 @@ def test_a_killed_load_generator_closes_the_run_as_aborted(proxied, tmp_path):
     # dropped: only what was in flight at the kill (at 500/s, at most half a second of sends even on a busy CI machine)
     assert s["received"] + s["dropped"] == s["sent"] and s["dropped"] <= 250
     assert s["stopped_at_ns"] == max(r["at_ns"] for r in recs if r["kind"] in ("send", "ack", "run_start"))
+
+
+def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
+    """The embedded telemetry broker keeps everything in memory: killed (by its PID) and started again, it comes
+    back empty, with the topic under a new ID. A synthetic run of known truth (40 s at 200 events/s) is written in
+    two parts: what arrived before 15 s, which the job reads; then the broker is killed, what arrived in [15 s, 16 s)
+    is lost with it (written to the old broker, never read), and the rest goes to the new broker. The job logs one
+    error, goes on from the new log's start and closes the run; the summary carries ``telemetry_reset``; no send is
+    counted as dropped because its receive record was lost (sends still waiting at the reset are ``unaccounted``);
+    windows after the flagged ones are exact against the truth of what survived."""
+    from loadgen.synthetic import SyntheticSpec, generate, messages
+
+    port, topic, run_id = free_port(), "tel-reset", "reset"
+    bootstrap = f"127.0.0.1:{port}"
+    spec = SyntheticSpec(run_id=run_id, duration_s=40, rate_per_sec=200, duplicate_fraction=0.0, late_count=0,
+                         pause=None, oom_at_s=(), num_malformed=0, drop_timeout_s=5,
+                         latency_median_us=300_000)  # flights of ~300 ms: many receive records fall in what is lost
+    run = generate(spec)
+    msgs = messages(run)
+    cut0, cut1 = spec.start_ns + 15 * NS, spec.start_ns + 16 * NS
+    before = [m for m in msgs if m[2] < cut0]
+    lost = [m for m in msgs if cut0 <= m[2] < cut1]
+    after = [m for m in msgs if m[2] >= cut1]
+    lost_lines = [json.loads(line) for _, v, _ in lost for line in v.splitlines()]
+    lost_sends = {r["event_id"] for r in lost_lines if r["kind"] == "send"}
+    lost_recvs = {r["event_id"] for r in lost_lines if r["kind"] == "recv"}
+    assert len(lost_sends) > 100 and len(lost_recvs) > 100
+
+    def produce(part) -> None:
+        from kafka import KafkaProducer
+
+        p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_request_size=8 << 20)
+        for key, value, _ in part:
+            p.send(topic, key=key, value=value)
+        p.flush()
+        p.close()
+
+    broker = start_tansu(port, open(tmp_path / "tansu-1.log", "wb"), "flightwatch-reset")
+    job = None
+    try:
+        create_topic(bootstrap, topic)
+        job = start_job(bootstrap, topic, run_id, tmp_path, "--drop-timeout", "5s", "--watermark-delay", "2s",
+                        "--no-heartbeat", "--trigger", "300ms")
+        produce(before)
+        batches, want = tmp_path / run_id / "batches", sum(v.count(b"\n") + 1 for _, v, _ in before)
+        deadline = time.monotonic() + 240
+        while sum(json.load(open(b)).get("num_records", 0) for b in batches.glob("batch-*.json")) < want:
+            assert time.monotonic() < deadline and job.poll() is None, (tmp_path / "job.log").read_text()[-3000:]
+            time.sleep(0.2)
+        os.kill(broker.pid, signal.SIGKILL)  # by its PID: everything it held is gone
+        broker.wait()
+        time.sleep(2)
+        broker = start_tansu(port, open(tmp_path / "tansu-2.log", "wb"), "flightwatch-reset")
+        create_topic(bootstrap, topic)
+        produce(after)
+        assert job.wait(240) == 0, (tmp_path / "job.log").read_text()[-3000:]
+    finally:
+        if job is not None and job.poll() is None:
+            stop_process(job, wait_s=30, group=True)
+        stop_process(broker)
+
+    log = (tmp_path / "job.log").read_text()
+    assert log.count("ERROR streaming: the telemetry broker lost its data") == 1, log[-3000:]
+    s = json.load(open(tmp_path / run_id / "summary.json"))
+    assert s["state"] == "finished"
+    (reset,) = s["telemetry_reset"]
+    assert "recreated" in reset["reason"] or "went back" in reset["reason"]
+    w = pd.read_parquet(tmp_path / run_id / "windows.parquet").set_index("window_ns")
+    flagged = w.index[w["telemetry_incomplete"] > 0]
+    # from the earliest send still waiting (drop timeout + watermark delay before the hole) to the hole and one more
+    assert 0 < len(flagged) <= 5 + 2 + 3 and s["windows_incomplete"] == len(flagged) and s["trustworthy_fraction"] < 1
+    assert flagged.min() < cut0 and flagged.max() >= cut0 - NS
+
+    # the truth of what survived: per event, whether its send and its first receive reached the job
+    ids = run.event_id
+    send_ok = ~np.isin(ids, list(lost_sends))
+    recv_ok = (run.recv_ns > 0) & ~np.isin(ids, list(lost_recvs))
+    in_time = recv_ok & (run.recv_ns - run.sent_ns <= spec.drop_timeout_s * NS)
+    win = lambda t: t - t % NS  # noqa: E731
+    truly_dropped = (run.recv_ns < 0) & ~run.errored  # never received at all
+    # no send is a drop because its receive record was lost: per window, at most the sends truly never received
+    for wn, row in w.iterrows():
+        assert row["dropped"] <= int((truly_dropped & (win(run.sent_ns) == wn)).sum()), wn
+    waiting_lost = send_ok & ~recv_ok & (run.recv_ns > 0)  # read sends whose receive record died with the broker
+    assert s["unaccounted"] >= int(waiting_lost.sum()) > 20
+    # windows after the flagged ones: exact
+    later = w.index[w.index > flagged.max()]
+    assert len(later) >= 20
+    for wn in later:
+        sent = int((send_ok & (win(run.sent_ns) == wn)).sum())
+        received = int((send_ok & in_time & (win(run.recv_ns) == wn)).sum())
+        dropped = int((send_ok & truly_dropped & (win(run.sent_ns) == wn)).sum())
+        assert (w.loc[wn, "sent"], w.loc[wn, "received"], w.loc[wn, "dropped"]) == (sent, received, dropped), wn
+    print(f"\ntelemetry broker reset: {reset}; {len(flagged)} windows flagged, {s['unaccounted']} sends unaccounted "
+          f"({int(waiting_lost.sum())} of them had their receive record lost), {s['dropped']} dropped, "
+          f"{s['orphan_receives']} orphan receives (their send record was lost)")

@@ -4,7 +4,7 @@ from conftest import create_topic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from streaming.sources import KafkaStreamReader, close_worker_consumers
+from streaming.sources import KafkaStreamReader, _parts, close_worker_consumers
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ def reader(broker, topic, **options):
 
 def test_end_offsets_are_exact_where_list_offsets_under_reports(broker, topic):
     r = reader(broker, topic)
-    ends = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    ends = _parts(r.latestOffset(r.initialOffset(), ReadAllAvailable()))  # the partitions' (offsets carry the topic ID too)
     assert ends == {"0": NUM_MESSAGES // 2, "1": NUM_MESSAGES // 2}
     consumer = KafkaConsumer(bootstrap_servers=broker)
     listed = consumer.end_offsets([TopicPartition(topic, 0), TopicPartition(topic, 1)])
@@ -69,8 +69,8 @@ def test_admission_control_caps_messages_per_batch(broker, topic):
     assert r.getDefaultReadLimit() == ReadMaxRows(100)
     start = r.initialOffset()
     end = r.latestOffset(start, ReadMaxRows(100))
-    assert sum(end.values()) - sum(start.values()) == 100
-    assert r.latestOffset(end, ReadAllAvailable()) == {"0": 506, "1": 506}
+    assert sum(_parts(end).values()) - sum(_parts(start).values()) == 100
+    assert _parts(r.latestOffset(end, ReadAllAvailable())) == {"0": 506, "1": 506}
     r.stop()
 
 
@@ -81,5 +81,43 @@ def test_available_now_stops_at_the_end_seen_at_start(broker, topic):
     producer.send(topic, value=b"later", partition=0)
     producer.flush()
     producer.close()
-    assert r.latestOffset(r.initialOffset(), ReadAllAvailable()) == {"0": 506, "1": 506}
+    assert _parts(r.latestOffset(r.initialOffset(), ReadAllAvailable())) == {"0": 506, "1": 506}
+    r.stop()
+
+
+def test_offsets_carry_the_topics_id_and_a_recreated_topic_is_read_from_its_start(broker):
+    """A broker that lost its data has the topic under a new ID: the next offsets say so (a reset, when, why and
+    how many messages the reader knew of and had not read), and the batch reads the new log from its start, its
+    first task also giving the job's ``reset`` record."""
+    from kafka.admin import KafkaAdminClient
+
+    name = "sources-reset"
+    create_topic(broker, name, partitions=2)
+    producer = KafkaProducer(bootstrap_servers=broker)
+    for i in range(20):
+        producer.send(name, value=b"old%d" % i, partition=i % 2)
+    producer.flush()
+    r = reader(broker, name)
+    start = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    assert _parts(start) == {"0": 10, "1": 10} and start["topic_id"]
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    admin.delete_topics([name])
+    admin.close()
+    create_topic(broker, name, partitions=2)
+    for i in range(6):
+        producer.send(name, value=b"new%d" % i, partition=i % 2)
+    producer.flush()
+    producer.close()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert _parts(end) == {"0": 3, "1": 3} and end["topic_id"] != start["topic_id"] and end["resets"] == 1
+    assert "recreated" in end["reset_reason"] and end["reset_lost"] == 0
+    parts = r.partitions(start, end)
+    assert [(p.partition, p.start, p.end) for p in parts] == [(0, 0, 3), (1, 0, 3)]
+    rows = [row for p in parts for b in r.read(p) for row in b.to_pylist()]
+    assert sorted(row["value"] for row in rows if row["offset"] >= 0) == sorted(b"new%d" % i for i in range(6))
+    (marker,) = [row for row in rows if row["offset"] < 0]
+    assert b'"kind":"reset"' in marker["value"] and b"recreated" in marker["value"]
+    again = r.latestOffset(end, ReadAllAvailable())  # the next batch goes on from there, with no reset
+    assert _parts(again) == {"0": 3, "1": 3} and again["resets"] == 1 and "reset_reason" not in again
+    assert r.partitions(end, again) == []
     r.stop()

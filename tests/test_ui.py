@@ -342,3 +342,11 @@ def test_integrity_notes_show_lost_telemetry_and_an_aborted_run():
     assert notes[0].startswith("telemetry lost: receiver-http refused 15,103 records")
     assert notes[1] == "run aborted: no record from 1 of 1 load generator(s)"
     assert data.integrity_notes(data.RunView("r", "/nowhere", True, summary={"telemetry_lost": {}})) == []
+
+
+def test_integrity_notes_show_a_telemetry_reset():
+    view = data.RunView("r", "/nowhere", True, summary={
+        "telemetry_reset": [{"at_ns": 1, "where": "t", "reason": "the topic was recreated (ID a -> b)", "count": 0}],
+        "windows_incomplete": 9, "unaccounted": 61})
+    assert data.integrity_notes(view) == [f"telemetry broker lost its data ({data.plain('the topic was recreated (ID a -> b)')}): "
+                                          "9 windows are incomplete and not judged; 61 sends are unaccounted, not counted as dropped"]

@@ -189,11 +189,14 @@ def plain(text) -> str:
 
 def integrity_notes(view: RunView) -> list[str]:
     """What the operator must know before trusting the figures: telemetry an agent had to refuse
-    (those events count as dropped), and a run that did not end normally."""
+    (those events count as dropped), a telemetry broker that lost its data, and a run that did not end normally."""
     s, notes = view.summary, []
     for agent, n in sorted((s.get("telemetry_lost") or {}).items()):
         notes.append(f"telemetry lost: {plain(agent)} refused {n:,} records (over its buffer budget while the telemetry "
                      "broker was away); their events count as dropped")
+    for r in s.get("telemetry_reset") or []:
+        notes.append(f"telemetry broker lost its data ({plain(r.get('reason'))}): {s.get('windows_incomplete', 0)} windows "
+                     f"are incomplete and not judged; {s.get('unaccounted', 0):,} sends are unaccounted, not counted as dropped")
     if s.get("aborted"):
         why = "; ".join(plain(r.get("reason")) for r in s.get("stop_reasons") or [] if r.get("reason"))
         notes.append(f"run {why or 'aborted'}")
