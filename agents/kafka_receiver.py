@@ -24,6 +24,8 @@ p50/p99 was 138/266 ms at 500 ms, 32/60 at 100, 13/24 at 25, 9/16 at 10; its CPU
 0.28 at 25, 0.23 at 50 (fewer fetches). Idle, 40 round trips a second cost the receiver 0.005 core and the
 broker, holding a finished run's 300,000 events, 0.025."""
 CONSUME_BATCH = 5000
+TOPIC_CHECK_S = 1.0
+"""How often the receiver asks for the SUT topic's ID (``KafkaReceiver.check_topic``): one small request."""
 RUN_HEADER = cloudevents.KAFKA_RUN_HEADER
 ID_HEADER = cloudevents.KAFKA_ID_HEADER
 
@@ -38,8 +40,8 @@ def _header(headers, name: str) -> str | None:
 class KafkaReceiver:
     """Consumes every partition of the SUT topic with librdkafka (confluent-kafka's ``Consumer``)."""
 
-    def __init__(self, consumer, writer, topic: str, state_dir: str, agent: str, log=print, warn=None) -> None:
-        self.consumer, self.writer, self.topic = consumer, writer, topic
+    def __init__(self, consumer, writer, topic: str, state_dir: str, agent: str, log=print, warn=None, admin=None) -> None:
+        self.consumer, self.writer, self.topic, self.admin = consumer, writer, topic, admin
         self.wal = os.path.join(state_dir, "wal")
         self.agent, self.log, self.warn = agent, log, warn or log
         self.lines = contract.FastLines("", agent)
@@ -49,6 +51,8 @@ class KafkaReceiver:
         self.num_errors = 0
         self.num_skipped = 0  # offsets the broker never served: a later offset came first (see poll_once)
         self.positioned: set[str] = set()  # partitions whose next offset is known (from the log, or read since)
+        self.topic_id: str | None = None   # the SUT topic's ID: a new one means its log was lost (``check_topic``)
+        self.num_resets = 0
         self._skip_logged = -1e9
 
     def _write_ahead(self, offsets: dict, records: list[str]) -> None:
@@ -94,6 +98,33 @@ class KafkaReceiver:
         self.consumer.assign([TopicPartition(self.topic, p, int(offsets[str(p)])) for p in parts])
         return offsets
 
+    def check_topic(self, offsets: dict) -> bool:
+        """Whether the SUT topic came back under a new ID (a broker on memory storage that was restarted, a topic
+        deleted and created): then its new log is read from the start, on whatever partitions it has now. Tansu
+        answers a fetch past a log's end with nothing, not an out-of-range error, so without this the receiver waits
+        at its old offsets and then skips the new log's first records. True if it was reset."""
+        from confluent_kafka import TopicCollection, TopicPartition
+
+        if self.admin is None:
+            return False
+        try:
+            found = self.admin.describe_topics(TopicCollection([self.topic]), request_timeout=2)[self.topic].result(3)
+        except Exception:  # noqa: BLE001 - the broker away, the topic not there yet: ask again later
+            return False
+        topic_id, parts = str(found.topic_id), sorted(p.id for p in found.partitions)
+        if self.topic_id in (None, topic_id):
+            self.topic_id = topic_id
+            return False
+        self.warn(f"topic {self.topic} came back under a new ID ({self.topic_id} -> {topic_id}, {len(parts)} partitions): "
+                  "the SUT broker lost its data; reading its new log from the start")
+        self.topic_id = topic_id
+        self.num_resets += 1
+        offsets.clear()
+        offsets.update({str(p): 0 for p in parts})
+        self.positioned = set(offsets)
+        self.consumer.assign([TopicPartition(self.topic, p, 0) for p in parts])
+        return True
+
     def _skipped(self, part: str, expected: int, got: int) -> None:
         """The broker served ``got`` where ``expected`` was next. A consumer moves on from there, as every Kafka
         consumer does: offsets of transaction markers and compacted records are never served, and events in a hole
@@ -130,6 +161,9 @@ class KafkaReceiver:
             part, offset = str(m.partition()), m.offset()
             if offset > offsets.get(part, offset) and part in self.positioned:  # not a log's first offset
                 self._skipped(part, offsets[part], offset)
+            elif offset < offsets.get(part, offset):
+                self.warn(f"partition {part}: the log went back from offset {offsets[part]} to {offset} (the SUT broker "
+                          "lost its data, or the topic was recreated): reading on from there")
             offsets[part] = offset + 1
             self.positioned.add(part)
             if not event_id or not run_id:

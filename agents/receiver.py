@@ -21,7 +21,7 @@ import sys
 import time
 
 from agents import http_receiver, kafka_receiver
-from agents.kafka_receiver import FETCH_MAX_WAIT_MS, KafkaReceiver
+from agents.kafka_receiver import FETCH_MAX_WAIT_MS, TOPIC_CHECK_S, KafkaReceiver
 from core import clock, contract, logs, memory, metrics
 from core.cli import OneLineParser, bootstrap_arg
 from core.kafka_options import SUT_ENV, client_options
@@ -261,13 +261,16 @@ class _KafkaExposed:
                                   ("unattributed", r.num_unattributed, "messages without a run or event ID, not recorded"),
                                   ("consumer_errors", r.num_errors, "errors the consumer reported (a broker away, ...)"),
                                   ("skipped_offsets", r.num_skipped, "offsets the broker never served: a later one "
-                                   "came first, and the consumer moved on (their events count as dropped)")):
+                                   "came first, and the consumer moved on (their events count as dropped)"),
+                                  ("topic_resets", r.num_resets, "times the SUT topic came back under a new ID (its log "
+                                   "lost) and was read again from its start")):
             yield metrics.family("counter", f"flightwatch_kafka_receiver_{name}", text, ["agent"], [((agent,), value)])
         yield from metrics.telemetry_families(agent, self.writer.counters())
 
 
 def main_kafka(a) -> int:
     from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka.admin import AdminClient
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError, TopicAlreadyExistsError
@@ -287,6 +290,8 @@ def main_kafka(a) -> int:
         consumer_config = {"bootstrap.servers": a.bootstrap, "group.id": f"flightwatch-{a.agent}",
                            "enable.auto.commit": False, "enable.auto.offset.store": False,
                            "fetch.wait.max.ms": a.fetch_wait_ms, "fetch.error.backoff.ms": 100,
+                           # a position past the log's end (a SUT broker that lost its data): its new log from the start
+                           "auto.offset.reset": "earliest",
                            "queued.max.messages.kbytes": 65536, **librdkafka(sut_options)}
         telemetry_producer = rdkafka_producer(a.telemetry_bootstrap, client_options(), linger_ms=5)
     except (ValueError, OSError) as e:
@@ -301,6 +306,7 @@ def main_kafka(a) -> int:
                 pass
         admin.close()
         consumer = Consumer(consumer_config)
+        sut_admin = AdminClient({"bootstrap.servers": a.bootstrap, **librdkafka(sut_options)})
     except (KafkaError, KafkaException) as e:
         print(f"receiver: error: cannot reach a broker ({a.bootstrap} / {a.telemetry_bootstrap}): {e}", file=sys.stderr)
         return 2
@@ -308,24 +314,30 @@ def main_kafka(a) -> int:
     logger = logs.setup(a.agent)
     log = logs.printer(logger)
     receiver = KafkaReceiver(consumer, writer, a.topic, a.state_dir, a.agent, log=log,
-                             warn=logs.printer(logger, logs.WARNING))
+                             warn=logs.printer(logger, logs.WARNING), admin=sut_admin)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     offsets = receiver.start()
     log(f"receiver {a.agent}: {a.bootstrap}/{a.topic} -> {a.telemetry_bootstrap}/{a.telemetry_topic}")
     server = metrics.serve(_KafkaExposed(receiver, writer), a.metrics_listen, log=log)
-    last = time.monotonic()
+    last = last_check = time.monotonic()
     last_clock = 0.0
+    receiver.check_topic(offsets)  # learns the topic's ID
     try:
         while not stopping:
             receiver.poll_once(offsets)
+            if time.monotonic() - last_check >= TOPIC_CHECK_S:
+                receiver.check_topic(offsets)
+                last_check = time.monotonic()
             if time.monotonic() - last_clock >= 30:
                 _report_clock(writer.write, a.agent, a.clock_reference, logs.printer(logger, logs.WARNING))
                 last_clock = time.monotonic()
             if time.monotonic() - last >= 10:
                 c = writer.counters()
                 log(f"receiver {a.agent}: {receiver.num_received:,} received, {receiver.num_unattributed:,} without "
-                      f"run/event ID, {receiver.num_errors:,} consumer errors, {receiver.num_skipped:,} offsets never served; telemetry sent {c['sent']:,} retried {c['retried']:,} failed {c['failed']:,}", flush=True)
+                      f"run/event ID, {receiver.num_errors:,} consumer errors, {receiver.num_skipped:,} offsets never served, "
+                      f"{receiver.num_resets} topic resets; telemetry sent {c['sent']:,} retried {c['retried']:,} "
+                      f"failed {c['failed']:,}", flush=True)
                 last = time.monotonic()
     except KeyboardInterrupt:
         pass

@@ -291,3 +291,71 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
     print(f"\ntelemetry broker reset: {reset}; {len(flagged)} windows flagged, {s['unaccounted']} sends unaccounted "
           f"({int(waiting_lost.sum())} of them had their receive record lost), {s['dropped']} dropped, "
           f"{s['orphan_receives']} orphan receives (their send record was lost)")
+
+
+def test_a_sut_broker_that_lost_its_data_counts_errors_by_cause_and_receiving_resumes(broker, tmp_path):
+    """The embedded SUT broker (Tansu, memory storage) killed by its PID 5 s into a 20 s Kafka attack at 300/s and
+    started again 6 s later, empty, with the topic created anew: sends the producer could not deliver within the
+    attack's 3 s timeout are errors counted by cause (report and ack records agree); the Kafka receiver, positioned
+    past the new log's end (Tansu answers such a fetch with nothing), sees the topic's new ID, reads the new log from
+    its start and receives every event sent once the broker is back. Before, it waited at its old offsets."""
+    sut_port, sut, tel, run_id = free_port(), "sut-lost", "tel-sut-lost", "sutlost"
+    sut_bootstrap = f"127.0.0.1:{sut_port}"
+    create_topic(broker, tel)
+    sut_broker = start_tansu(sut_port, open(tmp_path / "sut-1.log", "wb"), "flightwatch-sut")
+    procs = []
+    try:
+        create_topic(sut_bootstrap, sut)
+        rx_log = open(tmp_path / "receiver.log", "w")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "agents.receiver", "kafka", "--bootstrap", sut_bootstrap, "--topic", sut,
+             "--telemetry-bootstrap", broker, "--telemetry-topic", tel, "--state-dir", str(tmp_path / "rx"),
+             "--metrics-listen", "none"],
+            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=rx_log, stderr=subprocess.STDOUT, start_new_session=True))
+        lg = attack(broker, tel, run_id, f"kafka://{sut_bootstrap}/{sut}", tmp_path, "--rate", "300", "--duration", "20s",
+                    "--timeout", "3s")
+        back = {}
+
+        def outage() -> None:
+            nonlocal sut_broker
+            time.sleep(5)
+            os.kill(sut_broker.pid, signal.SIGKILL)  # by its PID: what it held is gone
+            sut_broker.wait()
+            time.sleep(6)
+            sut_broker = start_tansu(sut_port, open(tmp_path / "sut-2.log", "wb"), "flightwatch-sut")
+            create_topic(sut_bootstrap, sut)
+            back["at_ns"] = time.time_ns()
+
+        t = threading.Thread(target=outage)
+        t.start()
+        out = lg.communicate(timeout=120)[0]
+        t.join()
+        assert lg.returncode in (0, 1), out[-3000:]
+        report = json.load(open(tmp_path / "lg" / "report.json"))
+        sends, recvs, acks = [], set(), []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the receiver has caught up with what was sent after the outage
+            recs = telemetry(broker, tel, run_id)
+            sends = [r for r in recs if r["kind"] == "send"]
+            recvs = {r["event_id"] for r in recs if r["kind"] == "recv"}
+            acks = [r for r in recs if r["kind"] == "ack"]
+            after = [r["event_id"] for r in sends if r["at_ns"] > back["at_ns"] + NS]
+            if after and all(e in recvs for e in after):
+                break
+            time.sleep(1)
+        assert procs[0].poll() is None, "the receiver died"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                stop_process(p, wait_s=30, group=True)
+        stop_process(sut_broker)
+    failed = [a for a in acks if a.get("error")]
+    by_cause = {}
+    for a in failed:
+        by_cause[a["error"]] = by_cause.get(a["error"], 0) + 1
+    print(f"\nSUT broker lost its data mid-attack: {len(sends):,} sent, {len(recvs):,} received, errors {report['errors']}; "
+          f"after it came back {len(after):,} sent, {sum(e in recvs for e in after):,} received")
+    assert report["requests"] == len(sends) and len(sends) >= 5900
+    assert report["errors"] and report["errors"] == by_cause and sum(by_cause.values()) >= 300  # >= 1 s of sends
+    assert len(after) >= 2000 and all(e in recvs for e in after)
+    assert not recvs & {a["event_id"] for a in failed}  # a send that failed was never received
