@@ -72,10 +72,15 @@ def client_options(extra: dict | None = None, env: str = TELEMETRY_ENV) -> dict:
 
 def telemetry_producer(bootstrap: str, options: dict | None = None, **settings):
     """kafka-python's producer for the telemetry topic (messages of hundreds of records): ``settings`` (linger,
-    sizes) under the client options (``FLIGHTWATCH_KAFKA_OPTIONS`` unless ``options`` are given: SASL, TLS)."""
+    sizes) under the client options (``FLIGHTWATCH_KAFKA_OPTIONS`` unless ``options`` are given: SASL, TLS).
+
+    Not idempotent (as ``core.telemetry.rdkafka_producer``): the job recognises a re-sent record, and an idempotent
+    producer whose broker came back empty fails for good (kafka-python: "fatal error" on InitProducerId, every
+    later batch aborted; a node-metrics agent wrote nothing more after its telemetry broker restarted)."""
     from kafka import KafkaProducer
 
-    return KafkaProducer(bootstrap_servers=bootstrap.split(","), **{**settings, **(client_options() if options is None else options)})
+    return KafkaProducer(bootstrap_servers=bootstrap.split(","),
+                         **{"enable_idempotence": False, **settings, **(client_options() if options is None else options)})
 
 
 LIBRDKAFKA_KEYS = {

@@ -111,6 +111,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._fresh_end: dict[int, int] = {}  # what the last fetch answered, even below what is known
         self._available_now_end: dict | None = None
         self._admin = None
+        self._behind = 0  # planning calls in a row that found a partition's end below the job's offsets
 
     def __getstate__(self):
         d = dict(self.__dict__)
@@ -176,13 +177,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return None
 
     def _reset(self, start: dict, topic_id: str | None) -> str | None:
-        """Why the broker no longer holds what ``start`` points into, or None: the topic has a new ID, or a
-        partition's end (from a fresh fetch) is below where the job is."""
+        """Why the broker no longer holds what ``start`` points into, or None: the topic has a new ID; or, where
+        topic IDs are not known, a partition's end below where the job is, in two fresh fetches in a row (one
+        answer could be a stale fetch's, and a false reset would read the topic again from its start)."""
         if topic_id is not None and start.get("topic_id") not in (None, topic_id):
             return f"the topic was recreated (ID {start['topic_id']} -> {topic_id})"
         behind = {p: (o, self._fresh_end[int(p)]) for p, o in _parts(start).items()
                   if int(p) in self._fresh_end and self._fresh_end[int(p)] < o}
-        if behind:
+        self._behind = (self._behind + 1) if behind and (topic_id is None or "topic_id" not in start) else 0
+        if self._behind >= 2:
+            self._behind = 0
             return "its end offsets went back (" + ", ".join(f"partition {p}: {o} -> {e}" for p, (o, e) in sorted(behind.items())) + ")"
         return None
 

@@ -61,6 +61,17 @@ def attack(bootstrap, topic, run_id, target, tmp_path, *args, **popen):
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
 
 
+def recreate_topic(bootstrap: str, topic: str) -> None:
+    """The topic on a broker that came back empty, unless a client's metadata request has created it already (Tansu
+    creates a topic a client asks about, with its default partitions)."""
+    from kafka.errors import TopicAlreadyExistsError
+
+    try:
+        create_topic(bootstrap, topic)
+    except TopicAlreadyExistsError:
+        pass
+
+
 def dir_bytes(path) -> int:
     """Disk actually used (segments are created sparse at their full size)."""
     return sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(path) for f in fs)
@@ -202,7 +213,8 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
     back empty, with the topic under a new ID. A synthetic run of known truth (40 s at 200 events/s) is written in
     two parts: what arrived before 15 s, which the job reads; then the broker is killed, what arrived in [15 s, 16 s)
     is lost with it (written to the old broker, never read), and the rest goes to the new broker. The job logs one
-    error, goes on from the new log's start and closes the run; the summary carries ``telemetry_reset``; no send is
+    error, goes on from the new log's start and closes the run; a node-metrics agent writes on into the new broker;
+    the summary carries ``telemetry_reset``; no send is
     counted as dropped because its receive record was lost (sends still waiting at the reset are ``unaccounted``);
     windows after the flagged ones are exact against the truth of what survived."""
     from loadgen.synthetic import SyntheticSpec, generate, messages
@@ -233,9 +245,15 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
         p.close()
 
     broker = start_tansu(port, open(tmp_path / "tansu-1.log", "wb"), "flightwatch-reset")
-    job = None
+    job = node_agent = None
     try:
         create_topic(bootstrap, topic)
+        # a node-metrics agent writes a sample a second (Prometheus is not there: samples marked missing)
+        node_agent = subprocess.Popen([sys.executable, "-m", "agents.node_metrics", "--prometheus",
+                                       f"http://127.0.0.1:{free_port()}", "--telemetry-bootstrap", bootstrap,
+                                       "--telemetry-topic", topic, "--clock-listen", "none", "--metrics-listen", "none"],
+                                      cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=open(tmp_path / "node.log", "w"),
+                                      stderr=subprocess.STDOUT, start_new_session=True)
         job = start_job(bootstrap, topic, run_id, tmp_path, "--drop-timeout", "5s", "--watermark-delay", "2s",
                         "--no-heartbeat", "--trigger", "300ms")
         produce(before)
@@ -248,12 +266,16 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
         broker.wait()
         time.sleep(2)
         broker = start_tansu(port, open(tmp_path / "tansu-2.log", "wb"), "flightwatch-reset")
-        create_topic(bootstrap, topic)
+        restarted_ns = time.time_ns()
+        recreate_topic(bootstrap, topic)
         produce(after)
         assert job.wait(240) == 0, (tmp_path / "job.log").read_text()[-3000:]
+        node_after = [r for r in telemetry(bootstrap, topic, "*") if r["kind"] == "node" and r["at_ns"] > restarted_ns]
+        assert node_agent.poll() is None and len(node_after) >= 3, (tmp_path / "node.log").read_text()[-2000:]
     finally:
-        if job is not None and job.poll() is None:
-            stop_process(job, wait_s=30, group=True)
+        for p in (job, node_agent):
+            if p is not None and p.poll() is None:
+                stop_process(p, wait_s=30, group=True)
         stop_process(broker)
 
     log = (tmp_path / "job.log").read_text()
@@ -323,7 +345,7 @@ def test_a_sut_broker_that_lost_its_data_counts_errors_by_cause_and_receiving_re
             sut_broker.wait()
             time.sleep(6)
             sut_broker = start_tansu(sut_port, open(tmp_path / "sut-2.log", "wb"), "flightwatch-sut")
-            create_topic(sut_bootstrap, sut)
+            recreate_topic(sut_bootstrap, sut)
             back["at_ns"] = time.time_ns()
 
         t = threading.Thread(target=outage)
