@@ -285,14 +285,14 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     if resets and state.max_event_ns != NO_TIME_NS:  # a reset before the run's first record touches nothing of it
         r = resets[-1]
         waiting = (status == PENDING) & (np.arange(len(status)) < len(state.known))  # sends read before the reset
-        status[waiting] = UNKNOWN
         alive = good.filter(pa.array(np.isin(kinds, ("send", "ack", "recv"))))["at_ns"] if good.num_rows else []
         hole_ns = max(state.max_event_ns, pc.min(alive).as_py() if len(alive) else state.max_event_ns)
-        since = min([state.watermark_ns, *sent_ns[waiting]])
+        since = min(state.watermark_ns, int(sent_ns[waiting].min())) if waiting.any() else state.watermark_ns
         since = max(since, int(sent_ns.min()) if len(sent_ns) else since)  # not before the run's first send
         first_window = since - since % cfg.window_ns
         hole_until_ns = hole_ns - hole_ns % cfg.window_ns + 2 * cfg.window_ns  # the end of the hole's next window
-        status[(status == PENDING) & (sent_ns < hole_until_ns)] = UNKNOWN  # read with the new log's first batch
+        # the waiting ones (all sent before the hole) and those of the hole's windows read with the new log's first batch
+        status[(status == PENDING) & (sent_ns < hole_until_ns)] = UNKNOWN
         out.add("telemetry_incomplete", np.arange(first_window, hole_until_ns, cfg.window_ns, dtype=np.int64))
         reset_event = {"kind": "reset", "agent": "job", "at_ns": int(hole_ns), "where": r["where"], "reason": r["reason"],
                        "count": r["count"], "value": float(r["at_ns"])}  # value: when the source found out (wall ns)

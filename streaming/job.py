@@ -130,7 +130,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
     except (ValueError, OSError) as e:
         raise UsageError(f"FLIGHTWATCH_KAFKA_OPTIONS: {e}") from None
     try:
-        given = {key: parse_duration_ns(text) for key in RECOMPUTABLE if (text := getattr(a, key[:-3], None))}  # --window ...
+        given = {key: parse_duration_ns(text) for key in RECOMPUTABLE if (text := getattr(a, key[:-3], None))}  # a.window, ...
         eng = engine.EngineConfig(run_id=a.run, silence_timeout_ns=parse_duration_ns(getattr(a, "silence_timeout", "60s")),
                                   **given)
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))

@@ -222,14 +222,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {**end, **keep}
 
     def _after_reset(self, start: dict, why: str, keep: dict) -> dict:
-        """The broker lost its data: read the new log from its start; the batch carries when, why and how much."""
-        import sys
-
+        """The broker lost its data: read the new log from its start; the batch carries when, why and how much (the
+        job logs it, once, when its engine takes the batch's ``reset`` record: ``streaming.sinks``)."""
         lost = sum(max(self._known_end.get(int(p), 0) - o, 0) for p, o in _parts(start).items())
         self._known_end, self._available_now_end = {}, None
         end = {str(p): o for p, o in self._high_watermarks().items()}
-        print(f"flightwatch_kafka: ERROR: the telemetry broker lost topic {self.topic!r}: {why}; at least {lost} "
-              f"messages unread are gone; reading the new log from its start", file=sys.stderr, flush=True)
         return {**end, **keep, "resets": start.get("resets", 0) + 1, "reset_at_ns": time.time_ns(),
                 "reset_reason": why, "reset_lost": lost}
 
