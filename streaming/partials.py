@@ -1,15 +1,11 @@
-"""A micro-batch's partial outputs, per window: additive counts (``max:*`` by max), sparse histogram buckets and the
+"""A micro-batch's partial outputs, per window: additive counts (merged as ``core.output.merges_by_max`` says), sparse histogram buckets and the
 exemplar rows (the slowest deliveries, the first drops) that readers merge over any time range."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from core import histogram
-
-HISTS = ("latency_us", "latency_intended_us", "send_delay_us")
-"""Histograms kept per window: flight time from actual and from intended send time (by
-receive window), and send delay = actual - intended send time (by send window)."""
+from core import histogram, output
 
 EXEMPLARS = 5
 """Per window, the IDs of this many slowest received events (``kind="slowest"``: at the receive, ``value`` its
@@ -17,17 +13,13 @@ flight time in µs, ns-exact) and of the first this many dropped ones (``kind="d
 ``count`` +1, or -1 when a drop named is withdrawn). The top of a union of tops is the top of the union, so any time
 range merges exactly, as the histograms do."""
 
-MAX_PREFIX = "max:"
-"""Count names with this prefix merge by max, all others by sum."""
-
-
 class Collector:
-    """Accumulates (window, name, value) triples and histogram values for one batch."""
+    """Accumulates (window, name, value) triples (names: ``core.output``) and histogram values for one batch."""
 
     def __init__(self, window_ns: int) -> None:
         self.window_ns = window_ns
         self.counts: list[pd.DataFrame] = []
-        self.hist_parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {h: [] for h in HISTS}
+        self.hist_parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {h: [] for h in output.HISTS}
 
     def window(self, at_ns) -> np.ndarray:
         return (np.asarray(at_ns, dtype=np.int64) // self.window_ns) * self.window_ns
@@ -61,7 +53,7 @@ class Collector:
         if not self.counts:
             return pd.DataFrame({"window_ns": pd.Series(dtype=np.int64), "name": pd.Series(dtype=object), "value": pd.Series(dtype=np.int64)})
         df = pd.concat(self.counts, ignore_index=True)
-        is_max = df["name"].str.startswith(MAX_PREFIX)
+        is_max = df["name"].map(output.merges_by_max).astype(bool)
         summed = df[~is_max].groupby(["window_ns", "name"], as_index=False, sort=True)["value"].sum()
         maxed = df[is_max].groupby(["window_ns", "name"], as_index=False, sort=True)["value"].max()
         out = pd.concat([summed, maxed], ignore_index=True)

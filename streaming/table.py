@@ -8,8 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from core import histogram
-from streaming import engine
+from core import histogram, output
 
 PERCENTILES = (50, 90, 99)
 
@@ -18,7 +17,7 @@ def sum_counts(counts: pd.DataFrame) -> pd.DataFrame:
     """(window_ns, name, value) partials to one column per name, merged by sum (max for max:*)."""
     if counts.empty:
         return pd.DataFrame(index=pd.Index([], name="window_ns", dtype=np.int64))
-    is_max = counts["name"].str.startswith(engine.MAX_PREFIX)
+    is_max = counts["name"].map(output.merges_by_max).astype(bool)
     summed = counts[~is_max].pivot_table(index="window_ns", columns="name", values="value", aggfunc="sum", fill_value=0)
     maxed = counts[is_max].pivot_table(index="window_ns", columns="name", values="value", aggfunc="max")
     return summed.join(maxed, how="outer") if len(maxed) else summed
@@ -134,10 +133,10 @@ def window_status(windows: np.ndarray, counts, window_ns: int, timeout_ns: int, 
 
 def exemplars(events: pd.DataFrame, lo: int | None = None, hi: int | None = None,
               by_window: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The slowest received events and the first dropped ones (``engine.EXEMPLARS`` of each), over the windows in
+    """The slowest received events and the first dropped ones (``partials.EXEMPLARS`` of each), over the windows in
     [lo, hi) or per window: (slowest: event_id, at_ns, latency_us, window_ns; dropped: event_id, at_ns, window_ns).
     A withdrawn drop (its receive came in time after all, or an error ack) nets out."""
-    from streaming.engine import EXEMPLARS
+    from streaming.partials import EXEMPLARS
 
     empty = pd.DataFrame(columns=["event_id", "at_ns", "latency_us", "window_ns"])
     if events.empty or "event_id" not in events:

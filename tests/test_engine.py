@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from core import contract as c
+from core import output
 from loadgen.synthetic import SyntheticSpec, generate, messages
 from streaming import engine
 from streaming.decode import decode_messages
@@ -41,7 +42,7 @@ def run(batches):
         state, result = engine.process(state, table, CFG)
         counts.append(result.counts)
     df = pd.concat(counts, ignore_index=True)
-    df = df[~df["name"].str.startswith(engine.MAX_PREFIX)]
+    df = df[~df["name"].str.startswith(output.MAX)]
     totals = df.groupby("name")["value"].sum().to_dict()
     by_window = {((w - S) // 10**9, n): int(v) for (w, n), v in df.groupby(["window_ns", "name"])["value"].sum().items() if v}
     return {k: int(v) for k, v in totals.items() if v}, by_window, state
@@ -124,7 +125,7 @@ def _sum_partials(batch_tables):
         hists.append(r.hists)
     h = pd.concat(hists).groupby(["window_ns", "hist", "bucket"])["count"].sum()
     counts = pd.concat(parts)
-    summed = counts[~counts["name"].str.startswith("max:")].groupby(["window_ns", "name"])["value"].sum()
+    summed = counts[~counts["name"].str.startswith(output.MAX)].groupby(["window_ns", "name"])["value"].sum()
     return summed[summed != 0], h
 
 

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from core import contract
+from core import contract, output
 from core.contract import KINDS, MAX_TS_NS, MIN_TS_NS
 from loadgen.synthetic import SyntheticSpec, generate, messages, truth
 from streaming import engine
@@ -175,7 +175,7 @@ def process(values: list[bytes]) -> tuple[pd.Series, int]:
         counts.append(r.counts)
         quarantined += r.quarantine.num_rows
     c = pd.concat(counts)
-    c = c[~c["name"].str.startswith(engine.MAX_PREFIX)].groupby(["window_ns", "name"])["value"].sum()
+    c = c[~c["name"].str.startswith(output.MAX)].groupby(["window_ns", "name"])["value"].sum()
     return c[c != 0], quarantined
 
 

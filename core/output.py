@@ -1,0 +1,183 @@
+"""The streaming job's output contract: the window table's columns, the run summary's keys and the verdict's fields.
+
+The engine writes these names (as partial count names that readers merge into columns), the readers build the table
+and the summary from them, and the dashboard, the load generator's thresholds and the tests read them: a name
+changes here or nowhere. The merge rules of the partials live here too, written once.
+"""
+from __future__ import annotations
+
+from typing import Final, TypedDict
+
+# Window table: one row per window (``window_ns``, the window's start in event time).
+WINDOW: Final = "window_ns"
+
+# Counts, summed over a window's partials (by send window: sent, acked, errors, dropped, unaccounted; by receive
+# window: received, duplicates, late; orphan receives when given up).
+SENT: Final = "sent"
+RECEIVED: Final = "received"
+ACKED: Final = "acked"
+ERRORS: Final = "errors"
+DROPPED: Final = "dropped"
+DUPLICATES: Final = "duplicates"
+LATE: Final = "late"
+ORPHAN_RECEIVES: Final = "orphan_receives"
+UNACCOUNTED: Final = "unaccounted"                    # sends whose fate a telemetry reset took: not drops
+TELEMETRY_INCOMPLETE: Final = "telemetry_incomplete"  # > 0: a telemetry reset touched the window; not judged
+OOM_KILLS: Final = "oom_kills"
+CONTAINER_RESTARTS: Final = "container_restarts"
+REPEATED_SEND_RECORDS: Final = "repeated_send_records"
+REPEATED_RECEIVE_RECORDS: Final = "repeated_receive_records"
+CLOCK_SKEW: Final = "clock_skew"                      # receives stamped before their send
+NEGATIVE_SEND_DELAY: Final = "negative_send_delay"
+SILENCE_NS: Final = "silence_ns"                      # a partial; the table shows it as ``silence_ms``
+SILENCE_MS: Final = "silence_ms"
+
+COUNTS: Final = (SENT, RECEIVED, DROPPED, DUPLICATES, LATE, ERRORS, ACKED, OOM_KILLS, ORPHAN_RECEIVES,
+                 CONTAINER_RESTARTS, UNACCOUNTED, TELEMETRY_INCOMPLETE)
+"""Integer columns every window table has (0 where nothing happened)."""
+RARE_COUNTS: Final = (CLOCK_SKEW, REPEATED_SEND_RECORDS, NEGATIVE_SEND_DELAY)
+"""Integer columns present only when something was counted (as are ``errors:<cause>`` and ``overflow:<hist>``)."""
+TOTALS: Final = (SENT, RECEIVED, DROPPED, DUPLICATES, LATE, ERRORS)
+"""What any time range of a run sums (the dashboard's range figures, the summary's totals)."""
+
+ERRORS_BY_CAUSE: Final = "errors:"  # errors:<cause>: http_503, timeout, refused, ...
+OVERFLOW: Final = "overflow:"       # overflow:<hist>: values above the histograms' range
+MAX: Final = "max:"                 # max:<name>: merged by max, all other counts by sum
+NODE: Final = "node:"               # node:<node>:<metric>: the window's mean of a node metric
+
+# Window status (``streaming.table.window_status``), exemplars and freshness.
+IN_FLIGHT: Final = "in_flight"
+RECEIVE_COMPLETE: Final = "receive_complete"
+SETTLED: Final = "settled"
+DROPS_FINAL: Final = "drops_final"
+GAP: Final = "gap"
+SLOWEST: Final = "slowest"
+FIRST_DROPPED: Final = "first_dropped"
+FIRST_WRITTEN_NS: Final = "first_written_ns"
+LAST_WRITTEN_NS: Final = "last_written_ns"
+
+# Histograms, per window: flight time from the actual and from the intended send (by receive window) and the send
+# delay (actual - intended, by send window). Columns ``<hist>_p50``, ``_p90``, ``_p99``, ``_max``; ``latency_hdr``.
+LATENCY: Final = "latency_us"
+LATENCY_INTENDED: Final = "latency_intended_us"
+SEND_DELAY: Final = "send_delay_us"
+HISTS: Final = (LATENCY, LATENCY_INTENDED, SEND_DELAY)
+PERCENTILES: Final = (50, 90, 99)
+LATENCY_HDR: Final = "latency_hdr"
+
+
+def errors_of(cause: str) -> str:
+    return ERRORS_BY_CAUSE + cause
+
+
+def overflow_of(hist: str) -> str:
+    return OVERFLOW + hist
+
+
+def max_of(name: str) -> str:
+    """The count of a window's largest ``name`` (merged by max over partials)."""
+    return MAX + name
+
+
+def merges_by_max(name: str) -> bool:
+    """The merge rule of partial counts: ``max:*`` by max, every other by sum."""
+    return name.startswith(MAX)
+
+
+def percentile_column(hist: str, p: int | str) -> str:
+    """``latency_us_p99`` (p=99), ``latency_us_max`` (p="max")."""
+    return f"{hist}_p{p}" if isinstance(p, int) else f"{hist}_{p}"
+
+
+def node_column(node: str, metric: str) -> str:
+    return f"{NODE}{node}:{metric}"
+
+
+def oom_kills(kills_by_detector) -> int:
+    """OOM kills from kills per detector over one window or one run: one kill is often seen by two detectors
+    (vmstat and its cgroup), so the detector that saw most, not their sum."""
+    return int(max(kills_by_detector, default=0))
+
+
+class Percentiles(TypedDict):
+    p50: int | None
+    p90: int | None
+    p99: int | None
+    max: int | None
+    count: int
+
+
+class Gap(TypedDict):
+    start_ns: int
+    end_ns: int
+    duration_s: float
+    in_flight: int
+
+
+class Step(TypedDict):
+    step: int
+    rate: float
+    start_ns: int
+    end_ns: int
+    sent_per_s: float
+    received_per_s: float
+    success_ratio: float | None
+    p50_us: int | None
+    p99_us: int | None
+    state: str
+
+
+class Verdict(TypedDict, total=False):
+    """The saturation detector's verdict (``streaming.saturation.verdict``)."""
+    state: str                  # ok, degrading, saturated, observer-bound, loadgen-bound
+    message: str
+    saturated_at: dict | None   # window_ns, step, rate, evidence
+    knee: dict | None           # step, rate, p99_us: the last step that held
+    steps: list[Step]
+    latency_bound_us: int
+    loadgen_bound_at: dict      # window_ns, step
+    observer_bound_at: dict     # window_ns, step
+
+
+class Summary(TypedDict, total=False):
+    """A run's summary (``streaming.results.summarize``, ``summary.json``). Before any window: run_id and state."""
+    run_id: str
+    state: str                  # waiting for data, running, finished
+    settings: dict[str, str]    # window, drop_timeout, watermark_delay as text
+    started_at_ns: int | None
+    stopped_at_ns: int | None
+    stop_reasons: list[dict]
+    aborted: bool
+    num_windows: int
+    sent: int
+    received: int
+    dropped: int
+    duplicates: int
+    late: int
+    errors: int
+    orphan_receives: int
+    oom_kills: int
+    unaccounted: int
+    loss_ratio: float | None
+    errors_by_cause: dict[str, int]
+    quarantined: int
+    latency_us: Percentiles
+    latency_intended_us: Percentiles
+    send_delay_us: Percentiles
+    exemplars: dict
+    gaps: list[Gap]
+    oom_events: list[dict]
+    oom_kills_by_source: dict[str, int]
+    container_restarts: list[dict]
+    clock_offsets: list[dict]
+    telemetry_lost: dict[str, int]
+    telemetry_reset: list[dict]
+    windows_incomplete: int
+    trustworthy_fraction: float
+    verdict: Verdict
+    watermark_ns: int | None
+    num_batches: int
+
+
+SUMMARY_KEYS: Final = tuple(Summary.__annotations__)
+SUMMARY_TOTALS: Final = (SENT, RECEIVED, DROPPED, DUPLICATES, LATE, ERRORS, ORPHAN_RECEIVES, OOM_KILLS, UNACCOUNTED)
