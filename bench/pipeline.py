@@ -106,7 +106,8 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
 
     from core import contract
     from core.procs import stop_process
-    from streaming import reader, results
+    from streaming import results
+    from streaming.reader import RunReader
 
     run_id, topic = f"bench-{rate}", f"bench-{rate}-{int(time.time())}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -137,7 +138,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
         # drain: wait until the job has read everything produced (or give up after 60 s)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            b = reader.load_batches(out)
+            b = RunReader(out).batches()
             if int(b["num_send"].sum() + b["num_recv"].sum()) >= num_records:
                 break
             time.sleep(0.5)
@@ -145,7 +146,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
     finally:
         producer.close()
         stop_process(job, signal.SIGINT, wait_s=30, group=True)
-    batches = reader.load_batches(out)
+    batches = RunReader(out).batches()
     windows = results.load_windows(out)
     load = batches[(batches["written_at_ns"] >= t0) & (batches["written_at_ns"] <= t1)]
     w = windows[(windows["window_ns"] >= t0 + 3 * NS) & (windows["window_ns"] + NS <= t1 - 2 * NS)]

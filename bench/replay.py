@@ -95,9 +95,7 @@ def write_archive(run_dir: str, run_id: str, minutes: float, rate: int, seed: in
             pq.write_table(records.slice(lo, hi - lo), batch_file(paths.archive, batch))
             batch += 1
     cfg = EngineConfig(run_id)
-    write_json(paths.run_file, {"run_id": run_id, "window_ns": cfg.window_ns, "drop_timeout_ns": cfg.drop_timeout_ns,
-                                "watermark_delay_ns": cfg.watermark_delay_ns, "retention_ns": cfg.retention_ns,
-                                "silence_timeout_ns": cfg.silence_timeout_ns})
+    write_json(paths.run_file, cfg.settings())
     write_json(paths.summary_file, {"run_id": run_id, "started_at_ns": START_NS - NS, "stopped_at_ns": end_ns})
     return records.num_rows
 

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from core import output
 from core.rundir import CHECKPOINTS, ROOT
 from loadgen import report
 from loadgen.errors import UsageError
@@ -49,7 +50,7 @@ def start_job(cfg):
     return job
 
 
-def wait_job(cfg, job, timeout_s: float = 120) -> dict | None:
+def wait_job(cfg, job, timeout_s: float = 120) -> output.Summary | None:
     import subprocess
 
     print("waiting for the streaming job to close the run (drop timeout 30 s) ...", flush=True)
@@ -73,7 +74,7 @@ def wait_job(cfg, job, timeout_s: float = 120) -> dict | None:
     if s.get("state") == "waiting for data":
         print("streaming job: no windows written; see its job.log")
         return None
-    lat = s["latency_us"]
+    lat = s[output.LATENCY]
     print(f"flight time (sender -> receiver): sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,} "
           f"duplicates {s['duplicates']:,} late {s['late']:,} errors {s['errors']:,}; latency p50 {report._ms(lat['p50'])} "
           f"p90 {report._ms(lat['p90'])} p99 {report._ms(lat['p99'])} max {report._ms(lat['max'])}; gaps {len(s['gaps'])}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from core import output
 from core.units import parse_duration_ns
 
 LATENCY = ("p50", "p90", "p95", "p99", "max", "mean")
@@ -75,8 +76,9 @@ class Threshold:
         return {"<": value < self.limit, ">": value > self.limit, "<=": value <= self.limit, ">=": value >= self.limit}[self.op]
 
 
-def run_value(t: Threshold, figures: dict, flight: dict | None = None) -> float | None:
-    """The whole run's figure for a threshold: the load generator's report, and the flight summary for loss."""
+def run_value(t: Threshold, figures: dict, flight: output.Summary | None = None) -> float | None:
+    """The whole run's figure for a threshold: the load generator's report, and the flight summary (the streaming
+    job's, ``core.output.Summary``) for loss."""
     if t.metric in LATENCY:
         return figures["latency_us"][t.metric]
     if t.metric == "success":

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from core.units import duration_text
-from streaming.engine import EngineConfig
+from streaming.state import EngineConfig
 
 RECOMPUTABLE = {"drop_timeout_ns": "drop", "window_ns": "window", "watermark_delay_ns": "watermark"}
 """Engine settings a replay may change (``replay --drop-timeout 10s``: the key without ``_ns``), and how its folder's
@@ -54,8 +54,7 @@ class JobConfig:
         <run>/replay, or <run>/replay-drop10s-window500ms when a setting differs from the run's (a recomputation
         sits beside the run and the dashboard lists it), with a fresh checkpoint."""
         run_cfg = _read_run_config(self.run_dir)
-        own = {k: v for k, v in run_cfg.items() if k in ("window_ns", "drop_timeout_ns", "watermark_delay_ns",
-                                                         "retention_ns", "silence_timeout_ns")}
+        own = EngineConfig.durations(run_cfg)
         changed = {k: v for k, v in self.recompute.items() if own.get(k) != v}
         folder = "replay" + "".join(f"-{name}{duration_text(changed[k])}" for k, name in RECOMPUTABLE.items() if k in changed)
         return dataclasses.replace(self, engine=dataclasses.replace(self.engine, **{**own, **self.recompute}),

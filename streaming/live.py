@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from core import histogram
-from core.rundir import RunPaths, batch_file, ids_in
-from streaming import reader, results, table
+from core import histogram, output
+from core.rundir import RunPaths, batch_file
+from streaming import results, table
+from streaming.reader import RunReader
 
-COUNTS = ("sent", "received", "dropped", "errors")
+COUNTS = (output.SENT, output.RECEIVED, output.DROPPED, output.ERRORS)
 """Window counts the rules read (``saturation.assess_windows``) and the step figures sum."""
 RANGE_KINDS = ("node", "oom", "restart", "slowest", "dropped_id")
 """Event kinds that give a window a row of the full table (``results.load_windows``): the live table spans the same."""
@@ -32,7 +33,7 @@ class LiveWindows:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.cfg = reader.job_settings(root)
+        self.cfg = RunReader(root).settings()
         self.window_ns = self.cfg["window_ns"]
         self.counts: dict[str, dict[int, int]] = {c: defaultdict(int) for c in COUNTS}
         self.buckets: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)  # window -> latency_us parts
@@ -51,13 +52,13 @@ class LiveWindows:
     def from_files(cls, root: str, before_batch: int) -> LiveWindows:
         """The table as it stood after batch ``before_batch - 1``, from the partial files (a restarted job)."""
         live = cls(root)
-        paths = RunPaths(root)
-        for b in [b for b in ids_in(paths.batches, "batch-*.json") if b < before_batch]:
+        paths, run = RunPaths(root), RunReader(root)
+        for b in [b for b in run.batch_ids() if b < before_batch]:
             parts = {}
             for kind in ("counts", "hists", "events"):
                 f = batch_file(paths.partial(kind), b)
                 parts[kind] = pq.read_table(f).to_pandas() if os.path.exists(f) else pd.DataFrame()
-            live.add(parts["counts"], parts["hists"], parts["events"], reader._read_json(batch_file(paths.batches, b, "json")))
+            live.add(parts["counts"], parts["hists"], parts["events"], run.batch_info(b))
         return live
 
     def _span(self, windows) -> None:
@@ -78,7 +79,7 @@ class LiveWindows:
             all_w = hists["window_ns"].to_numpy(np.int64)
             self._span(all_w)
             names = hists["hist"].to_numpy(object)
-            for hist, into in (("latency_us", self.buckets), ("send_delay_us", self.delay_buckets)):
+            for hist, into in ((output.LATENCY, self.buckets), (output.SEND_DELAY, self.delay_buckets)):
                 sel = names == hist
                 w, idx, cnt = all_w[sel], hists["bucket"].to_numpy(np.int64)[sel], hists["count"].to_numpy(np.int64)[sel]
                 order = np.argsort(w, kind="stable")
@@ -87,7 +88,7 @@ class LiveWindows:
                 for lo, hi in zip(np.concatenate(([0], cuts)).tolist(), np.concatenate((cuts, [len(w)])).tolist()):
                     if hi > lo:
                         into[int(w[lo])].append((idx[lo:hi], cnt[lo:hi]))
-                        if hist == "latency_us":
+                        if hist == output.LATENCY:
                             self.p99.pop(int(w[lo]), None)
         if len(events):
             kinds = events["kind"].to_numpy(object)
@@ -100,7 +101,7 @@ class LiveWindows:
                 values = events["value"].to_numpy(float, na_value=np.nan)[node]
                 for n, m, w, v in zip(names, metrics, windows[node].tolist(), values.tolist()):
                     if v == v:
-                        acc = self.node[f"node:{n}:{m}"][w]
+                        acc = self.node[output.node_column(n, m)][w]
                         acc[0] += v
                         acc[1] += 1
             oom = np.flatnonzero(kinds == "oom")
@@ -137,17 +138,17 @@ class LiveWindows:
             return pd.DataFrame()
         index = np.arange(self.lo, self.hi + self.window_ns, self.window_ns, dtype=np.int64)
         keys = index.tolist()
-        cols: dict[str, np.ndarray] = {"window_ns": index}
+        cols: dict[str, np.ndarray] = {output.WINDOW: index}
         for c in COUNTS:
             per = self.counts[c]
             cols[c] = np.array([per.get(w, 0) for w in keys], np.int64)
         if self.buckets:
-            cols["latency_us_p99"] = np.array([self._window_p99(w) for w in keys], float)
+            cols[output.percentile_column(output.LATENCY, 99)] = np.array([self._window_p99(w) for w in keys], float)
         for series, per in sorted(self.node.items()):
             cols[series] = np.array([per[w][0] / per[w][1] if w in per else np.nan for w in keys], float)
         kills = (table.oom_kills_per_window(pd.Series(self.oom, dtype=float).rename_axis(["window_ns", "source"]))
                  if self.oom else pd.Series(dtype=float))
-        cols["oom_kills"] = kills.reindex(index, fill_value=0).to_numpy(np.int64)
+        cols[output.OOM_KILLS] = kills.reindex(index, fill_value=0).to_numpy(np.int64)
         cols.update(table.window_status(index, cols, self.window_ns, self.cfg["drop_timeout_ns"], self.watermark,
                                           self.finished, self.judged))
         return pd.DataFrame(cols)

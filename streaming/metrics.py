@@ -22,6 +22,7 @@ import threading
 
 import numpy as np
 
+from core import output
 from streaming.table import PERCENTILES, percentile_figures
 
 QUANTILES = {f"p{p}": str(p / 100) for p in PERCENTILES} | {"max": "1"}
@@ -57,7 +58,7 @@ def snapshot(run_id: str, table, verdict: dict | None, figures, batches: int, fi
         cpu = sum(values) if values else None
     return {
         "run": run_id,
-        "events": {k: int(table[k].sum()) if k in table else 0 for k in ("sent", "received", "dropped", "errors")},
+        "events": {k: int(table[k].sum()) if k in table else 0 for k in (output.SENT, output.RECEIVED, output.DROPPED, output.ERRORS)},
         "gap_windows": int(table["gap"].sum()) if "gap" in table else 0,
         "in_flight": int(table["in_flight"].iloc[-1]) if len(table) else 0,
         "window_start_s": int(latest["window_ns"]) / 1e9 if latest is not None else None,

@@ -1,6 +1,7 @@
 """A run's results: the window table, exact merged percentiles, the verdict and the summary, read from its folder
 (``streaming.reader``) and computed by ``streaming.table``.
 
+Each function takes a run folder or a ``RunReader`` of it (a reader kept for the run's life reads each file once).
 Everything here works on a live run (the job still writing) and on a finished one.
 """
 from __future__ import annotations
@@ -8,30 +9,33 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from core import output
 from core.units import duration_text
-from streaming import reader, runinfo, table
+from streaming import runinfo, table
+from streaming.reader import RunReader
 from streaming.table import percentile_figures
 
 
-def load_windows(root: str, encode_hdr: bool = True) -> pd.DataFrame:
+def load_windows(run: RunReader | str, encode_hdr: bool = True) -> pd.DataFrame:
     """The run's window table (``table.window_table``): one row per 1 s window from the first to the last with data.
 
     ``encode_hdr``: include each window's encoded HdrHistogram (``latency_hdr``; costly, the
     dashboard does without)."""
-    batches = reader.load_batches(root)
+    run = RunReader.of(run)
+    batches = run.batches()
     if batches.empty:
         return pd.DataFrame()
-    return table.window_table(reader.job_settings(root), batches, reader.load_partials(root, "counts"),
-                              reader.load_partials(root, "hists"), reader.load_partials(root, "events"), encode_hdr)
+    return table.window_table(run.settings(), batches, run.partials("counts"), run.partials("hists"), run.partials("events"),
+                              encode_hdr)
 
 
-def merged_percentiles(root: str, hist: str = "latency_us", start_ns: int | None = None, end_ns: int | None = None,
+def merged_percentiles(run: RunReader | str, hist: str = output.LATENCY, start_ns: int | None = None, end_ns: int | None = None,
                        hists: pd.DataFrame | None = None) -> dict:
     """Exact (HDR-precision) percentiles over any time range, merged from the window histograms.
 
     ``hists``: the run's histogram partials when the caller has them already loaded.
     """
-    h = reader.load_partials(root, "hists") if hists is None else hists
+    h = RunReader.of(run).partials("hists") if hists is None else hists
     if h.empty:
         return percentile_figures(np.array([], np.int64), np.array([], np.int64))
     h = h[h["hist"] == hist]
@@ -42,59 +46,61 @@ def merged_percentiles(root: str, hist: str = "latency_us", start_ns: int | None
     return percentile_figures(h["bucket"].to_numpy(), h["count"].to_numpy())
 
 
-def run_verdict(root: str, windows: pd.DataFrame, events: pd.DataFrame, hists: pd.DataFrame | None = None,
-                cfg: dict | None = None, percentiles=None) -> dict:
+def run_verdict(run: RunReader | str, windows: pd.DataFrame, events: pd.DataFrame, hists: pd.DataFrame | None = None,
+                cfg: dict | None = None, percentiles=None) -> output.Verdict:
     """The saturation verdict and scalability profile (``streaming.saturation``) with exact per-step figures.
 
     ``percentiles(lo, hi)``: latency percentiles over the windows in [lo, hi) (default: ``merged_percentiles``
     over the histogram partials, ``hists`` if given)."""
     from streaming import saturation
 
-    cfg = reader.job_settings(root) if cfg is None else cfg
+    run = RunReader.of(run)
+    cfg = run.settings() if cfg is None else cfg
     steps = runinfo.pace_steps(events)
     if percentiles is None:
-        h = reader.load_partials(root, "hists") if hists is None else hists
+        h = run.partials("hists") if hists is None else hists
 
         def percentiles(lo: int, hi: int) -> dict:
-            return merged_percentiles(root, "latency_us", lo, hi, hists=h)
+            return merged_percentiles(run, output.LATENCY, lo, hi, hists=h)
     counts = windows.set_index("window_ns")
 
     half = cfg["window_ns"] // 2
 
     def figures(lo: int, hi: int) -> dict:  # the windows whose middle lies in [lo, hi), as the detector assigns them
         lo, hi = lo - half, hi - half
-        return {**saturation.step_counts(counts[(counts.index >= lo) & (counts.index < hi)]), "latency_us": percentiles(lo, hi)}
+        return {**saturation.step_counts(counts[(counts.index >= lo) & (counts.index < hi)]), output.LATENCY: percentiles(lo, hi)}
     return saturation.verdict(windows, steps, cfg["window_ns"], figures,
                               cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US))
 
 
-def live_verdict(root: str) -> dict | None:
+def live_verdict(run: RunReader | str) -> output.Verdict | None:
     """The verdict over the windows written so far (what the job publishes after each batch); None before data."""
-    windows = load_windows(root, encode_hdr=False)
-    if windows.empty or "sent" not in windows:
+    run = RunReader.of(run)
+    windows = load_windows(run, encode_hdr=False)
+    if windows.empty or output.SENT not in windows:
         return None
-    return run_verdict(root, windows, reader.load_partials(root, "events"))
+    return run_verdict(run, windows, run.partials("events"))
 
 
-def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
+def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> output.Summary:
     """Run-level figures: totals, exact run percentiles, errors by cause, gaps, OOM events."""
-    cfg = reader.job_settings(root)
-    windows = load_windows(root) if windows is None else windows
-    batches = reader.load_batches(root)
+    run = RunReader.of(run)
+    cfg = run.settings()
+    windows = load_windows(run) if windows is None else windows
+    batches = run.batches()
     if windows.empty:
         return {"run_id": cfg["run_id"], "state": "waiting for data"}
-    total = {c: int(windows[c].sum()) for c in ("sent", "received", "dropped", "duplicates", "late", "errors", "orphan_receives",
-                                                 "oom_kills", "unaccounted")}
-    incomplete = windows[windows["telemetry_incomplete"] > 0]["window_ns"]
-    errors = {c.split(":", 1)[1]: int(windows[c].sum()) for c in windows.columns if c.startswith("errors:")}
-    events = reader.load_partials(root, "events")
-    hists = reader.load_partials(root, "hists")
+    total = {c: int(windows[c].sum()) for c in output.SUMMARY_TOTALS}
+    incomplete = windows[windows[output.TELEMETRY_INCOMPLETE] > 0][output.WINDOW]
+    errors = {c[len(output.ERRORS_BY_CAUSE):]: int(windows[c].sum()) for c in windows.columns if c.startswith(output.ERRORS_BY_CAUSE)}
+    events = run.partials("events")
+    hists = run.partials("hists")
     ooms = runinfo.records(events, "oom", ["at_ns", "source", "where", "count", "victim"] if "victim" in events else
                     ["at_ns", "source", "where", "count"])
     by_source: dict[str, int] = {}
     for o in ooms:
         by_source[o["source"]] = by_source.get(o["source"], 0) + int(o["count"] or 1)
-    total["oom_kills"] = max(by_source.values(), default=0)
+    total[output.OOM_KILLS] = output.oom_kills(by_source.values())
     starts = events[events["kind"] == "run_start"]["at_ns"] if not events.empty else []
     stops = events[events["kind"] == "run_stop"]["at_ns"] if not events.empty else []
     finished = bool(len(batches) and batches["finished"].any())
@@ -109,11 +115,11 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
                                             for r in events.loc[events["kind"] == "run_stop", "reason"].dropna()),
         "num_windows": int(len(windows)),
         **total,
-        "loss_ratio": (total["dropped"] / total["sent"]) if total["sent"] else None,
+        "loss_ratio": (total[output.DROPPED] / total[output.SENT]) if total[output.SENT] else None,
         "errors_by_cause": errors,
         "quarantined": int(batches["num_quarantined"].sum()) if len(batches) else 0,
-        **{name: merged_percentiles(root, name, hists=hists)
-           for name in ("latency_us", "latency_intended_us", "send_delay_us")},
+        **{name: merged_percentiles(run, name, hists=hists)
+           for name in output.HISTS},
         "exemplars": table.exemplar_records(events),
         "gaps": [{"start_ns": int(g.start_ns), "end_ns": int(g.end_ns), "duration_s": float(g.duration_s),
                   "in_flight": int(g.in_flight)} for g in table.gaps(events).itertuples()
@@ -129,7 +135,7 @@ def summarize(root: str, windows: pd.DataFrame | None = None) -> dict:
         "windows_incomplete": int(len(incomplete)),
         "trustworthy_fraction": 1 - len(incomplete) / len(windows),
         # while live, the job's own verdict (one detector for the UI, the CLI and CI); at the end, recomputed here
-        "verdict": (live if not finished and (live := reader.job_verdict(root)) else run_verdict(root, windows, events, hists, cfg)),
+        "verdict": (live if not finished and (live := run.verdict()) else run_verdict(run, windows, events, hists, cfg)),
         "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,
         "num_batches": int(len(batches)),
     }

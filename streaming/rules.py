@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -19,9 +18,7 @@ import pyarrow.compute as pc
 from core import contract, output
 from streaming import gaps as gap_tracking
 from streaming import partials
-
-if TYPE_CHECKING:
-    from streaming.engine import EngineConfig, EngineState
+from streaming.state import NO_TIME_NS, EngineConfig, EngineState
 
 PENDING, RECEIVED, LATE, DROPPED, ERRORED, UNKNOWN, UNACCOUNTED = 0, 1, 2, 3, 4, 5, 6
 """Status of a known event ID: waiting; delivered in time; delivered after its deadline;
@@ -33,9 +30,6 @@ EVENT_KINDS = ("node", "oom", "restart", "clock", "lost", "run_start", "run_stop
 
 EVENT_COLUMNS = ("kind", "agent", "at_ns", "node", "metric", "value", "missing", "source", "where", "count", "config",
                  "reason", "reference", "offset_us", "rtt_us", "event_id", "victim")
-
-NO_TIME_NS = gap_tracking.NO_TIME_NS  # -(2**62): no event time yet
-
 
 def id_hash(event_ids: np.ndarray) -> np.ndarray:
     """64-bit key of each event ID string (deterministic across processes and runs)."""

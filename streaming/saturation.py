@@ -30,6 +30,8 @@ import time
 import numpy as np
 import pandas as pd
 
+from core import output
+
 SETTLE_WINDOWS = 2
 SATURATED_RATIO = 0.90
 DEGRADING_RATIO = 0.97
@@ -97,26 +99,26 @@ def step_of(window_ns: np.ndarray, steps: list[dict], length_ns: int = 1_000_000
 
 def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000) -> pd.DataFrame:
     """One row per settled window with sends: its signals, state and the reasons for it."""
-    if w.empty or "sent" not in w:
+    if w.empty or output.SENT not in w:
         return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
     w = w.sort_values("window_ns").reset_index(drop=True)
     done = np.zeros(len(w), bool)
     done[: max(len(w) - SETTLE_WINDOWS, 0)] = True
-    if "settled" in w:  # as soon as its records are all in (a receiver that stalls holds this back: then the rule above)
-        done |= w["settled"].fillna(False).to_numpy(bool)
+    if output.SETTLED in w:  # as soon as its records are all in (a receiver that stalls holds this back: then the rule above)
+        done |= w[output.SETTLED].fillna(False).to_numpy(bool)
     settled = w.iloc[: int(np.flatnonzero(~done)[0]) if (~done).any() else len(w)]
-    w = settled[settled["sent"] > 0].copy()
-    if "telemetry_incomplete" in w:  # the telemetry broker lost records of these: their figures are not the SUT's
-        w = w[w["telemetry_incomplete"].fillna(0).to_numpy() == 0]
+    w = settled[settled[output.SENT] > 0].copy()
+    if output.TELEMETRY_INCOMPLETE in w:  # the telemetry broker lost records of these: their figures are not the SUT's
+        w = w[w[output.TELEMETRY_INCOMPLETE].fillna(0).to_numpy() == 0]
     if w.empty:
         return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
     t = w["window_ns"].to_numpy()
     n = len(w)
     step = step_of(t, steps, window_ns)
-    sent, recv = w["sent"].to_numpy(float), w["received"].to_numpy(float)
+    sent, recv = w[output.SENT].to_numpy(float), w[output.RECEIVED].to_numpy(float)
     # over two windows: a delivery that crosses a window edge is not a loss
     ratio = (recv + np.concatenate(([0.0], recv[:-1]))) / (sent + np.concatenate(([0.0], sent[:-1])))
-    inflight = w["in_flight"].to_numpy(float) if "in_flight" in w else np.zeros(n)
+    inflight = w[output.IN_FLIGHT].to_numpy(float) if output.IN_FLIGHT in w else np.zeros(n)
     grown = np.zeros(n, bool)
     grown[2:] = ((inflight[2:] - inflight[:-2] > 0.1 * sent[2:]) & (inflight[2:] > inflight[1:-1]) & (inflight[1:-1] > inflight[:-2])
                  & (inflight[2:] >= BACKLOG_SECONDS * sent[2:]))
@@ -125,7 +127,8 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
     first_or_last = np.array([i < 0 or t_ < steps[i]["start_ns"] or t_ + window_ns > steps[i]["end_ns"]
                               for i, t_ in zip(step, t)], bool)
     loadgen_short = ~first_or_last & (sent < LOADGEN_SHORT * sched)
-    p99 = w["latency_us_p99"].to_numpy(float) if "latency_us_p99" in w else np.full(n, np.nan)
+    p99_col = output.percentile_column(output.LATENCY, 99)
+    p99 = w[p99_col].to_numpy(float) if p99_col in w else np.full(n, np.nan)
     base = np.full(n, np.nan)
     for i in range(1, len(steps)):
         prev = p99[step == i - 1]
@@ -139,7 +142,7 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
     net_drops = (_node_max(w, "net_rx_drops_per_s").fillna(0) + _node_max(w, "net_tx_drops_per_s").fillna(0)).to_numpy(float)
     observer_bound, observer_why = _observer_bound(w)
     gap_col = w["gap"].fillna(False).to_numpy(bool) if "gap" in w else np.zeros(n, bool)
-    oom = w["oom_kills"].fillna(0).to_numpy() if "oom_kills" in w else np.zeros(n)
+    oom = w[output.OOM_KILLS].fillna(0).to_numpy() if output.OOM_KILLS in w else np.zeros(n)
     states, reasons = [], []
     for k in range(n):
         why = []
@@ -187,9 +190,9 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
 def step_counts(w: pd.DataFrame) -> dict:
     """A step's sent and received over its windows, and (where the table has drops) ``failed``: of the events
     sent in it, those dropped or failed (both are charged to send windows)."""
-    out = {"sent": int(w["sent"].sum()), "received": int(w["received"].sum())}
-    if "dropped" in w:
-        out["failed"] = int(sum(w[c].sum() for c in ("dropped", "errors") if c in w))
+    out = {output.SENT: int(w[output.SENT].sum()), output.RECEIVED: int(w[output.RECEIVED].sum())}
+    if output.DROPPED in w:
+        out["failed"] = int(sum(w[c].sum() for c in (output.DROPPED, output.ERRORS) if c in w))
     return out
 
 
@@ -223,14 +226,14 @@ def _outside_steps(window_ns: int, steps: list[dict]) -> str:
 
 
 def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, step_figures=None,
-            latency_bound_us: float = DEFAULT_LATENCY_BOUND_US) -> dict:
+            latency_bound_us: float = DEFAULT_LATENCY_BOUND_US) -> output.Verdict:
     """The run's verdict: current state, where saturation began (with evidence), per-step profile and knee.
 
     ``step_figures(start_ns, end_ns)`` gives exact figures over a step (counts and merged percentiles);
     without it the step table is built from the windows.
     """
     a = assess_windows(w, steps, window_ns)
-    out = {"state": "ok" if a.empty else a["state"].iloc[-1], "saturated_at": None, "knee": None, "steps": [],
+    out: output.Verdict = {"state": "ok" if a.empty else a["state"].iloc[-1], "saturated_at": None, "knee": None, "steps": [],
            "message": "no settled windows yet" if a.empty else "", "latency_bound_us": latency_bound_us}
     if a.empty:
         return out

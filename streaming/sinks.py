@@ -153,10 +153,7 @@ class RunStore:
         self.next_batch: int | None = None
         self.verdict = LiveVerdict(root, log) if live_verdict else None
         os.makedirs(root, exist_ok=True)
-        write_json(self.paths.run_file, {"run_id": cfg.run_id, "window_ns": cfg.window_ns,
-                                         "drop_timeout_ns": cfg.drop_timeout_ns,
-                                         "watermark_delay_ns": cfg.watermark_delay_ns,
-                                         "retention_ns": cfg.retention_ns, "silence_timeout_ns": cfg.silence_timeout_ns})
+        write_json(self.paths.run_file, cfg.settings())
 
     # --- state recovery
     def _save_snapshot(self, batch_id: int) -> None:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from core import histogram, output
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = output.PERCENTILES
 
 
 def sum_counts(counts: pd.DataFrame) -> pd.DataFrame:
@@ -36,10 +36,10 @@ def hist_figures(hists: pd.DataFrame, encode_hdr: bool = True) -> pd.DataFrame:
         idx, cnt, hist = b[lo:hi], c[lo:hi], h[lo]
         row = rows.setdefault(int(w[lo]), {"window_ns": int(w[lo])})
         for p, v in zip(PERCENTILES, histogram.percentiles(idx, cnt, list(PERCENTILES))):
-            row[f"{hist}_p{p}"] = v
-        row[f"{hist}_max"] = histogram.max_value(idx, cnt)
-        if encode_hdr and hist == "latency_us":
-            row["latency_hdr"] = histogram.encode(idx, cnt)
+            row[output.percentile_column(hist, p)] = v
+        row[output.percentile_column(hist, "max")] = histogram.max_value(idx, cnt)
+        if encode_hdr and hist == output.LATENCY:
+            row[output.LATENCY_HDR] = histogram.encode(idx, cnt)
     return pd.DataFrame(list(rows.values())).set_index("window_ns")
 
 
@@ -54,7 +54,7 @@ def window_table(cfg: dict, batches: pd.DataFrame, counts: pd.DataFrame, hists: 
     if not events.empty:
         node = events[events["kind"] == "node"]
         if len(node):
-            node = node.assign(series="node:" + node["node"].astype(str) + ":" + node["metric"].astype(str))
+            node = node.assign(series=output.NODE + node["node"].astype(str) + ":" + node["metric"].astype(str))
             table = table.join(node.pivot_table(index="window_ns", columns="series", values="value", aggfunc="mean"), how="outer")
             holes = node[node["missing"].fillna(False).astype(bool)].groupby("window_ns").size().rename("node_samples_missing")
             table = table.join(holes, how="outer")
@@ -74,45 +74,43 @@ def window_table(cfg: dict, batches: pd.DataFrame, counts: pd.DataFrame, hists: 
         return table
     full = np.arange(table.index.min(), table.index.max() + window_ns, window_ns, dtype=np.int64)
     table = table.reindex(pd.Index(full, name="window_ns"))
-    for name in ("sent", "received", "dropped", "duplicates", "late", "errors", "acked", "oom_kills", "orphan_receives",
-                 "container_restarts", "unaccounted", "telemetry_incomplete"):
+    for name in output.COUNTS:
         table[name] = table[name].fillna(0).astype(np.int64) if name in table else 0
-    for name in [c for c in table.columns if c.startswith("errors:") or c.startswith("overflow:") or c in ("clock_skew", "repeated_send_records", "negative_send_delay")]:
+    for name in [c for c in table.columns if c.startswith((output.ERRORS_BY_CAUSE, output.OVERFLOW)) or c in output.RARE_COUNTS]:
         table[name] = table[name].fillna(0).astype(np.int64)
-    for name in ("slowest", "first_dropped"):  # the events behind the window's percentiles and drops
+    for name in (output.SLOWEST, output.FIRST_DROPPED):  # the events behind the window's percentiles and drops
         table[name] = table[name].fillna("") if name in table else ""
     # the part of each window inside a gap (``streaming.gaps``), in ms
-    table["silence_ms"] = table.pop("silence_ns").fillna(0) / 1e6 if "silence_ns" in table else 0.0
+    table[output.SILENCE_MS] = table.pop(output.SILENCE_NS).fillna(0) / 1e6 if output.SILENCE_NS in table else 0.0
     judged = int(batches["judged_ns"].max()) if "judged_ns" in batches and batches["judged_ns"].notna().any() else None
     status = window_status(table.index.to_numpy(), table, window_ns, timeout_ns, int(batches["watermark_ns"].max()),
                            bool(batches["finished"].any()), judged)
     table = pd.concat([table, pd.DataFrame(status, index=table.index)], axis=1)
     # When each window's figures reached the sink (for freshness): first and last batch touching it.
     written = batches.set_index("batch_id")["written_at_ns"]
-    recv_rows = counts[counts["name"] == "received"] if not counts.empty else counts
+    recv_rows = counts[counts["name"] == output.RECEIVED] if not counts.empty else counts
     if len(recv_rows):
         at = recv_rows.assign(t=recv_rows["batch_id"].map(written)).groupby("window_ns")["t"]
-        table["first_written_ns"], table["last_written_ns"] = at.min(), at.max()
+        table[output.FIRST_WRITTEN_NS], table[output.LAST_WRITTEN_NS] = at.min(), at.max()
     return table.reset_index()
 
 
 def oom_kills_per_window(per_source: pd.Series) -> pd.Series:
-    """OOM kills per window from kills per (window_ns, source). One kill is often seen by two detectors (vmstat
-    and its cgroup): per window, the detector that saw most, not their sum."""
-    return per_source.groupby(level="window_ns").max().rename("oom_kills")
+    """OOM kills per window from kills per (window_ns, source) (``core.output.oom_kills``)."""
+    return per_source.groupby(level="window_ns").agg(output.oom_kills).rename(output.OOM_KILLS)
 
 
 def window_status(windows: np.ndarray, counts, window_ns: int, timeout_ns: int, watermark: int | None, finished: bool,
                   judged: int | None) -> dict[str, np.ndarray]:
     """in_flight, receive_complete, settled, drops_final and gap of every window from the first to the last
     (``windows``), from their ``counts`` (sent, received, errors, dropped): for the live verdict's table too."""
-    sent, received = np.asarray(counts["sent"], np.int64), np.asarray(counts["received"], np.int64)
+    sent, received = np.asarray(counts[output.SENT], np.int64), np.asarray(counts[output.RECEIVED], np.int64)
     # In flight at a window's end: sent - received - errors - drops whose deadline has passed.
     shift = timeout_ns // window_ns
-    dropped = np.asarray(counts["dropped"], np.int64)  # and sends whose fate a telemetry reset took (``unaccounted``)
-    dropped = dropped + (np.asarray(counts["unaccounted"], np.int64) if "unaccounted" in counts else 0)
+    dropped = np.asarray(counts[output.DROPPED], np.int64)  # and sends whose fate a telemetry reset took
+    dropped = dropped + (np.asarray(counts[output.UNACCOUNTED], np.int64) if output.UNACCOUNTED in counts else 0)
     dropped_at_deadline = np.concatenate((np.zeros(min(shift, len(dropped)), np.int64), dropped[:max(len(dropped) - shift, 0)]))
-    in_flight = np.cumsum(sent - received - np.asarray(counts["errors"], np.int64) - dropped_at_deadline)
+    in_flight = np.cumsum(sent - received - np.asarray(counts[output.ERRORS], np.int64) - dropped_at_deadline)
     # Complete once the watermark has passed; all of them once the run is finished (no send
     # comes after its stop, so no later record can change a window).
     ends = np.asarray(windows, np.int64) + window_ns
@@ -123,12 +121,12 @@ def window_status(windows: np.ndarray, counts, window_ns: int, timeout_ns: int, 
     sending = np.flatnonzero(sent > 0)
     during = (np.arange(len(sent)) >= sending[0]) & (np.arange(len(sent)) <= sending[-1]) if len(sending) else never
     return {
-        "in_flight": in_flight, "receive_complete": complete,
+        output.IN_FLIGHT: in_flight, output.RECEIVE_COMPLETE: complete,
         # every agent that sends or receives has written past the window's end (``streaming.gaps``): its figures
         # are final, however far ahead another agent's partition has moved the watermark
-        "settled": finished | ((ends <= judged) if judged is not None else never),
-        "drops_final": finished | ((ends + timeout_ns <= watermark) if watermark is not None else never),
-        "gap": (received == 0) & ((prev_in_flight > 0) | (sent > 0)) & during & complete}
+        output.SETTLED: finished | ((ends <= judged) if judged is not None else never),
+        output.DROPS_FINAL: finished | ((ends + timeout_ns <= watermark) if watermark is not None else never),
+        output.GAP: (received == 0) & ((prev_in_flight > 0) | (sent > 0)) & during & complete}
 
 
 def exemplars(events: pd.DataFrame, lo: int | None = None, hi: int | None = None,

@@ -221,7 +221,8 @@ def test_the_job_quarantines_10000_fuzzed_records_and_keeps_the_truth(broker, tm
     from conftest import create_topic, run_job
     from kafka import KafkaProducer
 
-    from streaming import reader, results
+    from streaming import results
+    from streaming.reader import RunReader
 
     if len(COLLECTED) < 10_000:  # run alone: draw them
         _quarantined_and_nothing_else_changes()
@@ -238,7 +239,7 @@ def test_the_job_quarantines_10000_fuzzed_records_and_keeps_the_truth(broker, tm
     assert r.returncode == 0 and "FINISHED" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     s = results.summarize(str(tmp_path / RUN))
     t = truth(CLEAN)
-    q = reader.load_quarantine(str(tmp_path / RUN))
+    q = RunReader(str(tmp_path / RUN)).quarantine()
     print(f"\nfuzz through the job: {len(lines):,} bad records, quarantined {s['quarantined']:,}; "
           f"reasons: {q['quarantine_reason'].str.split(':').str[0].value_counts().head(8).to_dict()}")
     assert s["quarantined"] == len(q) == 10_000

@@ -21,7 +21,8 @@ import pytest
 from conftest import ROOT, create_topic, free_port, job_command, job_env, run_job
 
 from loadgen.synthetic import NS, SyntheticSpec, generate, produce, truth
-from streaming import reader, results
+from streaming import results
+from streaming.reader import RunReader
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +126,7 @@ def test_run_summary_matches_ground_truth(live, recorded):
     assert s["state"] == "finished"
     assert (s["sent"], s["received"], s["dropped"], s["duplicates"], s["late"], s["errors"]) == (
         t["num_sent"], t["num_received"], t["num_dropped"], t["num_duplicates"], t["num_late"], t["num_errors"])
-    assert s["quarantined"] == t["num_malformed"] == len(reader.load_quarantine(str(live)))
+    assert s["quarantined"] == t["num_malformed"] == len(RunReader(str(live)).quarantine())
     # run-level percentiles merged from the window histograms
     for p in (50, 90, 99):
         exact = np.percentile(t["all_latency_us"], p, method="inverted_cdf")

@@ -220,10 +220,10 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=(), 
         seen, done = {}, threading.Event()
 
         def watch() -> None:  # what every live reader sees: the verdict the job publishes after each batch
-            from streaming import reader
+            from streaming.reader import RunReader
 
             while not done.is_set():
-                v = reader.job_verdict(str(tmp_path / run_id)) or {}
+                v = RunReader(str(tmp_path / run_id)).verdict() or {}
                 if v.get("saturated_at") and "saturated" not in seen:
                     seen["saturated"] = dict(v, seen_ns=time.time_ns())
                 done.wait(0.05)

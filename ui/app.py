@@ -20,6 +20,7 @@ if ROOT not in sys.path:
 
 import streamlit as st  # noqa: E402
 
+from streaming.reader import RunReader  # noqa: E402
 from ui import charts, data  # noqa: E402
 
 REFRESH_S = 1.0
@@ -32,9 +33,15 @@ def checkpoints_dir() -> str:
     return args.checkpoints
 
 
+@st.cache_resource(max_entries=16, show_spinner=False)
+def reader(path: str) -> RunReader:
+    """One reader per run for the server's life: a refresh reads only the batches written since the last."""
+    return RunReader(path)
+
+
 @st.cache_data(max_entries=16, show_spinner=False)
 def cached_run(path: str, version: tuple) -> data.RunView:
-    return data.load_run(path)
+    return data.load_run(path, reader(path))
 
 
 def current(path: str) -> data.RunView:
@@ -42,7 +49,7 @@ def current(path: str) -> data.RunView:
 
 
 def tiles(view: data.RunView, live: bool) -> None:
-    h = data.headline(view)
+    h = data.headline(view, run=reader(view.path))
     cols = st.columns(7)
     cols[0].metric("rate (sent/s)", f"{h['rate']:,.0f}")
     cols[1].metric("received/s", f"{h['received_rate']:,.0f}")
@@ -88,7 +95,7 @@ def after_run(view: data.RunView, runs: list[data.RunInfo]) -> None:
     st.subheader("Time range")
     lo, hi = st.slider("seconds since the run's start", 0.0, max(end_s, 1.0), (0.0, max(end_s, 1.0)), step=1.0,
                        key=f"range-{view.run_id}")
-    f = data.range_figures(view, lo, hi)
+    f = data.range_figures(view, lo, hi, reader(view.path))
     cols = st.columns(6)
     cols[0].metric("sent", f"{f['sent']:,}")
     cols[1].metric("received", f"{f['received']:,}")

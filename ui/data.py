@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from streaming import reader, results, runinfo
+from core import output
+from streaming import results, runinfo
+from streaming.reader import RunReader
 
 NS = 1_000_000_000
 LIVE_AFTER_S = 10.0
@@ -108,7 +110,7 @@ class RunView:
     ready: bool
     reason: str = ""
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
-    summary: dict = field(default_factory=dict)
+    summary: output.Summary = field(default_factory=dict)
     config: dict = field(default_factory=dict)
     t0_ns: int = 0                      # time axis origin: the run's start (its first window when unknown)
     window_ns: int = NS
@@ -133,21 +135,23 @@ def step_bands(events: pd.DataFrame, t0_ns: int) -> list[PaceStep]:
     return out
 
 
-def load_run(path: str) -> RunView:
-    """Everything the dashboard shows about one run, as of now."""
+def load_run(path: str, run: RunReader | None = None) -> RunView:
+    """Everything the dashboard shows about one run, as of now. ``run``: the run's reader, kept between refreshes
+    so that each reads only the batches written since the last."""
     run_id = run_name(path)
+    run = run or RunReader(path)
     try:
-        cfg = reader.job_settings(path)
+        cfg = run.settings()
     except (OSError, ValueError):
         return RunView(run_id, path, False, "waiting for data: the streaming job has not started this run yet")
     try:
-        windows = results.load_windows(path, encode_hdr=False)
+        windows = results.load_windows(run, encode_hdr=False)
     except (OSError, ValueError, KeyError) as e:  # a batch being written right now: next refresh
         return RunView(run_id, path, False, f"waiting for data ({type(e).__name__} while the job writes)")
-    if windows.empty or "sent" not in windows:
+    if windows.empty or output.SENT not in windows:
         return RunView(run_id, path, False, "waiting for data: no telemetry for this run yet")
-    events = reader.load_partials(path, "events")
-    summary = results.summarize(path, windows)
+    events = run.partials("events")
+    summary = results.summarize(run, windows)
     start_ns = summary.get("started_at_ns")
     window_ns = int(cfg["window_ns"])
     t0 = (start_ns // window_ns * window_ns) if start_ns is not None else int(windows["window_ns"].min())
@@ -156,25 +160,25 @@ def load_run(path: str) -> RunView:
     view.oom = summary.get("oom_events", [])
     view.gaps = summary.get("gaps", [])
     view.steps = step_bands(events, t0)
-    if "last_written_ns" in windows:
-        lw = windows["last_written_ns"].dropna()
+    if output.LAST_WRITTEN_NS in windows:
+        lw = windows[output.LAST_WRITTEN_NS].dropna()
         view.newest_written_ns = int(lw.max()) if len(lw) else None
     return view
 
 
 def node_series(windows: pd.DataFrame, metric: str) -> dict[str, pd.Series]:
-    """Per node, one metric's values by window (columns ``node:<node>:<metric>``)."""
+    """Per node, one metric's values by window (columns ``output.node_column(node, metric)``)."""
     out = {}
     for c in windows.columns:
-        if c.startswith("node:") and c.endswith(":" + metric):
-            out[c[len("node:"):-len(metric) - 1]] = windows[c]
+        if c.startswith(output.NODE) and c.endswith(":" + metric):
+            out[c[len(output.NODE):-len(metric) - 1]] = windows[c]
     return out
 
 
 def complete(view: RunView) -> pd.DataFrame:
     """The windows whose receive figures are final (the watermark has passed them)."""
     w = view.windows
-    return w[w["receive_complete"]] if "receive_complete" in w else w
+    return w[w[output.RECEIVE_COMPLETE]] if output.RECEIVE_COMPLETE in w else w
 
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#~$|!&])")
@@ -203,24 +207,24 @@ def integrity_notes(view: RunView) -> list[str]:
     return notes
 
 
-def headline(view: RunView, now_ns: int | None = None) -> dict:
+def headline(view: RunView, now_ns: int | None = None, run: RunReader | None = None) -> dict:
     """The tiles: current rate, p99 (last 5 s and run), loss ratio, in flight, elapsed."""
     w = complete(view)
-    w = w[w["sent"] > 0] if len(w) else w
+    w = w[w[output.SENT] > 0] if len(w) else w
     last = w.tail(5)
     s = view.summary
     p99_recent = None
     if len(last):
-        p99_recent = results.merged_percentiles(view.path, "latency_us", int(last["window_ns"].min()),
-                                                int(last["window_ns"].max()) + view.window_ns)["p99"]
+        p99_recent = results.merged_percentiles(run or view.path, output.LATENCY, int(last[output.WINDOW].min()),
+                                                int(last[output.WINDOW].max()) + view.window_ns)["p99"]
     end_ns = s.get("stopped_at_ns") if view.finished and s.get("stopped_at_ns") else (now_ns or time.time_ns())
     return {
-        "rate": float(last["sent"].iloc[-1]) if len(last) else 0.0,
-        "received_rate": float(last["received"].iloc[-1]) if len(last) else 0.0,
+        "rate": float(last[output.SENT].iloc[-1]) if len(last) else 0.0,
+        "received_rate": float(last[output.RECEIVED].iloc[-1]) if len(last) else 0.0,
         "p99_recent_us": p99_recent,
-        "p99_run_us": (s.get("latency_us") or {}).get("p99"),
+        "p99_run_us": (s.get(output.LATENCY) or {}).get("p99"),
         "loss_ratio": s.get("loss_ratio"),
-        "in_flight": int(view.windows["in_flight"].iloc[-1]) if len(view.windows) else 0,
+        "in_flight": int(view.windows[output.IN_FLIGHT].iloc[-1]) if len(view.windows) else 0,
         "elapsed_s": max(0.0, (end_ns - view.t0_ns) / NS),
     }
 
@@ -240,15 +244,16 @@ def saturation(view: RunView) -> tuple[str, str] | None:
     return None
 
 
-def range_figures(view: RunView, start_s: float, end_s: float) -> dict:
+def range_figures(view: RunView, start_s: float, end_s: float, run: RunReader | None = None) -> dict:
     """Exact figures over [start_s, end_s) of the run: counts summed, percentiles merged from the histograms."""
     lo, hi = view.t0_ns + int(start_s * NS), view.t0_ns + int(end_s * NS)
     w = view.windows[(view.windows["window_ns"] >= lo) & (view.windows["window_ns"] < hi)]
-    out = {c: int(w[c].sum()) for c in ("sent", "received", "dropped", "duplicates", "late", "errors")}
+    out = {c: int(w[c].sum()) for c in output.TOTALS}
     out["seconds"] = (hi - lo) / NS
-    out["loss_ratio"] = out["dropped"] / out["sent"] if out["sent"] else None
-    for h in ("latency_us", "latency_intended_us", "send_delay_us"):
-        out[h] = results.merged_percentiles(view.path, h, lo, hi)
+    out["loss_ratio"] = out[output.DROPPED] / out[output.SENT] if out[output.SENT] else None
+    run = run or RunReader(view.path)
+    for h in output.HISTS:
+        out[h] = results.merged_percentiles(run, h, lo, hi)
     return out
 
 

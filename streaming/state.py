@@ -1,0 +1,80 @@
+"""The engine's configuration and the state it carries from one micro-batch to the next (``streaming.engine``)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from streaming import gaps as gap_tracking
+
+NO_TIME_NS = gap_tracking.NO_TIME_NS  # -(2**62): no event time yet
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    run_id: str
+    window_ns: int = 1_000_000_000
+    """Tumbling window length (event time)."""
+    drop_timeout_ns: int = 30 * 10**9
+    """A send with no receive within this is a drop (vegeta's default request timeout)."""
+    watermark_delay_ns: int = 5 * 10**9
+    """How far behind the newest event time the job waits before deciding drops."""
+    retention_ns: int = 30 * 10**9
+    """How long after its deadline an event ID is remembered for duplicates and late receives."""
+    silence_timeout_ns: int = 60 * 10**9
+    """A started run whose load generator has written nothing (no send, ack, start or stop) for this
+    long, while the job's own heartbeats move the watermark on, is closed as aborted (killed)."""
+
+    def settings(self) -> dict:
+        """As the run's ``run.json`` holds them (``core.rundir.RunPaths.run_file``)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def durations(cls, settings: dict) -> dict:
+        """The durations among a run's settings (every field but ``run_id``)."""
+        return {f.name: settings[f.name] for f in dataclasses.fields(cls) if f.name != "run_id" and f.name in settings}
+
+
+def _empty_known() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "sent_ns": pd.Series(dtype=np.int64),
+            "intended_ns": pd.Series(dtype=np.int64),
+            "errored": pd.Series(dtype=bool),
+            "recv_ns": pd.Series(dtype=np.int64),
+            "status": pd.Series(dtype=np.int8),
+            "id": pd.Series(dtype=object),
+        },
+        index=pd.Index([], dtype=np.uint64, name="event_id"),
+    )
+
+
+def _empty_orphans() -> pd.DataFrame:
+    return pd.DataFrame({"event_id": pd.Series(dtype=np.uint64), "at_ns": pd.Series(dtype=np.int64),
+                         "id": pd.Series(dtype=object)})
+
+
+@dataclass
+class EngineState:
+    known: pd.DataFrame = field(default_factory=_empty_known)
+    orphans: pd.DataFrame = field(default_factory=_empty_orphans)
+    max_event_ns: int = NO_TIME_NS
+    watermark_ns: int = NO_TIME_NS
+    start_ns: int | None = None
+    stop_ns: int | None = None
+    num_batches: int = 0
+    shards: int = 1                  # load-generator shards of the run (from its start records)
+    stopped: list = field(default_factory=list)   # the senders whose stop record has arrived
+    last_sender_ns: int = NO_TIME_NS  # the newest send, ack or start record: the generator's last sign of life
+    aborted: str | None = None       # why the job closed the run itself
+    gaps: gap_tracking.GapTracker = field(default_factory=gap_tracking.GapTracker)
+    drops_named_ns: int = NO_TIME_NS  # drops of events sent before this are final and their exemplars written
+    hole_until_ns: int = NO_TIME_NS   # the telemetry broker lost records before this: a send before it that comes
+    #                                   only now may have had its receive record in what was lost (``UNKNOWN``)
+
+    def scalars(self) -> dict:
+        """Everything but the tables (``known``, ``orphans``, the gap tracker's stamps), as JSON can hold it."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("known", "orphans", "gaps")}
+        return dict(out, gaps=self.gaps.scalars())
