@@ -3,7 +3,7 @@
 Usage:
     python -m bench.verdict [--repeat 5] [--capacity 250] [--pace 100:5,200:5,300:5,400:5]
 
-Each repetition is the capacity test's run with real parts (``tests/test_saturation.py``): the load generator
+Each repetition is the capacity test's run with real parts (``tests/streaming/test_saturation.py``): the load generator
 paces through the steps into a CloudEvents relay that forwards at most ``--capacity`` events/s to the HTTP
 receiver agent, with the streaming job live on a fresh Tansu broker. Per repetition: the step where saturation
 was flagged, the wall-clock time from the end of the first saturated window to a live reader seeing the

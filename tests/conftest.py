@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Tansu broker on a free loopback port, stopped by its recorded PID."""
+"""Shared fixtures: a real Tansu broker on a free loopback port, stopped by its recorded PID, and a real Prometheus.
+The helpers the tests share are in ``tests/support``."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, ROOT)  # the project's packages; this folder is on the path too (``support``)
 
 
 from core.procs import free_port, stop_process  # noqa: E402
@@ -25,28 +26,6 @@ def broker(tmp_path_factory):
         yield f"127.0.0.1:{port}"
     finally:
         stop_process(proc)
-
-
-def job_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "streaming", *args]
-
-
-def job_env() -> dict:
-    return dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_DRIVER_MEMORY="1g")
-
-
-def run_job(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(job_command(*args), cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=timeout)
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, partitions, 1)])
-    admin.close()
-    time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")
@@ -90,26 +69,3 @@ def prometheus(tmp_path_factory):
     finally:
         stop_process(prom)
         stop_process(node)
-
-
-def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
-    """Every record of one run in the telemetry topic (as far as it was written when called: agents still
-    writing do not keep the reader going)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    from core import contract
-    from core.kafka_options import client_options
-
-    c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, **client_options())
-    tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
-    c.assign(tps)
-    c.seek_to_beginning()
-    out, idle, t_end = [], 0, time.monotonic() + 120
-    while idle < 6 and time.monotonic() < t_end:
-        batch = c.poll(timeout_ms=500)
-        idle = 0 if batch else idle + 1
-        for records in batch.values():
-            for r in records:
-                out += [x.to_dict() for x in contract.decode(r.value) if x.run_id == run_id]
-    c.close()
-    return out

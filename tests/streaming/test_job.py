@@ -2,7 +2,7 @@
 import json
 
 import pytest
-from conftest import free_port, run_job
+from support import free_port, run_job
 
 CASES = [
     # (arguments, words the one-line error must contain)
@@ -80,7 +80,7 @@ def test_agents_bad_flags(module, args, words):
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from support import ROOT
 
     args = [a.format(free=free_port()) for a in args]
     proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -97,7 +97,7 @@ def test_agents_help(module, args, flag):
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from support import ROOT
 
     proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and flag in proc.stdout

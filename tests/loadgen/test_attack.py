@@ -10,8 +10,8 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, create_topic, free_port, telemetry
 from hdrh.log import HistogramLogReader
+from support import ROOT, create_topic, free_port, script, telemetry
 
 from core import histogram
 from core.pacer import NS_PER_S, Schedule
@@ -27,7 +27,7 @@ def sink():
 
     def start(delay_s: float = 0.0) -> str:
         port = free_port()
-        p = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "http_sink.py"), str(port), str(delay_s)],
+        p = subprocess.Popen([sys.executable, script("http_sink.py"), str(port), str(delay_s)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         procs.append(p)
         assert wait_port(port)
@@ -201,7 +201,7 @@ def test_answers_framed_by_length_chunked_or_close_keep_their_connection_as_they
 
 def test_a_target_that_dies_mid_run_is_reported_not_a_crash(tmp_path):
     port = free_port()
-    sink = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "http_sink.py"), str(port)],
+    sink = subprocess.Popen([sys.executable, script("http_sink.py"), str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     assert wait_port(port)
     proc = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", "200", "--duration", "4s", "--target",
@@ -298,7 +298,7 @@ def test_the_send_stamp_is_taken_where_the_event_leaves(broker, tmp_path, rate):
     port, topic, run_id = free_port(), f"lg-stamp-{rate}", f"stamp{rate}"
     create_topic(broker, topic)
     out = tmp_path / "arrivals.txt"
-    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "stamp_sink.py"), str(port), str(out)],
+    p = subprocess.Popen([sys.executable, script("stamp_sink.py"), str(port), str(out)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         assert wait_port(port)

@@ -11,7 +11,7 @@ import uuid
 
 import numpy as np
 import pytest
-from conftest import ROOT, create_topic, free_port, run_job, telemetry
+from support import ROOT, create_topic, free_port, run_job, telemetry
 
 from agents.node_metrics import METRICS, OBSERVER_METRIC, NodeMetrics, prometheus_query
 from core import contract, observer

@@ -1,7 +1,7 @@
 """The Kubernetes OOM watcher against a recorded pod-watch stream.
 
 There is no Kubernetes API server on these machines, so this is the one fake in the suite:
-``tests/data/pod-watch-oomkilled.jsonl`` is a pod watch stream written by hand in the shape
+``tests/support/data/pod-watch-oomkilled.jsonl`` is a pod watch stream written by hand in the shape
 the API server sends (``GET /api/v1/pods?watch=true``: one ``{"type", "object"}`` JSON
 line per event, Pod objects as ``kubectl get pod -o json`` shows them), replayed by a
 loopback HTTP server. The real ``kubernetes`` client connects to it, parses the stream and
@@ -15,11 +15,12 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from support import HERE
 
 from agents.oom import KubeWatcher
 from core import contract
 
-RECORDING = os.path.join(os.path.dirname(__file__), "data", "pod-watch-oomkilled.jsonl")
+RECORDING = os.path.join(HERE, "data", "pod-watch-oomkilled.jsonl")
 
 
 def ns(text: str) -> int:

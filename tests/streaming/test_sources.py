@@ -1,8 +1,8 @@
 """The Kafka Python Data Source against the real broker: exact ends, deterministic re-reads, admission control."""
 import pytest
-from conftest import create_topic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from support import create_topic
 
 from streaming.sources import KafkaStreamReader, _parts, close_worker_consumers
 

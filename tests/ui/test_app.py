@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, create_topic, free_port, job_command, job_env
+from support import ROOT, create_topic, free_port, job_command, job_env, wait_for_first_batch
 
 from core.procs import wait_port
 from loadgen.synthetic import NS, SyntheticSpec, generate, messages
@@ -173,23 +173,6 @@ def produce_in_real_time(run_msgs, broker, topic, stop):
             break
         producer.send(topic, key=key, value=value)
     producer.flush()
-    producer.close()
-
-
-def wait_for_first_batch(broker, topic, run_id, batches, seconds=180):
-    """Heartbeats for the run until the job has processed its first batch (Spark takes a while to start)."""
-    from kafka import KafkaProducer
-
-    from core import contract
-    from core.kafka_options import client_options
-
-    producer = KafkaProducer(bootstrap_servers=broker, **client_options())
-    deadline = time.monotonic() + seconds
-    while not (batches.is_dir() and any(batches.glob("batch-*.json"))):
-        assert time.monotonic() < deadline, "the streaming job did not start"
-        producer.send(topic, key=b"test", value=contract.encode([contract.Heartbeat(run_id, "test", time.time_ns())]))
-        producer.flush()
-        time.sleep(0.5)
     producer.close()
 
 

@@ -1,7 +1,7 @@
 """Faults with nothing lost and nothing counted twice (``make test-faults`` runs these and the
 kill -9 tests of the job and the receivers: ``-m faults``).
 
-The telemetry broker goes away behind a TCP proxy (``tests/fault_proxy.py``): the broker
+The telemetry broker goes away behind a TCP proxy (``tests/support/fault_proxy.py``): the broker
 (Tansu) advertises the proxy's port, so every client's connections are reset and refused
 while it is cut, and the broker keeps what it had, as a broker restarted on durable storage
 would. Everything is real: the load generator, the HTTP receiver agent with its spool and
@@ -20,10 +20,8 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, create_topic, job_command, job_env, telemetry
-from fault_proxy import FaultProxy
-from test_http_receiver import health, start_receiver
-from test_ui import wait_for_first_batch
+from support import ROOT, create_topic, health, job_command, job_env, start_receiver, telemetry, wait_for_first_batch
+from support.fault_proxy import FaultProxy
 
 from bench.soak import rss_kib
 from core.procs import free_port, stop_process

@@ -8,7 +8,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from conftest import ROOT, free_port
+from support import ROOT, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,7 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
             time.sleep(0.5)
         assert result and float(result[0]["value"][1]) >= 0
         # every server the stack started, and every process they started, listens on loopback only (TCP and UDP)
-        from sockets import descendants, is_loopback, listening
+        from support.sockets import descendants, is_loopback, listening
 
         bound = listening(descendants(pids.values()))
         assert len(bound["tcp"]) >= 6 and bound["udp"], bound  # six servers, and the clock reference (UDP)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from support import script
 
 from streaming import results, saturation
 
@@ -182,7 +183,7 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=(), 
     import threading
     import time
 
-    from conftest import ROOT, create_topic, free_port, job_command, job_env
+    from support import ROOT, create_topic, free_port, job_command, job_env
 
     from core.procs import stop_process, wait_port
 
@@ -205,7 +206,7 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=(), 
                                            "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--clock-listen", "none"],
                                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True))
-        procs.append(subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "capacity_relay.py"), str(relay_port),
+        procs.append(subprocess.Popen([sys.executable, script("capacity_relay.py"), str(relay_port),
                                        f"http://127.0.0.1:{recv_port}/", *relay_args],
                                       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         job_log = open(tmp_path / "job.log", "w")
@@ -214,7 +215,7 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=(), 
                                cwd=ROOT, env=dict(job_env(), FLIGHTWATCH_STACK_DIR=stack_dir), stdout=job_log, stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(job)
         assert wait_port(recv_port, 30) and wait_port(relay_port, 30)
-        from test_ui import wait_for_first_batch
+        from support import wait_for_first_batch
 
         wait_for_first_batch(broker, topic, run_id, tmp_path / run_id / "batches")
         seen, done = {}, threading.Event()

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from support import ROOT
 
 from stack import deploy
 

@@ -14,7 +14,7 @@ import urllib.request
 from collections import defaultdict
 
 import pytest
-from conftest import ROOT, create_topic, free_port, telemetry
+from support import ROOT, create_topic, free_port, health, start_receiver, telemetry
 
 from bench.soak import rss_kib
 from core import cloudevents
@@ -54,23 +54,9 @@ def test_cloudevents_refused_with_a_reason(ctype, headers, body, reason):
     assert e.value.reason == reason
 
 
-def start_receiver(broker, topic, spool, port, *extra):
-    proc = subprocess.Popen([sys.executable, "-m", "agents.receiver", "http", "--listen", f"127.0.0.1:{port}",
-                             "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--spool-dir", str(spool),
-                             "--clock-reference", "none", *extra],
-                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    assert wait_port(port, 30), "receiver did not start"
-    return proc
-
-
 def stop(proc):
     os.kill(proc.pid, signal.SIGTERM)
     proc.wait(60)
-
-
-def health(port) -> dict:
-    return json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5))
 
 
 def wait_for_receives(broker, topic, run, n, seconds=60) -> list[dict]:

@@ -1,7 +1,7 @@
 """Security defaults: TLS (and any Kafka client setting) reaches every client; no credential in a log,
 a run folder or the telemetry; the dashboard shows text from telemetry as typed, never as markup.
 
-(Loopback-only listeners: tests/test_stack.py checks every socket of the embedded stack, and the
+(Loopback-only listeners: tests/stack/test_main.py checks every socket of the embedded stack, and the
 TLS test below every socket of the streaming job's process tree.)
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, job_command, job_env, telemetry
-from fault_proxy import FaultProxy
+from support import ROOT, job_command, job_env, telemetry
+from support.fault_proxy import FaultProxy
 
 from core.procs import free_port, stop_process, wait_port
 from stack.tansu import start_tansu
@@ -64,8 +64,8 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
     executors); a client without them does not. A password in those options and one in the target
     URL appear nowhere: not in any output, log, run folder or telemetry record."""
     from kafka import KafkaProducer
-    from sockets import descendants, is_loopback, listening
-    from test_http_receiver import health
+    from support import health
+    from support.sockets import descendants, is_loopback, listening
 
     ca = _cert(tmp_path)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -107,7 +107,7 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
                                stdout=open(tmp_path / "job.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(job)
         assert wait_port(rx_port, 30)
-        from test_ui import wait_for_first_batch
+        from support import wait_for_first_batch
 
         wait_for_first_batch(bootstrap, topic, run_id, tmp_path / "runs" / run_id / "batches")
         # the streaming job's process tree (driver JVM, Python workers) listens on loopback only

@@ -18,7 +18,7 @@ import urllib.request
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, create_topic, free_port, job_command, job_env, run_job
+from support import ROOT, create_topic, free_port, job_command, job_env, run_job
 
 from loadgen.synthetic import NS, SyntheticSpec, generate, produce, truth
 from streaming import results

@@ -218,8 +218,8 @@ def test_the_job_quarantines_10000_fuzzed_records_and_keeps_the_truth(broker, tm
     """The same 10,000 records (drawn by the test above) through the real Spark job."""
     import random
 
-    from conftest import create_topic, run_job
     from kafka import KafkaProducer
+    from support import create_topic, run_job
 
     from streaming import results
     from streaming.reader import RunReader
@@ -350,8 +350,7 @@ def test_http_receiver_fuzz_answers_202_or_400_and_records_exactly_what_it_accep
     with its ID intact, as a record the job decodes without quarantine."""
     import http.client
 
-    from conftest import create_topic, telemetry
-    from test_http_receiver import health, start_receiver
+    from support import create_topic, health, start_receiver, telemetry
 
     from core.procs import free_port, stop_process
 

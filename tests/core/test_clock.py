@@ -4,7 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT, free_port
+from support import ROOT, free_port
 
 from core import clock, contract
 

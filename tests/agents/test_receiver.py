@@ -9,8 +9,8 @@ import time
 from collections import defaultdict
 
 import pytest
-from conftest import ROOT, create_topic, telemetry
 from kafka import KafkaProducer
+from support import ROOT, create_topic, telemetry
 
 pytestmark = pytest.mark.integration
 

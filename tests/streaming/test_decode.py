@@ -45,7 +45,7 @@ def test_unknown_fields_are_ignored_and_empty_messages_are_harmless():
 
 
 @pytest.mark.parametrize("body,reason", [
-    # each of these crashed pyarrow 26's JSON reader (SIGSEGV) or slipped through it; found by tests/test_fuzz.py
+    # each of these crashed pyarrow 26's JSON reader (SIGSEGV) or slipped through it; found by tests/system/test_fuzz.py
     (b'null\n{"v":1,"kind":"heartbeat","run_id":"r","agent":"a","at_ns":1800000000000000000}', "not a json object"),
     (b' \tnull', "not a json object"),
     (b'{"v":1,"kind":"heartbeat","run_id":"r","agent":"a","at_ns":' + b"[" * 30000 + b"1" + b"]" * 30000 + b"}", "not json"),

@@ -14,9 +14,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, create_topic, job_command, job_env, telemetry
-from test_http_receiver import start_receiver
-from test_ui import wait_for_first_batch
+from support import ROOT, create_topic, job_command, job_env, start_receiver, telemetry, wait_for_first_batch
 
 from core.procs import free_port, stop_process
 
@@ -90,7 +88,7 @@ def test_job_on_a_spark_standalone_cluster_with_two_loadgen_shards(broker, tmp_p
         assert abs(s["latency_us"][f"p{p}"] - exact) <= max(0.001 * exact, 2.0), (p, s["latency_us"], exact)
     assert {e["agent"] for e in recs if e["kind"] == "run_stop"} == {"loadgen0", "loadgen1"}
     # the same results, in the same form, as one process: replay the run's archive with Spark in local mode
-    from conftest import run_job
+    from support import run_job
 
     r = run_job("replay", "--run", run_id, "--checkpoints", str(tmp_path), "--master", "local[2]")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -1,0 +1,97 @@
+"""Helpers the tests share: the job's command line, topics, the telemetry a run wrote. The loopback servers the
+tests start (sinks, a capacity relay, a fault proxy) are this package's modules; ``data/`` holds recordings."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+from core.procs import free_port, wait_port  # noqa: F401 - free_port: the tests' free ports
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def script(name: str) -> str:
+    """The path of one of this package's loopback servers, to run as ``python <path> ...``."""
+    return os.path.join(HERE, name)
+
+
+def job_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "streaming", *args]
+
+
+def job_env() -> dict:
+    return dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_DRIVER_MEMORY="1g")
+
+
+def run_job(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(job_command(*args), cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, partitions, 1)])
+    admin.close()
+    time.sleep(0.2)
+
+
+def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
+    """Every record of one run in the telemetry topic (as far as it was written when called: agents still
+    writing do not keep the reader going)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from core import contract
+    from core.kafka_options import client_options
+
+    c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, **client_options())
+    tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
+    c.assign(tps)
+    c.seek_to_beginning()
+    out, idle, t_end = [], 0, time.monotonic() + 120
+    while idle < 6 and time.monotonic() < t_end:
+        batch = c.poll(timeout_ms=500)
+        idle = 0 if batch else idle + 1
+        for records in batch.values():
+            for r in records:
+                out += [x.to_dict() for x in contract.decode(r.value) if x.run_id == run_id]
+    c.close()
+    return out
+
+
+def start_receiver(broker, topic, spool, port, *extra):
+    """The HTTP receiver on 127.0.0.1:port, its telemetry into ``topic``, once it listens."""
+    proc = subprocess.Popen([sys.executable, "-m", "agents.receiver", "http", "--listen", f"127.0.0.1:{port}",
+                             "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--spool-dir", str(spool),
+                             "--clock-reference", "none", *extra],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    assert wait_port(port, 30), "receiver did not start"
+    return proc
+
+
+def health(port) -> dict:
+    return json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5))
+
+
+def wait_for_first_batch(broker, topic, run_id, batches, seconds=180):
+    """Heartbeats for the run until the job has processed its first batch (Spark takes a while to start)."""
+    from kafka import KafkaProducer
+
+    from core import contract
+    from core.kafka_options import client_options
+
+    producer = KafkaProducer(bootstrap_servers=broker, **client_options())
+    deadline = time.monotonic() + seconds
+    while not (batches.is_dir() and any(batches.glob("batch-*.json"))):
+        assert time.monotonic() < deadline, "the streaming job did not start"
+        producer.send(topic, key=b"test", value=contract.encode([contract.Heartbeat(run_id, "test", time.time_ns())]))
+        producer.flush()
+        time.sleep(0.5)
+    producer.close()
