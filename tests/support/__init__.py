@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -95,3 +96,9 @@ def wait_for_first_batch(broker, topic, run_id, batches, seconds=180):
         producer.flush()
         time.sleep(0.5)
     producer.close()
+
+
+def stop_receiver(proc) -> None:
+    """SIGTERM, as a deployment stops it, and wait for its exit (it ships what it spooled first)."""
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(60)

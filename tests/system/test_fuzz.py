@@ -1,15 +1,11 @@
 """Bad input, fuzzed with hypothesis: telemetry records, the command lines, the HTTP receiver.
 
-Telemetry: 10,000 malformed records (truncated, wrong types, unknown kinds, missing fields,
-huge values, negative or far-future timestamps, non-finite numbers, deep nesting, other
-versions, garbage bytes) are spread through a synthetic run of known truth. Every one must be
-quarantined and counted, and the run's results must be exactly those of the run without them:
-first through decode + engine (hypothesis drives it, 250 examples of 40 records), then the same
-10,000 records through the real Spark job.
-
-A receive stamped before its send is not malformed: it is a real observation of clock skew,
-counted in the window's ``clock_skew`` and kept out of the latency histogram (the engine's table
-tests cover it); it is not quarantined, so it is not part of the 10,000.
+Telemetry: 10,000 malformed records (truncated, wrong types, unknown kinds, missing fields, huge values, negative or
+far-future timestamps, non-finite numbers, deep nesting, other versions, garbage bytes) are spread through a synthetic
+run of known truth. Every one must be quarantined and counted, and the run's results must be exactly those of the run
+without them: first through decode + engine (hypothesis drives it, 250 examples of 40 records), then the same 10,000
+records through the real Spark job. (A receive stamped before its send is not malformed but clock skew, counted in
+``clock_skew``, tested with the engine's tables.)
 """
 from __future__ import annotations
 
