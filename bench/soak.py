@@ -97,7 +97,7 @@ def name_of(pid: int) -> str:
 
 
 def main(argv=None) -> int:
-    from sockets import descendants
+    from support.sockets import descendants
 
     ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])

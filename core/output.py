@@ -79,9 +79,10 @@ def max_of(name: str) -> str:
     return MAX + name
 
 
-def merges_by_max(name: str) -> bool:
-    """The merge rule of partial counts: ``max:*`` by max, every other by sum."""
-    return name.startswith(MAX)
+def merges_by_max(names):
+    """The merge rule of partial counts: ``max:*`` by max, every other by sum. For one name (a bool) or a pandas
+    Series of names (a boolean Series, vectorised: a batch's partials hold a row per record)."""
+    return names.startswith(MAX) if isinstance(names, str) else names.str.startswith(MAX)
 
 
 def percentile_column(hist: str, p: int | str) -> str:

@@ -53,7 +53,7 @@ class Collector:
         if not self.counts:
             return pd.DataFrame({"window_ns": pd.Series(dtype=np.int64), "name": pd.Series(dtype=object), "value": pd.Series(dtype=np.int64)})
         df = pd.concat(self.counts, ignore_index=True)
-        is_max = df["name"].map(output.merges_by_max).astype(bool)
+        is_max = df["name"].pipe(output.merges_by_max)
         summed = df[~is_max].groupby(["window_ns", "name"], as_index=False, sort=True)["value"].sum()
         maxed = df[is_max].groupby(["window_ns", "name"], as_index=False, sort=True)["value"].max()
         out = pd.concat([summed, maxed], ignore_index=True)

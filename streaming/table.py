@@ -17,7 +17,7 @@ def sum_counts(counts: pd.DataFrame) -> pd.DataFrame:
     """(window_ns, name, value) partials to one column per name, merged by sum (max for max:*)."""
     if counts.empty:
         return pd.DataFrame(index=pd.Index([], name="window_ns", dtype=np.int64))
-    is_max = counts["name"].map(output.merges_by_max).astype(bool)
+    is_max = counts["name"].pipe(output.merges_by_max)
     summed = counts[~is_max].pivot_table(index="window_ns", columns="name", values="value", aggfunc="sum", fill_value=0)
     maxed = counts[is_max].pivot_table(index="window_ns", columns="name", values="value", aggfunc="max")
     return summed.join(maxed, how="outer") if len(maxed) else summed

@@ -82,7 +82,7 @@ def ran(rule, history, records):
 
 def counts(w: rules.Work) -> dict:
     df = w.out.counts_frame()
-    df = df[~df["name"].map(o.merges_by_max).astype(bool)]
+    df = df[~df["name"].pipe(o.merges_by_max)]
     return {n: int(v) for n, v in df.groupby("name")["value"].sum().items() if v}
 
 
