@@ -50,3 +50,29 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
+
+
+WAIT_ENV = "FLIGHTWATCH_WAIT"
+DEFAULT_WAIT = "10m"
+"""How long a process waits for the servers it needs (its target, its broker) before it gives up: on a cluster that
+is still starting (Strimzi takes minutes) a load generator that gave up at once would burn its Job's retries."""
+
+
+def wait_for(checks: dict, bound_s: float, log=print, first_s: float = 0.5, most_s: float = 10.0) -> tuple[str, str] | None:
+    """Wait until every check passes: ``checks`` maps what is waited for ("target http://...") to a function giving
+    None once it is reachable, else why not. Tries again with backoff (``first_s`` doubling to ``most_s``) and logs
+    each wait in one line; gives up after ``bound_s``. Returns None, or (what, why) of the first still failing."""
+    deadline = time.monotonic() + bound_s
+    delay = first_s
+    while True:
+        failing = [(what, why) for what, check in checks.items() if (why := check())]
+        if not failing:
+            return None
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return failing[0]
+        pause = min(delay, left)
+        log(f"waiting for {', '.join(f'{what} ({why})' for what, why in failing)}; next try in {pause:.1f} s, "
+            f"giving up in {left:.0f} s")
+        time.sleep(pause)
+        delay = min(delay * 2, most_s)

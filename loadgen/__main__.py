@@ -24,7 +24,7 @@ from core import metrics
 from core.cli import bootstrap_arg
 from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
-from core.procs import HOST, LOADGEN_METRICS_PORT
+from core.procs import DEFAULT_WAIT, HOST, LOADGEN_METRICS_PORT, WAIT_ENV, wait_for
 from core.rundir import CHECKPOINTS
 from core.units import parse_duration_ns, split_host_port
 from loadgen.errors import UsageError
@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
                    default=os.environ.get("FLIGHTWATCH_LOADGEN_METRICS", f"{HOST}:{LOADGEN_METRICS_PORT}"),
                    metavar="HOST:PORT", help="serve the attack's figures as Prometheus metrics here while it runs "
                    "('none': not at all; env FLIGHTWATCH_LOADGEN_METRICS; default %(default)s)")
+    a.add_argument("--wait", default=os.environ.get(WAIT_ENV, DEFAULT_WAIT), metavar="DURATION",
+                   help="wait this long for the target and the telemetry broker to be reachable, trying again with "
+                        f"backoff and saying what it waits for, before giving up with exit 2 (env {WAIT_ENV}; "
+                        "default %(default)s; 0s: fail at once)")
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
                         "summary once it has closed the run")
@@ -193,13 +197,19 @@ def main(argv=None) -> int:
     try:
         a = build_parser().parse_args(argv)
         cfg, thresholds, out = config(a)
-        why = cfg.target.reachable()
-        if why:
-            raise UsageError(f"target {cfg.target} unreachable: {why}")
+        try:
+            bound_s = parse_duration_ns(a.wait) / 1e9
+        except ValueError as e:
+            raise UsageError(f"--wait: {e}") from None
+        checks = {f"target {cfg.target}": cfg.target.reachable}
         if cfg.telemetry_bootstrap:
             host, port = split_host_port(cfg.telemetry_bootstrap.split(",")[0])  # checked by bootstrap_arg
-            if tcp_unreachable(host, port):
-                raise UsageError(f"telemetry broker {cfg.telemetry_bootstrap} unreachable (start it with `make up`, or --no-telemetry)")
+            checks[f"telemetry broker {cfg.telemetry_bootstrap}"] = lambda: tcp_unreachable(host, port)
+        failing = wait_for(checks, bound_s, log=lambda line: print(f"loadgen: {line}", flush=True))
+        if failing:
+            what, why = failing
+            hint = " (start it with `make up`, or --no-telemetry)" if what.startswith("telemetry") else ""
+            raise UsageError(f"{what} unreachable: {why}{hint}" + (f", after waiting {a.wait}" if bound_s else ""))
     except UsageError as e:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2

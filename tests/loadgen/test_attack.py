@@ -258,8 +258,47 @@ def test_streaming_into_a_run_that_has_results_is_exit_2(tmp_path):
 
 
 def test_unreachable_target_is_exit_2():
-    proc = attack("--rate", "10", "--target", f"http://127.0.0.1:{free_port()}/", "--no-telemetry", timeout=30)
+    proc = attack("--rate", "10", "--target", f"http://127.0.0.1:{free_port()}/", "--no-telemetry", "--wait", "0s", timeout=30)
     assert proc.returncode == 2 and "unreachable" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_target_still_unreachable_when_the_wait_ends_is_one_line_and_exit_2():
+    t0 = time.monotonic()
+    proc = attack("--rate", "10", "--target", f"http://127.0.0.1:{free_port()}/", "--no-telemetry", "--wait", "3s", timeout=30)
+    took = time.monotonic() - t0
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "unreachable" in lines[0] and "after waiting 3s" in lines[0], proc.stderr
+    waits = [x for x in proc.stdout.splitlines() if x.startswith("loadgen: waiting for target")]
+    assert 3 <= len(waits) <= 4 and 3.0 <= took < 15, (took, proc.stdout)  # tries at 0, 0.5, 1.5 and 3 s
+
+
+def test_a_load_generator_started_before_its_target_and_broker_waits_then_attacks(tmp_path):
+    """As on a cluster that is still starting: nothing listens yet; the receiver and the broker appear 3 s later."""
+    from core.procs import stop_process
+    from stack.tansu import start_tansu
+
+    target_port, broker_port = free_port(), free_port()
+    lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--rate", "200", "--duration", "2s",
+                           "--target", f"http://127.0.0.1:{target_port}/", "--run", "late", "--out", str(tmp_path),
+                           "--telemetry-bootstrap", f"127.0.0.1:{broker_port}", "--telemetry-topic", "lg-late",
+                           "--wait", "60s"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    assert lg.poll() is None, lg.communicate()  # still waiting
+    broker = start_tansu(broker_port, open(tmp_path / "tansu.log", "wb"), "flightwatch-late")
+    create_topic(f"127.0.0.1:{broker_port}", "lg-late")  # before the target: the generator waits for both
+    sink = subprocess.Popen([sys.executable, script("http_sink.py"), str(target_port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = lg.communicate(timeout=120)
+        sends = [r for r in telemetry(f"127.0.0.1:{broker_port}", "lg-late", "late") if r["kind"] == "send"]
+    finally:
+        stop_process(sink)
+        stop_process(broker)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert lg.returncode == 0, err
+    assert "waiting for target" in out and "telemetry broker" in out
+    assert report["requests"] == 400 and report["success_ratio"] == 1.0 and len(sends) == 400
 
 
 def test_fail_on_threshold_gives_exit_1(sink, tmp_path):
