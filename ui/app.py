@@ -33,9 +33,10 @@ def checkpoints_dir() -> str:
     return args.checkpoints
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
+@st.cache_resource(max_entries=4, show_spinner=False)
 def reader(path: str) -> RunReader:
-    """One reader per run for the server's life: a refresh reads only the batches written since the last."""
+    """One reader per run (the few last viewed: each holds its run's partials) for the server's life: a refresh
+    reads only the batches written since the last."""
     return RunReader(path)
 
 
