@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from streaming import partials, rules
-from streaming.rules import PENDING, UNKNOWN, Work
+from streaming import rules
+from streaming.rules import PENDING, UNKNOWN
 from streaming.state import EngineConfig, EngineState  # noqa: F401 - read as engine.EngineConfig, engine.EngineState
 
 
@@ -41,11 +40,8 @@ class BatchResult:
 
 def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[EngineState, BatchResult]:
     """Consume one decoded batch (``streaming.decode.DECODED_SCHEMA``); return new state and partials."""
-    bad, good, shared, info = rules.split(batch, cfg.run_id)
-    kinds = good["kind"].to_numpy(zero_copy_only=False) if good.num_rows else np.array([], dtype=object)
-    for k in ("send", "recv", "ack", "heartbeat") + rules.EVENT_KINDS:
-        info[f"num_{k}"] = int((kinds == k).sum())
-    w = Work(cfg, state, good, shared, kinds, partials.Collector(cfg.window_ns), info)
+    bad, w = rules.start(state, batch, cfg)
+    info = w.info
     rules.advance_watermark(w)
     rules.judge(w)
     rules.take_sends(w)
@@ -58,7 +54,7 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     rules.forget(w)
     run = rules.run_span(w)
     rules.declare_gaps(w, run["stop_ns"])
-    info["num_shared"] = shared.num_rows
+    info["num_shared"] = w.shared.num_rows
     events = rules.gather_events(w, run["start_ns"], run["stop_ns"])
     new_state = EngineState(known=w.known, orphans=w.orphans, max_event_ns=int(w.max_event_ns),
                             watermark_ns=int(w.watermark_ns), num_batches=state.num_batches + 1, gaps=w.gaps,

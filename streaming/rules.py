@@ -95,6 +95,15 @@ def split(batch: pa.Table, run_id: str) -> tuple[pa.Table, pa.Table, pa.Table, d
     return bad, good.filter(mine), good.filter(is_shared), info
 
 
+def start(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[pa.Table, Work]:
+    """(quarantined records, the batch's working set before any rule): ``split``, and this run's records by kind."""
+    bad, good, shared, info = split(batch, cfg.run_id)
+    kinds = good["kind"].to_numpy(zero_copy_only=False) if good.num_rows else np.array([], dtype=object)
+    for k in ("send", "recv", "ack", "heartbeat") + EVENT_KINDS:
+        info[f"num_{k}"] = int((kinds == k).sum())
+    return bad, Work(cfg, state, good, shared, kinds, partials.Collector(cfg.window_ns), info)
+
+
 def advance_watermark(w: Work) -> None:
     """The newest event time seen, and the watermark ``watermark_delay`` behind it (never back)."""
     w.max_event_ns = w.state.max_event_ns

@@ -3,13 +3,12 @@ them, the rule under test runs, and what it counted and decided is compared with
 import dataclasses
 import json
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from core import contract as c
 from core import output as o
-from streaming import engine, partials, rules
+from streaming import engine, rules
 from streaming.decode import decode_messages
 from streaming.rules import DROPPED, ERRORED, LATE, PENDING, RECEIVED, UNACCOUNTED, UNKNOWN
 
@@ -59,25 +58,24 @@ def given(history) -> engine.EngineState:
     return state
 
 
-def until(rule, history, records) -> rules.Work:
-    """The working set of one batch after the rules before ``rule`` and ``rule`` itself, as ``engine.process``
-    applies them (what a rule returns is read again by calling it on a fresh working set: ``ran``)."""
-    _, good, shared, info = rules.split(table(records), CFG.run_id)
-    kinds = good["kind"].to_numpy(zero_copy_only=False) if good.num_rows else np.array([], dtype=object)
-    w = rules.Work(CFG, given(history), good, shared, kinds, partials.Collector(CFG.window_ns), info)
-    for r in ORDER[:ORDER.index(rule) + 1]:
+def before(rule, history, records) -> rules.Work:
+    """The working set of one batch after the rules before ``rule``, as ``engine.process`` applies them."""
+    _, w = rules.start(given(history), table(records), CFG)
+    for r in ORDER[:ORDER.index(rule)]:
         r(w)
+    return w
+
+
+def until(rule, history, records) -> rules.Work:
+    """The working set after the rules before ``rule`` and ``rule`` itself."""
+    w = before(rule, history, records)
+    rule(w)
     return w
 
 
 def ran(rule, history, records):
     """What ``rule`` returns, applied after the rules before it."""
-    _, good, shared, info = rules.split(table(records), CFG.run_id)
-    kinds = good["kind"].to_numpy(zero_copy_only=False) if good.num_rows else np.array([], dtype=object)
-    w = rules.Work(CFG, given(history), good, shared, kinds, partials.Collector(CFG.window_ns), info)
-    for r in ORDER[:ORDER.index(rule)]:
-        r(w)
-    return rule(w)
+    return rule(before(rule, history, records))
 
 
 def counts(w: rules.Work) -> dict:
