@@ -251,9 +251,9 @@ def range_figures(view: RunView, start_s: float, end_s: float, run: RunReader | 
     out = {c: int(w[c].sum()) for c in output.TOTALS}
     out["seconds"] = (hi - lo) / NS
     out["loss_ratio"] = out[output.DROPPED] / out[output.SENT] if out[output.SENT] else None
-    run = run or RunReader(view.path)
+    hists = (run or RunReader(view.path)).partials("hists")  # read once for the three histograms
     for h in output.HISTS:
-        out[h] = results.merged_percentiles(run, h, lo, hi)
+        out[h] = results.merged_percentiles(view.path, h, lo, hi, hists=hists)
     return out
 
 
