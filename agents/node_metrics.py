@@ -38,9 +38,9 @@ import time
 
 from core import clock, contract, logs
 from core import metrics as metrics_module
-from core.cli import OneLineParser, bootstrap_arg
+from core.cli import OneLineParser, add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import telemetry_producer
-from core.procs import HOST, NODE_METRICS_PORT
+from core.procs import HOST, NODE_METRICS_PORT, servers_unreachable
 
 METRICS = {
     "cpu_util": '1 - avg by (instance) (irate(node_cpu_seconds_total{mode="idle"}[5s]))',
@@ -199,7 +199,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
                     type=bootstrap_arg)
     ap.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
-    ap.add_argument("--agent", default="node-metrics")
+    ap.add_argument("--agent", default=os.environ.get("FLIGHTWATCH_AGENT", "node-metrics"),
+                    help="this agent's name in its records (env FLIGHTWATCH_AGENT: on Kubernetes the pod's name; "
+                         "default %(default)s)")
     ap.add_argument("--node", default=socket.gethostname(), help="this host's name in cgroup OOM events (default %(default)s)")
     ap.add_argument("--cgroup", action="append", metavar="DIR",
                     default=[c for c in os.environ.get("FLIGHTWATCH_OOM_CGROUPS", "").split(",") if c],
@@ -217,6 +219,7 @@ def _parser() -> argparse.ArgumentParser:
                     default=os.environ.get("FLIGHTWATCH_NODE_METRICS_METRICS", f"{HOST}:{NODE_METRICS_PORT}"),
                     metavar="HOST:PORT", help="serve this agent's own Prometheus metrics here ('none': not at all; "
                     "env FLIGHTWATCH_NODE_METRICS_METRICS; default %(default)s)")
+    add_wait(ap, "the telemetry broker")
     ap.add_argument("--clock-listen", default=os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE),
                     metavar="HOST:PORT", help="serve the clock reference here (UDP; 'none' to not serve; default %(default)s)")
     return ap
@@ -251,6 +254,14 @@ def main(argv=None) -> int:
     from agents.oom import CgroupWatcher, KernelLog, KubeWatcher
     from core.telemetry import TelemetryWriter
 
+    try:  # Prometheus is not waited for: while it is away each sample is a visible hole
+        problem = wait_for_servers({f"the telemetry broker {a.telemetry_bootstrap}": lambda: servers_unreachable(a.telemetry_bootstrap)},
+                                   a.wait, lambda line: print(f"node_metrics: {line}", flush=True))
+    except ValueError as e:
+        problem = str(e)
+    if problem:
+        print(f"node_metrics: error: {problem}", file=sys.stderr)
+        return 2
     try:
         producer = telemetry_producer(a.telemetry_bootstrap, linger_ms=20)
     except KafkaError as e:

@@ -23,9 +23,9 @@ import time
 from agents import http_receiver, kafka_receiver
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS, TOPIC_CHECK_S, KafkaReceiver
 from core import clock, contract, logs, memory, metrics
-from core.cli import OneLineParser, bootstrap_arg
+from core.cli import OneLineParser, add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import SUT_ENV, client_options
-from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT
+from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT, servers_unreachable
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
 
@@ -34,7 +34,9 @@ def _common(p: argparse.ArgumentParser, agent: str) -> None:
     p.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg,
                    help="telemetry Kafka bootstrap (env FLIGHTWATCH_BOOTSTRAP; default %(default)s)")
     p.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
-    p.add_argument("--agent", default=agent, help="this agent's name in its records (default %(default)s)")
+    p.add_argument("--agent", default=os.environ.get("FLIGHTWATCH_AGENT", agent),
+                   help="this agent's name in its records, unique per agent (env FLIGHTWATCH_AGENT: on Kubernetes the "
+                        "pod's name; default %(default)s)")
     p.add_argument("--clock-reference", default=os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE),
                    metavar="HOST:PORT", help="clock reference to estimate this host's clock offset against "
                    "(env FLIGHTWATCH_CLOCK_REFERENCE; default %(default)s; 'none' to skip)")
@@ -81,16 +83,9 @@ def _parser() -> argparse.ArgumentParser:
                    default=os.environ.get("FLIGHTWATCH_KAFKA_RECEIVER_METRICS", f"{HOST}:{KAFKA_RECEIVER_METRICS_PORT}"),
                    metavar="HOST:PORT", help="serve Prometheus metrics here ('none': not at all; env "
                    "FLIGHTWATCH_KAFKA_RECEIVER_METRICS; default %(default)s)")
+    add_wait(k, "the SUT and telemetry brokers")
     _common(k, "receiver-kafka")
     return ap
-
-
-def _reachable(host_port: str, timeout_s: float = 3.0) -> bool:
-    try:
-        socket.create_connection(split_host_port(host_port, "broker"), timeout=timeout_s).close()
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 def _report_clock(write, agent: str, reference: str, log) -> None:
@@ -281,10 +276,15 @@ def main_kafka(a) -> int:
     if not 1 <= a.fetch_wait_ms <= 300_000:
         print(f"receiver: error: --fetch-wait-ms {a.fetch_wait_ms}: give 1 to 300000 ms", file=sys.stderr)
         return 2
-    for name, servers in (("SUT", a.bootstrap), ("telemetry", a.telemetry_bootstrap)):
-        if not any(_reachable(hp) for hp in servers.split(",")):
-            print(f"receiver: error: cannot reach the {name} broker {servers}", file=sys.stderr)
-            return 2
+    try:
+        problem = wait_for_servers({f"the {name} broker {servers}": (lambda s=servers: servers_unreachable(s))
+                                    for name, servers in (("SUT", a.bootstrap), ("telemetry", a.telemetry_bootstrap))},
+                                   a.wait, lambda line: print(f"receiver: {line}", flush=True))
+    except ValueError as e:
+        problem = str(e)
+    if problem:
+        print(f"receiver: error: {problem}", file=sys.stderr)
+        return 2
     try:
         sut_options = client_options(env=SUT_ENV)
         consumer_config = {"bootstrap.servers": a.bootstrap, "group.id": f"flightwatch-{a.agent}",

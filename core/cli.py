@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from core.units import one_line, split_host_port
+from core.procs import DEFAULT_WAIT, WAIT_ENV, wait_for
+from core.units import one_line, parse_duration_ns, split_host_port
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -24,3 +26,24 @@ def bootstrap_arg(text: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def add_wait(p: argparse.ArgumentParser, what: str) -> None:
+    """``--wait DURATION``: how long a starting process waits for ``what`` (env FLIGHTWATCH_WAIT, default 10m)."""
+    p.add_argument("--wait", default=os.environ.get(WAIT_ENV, DEFAULT_WAIT), metavar="DURATION",
+                   help=f"wait this long for {what} to be reachable, trying again with backoff and saying what it "
+                        f"waits for, before giving up with exit 2 (env {WAIT_ENV}; default %(default)s; 0s: fail at once)")
+
+
+def wait_for_servers(checks: dict, wait: str, log, hints: dict | None = None) -> str | None:
+    """Wait up to ``wait`` (a ``--wait`` value) for every check (``core.procs.wait_for``). None once all pass, else
+    the one-line error: what is still unreachable, why, and ``hints[what]`` when given. A bad duration: ValueError."""
+    try:
+        bound_s = parse_duration_ns(wait) / 1e9
+    except ValueError as e:
+        raise ValueError(f"--wait: {e}") from None
+    failing = wait_for(checks, bound_s, log=log)
+    if failing is None:
+        return None
+    what, why = failing
+    return f"{what} unreachable: {why}{(hints or {}).get(what, '')}" + (f", after waiting {wait}" if bound_s else "")

@@ -58,6 +58,29 @@ DEFAULT_WAIT = "10m"
 is still starting (Strimzi takes minutes) a load generator that gave up at once would burn its Job's retries."""
 
 
+def tcp_unreachable(host: str, port: int, timeout_s: float = 3.0) -> str | None:
+    """None if a TCP connection to host:port opens, else why not."""
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def servers_unreachable(servers: str, timeout_s: float = 3.0) -> str | None:
+    """None if one of ``HOST:PORT[,HOST:PORT...]`` (Kafka bootstrap servers) takes a TCP connection, else why not."""
+    why = "no server given"
+    for server in servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            why = tcp_unreachable(host or HOST, int(port), timeout_s)
+        except ValueError:
+            why = f"{server.strip()!r} is not HOST:PORT"
+        if why is None:
+            return None
+    return why
+
+
 def wait_for(checks: dict, bound_s: float, log=print, first_s: float = 0.5, most_s: float = 10.0) -> tuple[str, str] | None:
     """Wait until every check passes: ``checks`` maps what is waited for ("target http://...") to a function giving
     None once it is reachable, else why not. Tries again with backoff (``first_s`` doubling to ``most_s``) and logs

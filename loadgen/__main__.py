@@ -21,16 +21,16 @@ import sys
 import time
 
 from core import metrics
-from core.cli import bootstrap_arg
+from core.cli import add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
-from core.procs import DEFAULT_WAIT, HOST, LOADGEN_METRICS_PORT, WAIT_ENV, wait_for
+from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable
 from core.rundir import CHECKPOINTS
-from core.units import parse_duration_ns, split_host_port
+from core.units import parse_duration_ns
 from loadgen.errors import UsageError
 from loadgen.run import attack
 from loadgen.streamjob import start_job, wait_job
-from loadgen.targets import TargetSpec, tcp_unreachable
+from loadgen.targets import TargetSpec
 from loadgen.thresholds import Threshold, run_value
 
 DEFAULT_TARGET = "kafka://127.0.0.1:29092/flightwatch.sut"
@@ -113,10 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                    default=os.environ.get("FLIGHTWATCH_LOADGEN_METRICS", f"{HOST}:{LOADGEN_METRICS_PORT}"),
                    metavar="HOST:PORT", help="serve the attack's figures as Prometheus metrics here while it runs "
                    "('none': not at all; env FLIGHTWATCH_LOADGEN_METRICS; default %(default)s)")
-    a.add_argument("--wait", default=os.environ.get(WAIT_ENV, DEFAULT_WAIT), metavar="DURATION",
-                   help="wait this long for the target and the telemetry broker to be reachable, trying again with "
-                        f"backoff and saying what it waits for, before giving up with exit 2 (env {WAIT_ENV}; "
-                        "default %(default)s; 0s: fail at once)")
+    add_wait(a, "the target and the telemetry broker")
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
                         "summary once it has closed the run")
@@ -197,19 +194,18 @@ def main(argv=None) -> int:
     try:
         a = build_parser().parse_args(argv)
         cfg, thresholds, out = config(a)
-        try:
-            bound_s = parse_duration_ns(a.wait) / 1e9
-        except ValueError as e:
-            raise UsageError(f"--wait: {e}") from None
         checks = {f"target {cfg.target}": cfg.target.reachable}
+        hints = {}
         if cfg.telemetry_bootstrap:
-            host, port = split_host_port(cfg.telemetry_bootstrap.split(",")[0])  # checked by bootstrap_arg
-            checks[f"telemetry broker {cfg.telemetry_bootstrap}"] = lambda: tcp_unreachable(host, port)
-        failing = wait_for(checks, bound_s, log=lambda line: print(f"loadgen: {line}", flush=True))
-        if failing:
-            what, why = failing
-            hint = " (start it with `make up`, or --no-telemetry)" if what.startswith("telemetry") else ""
-            raise UsageError(f"{what} unreachable: {why}{hint}" + (f", after waiting {a.wait}" if bound_s else ""))
+            broker = f"telemetry broker {cfg.telemetry_bootstrap}"
+            checks[broker] = lambda: servers_unreachable(cfg.telemetry_bootstrap)
+            hints[broker] = " (start it with `make up`, or --no-telemetry)"
+        try:
+            problem = wait_for_servers(checks, a.wait, lambda line: print(f"loadgen: {line}", flush=True), hints)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if problem:
+            raise UsageError(problem)
     except UsageError as e:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2

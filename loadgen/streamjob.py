@@ -8,11 +8,11 @@ import sys
 import time
 
 from core import output
+from core.procs import tcp_unreachable
 from core.rundir import CHECKPOINTS, ROOT
 from loadgen import report
 from loadgen.errors import UsageError
 from loadgen.run import telemetry_marker
-from loadgen.targets import tcp_unreachable
 
 
 def start_job(cfg):

@@ -15,12 +15,12 @@ import asyncio
 import base64
 import json
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from core.cloudevents import KAFKA_ID_HEADER, KAFKA_RUN_HEADER, RUN_ATTRIBUTE
+from core.procs import tcp_unreachable
 from loadgen.errors import error_cause
 
 CE_SOURCE = "flightwatch/loadgen"
@@ -72,15 +72,6 @@ def _redacted(text: str, u) -> str:
         return text.replace(f":{u.password}@", ":***@", 1) if u.password else text
     except ValueError:
         return text
-
-
-def tcp_unreachable(host: str, port: int, timeout_s: float = 3.0) -> str | None:
-    """None if a TCP connection to host:port opens, else why not."""
-    try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
-        return None
-    except OSError as e:
-        return e.strerror or str(e)
 
 
 RUN_EXTENSION = RUN_ATTRIBUTE

@@ -30,6 +30,7 @@ class JobConfig:
     kafka_options: dict = field(default_factory=dict)
     heartbeat: bool = True
     partitions: int = 2
+    await_topic: bool = False  # wait for the telemetry topic instead of creating it (a KafkaTopic on Kubernetes)
     metrics_listen: str | None = None  # HOST:PORT of the live figures' /metrics (streaming.metrics); None: off
     recompute: dict = field(default_factory=dict)  # a replay's RECOMPUTABLE settings given on its command line (ns)
 

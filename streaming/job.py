@@ -16,21 +16,21 @@ Stages, one Spark Structured Streaming query:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
-import socket
 import sys
 import threading
 import time
 
 from core import memory, metrics, observer
-from core.cli import bootstrap_arg
+from core.cli import add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import client_options
-from core.procs import HOST, JOB_METRICS_PORT
+from core.procs import HOST, JOB_METRICS_PORT, servers_unreachable
 from core.rundir import ROOT as PROJECT_ROOT
 from core.units import one_line, parse_duration_ns
-from streaming import engine
+from streaming import engine, session
 from streaming.config import RECOMPUTABLE, JobConfig, engine_problem
 
 DEFAULT_METRICS_LISTEN = f"{HOST}:{JOB_METRICS_PORT}"
@@ -78,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--available-now", action="store_true",
                        help="process what is in the topic now, then stop (tests, catch-up)")
         s.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
-                       help="Spark master (default %(default)s)")
+                       help="Spark master when Spark was given none (a master given by spark-submit, the Spark operator "
+                            "or spark-defaults.conf wins, with that cluster's settings; env SPARK_MASTER; default "
+                            "%(default)s)")
         own = name == "replay"  # a replay recomputes with the run's own settings but those given here
         for flag, default, what in (("--window", "1s", "window length"),
                                     ("--drop-timeout", "30s", "a send unanswered this long is a drop"),
@@ -106,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--no-heartbeat", action="store_true",
                        help="do not write the job's own heartbeats (they close the last windows of a live run)")
         s.add_argument("--partitions", type=int, default=2, help="partitions when creating the topic (default %(default)s)")
+        s.add_argument("--await-topic", action="store_true", default=os.environ.get("FLIGHTWATCH_AWAIT_TOPIC") == "1",
+                       help="wait for the topic instead of creating it (on Kubernetes the Topic Operator creates it "
+                            "from its KafkaTopic, with its replication; env FLIGHTWATCH_AWAIT_TOPIC=1)")
+        add_wait(s, "the telemetry broker (and with --await-topic the topic)")
         s.add_argument("--metrics-listen", default=os.environ.get("FLIGHTWATCH_JOB_METRICS", DEFAULT_METRICS_LISTEN),
                        metavar="HOST:PORT", help="serve the run's live figures for Prometheus at http://HOST:PORT/metrics "
                        "(env FLIGHTWATCH_JOB_METRICS; 'none' to not serve; default %(default)s)")
@@ -149,6 +155,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         source=getattr(a, "source", "flightwatch_kafka"), starting_offsets=getattr(a, "starting_offsets", "earliest"),
         max_offsets_per_trigger=getattr(a, "max_offsets_per_trigger", None), kafka_options=kafka_options,
         heartbeat=not getattr(a, "no_heartbeat", True), partitions=getattr(a, "partitions", 2),
+        await_topic=getattr(a, "await_topic", False),
         metrics_listen=_metrics_listen(getattr(a, "metrics_listen", "none")), recompute=given if a.command == "replay" else {},
     )
 
@@ -160,75 +167,45 @@ def _metrics_listen(text: str | None) -> str | None:
         raise UsageError(str(e)) from None
 
 
-def check_broker(cfg: JobConfig) -> None:
-    """Fail fast, in one line, when the telemetry broker cannot be reached; create the topic if missing."""
-    for server in cfg.bootstrap.split(","):
-        host, _, port = server.strip().rpartition(":")
-        try:
-            socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
-            break
-        except (OSError, ValueError) as e:
-            err = e
-    else:
-        raise UsageError(f"cannot reach the telemetry broker at {cfg.bootstrap}: {err}")
+def check_broker(cfg: JobConfig, wait: str, log) -> None:
+    """Wait for the telemetry broker (``--wait``), then create the topic if missing, or with ``--await-topic`` wait for
+    it (on Kubernetes the Topic Operator creates it from its KafkaTopic); still missing at the bound: one line."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(bootstrap_servers=cfg.bootstrap.split(","), **cfg.kafka_options)
+    admin = None
+
+    def topic_missing() -> str | None:
+        nonlocal admin
+        try:
+            admin = admin or KafkaAdminClient(bootstrap_servers=cfg.bootstrap.split(","), **cfg.kafka_options)
+            return None if cfg.topic in admin.list_topics() else "not created yet"
+        except KafkaError as e:
+            return f"{type(e).__name__}: {e}"
+
+    broker = f"the telemetry broker {cfg.bootstrap}"
+    checks = {broker: lambda: servers_unreachable(cfg.bootstrap)}
+    if cfg.await_topic:
+        checks[f"topic {cfg.topic}"] = lambda: servers_unreachable(cfg.bootstrap) or topic_missing()
     try:
-        if cfg.topic not in admin.list_topics():
+        problem = wait_for_servers(checks, wait, log, {broker: " (start it with `make up`)"})
+        if problem:
+            raise UsageError(problem)
+        if not cfg.await_topic and (why := topic_missing()):
+            if admin is None:
+                raise UsageError(f"telemetry topic {cfg.topic} on {cfg.bootstrap}: {why}")
             try:
                 admin.create_topics([NewTopic(cfg.topic, cfg.partitions, 1)])
             except TopicAlreadyExistsError:
                 pass
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except KafkaError as e:
+        raise UsageError(f"telemetry topic {cfg.topic} on {cfg.bootstrap}: {type(e).__name__}: {e}") from None
     finally:
-        admin.close()
-
-
-def build_spark(cfg: JobConfig):
-    """The Spark session, kept on loopback, with the project importable by Python workers."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [PROJECT_ROOT, os.environ.get("PYTHONPATH")]))
-    from pyspark.sql import SparkSession
-
-    heap = os.environ.get("FLIGHTWATCH_DRIVER_MEMORY", "2g")
-    builder = SparkSession.builder
-    java_options = os.environ.get("FLIGHTWATCH_DRIVER_JAVA_OPTIONS")
-    if java_options is None and cfg.command == "run":
-        # the live job lives as long as the run: its whole heap is committed and touched at start (as servers
-        # run a JVM) so that G1 does not grow it mid-run when a stall makes collections slow (a step of
-        # 70-110 MiB in soaks); it costs ~1.5 s of start per GiB. Its JIT stops at C1: C2 kept recompiling Spark's
-        # per-batch code paths for minutes (0.12 core of C2 thread at idle, 3 minutes in)
-        java_options = f"-Xms{heap} -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1"
-    if java_options:
-        builder = builder.config("spark.driver.extraJavaOptions", java_options)
-    spark = (
-        builder.master(cfg.master).appName(f"flightwatch-{cfg.engine.run_id}")
-        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", heap)
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.streaming.pollingDelay", "10ms")
-        # local checkpoints without Hadoop's .crc side files: the offset and commit logs of every batch are
-        # written in half the time (walCommit + commitOffsets, median 220 -> 100 ms a batch on two cores)
-        .config("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
-        .config("spark.hadoop.fs.AbstractFileSystem.file.impl", "org.apache.hadoop.fs.local.RawLocalFs")
-        # rename by FileSystem, not FileContext: FileContext's rename asks Hadoop's local file system for the link
-        # status of source and target, which it gets by running `readlink` (4 processes forked a batch)
-        .config("spark.sql.streaming.checkpointFileManagerClass",
-                "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
-        .config("spark.ui.showConsoleProgress", "false")
-        # executors of a cluster (standalone, Kubernetes) import the project and use the same interpreter
-        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-        .config("spark.executor.memory", os.environ.get("FLIGHTWATCH_EXECUTOR_MEMORY", "1g"))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+        if admin is not None:
+            admin.close()
 
 
 def telemetry_stream(spark, cfg: JobConfig):
@@ -374,7 +351,8 @@ def main(argv=None) -> int:
                 raise UsageError(problem)
             shutil.rmtree(cfg.run_dir, ignore_errors=True)  # a replay starts from a fresh checkpoint
         else:
-            check_broker(cfg)
+            check_broker(cfg, a.wait, lambda line: print(f"flightwatch streaming: {line}", flush=True))
+        cfg = dataclasses.replace(cfg, master=session.given_master() or cfg.master)
     except UsageError as e:
         print(f"flightwatch streaming: error: {e}", file=sys.stderr)
         return 2
@@ -387,7 +365,11 @@ def main(argv=None) -> int:
     use_system_allocator()  # this process lives as long as the run: freed memory goes back (release_memory)
     memory.trace_from_env("streaming-" + cfg.command)
     observer.register("streaming")  # its CPU (JVM, Python workers) is flightwatch's, not the SUT's
-    spark = build_spark(cfg)
+    spark = session.build_spark(cfg.master, cfg.engine.run_id, cfg.command)
+    conf = spark.sparkContext.getConf()
+    logger.info("Spark master %s (%s), shuffle partitions %s, executor memory %s", conf.get("spark.master"),
+                "the cluster's, with its settings" if session.given_master() else "this machine's",
+                conf.get("spark.sql.shuffle.partitions", "200"), conf.get("spark.executor.memory", "1g"))
     stop = threading.Event()
     if cfg.heartbeat and cfg.command == "run":
         threading.Thread(target=_heartbeats, args=(cfg, stop), daemon=True).start()

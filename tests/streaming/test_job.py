@@ -1,5 +1,6 @@
 """Bad input to the job's command line: one line on stderr, exit code 2, no traceback."""
 import json
+import time
 
 import pytest
 from support import free_port, run_job
@@ -29,10 +30,28 @@ def test_bad_flags(args, words):
 
 def test_unreachable_bootstrap():
     port = free_port()  # nothing listens there
-    proc = run_job("run", "--run", "x", "--bootstrap", f"127.0.0.1:{port}", timeout=60)
+    proc = run_job("run", "--run", "x", "--bootstrap", f"127.0.0.1:{port}", "--wait", "0s", timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert lines == [lines[0]] and "cannot reach the telemetry broker" in lines[0]
+    assert lines == [f"flightwatch streaming: error: the telemetry broker 127.0.0.1:{port} unreachable: Connection refused "
+                     "(start it with `make up`)"], proc.stderr
+
+
+@pytest.mark.integration
+def test_a_topic_awaited_but_never_created_is_one_line_after_the_wait(broker):
+    """On Kubernetes the job waits for the Topic Operator's topic instead of creating it (with replication 1)."""
+    from kafka import KafkaAdminClient
+
+    t0 = time.monotonic()
+    proc = run_job("run", "--run", "x", "--bootstrap", broker, "--topic", "tel-never-created", "--await-topic",
+                   "--wait", "2s", timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and lines == ["flightwatch streaming: error: topic tel-never-created unreachable: "
+                                              "not created yet, after waiting 2s"], proc.stderr
+    assert "waiting for topic tel-never-created (not created yet)" in proc.stdout and time.monotonic() - t0 < 30
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    assert "tel-never-created" not in admin.list_topics()  # it waited; it did not create it
+    admin.close()
 
 
 def test_help_explains():
@@ -62,7 +81,9 @@ AGENT_CASES = [
     ("agents.receiver", ["http", "--body-timeout", "0s"], "--body-timeout must be more than 0"),
     ("agents.receiver", ["http", "--max-connections", "0"], "--max-connections must be at least 1"),
     ("agents.receiver", ["http", "--bogus"], "unrecognized arguments"),
-    ("agents.receiver", ["kafka", "--bootstrap", "127.0.0.1:{free}"], "cannot reach the SUT broker"),
+    ("agents.receiver", ["kafka", "--bootstrap", "127.0.0.1:{free}", "--wait", "0s"], "the SUT broker 127.0.0.1:"),
+    ("agents.receiver", ["kafka", "--wait", "soon"], "--wait: bad duration"),
+    ("agents.node_metrics", ["--telemetry-bootstrap", "127.0.0.1:{free}", "--wait", "1s"], "unreachable: Connection refused, after waiting 1s"),
     ("agents.node_metrics", ["--interval", "0s"], "too short"),
     ("agents.node_metrics", ["--interval", "x"], "bad duration"),
     ("agents.node_metrics", ["--cgroup", "/nonexistent"], "not a directory"),
@@ -101,3 +122,50 @@ def test_agents_help(module, args, flag):
 
     proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and flag in proc.stdout
+
+
+@pytest.mark.integration
+def test_a_job_started_before_its_broker_waits_then_processes_the_run(tmp_path):
+    """As on a cluster that is still starting: the broker appears 3 s after the job; the job, backing off, then
+    creates its topic and reads a synthetic run written there, whose sends it counts exactly."""
+    import subprocess
+
+    from support import ROOT, job_command, job_env
+
+    from core.procs import stop_process
+    from loadgen.synthetic import SyntheticSpec, generate, produce
+    from stack.tansu import start_tansu
+
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    job = subprocess.Popen(job_command("run", "--run", "late-job", "--bootstrap", bootstrap, "--topic", "tel-late",
+                                       "--checkpoints", str(tmp_path), "--available-now", "--wait", "90s"),
+                           cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    broker = None
+    try:
+        time.sleep(3)
+        assert job.poll() is None, job.communicate()[0]  # still waiting
+        broker = start_tansu(port, open(tmp_path / "tansu.log", "wb"), "flightwatch-late-job")
+        deadline = time.monotonic() + 60
+        from kafka import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        while "tel-late" not in admin.list_topics():  # the job created it once it reached the broker
+            assert time.monotonic() < deadline and job.poll() is None
+            time.sleep(0.2)
+        admin.close()
+        run = generate(SyntheticSpec(run_id="late-job", duration_s=5, rate_per_sec=100, drop_timeout_s=5, pause=None,
+                                     oom_at_s=(), num_malformed=0))
+        produce(run, bootstrap, "tel-late")
+        out = job.communicate(timeout=240)[0]
+    finally:
+        if job.poll() is None:
+            stop_process(job, group=True)
+        if broker is not None:
+            stop_process(broker)
+    assert job.returncode == 0, out[-3000:]
+    assert f"waiting for the telemetry broker {bootstrap} (Connection refused)" in out
+    from streaming import results
+
+    sent = sum(int(r.get("sent", 0)) for r in results.load_windows(str(tmp_path / "late-job")).to_dict("records"))
+    assert sent == run.sent_ns.size == 500

@@ -101,3 +101,57 @@ def test_job_on_a_spark_standalone_cluster_with_two_loadgen_shards(broker, tmp_p
     assert w_dist[["window_ns", "sent", "received"]].equals(w_local[["window_ns", "sent", "received"]])
     print(f"\ndistributed run: sent {s['sent']:,} ({by_shard}), received {s['received']:,}, "
           f"p50 {s['latency_us']['p50']:.0f} µs p99 {s['latency_us']['p99']:.0f} µs over {s['num_windows']} windows")
+
+
+@pytest.mark.integration
+def test_the_job_submitted_as_the_driver_pod_runs_it_follows_the_cluster(broker, tmp_path):
+    """``deploy/spark-entrypoint.sh driver``, as Spark on Kubernetes runs the driver pod, with the master given to
+    spark-submit (``--master``) and no SPARK_MASTER: the job keeps the cluster's settings (no local master, no
+    loopback driver host, no partition count or executor memory of its own), its tasks run on the standalone
+    cluster's two workers, and a synthetic run's windows and summary equal those of a local job."""
+    import glob
+
+    import pyspark
+    from support import run_job
+
+    from loadgen.synthetic import SyntheticSpec, generate, produce
+    from stack.spark import Cluster
+    from streaming import results
+
+    run_id, topic = "submitted", "tel-submitted"
+    create_topic(broker, topic, partitions=4)
+    produce(generate(SyntheticSpec(run_id=run_id, duration_s=8, rate_per_sec=200, drop_timeout_s=5, pause=(4.0, 1.0),
+                                   oom_at_s=(), num_malformed=3)), broker, topic)
+    flags = ["--run", run_id, "--bootstrap", broker, "--topic", topic, "--available-now", "--drop-timeout", "5s",
+             "--no-heartbeat", "--metrics-listen", "none", "--wait", "0s"]
+    local = run_job("run", *flags, "--checkpoints", str(tmp_path / "local"), "--master", "local[2]")
+    assert local.returncode == 0, local.stdout[-2000:] + local.stderr[-2000:]
+
+    cluster = Cluster(workers=2, work_dir=str(tmp_path / "spark-work"), log=open(tmp_path / "spark.log", "wb"))
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "SPARK_MASTER"}
+        env.update(SPARK_HOME=os.path.dirname(pyspark.__file__), SPARK_DRIVER_BIND_ADDRESS="127.0.0.1",
+                   SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, PYTHONPATH=ROOT)
+        r = subprocess.run([os.path.join(ROOT, "deploy", "spark-entrypoint.sh"), "driver", "--master", cluster.url,
+                            "--conf", "spark.executor.memory=512m", os.path.join(ROOT, "streaming", "__main__.py"),
+                            "run", *flags, "--checkpoints", str(tmp_path / "cluster")],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        apps = cluster.state()["completedapps"]
+    finally:
+        cluster.stop()
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert f"Spark master {cluster.url} (the cluster's, with its settings), shuffle partitions 200, executor memory 512m" in out
+    assert [a["name"] for a in apps] == [f"flightwatch-{run_id}"], apps
+    for i in range(2):  # each worker ran an executor of the job that finished tasks
+        logs = glob.glob(str(tmp_path / "spark-work" / f"worker-{i}" / "app-*" / "*" / "stderr"))
+        assert any("Finished task" in open(f, errors="replace").read() for f in logs), (i, logs)
+
+    on_cluster, here = results.summarize(str(tmp_path / "cluster" / run_id)), results.summarize(str(tmp_path / "local" / run_id))
+    assert on_cluster["state"] == here["state"] == "finished" and here["sent"] == 8 * 200
+    for k in ("sent", "received", "dropped", "duplicates", "late", "errors", "quarantined", "num_windows", "latency_us", "gaps"):
+        assert on_cluster[k] == here[k], (k, on_cluster[k], here[k])
+    w_cluster, w_here = (results.load_windows(str(tmp_path / where / run_id)).drop(columns=["first_written_ns", "last_written_ns"])
+                         for where in ("cluster", "local"))  # when each window's partials were written: wall clock
+    assert list(w_cluster.columns) == list(w_here.columns) and len(w_here) == 14
+    assert w_cluster.equals(w_here), w_cluster.compare(w_here)

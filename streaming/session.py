@@ -1,0 +1,112 @@
+"""The job's Spark session: on this machine a local one kept on loopback; on a cluster, the cluster's.
+
+A Spark given its master from outside (``spark-submit --master``, the Spark operator's driver pod, a
+``spark-defaults.conf``) runs the job as that cluster says: the job then sets no master, driver host or bind
+address, shuffle partition count, executor or driver memory, and gives its other settings only where the
+cluster gave none. Without one, the job runs ``--master`` (``local[2]``) on 127.0.0.1 with the settings measured
+for this machine.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from core.rundir import ROOT as PROJECT_ROOT
+
+LOCAL_ONLY = ("spark.master", "spark.driver.host", "spark.driver.bindAddress", "spark.sql.shuffle.partitions",
+              "spark.executor.memory", "spark.driver.memory", "spark.driver.extraJavaOptions")
+"""What the job sets only for a Spark it starts itself (a cluster's are the cluster's)."""
+
+
+def _defaults_file() -> dict:
+    """``spark-defaults.conf`` of ``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``), as Spark reads it: KEY VALUE lines."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(os.environ.get("SPARK_HOME", ""), "conf")
+    out = {}
+    try:
+        with open(os.path.join(conf_dir, "spark-defaults.conf")) as f:
+            for line in f:
+                line = line.strip()
+                if (m := re.match(r"([^#!\s=:]+)\s*[=:\s]\s*(.*)", line.strip())):  # a Java properties line
+                    out[m.group(1)] = m.group(2).strip()
+    except OSError:
+        pass
+    return out
+
+
+def given_conf() -> dict:
+    """The Spark settings given from outside: spark-submit's (the JVM that started this process holds them as
+    system properties; the Spark operator runs spark-submit too), else ``spark-defaults.conf``'s."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # started by spark-submit: its JVM is up, with the settings it was given
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()
+        return dict(SparkConf().getAll())
+    return _defaults_file()
+
+
+def given_master() -> str | None:
+    """The master a cluster gave, or None (the job then runs its ``--master``)."""
+    return given_conf().get("spark.master")
+
+
+def settings(master: str, run_id: str, command: str, given: dict) -> dict:
+    """What the job sets on its session builder, given what the cluster already set (``given``)."""
+    heap = os.environ.get("FLIGHTWATCH_DRIVER_MEMORY", "2g")
+    java_options = os.environ.get("FLIGHTWATCH_DRIVER_JAVA_OPTIONS")
+    if java_options is None and command == "run":
+        # the live job lives as long as the run: its whole heap is committed and touched at start (as servers
+        # run a JVM) so that G1 does not grow it mid-run when a stall makes collections slow (a step of
+        # 70-110 MiB in soaks); it costs ~1.5 s of start per GiB. Its JIT stops at C1: C2 kept recompiling Spark's
+        # per-batch code paths for minutes (0.12 core of C2 thread at idle, 3 minutes in)
+        java_options = f"-Xms{heap} -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1"
+    local = {
+        "spark.master": master,
+        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": heap,
+        "spark.executor.memory": os.environ.get("FLIGHTWATCH_EXECUTOR_MEMORY", "1g"),
+    }
+    if java_options:
+        local["spark.driver.extraJavaOptions"] = java_options
+    ours = {
+        "spark.app.name": f"flightwatch-{run_id}",
+        "spark.ui.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.streaming.pollingDelay": "10ms",
+        # local checkpoints without Hadoop's .crc side files: the offset and commit logs of every batch are
+        # written in half the time (walCommit + commitOffsets, median 220 -> 100 ms a batch on two cores)
+        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+        # rename by FileSystem, not FileContext: FileContext's rename asks Hadoop's local file system for the link
+        # status of source and target, which it gets by running `readlink` (4 processes forked a batch)
+        "spark.sql.streaming.checkpointFileManagerClass":
+            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+        "spark.ui.showConsoleProgress": "false",
+        # executors of a cluster (standalone, Kubernetes) import the project and use the same interpreter
+        "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"],
+    }
+    if "spark.master" not in given:
+        ours.update(local)
+    return {k: v for k, v in ours.items() if k not in given or k == "spark.app.name"}
+
+
+def build_spark(master: str, run_id: str, command: str):
+    """The Spark session: the cluster's when one gave a master, else a local one on loopback, with the project
+    importable by Python workers (here and on executors)."""
+    given = given_conf()
+    if "spark.master" not in given:  # Python workers run this interpreter, on loopback
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    else:  # the image's (the entrypoint sets it), or this one
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [PROJECT_ROOT, *os.environ.get("PYTHONPATH", "").split(os.pathsep)])))
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in settings(master, run_id, command, given).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
