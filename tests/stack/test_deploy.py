@@ -29,6 +29,13 @@ def rendered() -> dict[str, list[dict]]:
     return {o: deploy.render(o) for o in OVERLAYS}
 
 
+NODE_EXPORTER_NAMESPACE = "flightwatch-node-exporter"
+
+
+def _name(d) -> str:
+    return f"{d['kind']}/{d['metadata']['name']}"
+
+
 def by_kind(docs, kind):
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
@@ -48,8 +55,14 @@ def test_every_overlay_renders_and_validates(rendered):
                 "DaemonSet", "Job", "ClusterRole", "Role"} <= set(kinds), overlay
         assert sorted(by_kind(docs, "Deployment")) == ["flightwatch-node-metrics", "flightwatch-prometheus",
                                                        "flightwatch-receiver", "flightwatch-ui"]
-        assert all(d["metadata"].get("namespace") == "flightwatch" for d in docs if d["kind"] not in
-                   ("Namespace", "ClusterRole", "ClusterRoleBinding")), overlay
+        placed = {(_name(d), d["metadata"].get("namespace")) for d in docs if d["kind"] not in
+                  ("Namespace", "ClusterRole", "ClusterRoleBinding")}
+        # the node exporter (and Prometheus' access to its pods) alone in a namespace of its own
+        assert {n for n, ns in placed if ns != "flightwatch"} == {
+            "DaemonSet/flightwatch-node-exporter", "Role/flightwatch-prometheus", "RoleBinding/flightwatch-prometheus"}, overlay
+        assert {ns for _, ns in placed} == {"flightwatch", NODE_EXPORTER_NAMESPACE}
+        # Strimzi's current API (served from 0.49, the only one from 1.0)
+        assert {d["apiVersion"] for d in docs if d["kind"].startswith("Kafka")} == {"kafka.strimzi.io/v1"}, overlay
     # the overlays differ where they should
     small, large = rendered["small"], rendered["large"]
     assert by_kind(small, "KafkaNodePool")["telemetry"]["spec"]["replicas"] == 1
@@ -88,7 +101,7 @@ spec:
   names: {kind: KafkaTopic, plural: kafkatopics}
   scope: Namespaced
   versions:
-    - name: v1beta2
+    - name: v1
       served: true
       storage: true
       schema:
@@ -104,7 +117,7 @@ spec:
     problems = deploy.validate(topic, str(tmp_path))
     assert len(problems) == 1 and "(CRD): spec.partitions: 4 is greater than the maximum of 2" in problems[0]
     others = [d for d in rendered["small"] if d["kind"] == "KafkaNodePool"]
-    assert deploy.validate(others, str(tmp_path)) == ["KafkaNodePool/telemetry: no CRD for kafka.strimzi.io/v1beta2/KafkaNodePool in "
+    assert deploy.validate(others, str(tmp_path)) == ["KafkaNodePool/telemetry: no CRD for kafka.strimzi.io/v1/KafkaNodePool in "
                                                       + str(tmp_path)]
 
 
@@ -208,22 +221,83 @@ def test_spark_entrypoint_runs_the_job_as_the_driver_pod_would():
     assert r.returncode == 2 and "flightwatch streaming: error: no run at" in out and "k8s-run-1" in out, out[-2000:]
 
 
+def _deploy(*args, **env):
+    return subprocess.run([sys.executable, "-m", "stack.deploy", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=ROOT, **env), timeout=120)
+
+
 def test_deploy_dry_run_and_errors():
-    def run(*args, **env):
-        return subprocess.run([sys.executable, "-m", "stack.deploy", *args], cwd=ROOT, capture_output=True, text=True,
-                              env=dict(os.environ, PYTHONPATH=ROOT, **env), timeout=120)
-    r = run("apply", "--overlay", "small", "--dry-run")
+    r = _deploy("apply", "--overlay", "small", "--dry-run", "--storage-class", "nfs-client")
     assert r.returncode == 0, r.stderr
     plan = [line for line in r.stderr.splitlines() if line.startswith("would apply: ")]
-    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 28  # with the Grafana dashboard's ConfigMap
+    # with the Grafana dashboard's ConfigMap, the node exporter's namespace and the network policies
+    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 38
     assert "would apply: sparkoperator.k8s.io/v1beta2 SparkApplication/flightwatch-streaming (namespace flightwatch)" in plan
-    r = run("delete", "--overlay", "large", "--dry-run")
+    assert "storageClassName: nfs-client" in r.stdout
+    r = _deploy("delete", "--overlay", "large", "--dry-run", FLIGHTWATCH_STORAGE_CLASS="efs-sc")
     assert r.returncode == 0 and "would delete: batch/v1 Job/flightwatch-loadgen" in r.stderr
-    r = run("apply", "--overlay", "medium")
+    r = _deploy("apply", "--overlay", "medium")
     assert r.returncode == 2 and r.stderr.strip() == "deploy: error: unknown overlay 'medium' (have: large, small)"
+    # the run folders' claim needs a ReadWriteMany class: without one, one line and nothing applied
+    r = _deploy("apply", "--overlay", "small", "--dry-run", FLIGHTWATCH_STORAGE_CLASS="")
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("deploy: error: the flightwatch-checkpoints claim needs a ReadWriteMany storage class")
     # no cluster here: a clear one-line error, nothing applied (kubectl's default server is loopback)
-    r = run("apply", "--overlay", "small", KUBECONFIG=os.path.join(ROOT, "no-such-kubeconfig"))
+    r = _deploy("apply", "--overlay", "small", "--storage-class", "nfs", KUBECONFIG=os.path.join(ROOT, "no-such-kubeconfig"))
     assert r.returncode == 2 and r.stderr.startswith("deploy: error: no Kubernetes cluster reachable"), r.stderr
+
+
+READY = {
+    "api_versions": ["v1", "apps/v1", "kafka.strimzi.io/v1", "kafka.strimzi.io/v1beta2", "sparkoperator.k8s.io/v1beta2"],
+    "deployments": [
+        {"metadata": {"name": "strimzi-cluster-operator", "namespace": "strimzi"},
+         "spec": {"template": {"spec": {"containers": [{"image": "quay.io/strimzi/operator:0.49.0",
+                                                        "env": [{"name": "STRIMZI_NAMESPACE", "value": "flightwatch,kafka"}]}]}}}},
+        {"metadata": {"name": "spark-operator-controller", "namespace": "spark-operator"},
+         "spec": {"template": {"spec": {"containers": [{"image": "ghcr.io/kubeflow/spark-operator/controller:2.2.0",
+                                                        "args": ["controller", "start", "--namespaces=flightwatch"]}]}}}}],
+    "webhooks": [{"webhooks": [{"name": "mutate--v1-pod.sparkoperator.k8s.io"}]}],
+    "storage_classes": {"nfs-client": {"provisioner": "cluster.local/nfs-subdir-external-provisioner"},
+                        "gp3": {"provisioner": "ebs.csi.aws.com"}},
+}
+
+
+def test_deploy_checks_the_cluster_first_and_says_every_problem_in_one_line(tmp_path):
+    """The checks ``make deploy`` runs against a cluster before it applies anything. No Kubernetes API server runs
+    here: a fake kubectl (``tests/support/fake_kubectl.py``) answers as a cluster would, from a JSON state."""
+    import json
+
+    from support import script
+
+    state = tmp_path / "cluster.json"
+    env = dict(FLIGHTWATCH_KUBECTL=script("fake_kubectl.py"), FAKE_KUBECTL_STATE=str(state), REAL_KUBECTL=deploy.kubectl())
+    # a cluster fresh from the quick starts: Strimzi 0.48, the Spark operator watching "default" without its
+    # webhook, the default class of EKS
+    fresh = copy.deepcopy(READY)
+    fresh["api_versions"].remove("kafka.strimzi.io/v1")
+    fresh["deployments"][0]["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "STRIMZI_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+    fresh["deployments"][1]["spec"]["template"]["spec"]["containers"][0]["args"][2] = "--namespaces=default"
+    fresh["webhooks"] = []
+    state.write_text(json.dumps(fresh))
+    r = _deploy("apply", "--overlay", "small", "--storage-class", "gp3", **env)
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and not (tmp_path / "cluster.json.applied").exists(), r.stderr
+    assert [line.split(":")[1].strip() for line in lines[:-1]] == ["not ready"] * 5 and len(lines) == 6, r.stderr
+    assert lines[0].startswith("deploy: not ready: kafka.strimzi.io/v1 is not served by the cluster: install Strimzi 0.49")
+    assert "the Strimzi cluster operator does not watch the namespace flightwatch (it watches strimzi)" in lines[1]
+    assert "the Spark operator's controller does not watch the namespace flightwatch (it watches default)" in lines[2]
+    assert "the Spark operator's mutating webhook is not installed" in lines[3]
+    assert "storage class gp3 (ebs.csi.aws.com) gives ReadWriteOnce volumes only" in lines[4]
+    assert lines[5] == "deploy: error: 5 problem(s) with the cluster; nothing applied"
+    r = _deploy("apply", "--overlay", "small", "--storage-class", "nfs", **env)
+    assert "storage class nfs does not exist" in r.stderr and r.returncode == 2
+    # a ready cluster: applied, server-side, with the storage class in the claim
+    state.write_text(json.dumps(READY))
+    r = _deploy("apply", "--overlay", "small", "--storage-class", "nfs-client", **env)
+    assert r.returncode == 0 and "not ready" not in r.stderr, r.stderr
+    applied = (tmp_path / "cluster.json.applied").read_text()
+    assert applied.startswith("apply --server-side --field-manager=flightwatch -f -") and "storageClassName: nfs-client" in applied
 
 
 def test_the_grafana_dashboard_is_mounted_and_names_only_exported_metrics(rendered):
