@@ -21,12 +21,14 @@ LOCAL_ONLY = ("spark.master", "spark.driver.host", "spark.driver.bindAddress", "
 
 def _defaults_file() -> dict:
     """``spark-defaults.conf`` of ``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``), as Spark reads it: KEY VALUE lines."""
-    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(os.environ.get("SPARK_HOME", ""), "conf")
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or (os.path.join(os.environ["SPARK_HOME"], "conf")
+                                                    if os.environ.get("SPARK_HOME") else None)
     out = {}
+    if conf_dir is None:
+        return out
     try:
         with open(os.path.join(conf_dir, "spark-defaults.conf")) as f:
             for line in f:
-                line = line.strip()
                 if (m := re.match(r"([^#!\s=:]+)\s*[=:\s]\s*(.*)", line.strip())):  # a Java properties line
                     out[m.group(1)] = m.group(2).strip()
     except OSError:
@@ -60,16 +62,12 @@ def settings(master: str, run_id: str, command: str, given: dict) -> dict:
         # 70-110 MiB in soaks); it costs ~1.5 s of start per GiB. Its JIT stops at C1: C2 kept recompiling Spark's
         # per-batch code paths for minutes (0.12 core of C2 thread at idle, 3 minutes in)
         java_options = f"-Xms{heap} -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1"
-    local = {
+    ours = {
         "spark.master": master,
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.memory": heap,
         "spark.executor.memory": os.environ.get("FLIGHTWATCH_EXECUTOR_MEMORY", "1g"),
-    }
-    if java_options:
-        local["spark.driver.extraJavaOptions"] = java_options
-    ours = {
         "spark.app.name": f"flightwatch-{run_id}",
         "spark.ui.enabled": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -87,8 +85,10 @@ def settings(master: str, run_id: str, command: str, given: dict) -> dict:
         # executors of a cluster (standalone, Kubernetes) import the project and use the same interpreter
         "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"],
     }
-    if "spark.master" not in given:
-        ours.update(local)
+    if java_options:
+        ours["spark.driver.extraJavaOptions"] = java_options
+    if "spark.master" in given:  # a cluster's Spark: its own settings
+        ours = {k: v for k, v in ours.items() if k not in LOCAL_ONLY}
     return {k: v for k, v in ours.items() if k not in given or k == "spark.app.name"}
 
 
