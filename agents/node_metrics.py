@@ -38,9 +38,9 @@ import time
 
 from core import clock, contract, logs
 from core import metrics as metrics_module
-from core.cli import OneLineParser, add_wait, bootstrap_arg, wait_for_servers
+from core.cli import OneLineParser, add_wait, await_brokers, bootstrap_arg
 from core.kafka_options import telemetry_producer
-from core.procs import HOST, NODE_METRICS_PORT, servers_unreachable
+from core.procs import HOST, NODE_METRICS_PORT
 
 METRICS = {
     "cpu_util": '1 - avg by (instance) (irate(node_cpu_seconds_total{mode="idle"}[5s]))',
@@ -254,14 +254,8 @@ def main(argv=None) -> int:
     from agents.oom import CgroupWatcher, KernelLog, KubeWatcher
     from core.telemetry import TelemetryWriter
 
-    try:  # Prometheus is not waited for: while it is away each sample is a visible hole
-        problem = wait_for_servers({f"the telemetry broker {a.telemetry_bootstrap}": lambda: servers_unreachable(a.telemetry_bootstrap)},
-                                   a.wait, lambda line: print(f"node_metrics: {line}", flush=True))
-    except ValueError as e:
-        problem = str(e)
-    if problem:
-        print(f"node_metrics: error: {problem}", file=sys.stderr)
-        return 2
+    if not await_brokers("node_metrics", {"telemetry": a.telemetry_bootstrap}, a.wait):  # Prometheus is not waited
+        return 2  # for: while it is away each sample is a visible hole
     try:
         producer = telemetry_producer(a.telemetry_bootstrap, linger_ms=20)
     except KafkaError as e:

@@ -23,9 +23,9 @@ import time
 from agents import http_receiver, kafka_receiver
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS, TOPIC_CHECK_S, KafkaReceiver
 from core import clock, contract, logs, memory, metrics
-from core.cli import OneLineParser, add_wait, bootstrap_arg, wait_for_servers
+from core.cli import OneLineParser, add_wait, await_brokers, bootstrap_arg
 from core.kafka_options import SUT_ENV, client_options
-from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT, servers_unreachable
+from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
 
@@ -276,14 +276,7 @@ def main_kafka(a) -> int:
     if not 1 <= a.fetch_wait_ms <= 300_000:
         print(f"receiver: error: --fetch-wait-ms {a.fetch_wait_ms}: give 1 to 300000 ms", file=sys.stderr)
         return 2
-    try:
-        problem = wait_for_servers({f"the {name} broker {servers}": (lambda s=servers: servers_unreachable(s))
-                                    for name, servers in (("SUT", a.bootstrap), ("telemetry", a.telemetry_bootstrap))},
-                                   a.wait, lambda line: print(f"receiver: {line}", flush=True))
-    except ValueError as e:
-        problem = str(e)
-    if problem:
-        print(f"receiver: error: {problem}", file=sys.stderr)
+    if not await_brokers("receiver", {"SUT": a.bootstrap, "telemetry": a.telemetry_bootstrap}, a.wait):
         return 2
     try:
         sut_options = client_options(env=SUT_ENV)

@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 
-from core.procs import DEFAULT_WAIT, WAIT_ENV, wait_for
+from core.procs import DEFAULT_WAIT, WAIT_ENV, servers_unreachable, wait_for
 from core.units import one_line, parse_duration_ns, split_host_port
 
 
@@ -47,3 +47,16 @@ def wait_for_servers(checks: dict, wait: str, log, hints: dict | None = None) ->
         return None
     what, why = failing
     return f"{what} unreachable: {why}{(hints or {}).get(what, '')}" + (f", after waiting {wait}" if bound_s else "")
+
+
+def await_brokers(prog: str, brokers: dict, wait: str) -> bool:
+    """An agent's start: wait (``--wait``) for each of ``brokers`` (name -> bootstrap servers), saying so on stdout.
+    False, with the one-line error on stderr, when one is still unreachable at the bound or ``wait`` is bad."""
+    try:
+        problem = wait_for_servers({f"the {name} broker {servers}": (lambda s=servers: servers_unreachable(s))
+                                    for name, servers in brokers.items()}, wait, lambda line: print(f"{prog}: {line}", flush=True))
+    except ValueError as e:
+        problem = str(e)
+    if problem:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+    return problem is None
