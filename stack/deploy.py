@@ -180,7 +180,7 @@ def _watched(container: dict, env_name: str | None, flag: str | None, own_namesp
         if flag and arg.startswith(f"--{flag}="):
             value = arg.split("=", 1)[1].strip()
             return None if value in ("", '""') else [n.strip() for n in value.split(",")]
-    return []
+    return None if flag else []  # no --namespaces: every namespace; no STRIMZI_NAMESPACE: none it can watch
 
 
 def preflight(kc: str, docs: list[dict], storage_class: str) -> list[str]:
