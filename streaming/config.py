@@ -62,10 +62,16 @@ class JobConfig:
                                    source_dir=self.run_dir, run_dir=os.path.join(self.run_dir, folder), heartbeat=False)
 
 
+MAX_JOIN_PARTITIONS = 4096
+"""More join partitions than this would spend more on each partition's fixed cost than on its records."""
+
+
 def engine_problem(eng: EngineConfig) -> str | None:
     """Why these engine settings cannot work together, or None."""
     if eng.window_ns <= 0 or eng.drop_timeout_ns <= 0 or eng.drop_timeout_ns % eng.window_ns:
         return "--window must be > 0 and divide --drop-timeout"
+    if not 1 <= eng.join_partitions <= MAX_JOIN_PARTITIONS:
+        return f"--join-partitions must be between 1 and {MAX_JOIN_PARTITIONS}"
     if eng.silence_timeout_ns <= eng.window_ns:
         return "--silence-timeout must be longer than a window"
     return None

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from streaming import rules
-from streaming.rules import PENDING, UNKNOWN
-from streaming.state import EngineConfig, EngineState  # noqa: F401 - read as engine.EngineConfig, engine.EngineState
+from streaming import join, rules
+from streaming.state import NO_TIME_NS, EngineConfig, EngineState  # noqa: F401 - read as engine.EngineConfig, engine.EngineState
 
 
 @dataclass
@@ -39,31 +39,50 @@ class BatchResult:
 
 
 def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[EngineState, BatchResult]:
-    """Consume one decoded batch (``streaming.decode.DECODED_SCHEMA``); return new state and partials."""
+    """Consume one decoded batch (``streaming.decode.DECODED_SCHEMA``); return new state and partials.
+
+    The batch's sends, acks and receives are joined in their ID's partition (``streaming.join``, step one); the
+    run-level rules then see the other records and each partition's first and last stamps; every partition settles
+    with the new watermark (step two); the gaps and the events follow."""
     bad, w = rules.start(state, batch, cfg)
     info = w.info
+    parts, rest = join.split(w.good, w.kinds, cfg.join_partitions)
+    joins = join.repartition(state.joins, cfg.join_partitions)
+    taken = [join.take(j, records, cfg, state.hole_until_ns, state.drops_named_ns) for j, records in zip(joins, parts)]
+    # the run-level rules: the records that are not a partition's, and what the partitions said of time
+    w.good = pa.concat_tables([rest, *(r.stamps for _, r in taken)], promote_options="default")
+    w.kinds = w.good["kind"].to_numpy(zero_copy_only=False) if w.good.num_rows else np.array([], dtype=object)
     rules.advance_watermark(w)
     rules.judge(w)
-    rules.take_sends(w)
-    rules.take_acks(w)
-    rules.take_receives(w)
-    rules.expire_orphans(w)
-    hole_until_ns = rules.mark_reset(w)
-    rules.declare_drops(w)
-    drops_named_ns = rules.name_drops(w)
-    rules.forget(w)
+    hole_until_ns = rules.reset_hole(w, _summed_waiting([r.waiting for _, r in taken]))
+    verdicts = join.Verdicts(int(w.watermark_ns), int(w.judged_ns), int(hole_until_ns))
+    settled = [join.settle(pw, verdicts) for pw, _ in taken]
+    drops_named_ns = rules.named_until(state.drops_named_ns, w.watermark_ns, w.judged_ns, cfg)
     run = rules.run_span(w)
+    w.sends = pd.DataFrame({"at_ns": np.concatenate([r.new_sends_ns for _, r in taken])})
+    w.fresh_recv_ns = np.concatenate([r.fresh_recv_ns for _, r in taken])
     rules.declare_gaps(w, run["stop_ns"])
+    for pw, _ in taken:
+        w.exemplars += pw.exemplars
+        w.out.merge(pw.out)
     info["num_shared"] = w.shared.num_rows
     events = rules.gather_events(w, run["start_ns"], run["stop_ns"])
-    new_state = EngineState(known=w.known, orphans=w.orphans, max_event_ns=int(w.max_event_ns),
+    new_state = EngineState(joins=[j for j, _ in settled], max_event_ns=int(w.max_event_ns),
                             watermark_ns=int(w.watermark_ns), num_batches=state.num_batches + 1, gaps=w.gaps,
                             drops_named_ns=int(drops_named_ns), hole_until_ns=int(hole_until_ns), **run)
-    waiting = (w.status == PENDING) | (w.status == UNKNOWN)
+    sizes = {k: sum(n[k] for _, n in settled) for k in ("num_known", "num_pending", "num_orphans")}
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     stop_ns = run["stop_ns"]
     finished = (stop_ns is not None and len(run["stopped"]) >= run["shards"] and w.watermark_ns >= stop_ns + cfg.drop_timeout_ns
-                and not waiting.any())
+                and not sizes["num_pending"])
     info.update({"watermark_ns": int(w.watermark_ns), "max_event_ns": int(w.max_event_ns), "judged_ns": int(w.judged_ns),
-                 "num_known": int(len(w.known)), "num_pending": int(waiting.sum()), "num_orphans": int(len(w.orphans))})
+                 **sizes})
     return new_state, BatchResult(w.out.counts_frame(), w.out.hists_frame(), events, bad, info, finished)
+
+
+def _summed_waiting(parts: list[tuple[int, int, int]]) -> tuple[int, int, int]:
+    """``rules.waiting_before`` over all partitions."""
+    n = sum(p[0] for p in parts)
+    first_waiting = min((p[1] for p in parts if p[0]), default=NO_TIME_NS)
+    first_sent = min((p[2] for p in parts if p[2] != NO_TIME_NS), default=NO_TIME_NS)
+    return n, first_waiting, first_sent

@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Spark master when Spark was given none (a master given by spark-submit, the Spark operator "
                             "or spark-defaults.conf wins, with that cluster's settings; env SPARK_MASTER; default "
                             "%(default)s)")
+        s.add_argument("--join-partitions", type=int, default=int(os.environ.get("FLIGHTWATCH_JOIN_PARTITIONS", "1") or 1),
+                       metavar="P", help="split the join by event ID hash into P partitions, each joined with its own "
+                       "state (the results do not depend on P; env FLIGHTWATCH_JOIN_PARTITIONS; default %(default)s)")
         own = name == "replay"  # a replay recomputes with the run's own settings but those given here
         for flag, default, what in (("--window", "1s", "window length"),
                                     ("--drop-timeout", "30s", "a send unanswered this long is a drop"),
@@ -138,7 +141,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
     try:
         given = {key: parse_duration_ns(text) for key in RECOMPUTABLE if (text := getattr(a, key[:-3], None))}  # a.window, ...
         eng = engine.EngineConfig(run_id=a.run, silence_timeout_ns=parse_duration_ns(getattr(a, "silence_timeout", "60s")),
-                                  **given)
+                                  join_partitions=getattr(a, "join_partitions", 1), **given)
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
     except ValueError as e:

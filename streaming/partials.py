@@ -21,6 +21,12 @@ class Collector:
         self.counts: list[pd.DataFrame] = []
         self.hist_parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {h: [] for h in output.HISTS}
 
+    def merge(self, other: Collector) -> None:
+        """Take another collector's counts and histogram values (a join partition's, for the batch's partials)."""
+        self.counts += other.counts
+        for hist, parts in other.hist_parts.items():
+            self.hist_parts[hist] += parts
+
     def window(self, at_ns) -> np.ndarray:
         return (np.asarray(at_ns, dtype=np.int64) // self.window_ns) * self.window_ns
 

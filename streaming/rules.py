@@ -31,6 +31,10 @@ EVENT_KINDS = ("node", "oom", "restart", "clock", "lost", "run_start", "run_stop
 EVENT_COLUMNS = ("kind", "agent", "at_ns", "node", "metric", "value", "missing", "source", "where", "count", "config",
                  "reason", "reference", "offset_us", "rtt_us", "event_id", "victim")
 
+KEY = "event_key"
+"""A column of a join partition's records holding each event ID's hash (``streaming.join.split``), when present."""
+
+
 def id_hash(event_ids: np.ndarray) -> np.ndarray:
     """64-bit key of each event ID string (deterministic across processes and runs)."""
     if len(event_ids) == 0:
@@ -70,12 +74,14 @@ class Work:
     declared: list = field(default_factory=list)  # gaps judged by this batch: (start_ns, duration_ns, in_flight)
 
     def rows(self, kind: str, cols: list[str]) -> pd.DataFrame:
-        """This run's records of one kind (``event_id`` hashed, the ID itself in ``id``)."""
-        sel = self.good.filter(pa.array(self.kinds == kind)).select(cols)
+        """This run's records of one kind (``event_id`` hashed, or its hash taken from ``KEY``; the ID itself in
+        ``id``)."""
+        keyed = "event_id" in cols and KEY in self.good.column_names
+        sel = self.good.filter(pa.array(self.kinds == kind)).select(cols + [KEY] if keyed else cols)
         df = pd.DataFrame({c: sel[c].to_numpy(zero_copy_only=False) for c in cols})
         if "event_id" in df:
             df["id"] = df["event_id"]  # the ID itself, for exemplars
-            df["event_id"] = id_hash(df["event_id"].to_numpy())
+            df["event_id"] = sel[KEY].to_numpy() if keyed else id_hash(df["event_id"].to_numpy())
         return df
 
     def of_kinds(self, *kinds: str) -> pa.Array:
@@ -240,30 +246,51 @@ def expire_orphans(w: Work) -> None:
 
 def mark_reset(w: Work) -> int:
     """The telemetry broker lost its data (the source's ``reset`` record): a send still waiting may have had its
-    receive record in what was lost, so it is not a drop if none comes (``unaccounted``); the windows from the
-    watermark (or the earliest such send) to the reset are incomplete. In event time the hole lies after what the
-    job had read and before the new log's first records (an agent re-sending what it buffered may go back
-    further): one window more is flagged. Returns the new ``hole_until_ns``."""
-    s, cfg, sent_ns, status = w.state, w.cfg, w.sent_ns, w.status
+    receive record in what was lost, so it is not a drop if none comes (``unaccounted``). ``reset_hole`` finds the
+    hole from the waiting sends, ``mark_unknown`` marks them. Returns the new ``hole_until_ns``."""
+    hole_until_ns = reset_hole(w, waiting_before(w))
+    if hole_until_ns != w.state.hole_until_ns:
+        mark_unknown(w, hole_until_ns)
+    return hole_until_ns
+
+
+def waiting_before(w: Work) -> tuple[int, int, int]:
+    """(how many sends read before this batch still wait, the earliest of them, the earliest known send), 0 and
+    ``NO_TIME_NS`` when none: what ``reset_hole`` needs of a join partition."""
+    waiting = (w.status == PENDING) & (np.arange(len(w.status)) < len(w.state.known))  # sends read before the batch
+    return (int(waiting.sum()), int(w.sent_ns[waiting].min()) if waiting.any() else NO_TIME_NS,
+            int(w.sent_ns.min()) if len(w.sent_ns) else NO_TIME_NS)
+
+
+def reset_hole(w: Work, waiting: tuple[int, int, int]) -> int:
+    """The windows a reset leaves incomplete (``waiting``: ``waiting_before`` summed over the join partitions). In
+    event time the hole lies after what the job had read and before the new log's first records (an agent
+    re-sending what it buffered may go back further): the windows from the watermark (or the earliest waiting send)
+    to the end of the hole's next window are flagged. Returns the new ``hole_until_ns``."""
+    s, cfg = w.state, w.cfg
     resets = w.shared.filter(pc.equal(w.shared["kind"], "reset")).to_pylist() if w.shared.num_rows else []
     if not resets or s.max_event_ns == NO_TIME_NS:  # a reset before the run's first record touches nothing of it
         return s.hole_until_ns
     r = resets[-1]
-    waiting = (status == PENDING) & (np.arange(len(status)) < len(s.known))  # sends read before the reset
+    num_waiting, first_waiting_ns, first_sent_ns = waiting
     alive = w.of_kinds("send", "ack", "recv")
     hole_ns = max(s.max_event_ns, pc.min(alive).as_py() if len(alive) else s.max_event_ns)
-    since = min(s.watermark_ns, int(sent_ns[waiting].min())) if waiting.any() else s.watermark_ns
-    since = max(since, int(sent_ns.min()) if len(sent_ns) else since)  # not before the run's first send
+    since = min(s.watermark_ns, first_waiting_ns) if num_waiting else s.watermark_ns
+    since = max(since, first_sent_ns) if first_sent_ns != NO_TIME_NS else since  # not before the run's first send
     first_window = since - since % cfg.window_ns
     hole_until_ns = hole_ns - hole_ns % cfg.window_ns + 2 * cfg.window_ns  # the end of the hole's next window
-    # the waiting ones (all sent before the hole) and those of the hole's windows read with the new log's first batch
-    status[(status == PENDING) & (sent_ns < hole_until_ns)] = UNKNOWN
     w.out.add(output.TELEMETRY_INCOMPLETE, np.arange(first_window, hole_until_ns, cfg.window_ns, dtype=np.int64))
     w.reset_event = {"kind": "reset", "agent": "job", "at_ns": int(hole_ns), "where": r["where"], "reason": r["reason"],
                      "count": r["count"], "value": float(r["at_ns"])}  # value: when the source found out (wall ns)
     w.info["reset"] = {"at_ns": int(r["at_ns"]), "reason": r["reason"], "lost": r["count"],
-                       "waiting": int(waiting.sum()), "incomplete_from_ns": int(first_window)}
+                       "waiting": num_waiting, "incomplete_from_ns": int(first_window)}
     return hole_until_ns
+
+
+def mark_unknown(w: Work, hole_until_ns: int) -> None:
+    """After a reset: the waiting sends (all sent before the hole) and those of the hole's windows read with the new
+    log's first batch are unknown, not pending."""
+    w.status[(w.status == PENDING) & (w.sent_ns < hole_until_ns)] = UNKNOWN
 
 
 def declare_drops(w: Work) -> None:
@@ -276,13 +303,18 @@ def declare_drops(w: Work) -> None:
         w.status[due] = np.where(w.errored[due], ERRORED, verdict).astype(np.int8)
 
 
+def named_until(named_ns: int, watermark_ns: int, judged_ns: int, cfg: EngineConfig) -> int:
+    """Drops of sends before this are final (``name_drops``): every agent has written past their deadline."""
+    return max(named_ns, min(watermark_ns, judged_ns) - cfg.drop_timeout_ns)
+
+
 def name_drops(w: Work) -> int:
     """Drop exemplars name only final drops: once every agent has written past the deadline, no receive or error
     ack can withdraw them (the watermark alone can run ahead: one partition seconds before another). Drops turn
     final in the order of their sends, so the first of each batch's final ones are the first of the window.
     Returns the new ``drops_named_ns``."""
     named_ns = w.state.drops_named_ns
-    until = min(w.watermark_ns, w.judged_ns) - w.cfg.drop_timeout_ns
+    until = named_until(named_ns, w.watermark_ns, w.judged_ns, w.cfg)
     if until <= named_ns:
         return named_ns
     final = ((w.status == DROPPED) | (w.status == LATE)) & (w.sent_ns >= named_ns) & (w.sent_ns < until)

@@ -30,9 +30,10 @@ import pyarrow.parquet as pq
 
 from core import memory
 from core.rundir import PARTIAL_KINDS, RunPaths, atomic, batch_file, ids_in, write_json
-from streaming import engine
+from streaming import engine, join
 from streaming.decode import DECODED_SCHEMA
 from streaming.gaps import GapTracker
+from streaming.state import JoinState
 
 SNAPSHOT_EVERY_BATCHES = 10
 """Engine state is snapshotted every this many batches (recovery replays at most this many)."""
@@ -136,6 +137,18 @@ class LiveVerdict:
             self.log(f"verdict after batch {batch}: {v['message']}" + (f"; knee {knee['rate']:,.0f}/s" if knee else ""))
 
 
+def _join_state(known_path: str, orphans_path: str) -> JoinState:
+    """One join partition's state from its snapshot files."""
+    known = pq.read_table(known_path).to_pandas().set_index("event_id")
+    orphans = pq.read_table(orphans_path).to_pandas()
+    base = JoinState()
+    # a snapshot of an older version lacks the newer columns (the event ID strings of exemplars): left empty
+    known = known.assign(**{c: "" for c in base.known.columns if c not in known})
+    orphans = orphans.assign(**{c: "" for c in base.orphans.columns if c not in orphans})
+    return JoinState(known=known.astype(base.known.dtypes.to_dict()) if len(known) else base.known,
+                     orphans=orphans.astype(base.orphans.dtypes.to_dict()) if len(orphans) else base.orphans)
+
+
 class RunStore:
     """The foreachBatch sink of one run: recovers engine state, applies a batch, writes its partials.
 
@@ -161,11 +174,12 @@ class RunStore:
         tmp = d + f".tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
-        pq.write_table(pa.Table.from_pandas(self.state.known.reset_index(), preserve_index=False), os.path.join(tmp, "known.parquet"))
-        pq.write_table(pa.Table.from_pandas(self.state.orphans, preserve_index=False), os.path.join(tmp, "orphans.parquet"))
+        for i, j in enumerate(self.state.joins):  # one pair of tables per join partition
+            pq.write_table(pa.Table.from_pandas(j.known.reset_index(), preserve_index=False), os.path.join(tmp, f"known-{i}.parquet"))
+            pq.write_table(pa.Table.from_pandas(j.orphans, preserve_index=False), os.path.join(tmp, f"orphans-{i}.parquet"))
         pq.write_table(pa.Table.from_pandas(self.state.gaps.stamps(), preserve_index=False), os.path.join(tmp, "gap_stamps.parquet"))
         with open(os.path.join(tmp, "scalars.json"), "w") as f:
-            json.dump(self.state.scalars(), f)
+            json.dump(dict(self.state.scalars(), join_partitions=len(self.state.joins)), f)
         shutil.rmtree(d, ignore_errors=True)
         os.replace(tmp, d)
         for old in ids_in(self.paths.state, "snap-*")[:-KEEP_SNAPSHOTS]:
@@ -173,21 +187,16 @@ class RunStore:
 
     def _load_snapshot(self, snap_id: int) -> engine.EngineState:
         d = os.path.join(self.paths.state, f"snap-{snap_id:08d}")
-        known = pq.read_table(os.path.join(d, "known.parquet")).to_pandas().set_index("event_id")
-        orphans = pq.read_table(os.path.join(d, "orphans.parquet")).to_pandas()
         with open(os.path.join(d, "scalars.json")) as f:
             scalars = json.load(f)
-        base = engine.EngineState()
-        # a snapshot of an older version lacks the newer columns (the event ID strings of exemplars): left empty
-        known = known.assign(**{c: "" for c in base.known.columns if c not in known})
-        orphans = orphans.assign(**{c: "" for c in base.orphans.columns if c not in orphans})
-        known = known.astype(base.known.dtypes.to_dict()) if len(known) else base.known
-        orphans = orphans.astype(base.orphans.dtypes.to_dict()) if len(orphans) else base.orphans
+        n = scalars.pop("join_partitions", None)
+        names = [(f"known-{i}", f"orphans-{i}") for i in range(n)] if n else [("known", "orphans")]  # older: one pair
+        joins = [_join_state(os.path.join(d, k + ".parquet"), os.path.join(d, o + ".parquet")) for k, o in names]
         stamps = os.path.join(d, "gap_stamps.parquet")
         gaps = (GapTracker.restore(scalars.pop("gaps"), pq.read_table(stamps).to_pandas()) if os.path.exists(stamps)
                 else GapTracker())  # a snapshot from before gaps were exact: they start over from here
         scalars.pop("gaps", None)
-        return engine.EngineState(known=known, orphans=orphans, gaps=gaps, **scalars)
+        return engine.EngineState(joins=join.repartition(joins, self.cfg.join_partitions), gaps=gaps, **scalars)
 
     def _recover(self, batch_id: int) -> None:
         """State as it was after batch_id - 1: latest snapshot before it, then the archive after it."""

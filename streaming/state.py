@@ -26,6 +26,9 @@ class EngineConfig:
     silence_timeout_ns: int = 60 * 10**9
     """A started run whose load generator has written nothing (no send, ack, start or stop) for this
     long, while the job's own heartbeats move the watermark on, is closed as aborted (killed)."""
+    join_partitions: int = 1
+    """The join's partitions: event IDs are split by hash into this many, each joined on its own
+    (``streaming.join``). The results do not depend on it."""
 
     def settings(self) -> dict:
         """As the run's ``run.json`` holds them (``core.rundir.RunPaths.run_file``)."""
@@ -33,8 +36,9 @@ class EngineConfig:
 
     @classmethod
     def durations(cls, settings: dict) -> dict:
-        """The durations among a run's settings (every field but ``run_id``)."""
-        return {f.name: settings[f.name] for f in dataclasses.fields(cls) if f.name != "run_id" and f.name in settings}
+        """The durations among a run's settings (every field but ``run_id`` and ``join_partitions``)."""
+        return {f.name: settings[f.name] for f in dataclasses.fields(cls)
+                if f.name not in ("run_id", "join_partitions") and f.name in settings}
 
 
 def _empty_known() -> pd.DataFrame:
@@ -57,9 +61,16 @@ def _empty_orphans() -> pd.DataFrame:
 
 
 @dataclass
-class EngineState:
+class JoinState:
+    """One join partition's state: the event IDs it knows (pending, delivered, dropped, errored) and the receives
+    whose send it has not seen yet (orphans)."""
     known: pd.DataFrame = field(default_factory=_empty_known)
     orphans: pd.DataFrame = field(default_factory=_empty_orphans)
+
+
+@dataclass
+class EngineState:
+    joins: list = field(default_factory=lambda: [JoinState()])  # one JoinState per join partition
     max_event_ns: int = NO_TIME_NS
     watermark_ns: int = NO_TIME_NS
     start_ns: int | None = None
@@ -74,7 +85,17 @@ class EngineState:
     hole_until_ns: int = NO_TIME_NS   # the telemetry broker lost records before this: a send before it that comes
     #                                   only now may have had its receive record in what was lost (``UNKNOWN``)
 
+    @property
+    def known(self) -> pd.DataFrame:
+        """Every partition's known IDs (one partition's own table when there is one)."""
+        return self.joins[0].known if len(self.joins) == 1 else pd.concat([j.known for j in self.joins])
+
+    @property
+    def orphans(self) -> pd.DataFrame:
+        return self.joins[0].orphans if len(self.joins) == 1 else pd.concat([j.orphans for j in self.joins], ignore_index=True)
+
     def scalars(self) -> dict:
-        """Everything but the tables (``known``, ``orphans``, the gap tracker's stamps), as JSON can hold it."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("known", "orphans", "gaps")}
+        """Everything but the tables (the partitions' ``known`` and ``orphans``, the gap tracker's stamps), as JSON can
+        hold it."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("joins", "gaps")}
         return dict(out, gaps=self.gaps.scalars())

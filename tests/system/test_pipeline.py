@@ -28,6 +28,8 @@ pytestmark = pytest.mark.integration
 
 RUN = "e2e"
 TIMING_COLUMNS = ["first_written_ns", "last_written_ns"]
+BATCH_KEYS = ("num_batches", "computed_at_ns")
+"""Summary keys that say how the run was processed, not what was measured."""
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +227,19 @@ def test_replay_gives_the_live_results(live):
     for key in ("sent", "received", "dropped", "duplicates", "late", "errors", "quarantined", "latency_us", "gaps"):
         assert replay_s[key] == live_s[key]
     assert replay_s["num_batches"] < live_s["num_batches"] / 2, (replay_s["num_batches"], live_s["num_batches"])
+
+
+def test_the_same_run_with_2_and_8_join_partitions_gives_identical_windows_and_summary(live, recorded):
+    """The join split by event ID hash into P partitions (``--join-partitions``), each with its own state: live from
+    the topic with P = 8 (other micro-batches too), and a replay of the archive with P = 2, give the P = 1 run's
+    every window and summary figure."""
+    out = recorded["tmp"] / "p8"
+    proc = run_job(*job_args(recorded, out, "--max-offsets-per-trigger", "200", "--join-partitions", "8"))
+    assert proc.returncode == 0 and "FINISHED" in proc.stdout, proc.stderr[-3000:]
+    replay = run_job("replay", "--run", RUN, "--out", str(live), "--join-partitions", "2", "--trigger", "100ms")
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    live_s = results.summarize(str(live))
+    for folder in (out, live / "replay"):
+        pd.testing.assert_frame_equal(comparable(results.load_windows(str(folder))), comparable(results.load_windows(str(live))))
+        s = results.summarize(str(folder))
+        assert {k: v for k, v in s.items() if k not in BATCH_KEYS} == {k: v for k, v in live_s.items() if k not in BATCH_KEYS}
