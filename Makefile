@@ -84,12 +84,13 @@ test-fast: install ## the tests that need neither broker nor Spark
 soak: up ## 15 minutes at 2,000 events/s through the stack; memory of every process, engine state, completeness (SOAK_ARGS)
 	$(PYTHON) -m bench.soak $(SOAK_ARGS)
 
-bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, replay speed, verdict lag and false alarms
+bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms
 	$(PYTHON) -m bench.footprint
 	$(PYTHON) -m bench.encoding
 	$(PYTHON) -m bench.loadgen
 	$(PYTHON) -m bench.receiver
 	$(PYTHON) -m bench.pipeline
+	$(PYTHON) -m bench.join
 	$(PYTHON) -m bench.replay
 	$(PYTHON) -m bench.verdict
 

@@ -1,7 +1,7 @@
 """Pipeline benchmark: synthetic load at rising rates into a real telemetry broker, the real job reading it.
 
 Usage:
-    python -m bench.pipeline [--rates 1000,5000,10000,20000,50000] [--seconds 20]
+    python -m bench.pipeline [--rates 1000,5000,20000,50000,80000] [--seconds 20] [--join-partitions 1]
 
 Per rate (events/s; each event is a send and a receive record, so records/s = 2 x rate)
 a fresh topic and a fresh job run; the load is produced in real time with wall-clock
@@ -11,7 +11,7 @@ timestamps for ``--seconds``. Reported per rate, medians over the steady part (t
   batch s       micro-batch duration (interval between batch commits)
   fresh p50/max wall time from a window's end to its first figures in the sink
   done p50      wall time from a window's end to the last batch that added receives to it
-  job cores     CPU used by the job (driver, JVM, Python workers) / wall time
+  job cores     CPU used by the job / wall time, and apart: its Python driver, its JVM, its pyspark workers
   gen cores     CPU used by this load generator: when it nears 1.0, the generator is the limit
   broker        CPU used by the telemetry broker (when the benchmark started it)
   machine       CPU busy on the whole machine, in cores (2.0 = both cores saturated)
@@ -42,20 +42,23 @@ SEND = '{"v":1,"kind":"send","run_id":"%s","agent":"bench","at_ns":%d,"event_id"
 RECV = '{"v":1,"kind":"recv","run_id":"%s","agent":"bench-rx","at_ns":%d,"event_id":"b-%d"}'
 
 
-def group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) of every live process in a process group."""
-    total = 0
+def group_cpu_by_role(pgid: int) -> dict[str, float]:
+    """CPU seconds of a job's process group by role: ``driver`` (the group's leader, the job's Python), ``jvm``
+    (Spark's), ``workers`` (pyspark's Python workers)."""
+    out = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
     tick = os.sysconf("SC_CLK_TCK")
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
         except OSError:
             continue
         if int(fields[2]) == pgid:  # field 5 (pgrp) is index 2 after the command name
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
+            role = "driver" if int(pid) == pgid else "jvm" if b"java" in cmd.split(b"\0")[0] else "workers"
+            out[role] += (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def machine_busy_s() -> float:
@@ -100,7 +103,8 @@ def produce_load(producer, topic: str, run_id: str, rate: int, seconds: float) -
     return records, time.process_time() - cpu0
 
 
-def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_pid: int | None = None) -> dict:
+def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_pid: int | None = None,
+               join_partitions: int = 1) -> dict:
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
@@ -116,7 +120,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
     out = os.path.join(workdir, run_id)
     job = subprocess.Popen(
         [sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap", bootstrap, "--topic", topic,
-         "--out", out, "--trigger", "500ms", "--no-heartbeat"],
+         "--out", out, "--trigger", "500ms", "--no-heartbeat", "--join-partitions", str(join_partitions)],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=open(os.path.join(workdir, f"{run_id}.log"), "w"),
         stderr=subprocess.STDOUT, start_new_session=True)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=8 << 20)
@@ -129,11 +133,11 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
             if time.monotonic() > deadline or job.poll() is not None:
                 raise RuntimeError(f"job for {run_id} did not start; see {workdir}/{run_id}.log")
             time.sleep(0.2)
-        cpu0, t0 = group_cpu_s(job.pid), time.time_ns()
+        cpu0, t0 = group_cpu_by_role(job.pid), time.time_ns()
         busy0, broker0 = machine_busy_s(), pid_cpu_s(broker_pid) if broker_pid else 0.0
         num_records, gen_cpu = produce_load(producer, topic, run_id, rate, seconds)
         t1 = time.time_ns()
-        cpu1 = group_cpu_s(job.pid)
+        cpu1 = group_cpu_by_role(job.pid)
         busy1, broker1 = machine_busy_s(), pid_cpu_s(broker_pid) if broker_pid else 0.0
         # drain: wait until the job has read everything produced (or give up after 60 s)
         deadline = time.monotonic() + 60
@@ -162,7 +166,8 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
         "batch_s": float(np.median(np.diff(load["written_at_ns"].to_numpy()))) / NS if len(load) > 2 else float("nan"),
         "fresh_p50_s": float(fresh.median()), "fresh_max_s": float(fresh.max()),
         "done_p50_s": float(done.median()),
-        "job_cores": (cpu1 - cpu0) / ((t1 - t0) / NS),
+        "job_cores": (sum(cpu1.values()) - sum(cpu0.values())) / ((t1 - t0) / NS),
+        **{f"{role}_cores": (cpu1[role] - cpu0[role]) / ((t1 - t0) / NS) for role in cpu0},
         "gen_cores": gen_cpu / ((t1 - t0) / NS),
         "broker_cores": (broker1 - broker0) / ((t1 - t0) / NS),
         "machine_cores": (busy1 - busy0) / ((t1 - t0) / NS),
@@ -172,7 +177,8 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
 
 def print_table(rows: list[dict]) -> None:
     head = (f"{'events/s':>9} {'records/s':>10} {'processed/s':>12} {'batch s':>8} {'proto s':>8} {'ratio':>6} "
-            f"{'fresh p50':>9} {'fresh max':>9} {'done p50':>9} {'drain s':>8} {'job cores':>9} {'gen cores':>9} "
+            f"{'fresh p50':>9} {'fresh max':>9} {'done p50':>9} {'drain s':>8} {'job cores':>9} {'driver':>6} {'jvm':>5} "
+            f"{'workers':>7} {'gen cores':>9} "
             f"{'broker':>6} {'machine':>7}")
     print(head)
     print("-" * len(head))
@@ -181,7 +187,8 @@ def print_table(rows: list[dict]) -> None:
         ratio = f"{proto / r['batch_s']:.2f}x" if proto and r["batch_s"] == r["batch_s"] else "-"
         print(f"{r['rate']:>9,} {r['records_per_sec']:>10,.0f} {r['processed_per_sec']:>12,.0f} {r['batch_s']:>8.2f} "
               f"{proto if proto else '-':>8} {ratio:>6} {r['fresh_p50_s']:>9.2f} {r['fresh_max_s']:>9.2f} "
-              f"{r['done_p50_s']:>9.2f} {r['drain_s']:>8.1f} {r['job_cores']:>9.2f} {r['gen_cores']:>9.2f} "
+              f"{r['done_p50_s']:>9.2f} {r['drain_s']:>8.1f} {r['job_cores']:>9.2f} {r['driver_cores']:>6.2f} "
+              f"{r['jvm_cores']:>5.2f} {r['workers_cores']:>7.2f} {r['gen_cores']:>9.2f} "
               f"{r['broker_cores']:>6.2f} {r['machine_cores']:>7.2f}"
               + ("" if r["all_read"] else "  (did not keep up)"))
     print("ratio = prototype batch time / ours (>1: faster). fresh = window end -> first figures in the sink.")
@@ -189,15 +196,17 @@ def print_table(rows: list[dict]) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rates", default="1000,5000,10000,20000,50000", help="events/s, comma-separated (default %(default)s)")
+    ap.add_argument("--rates", default="1000,5000,20000,50000,80000", help="events/s, comma-separated (default %(default)s)")
+    ap.add_argument("--join-partitions", type=int, default=1, help="the job's --join-partitions (default %(default)s)")
     ap.add_argument("--seconds", type=float, default=20, help="seconds of load per rate (default %(default)s)")
     ap.add_argument("--bootstrap", help="use this broker instead of starting a Tansu broker on a free port")
     a = ap.parse_args(argv)
     try:
         rates = [int(r) for r in a.rates.split(",")]
-        assert all(r > 0 for r in rates) and a.seconds >= 8
+        assert all(r > 0 for r in rates) and a.seconds >= 8 and a.join_partitions >= 1
     except (ValueError, AssertionError):
-        print("bench.pipeline: error: --rates takes positive integers, --seconds at least 8", file=sys.stderr)
+        print("bench.pipeline: error: --rates and --join-partitions take positive integers, --seconds at least 8",
+              file=sys.stderr)
         return 2
     import tempfile
 
@@ -215,7 +224,7 @@ def main(argv=None) -> int:
     try:
         for rate in rates:
             print(f"rate {rate:,} events/s for {a.seconds:.0f} s ...", flush=True)
-            rows.append(bench_rate(bootstrap, rate, a.seconds, workdir, broker.pid if broker else None))
+            rows.append(bench_rate(bootstrap, rate, a.seconds, workdir, broker.pid if broker else None, a.join_partitions))
             print_table(rows[-1:])
     finally:
         if broker:

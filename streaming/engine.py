@@ -41,43 +41,68 @@ class BatchResult:
 def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[EngineState, BatchResult]:
     """Consume one decoded batch (``streaming.decode.DECODED_SCHEMA``); return new state and partials.
 
-    The batch's sends, acks and receives are joined in their ID's partition (``streaming.join``, step one); the
-    run-level rules then see the other records and each partition's first and last stamps; every partition settles
-    with the new watermark (step two); the gaps and the events follow."""
-    bad, w = rules.start(state, batch, cfg)
-    info = w.info
-    parts, rest = join.split(w.good, w.kinds, cfg.join_partitions)
+    The driver's view of the batch (``join.summarize``) decides the run-level verdicts (``plan``); this run's sends,
+    acks and receives are joined in their ID's partition with them (``join.step``); the gaps, the events and the
+    batch's partials follow (``finish``)."""
+    summary, data = join.summarize(batch, cfg.run_id)
+    plan_ = plan(state, summary, cfg)
     joins = join.repartition(state.joins, cfg.join_partitions)
-    taken = [join.take(j, records, cfg, state.hole_until_ns, state.drops_named_ns) for j, records in zip(joins, parts)]
-    # the run-level rules: the records that are not a partition's, and what the partitions said of time
-    w.good = pa.concat_tables([rest, *(r.stamps for _, r in taken)], promote_options="default")
-    w.kinds = w.good["kind"].to_numpy(zero_copy_only=False) if w.good.num_rows else np.array([], dtype=object)
+    steps = [join.step(j, records, cfg, plan_.verdicts) for j, records in zip(joins, join.split(data, cfg.join_partitions))]
+    return finish(plan_, [s for s, _ in steps], [r for _, r in steps])
+
+
+@dataclass
+class Plan:
+    """The driver's part of a batch before the join partitions run: its working set and the verdicts."""
+    work: rules.Work
+    quarantine: pa.Table
+    verdicts: join.Verdicts
+
+
+def plan(state: EngineState, summary: pa.Table, cfg: EngineConfig) -> Plan:
+    """The run-level rules before the partitions: the watermark, how far every agent has written, a reset's hole."""
+    bad, w = rules.start(state, summary, cfg)
+    stamped = summary[join.NUM_RECORDS].to_numpy(zero_copy_only=False)
+    counted = ~np.isnan(stamped.astype(np.float64))
+    w.info["num_records"] = int(summary.num_rows - counted.sum() + stamped[counted].sum())
+    kinds = summary["kind"].to_numpy(zero_copy_only=False)
+    for k in join.DATA_KINDS:
+        w.info[f"num_{k}"] = int(stamped[counted & (kinds == k)].sum())
     rules.advance_watermark(w)
     rules.judge(w)
-    hole_until_ns = rules.reset_hole(w, _summed_waiting([r.waiting for _, r in taken]))
-    verdicts = join.Verdicts(int(w.watermark_ns), int(w.judged_ns), int(hole_until_ns))
-    settled = [join.settle(pw, verdicts) for pw, _ in taken]
+    v = join.Verdicts(int(state.hole_until_ns), int(state.drops_named_ns), int(w.watermark_ns), int(w.judged_ns),
+                      int(rules.hole_until(w)), bool(rules._reset_record(w) is not None))
+    return Plan(w, bad, v)
+
+
+def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> tuple[EngineState, BatchResult]:
+    """The run-level rules after the partitions: a reset's incomplete windows, the run's span, the gaps, the
+    events; the partitions' partials merged with the driver's."""
+    w, v, state, cfg = p.work, p.verdicts, p.work.state, p.work.cfg
+    info = w.info
+    if v.reset:
+        rules.incomplete_windows(w, _summed_waiting([r.waiting for r in reports]))
     drops_named_ns = rules.named_until(state.drops_named_ns, w.watermark_ns, w.judged_ns, cfg)
     run = rules.run_span(w)
-    w.sends = pd.DataFrame({"at_ns": np.concatenate([r.new_sends_ns for _, r in taken])})
-    w.fresh_recv_ns = np.concatenate([r.fresh_recv_ns for _, r in taken])
+    w.sends = pd.DataFrame({"at_ns": np.concatenate([np.zeros(0, np.int64)] + [r.new_sends_ns for r in reports])})
+    w.fresh_recv_ns = np.concatenate([np.zeros(0, np.int64)] + [r.fresh_recv_ns for r in reports])
     rules.declare_gaps(w, run["stop_ns"])
-    for pw, _ in taken:
-        w.exemplars += pw.exemplars
-        w.out.merge(pw.out)
+    for part in settled:
+        w.exemplars += part.exemplars
+        w.out.take(part.counts, part.hists)
     info["num_shared"] = w.shared.num_rows
     events = rules.gather_events(w, run["start_ns"], run["stop_ns"])
-    new_state = EngineState(joins=[j for j, _ in settled], max_event_ns=int(w.max_event_ns),
+    new_state = EngineState(joins=[part.state for part in settled], max_event_ns=int(w.max_event_ns),
                             watermark_ns=int(w.watermark_ns), num_batches=state.num_batches + 1, gaps=w.gaps,
-                            drops_named_ns=int(drops_named_ns), hole_until_ns=int(hole_until_ns), **run)
-    sizes = {k: sum(n[k] for _, n in settled) for k in ("num_known", "num_pending", "num_orphans")}
+                            drops_named_ns=int(drops_named_ns), hole_until_ns=int(v.hole_until_ns), **run)
+    sizes = {k: sum(part.sizes[k] for part in settled) for k in ("num_known", "num_pending", "num_orphans")}
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     stop_ns = run["stop_ns"]
     finished = (stop_ns is not None and len(run["stopped"]) >= run["shards"] and w.watermark_ns >= stop_ns + cfg.drop_timeout_ns
                 and not sizes["num_pending"])
     info.update({"watermark_ns": int(w.watermark_ns), "max_event_ns": int(w.max_event_ns), "judged_ns": int(w.judged_ns),
                  **sizes})
-    return new_state, BatchResult(w.out.counts_frame(), w.out.hists_frame(), events, bad, info, finished)
+    return new_state, BatchResult(w.out.counts_frame(), w.out.hists_frame(), events, p.quarantine, info, finished)
 
 
 def _summed_waiting(parts: list[tuple[int, int, int]]) -> tuple[int, int, int]:

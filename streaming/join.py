@@ -3,17 +3,21 @@
 Event IDs are split by hash into ``join_partitions`` (P) partitions; each joins its own sends, acks and receives
 with its own state (``streaming.state.JoinState``) and needs nothing of the others'. The run-level rules (the
 watermark, each agent's progress, run start and stop, gaps, the reset's hole) are the driver's
-(``streaming.engine``); between the two steps it tells every partition the new watermark and how far the agents
-have written, as Spark itself applies a watermark to every partition of a stateful operator.
+(``streaming.engine``); it tells every partition the batch's watermark and how far the agents have written, as
+Spark itself applies one watermark to every partition of a stateful operator. A partition's step needs nothing
+else, so it runs where its records are: in this process, or in an executor's task (``streaming.executors``).
 
+* ``summarize`` (before): the driver sees every record but this run's sends, acks and receives, and of those,
+  per agent and kind, the first and last stamp: enough for the watermark, the agents' progress and a reset's hole,
+  which it decides (``Verdicts``) before any partition runs.
 * ``take``: the batch's sends, acks and receives of the partition (``rules.take_sends``, ``take_acks``,
-  ``take_receives``), and a ``Report`` of what the driver needs: per agent and kind the first and last stamp of
-  these records, and for a reset the sends still waiting.
-* ``settle``: with the run-level decisions (``Verdicts``): orphans expire, a reset's unknowns, drops declared,
-  named and forgotten (``rules.expire_orphans``, ``mark_unknown``, ``declare_drops``, ``name_drops``, ``forget``).
+  ``take_receives``), and a ``Report`` of what the driver needs after: the new send and receive stamps for the
+  gap rule, and for a reset the sends still waiting.
+* ``settle``: with the run-level decisions: orphans expire, a reset's unknowns, drops declared, named and
+  forgotten (``rules.expire_orphans``, ``mark_unknown``, ``declare_drops``, ``name_drops``, ``forget``).
 
-A partition's output is partials only (counts and histogram values by window, exemplar rows) plus the send and
-receive stamps the driver's gap rule reads. Partials are sums (exemplars tops) over partitions, so the results
+A partition's output is partials only (counts and histogram buckets summed per window, exemplar rows) plus the
+send and receive stamps the driver's gap rule reads. Partials are sums (exemplars tops) over partitions, so the results
 do not depend on P.
 """
 from __future__ import annotations
@@ -38,74 +42,108 @@ def partition_of(keys: np.ndarray, num_partitions: int) -> np.ndarray:
     return (keys % np.uint64(num_partitions)).astype(np.int64)
 
 
-def split(good: pa.Table, kinds: np.ndarray, num_partitions: int) -> tuple[list[pa.Table], pa.Table]:
-    """(each partition's sends, acks and receives, the rest): a batch's valid records of this run by their ID's
-    partition, with the ID's hash in ``KEY`` (computed once, here)."""
-    data = np.isin(kinds, DATA_KINDS)
-    rest = good.filter(pa.array(~data))
-    mine = good.filter(pa.array(data))
-    keys = rules.id_hash(mine["event_id"].to_numpy(zero_copy_only=False))
-    mine = mine.append_column(KEY, pa.array(keys, pa.uint64()))
+def split(data: pa.Table, num_partitions: int) -> list[pa.Table]:
+    """A batch's sends, acks and receives of this run (``summarize``) by their ID's partition, with the ID's hash in
+    ``KEY`` (computed once, here)."""
+    keys = rules.id_hash(data["event_id"].to_numpy(zero_copy_only=False))
+    data = data.append_column(KEY, pa.array(keys, pa.uint64()))
     if num_partitions == 1:
-        return [mine], rest
+        return [data]
     part = partition_of(keys, num_partitions)
     order = np.argsort(part, kind="stable")
     bounds = np.searchsorted(part[order], np.arange(num_partitions + 1))
-    taken = mine.take(pa.array(order))
-    return [taken.slice(bounds[i], bounds[i + 1] - bounds[i]) for i in range(num_partitions)], rest
+    taken = data.take(pa.array(order))
+    return [taken.slice(bounds[i], bounds[i + 1] - bounds[i]) for i in range(num_partitions)]
 
 
 @dataclass
 class Report:
     """What one partition's ``take`` tells the driver."""
-    stamps: pa.Table       # per agent and kind, the first and last ``at_ns`` of the partition's records (kind, agent, at_ns)
     waiting: tuple         # ``rules.waiting_before``: for a reset
     new_sends_ns: np.ndarray   # the batch's new sends and receives (once each), for the gap rule
     fresh_recv_ns: np.ndarray
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdicts:
-    """The run-level decisions every partition applies in ``settle``."""
+    """The run-level decisions of a batch that every partition applies (``step``): the state's before it, and the
+    new ones. JSON-able: a batch's are kept with it, to bring a partition's state back by redoing batches."""
+    hole_until_before_ns: int   # the telemetry hole and the named drops as they were before the batch
+    drops_named_before_ns: int
     watermark_ns: int
     judged_ns: int
     hole_until_ns: int
+    reset: bool = False         # the batch holds a reset: the waiting sends are marked unknown
 
 
-def take(state: JoinState, records: pa.Table, cfg: EngineConfig, hole_until_ns: int, drops_named_ns: int) -> tuple[rules.Work, Report]:
+def step(state: JoinState, records: pa.Table, cfg: EngineConfig, v: Verdicts) -> tuple[Settled, Report]:
+    """A batch in one partition: ``take``, then ``settle``."""
+    w, report = take(state, records, cfg, v)
+    return settle(w, v), report
+
+
+def take(state: JoinState, records: pa.Table, cfg: EngineConfig, v: Verdicts) -> tuple[rules.Work, Report]:
     """Step one of a batch in one partition: its sends, acks and receives."""
     kinds = records["kind"].to_numpy(zero_copy_only=False) if records.num_rows else np.array([], dtype=object)
-    view = EngineState(joins=[state], hole_until_ns=hole_until_ns, drops_named_ns=drops_named_ns)
+    view = EngineState(joins=[state], hole_until_ns=v.hole_until_before_ns, drops_named_ns=v.drops_named_before_ns)
     w = rules.Work(cfg, view, records, records.schema.empty_table(), kinds, partials.Collector(cfg.window_ns), {})
     rules.take_sends(w)
     rules.take_acks(w)
     rules.take_receives(w)
-    return w, Report(_first_and_last(records), rules.waiting_before(w), w.sends["at_ns"].to_numpy(), w.fresh_recv_ns)
+    return w, Report(rules.waiting_before(w), w.sends["at_ns"].to_numpy(), w.fresh_recv_ns)
 
 
-def settle(w: rules.Work, v: Verdicts) -> tuple[JoinState, dict]:
-    """Step two: orphans expire, a reset's unknowns are marked, drops are declared, named and forgotten. Returns the
-    partition's new state and its counts of IDs (known, waiting, orphans)."""
+@dataclass
+class Settled:
+    """What one partition's ``settle`` gives: its new state and its partials of the batch, summed per window."""
+    state: JoinState
+    counts: pd.DataFrame      # ``partials.Collector.counts_frame``
+    hists: pd.DataFrame       # ``partials.Collector.hists_frame``
+    exemplars: list           # frames of ``partials.slowest`` and ``first_dropped`` rows
+    sizes: dict               # IDs known, waiting and orphaned
+
+
+def settle(w: rules.Work, v: Verdicts) -> Settled:
+    """Step two: orphans expire, a reset's unknowns are marked, drops are declared, named and forgotten."""
     w.watermark_ns, w.judged_ns = v.watermark_ns, v.judged_ns
     rules.expire_orphans(w)
-    if v.hole_until_ns != w.state.hole_until_ns:
+    if v.reset:
         rules.mark_unknown(w, v.hole_until_ns)
     rules.declare_drops(w)
     rules.name_drops(w)
     rules.forget(w)
     waiting = (w.status == rules.PENDING) | (w.status == rules.UNKNOWN)
-    return JoinState(known=w.known, orphans=w.orphans), {
-        "num_known": int(len(w.known)), "num_pending": int(waiting.sum()), "num_orphans": int(len(w.orphans))}
+    sizes = {"num_known": int(len(w.known)), "num_pending": int(waiting.sum()), "num_orphans": int(len(w.orphans))}
+    return Settled(JoinState(known=w.known, orphans=w.orphans), w.out.counts_frame(), w.out.hists_frame(),
+                   [e for e in w.exemplars if len(e)], sizes)
 
 
-def _first_and_last(records: pa.Table) -> pa.Table:
-    """Per agent and kind, two rows: the first and the last stamp (all a partition's records say of time)."""
-    if records.num_rows == 0:
-        return pa.table({"kind": pa.array([], pa.string()), "agent": pa.array([], pa.string()), "at_ns": pa.array([], pa.int64())})
-    g = records.select(["kind", "agent", "at_ns"]).group_by(["kind", "agent"]).aggregate([("at_ns", "min"), ("at_ns", "max")])
-    return pa.table({"kind": pc.list_flatten(pa.array([[k, k] for k in g["kind"].to_pylist()])),
-                     "agent": pc.list_flatten(pa.array([[a, a] for a in g["agent"].to_pylist()])),
-                     "at_ns": pa.array(np.ravel(np.c_[g["at_ns_min"].to_numpy(), g["at_ns_max"].to_numpy()]), pa.int64())})
+NUM_RECORDS = "num_records"
+"""The column of a summary (``summarize``) that marks a row of first and last stamps, with how many records it
+stands for (null on a record passed through)."""
+
+
+def summarize(batch: pa.Table, run_id: str) -> tuple[pa.Table, pa.Table]:
+    """(the driver's view of a batch, the records of the join partitions): this run's valid sends, acks and
+    receives go to the partitions; the driver sees every other record as it is and, for those, per kind and agent
+    two rows, the first and the last stamp, the first with their count in ``NUM_RECORDS``. Summaries of parts of a
+    batch (each read task's) concatenate into the summary of the whole."""
+    valid = batch["quarantine_reason"].is_null()
+    mine = pc.fill_null(pc.and_(pc.and_(valid, pc.equal(batch["run_id"], run_id)), pc.is_in(batch["kind"], pa.array(DATA_KINDS))), False)
+    data, rest = batch.filter(mine), batch.filter(pc.invert(mine))
+    rest = rest.append_column(NUM_RECORDS, pa.nulls(rest.num_rows, pa.int64()))
+    if data.num_rows == 0:
+        return rest, data
+    g = data.select(["kind", "agent", "at_ns"]).group_by(["kind", "agent"]).aggregate(
+        [("at_ns", "min"), ("at_ns", "max"), ("at_ns", "count")])
+    n = g.num_rows
+    stamps = pa.table({
+        "kind": pa.concat_arrays([g["kind"].combine_chunks()] * 2), "agent": pa.concat_arrays([g["agent"].combine_chunks()] * 2),
+        "run_id": pa.array([run_id] * (2 * n), pa.string()),
+        "at_ns": pa.concat_arrays([g["at_ns_min"].combine_chunks(), g["at_ns_max"].combine_chunks()]),
+        NUM_RECORDS: pa.concat_arrays([g["at_ns_count"].combine_chunks().cast(pa.int64()), pa.array(np.zeros(n, np.int64))]),
+    })
+    return pa.concat_tables([rest, stamps], promote_options="default"), data
 
 
 def repartition(joins: list[JoinState], num_partitions: int) -> list[JoinState]:

@@ -20,12 +20,14 @@ class Collector:
         self.window_ns = window_ns
         self.counts: list[pd.DataFrame] = []
         self.hist_parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {h: [] for h in output.HISTS}
+        self.summed_hists: list[pd.DataFrame] = []  # other collectors' ``hists_frame``s (``take``)
 
-    def merge(self, other: Collector) -> None:
-        """Take another collector's counts and histogram values (a join partition's, for the batch's partials)."""
-        self.counts += other.counts
-        for hist, parts in other.hist_parts.items():
-            self.hist_parts[hist] += parts
+    def take(self, counts: pd.DataFrame, hists: pd.DataFrame) -> None:
+        """Add a join partition's partials, already summed per window (its ``counts_frame`` and ``hists_frame``)."""
+        if len(counts):
+            self.counts.append(counts)
+        if len(hists):
+            self.summed_hists.append(hists)
 
     def window(self, at_ns) -> np.ndarray:
         return (np.asarray(at_ns, dtype=np.int64) // self.window_ns) * self.window_ns
@@ -83,10 +85,13 @@ class Collector:
                 "bucket": (ukey % histogram.NUM_BUCKETS).astype(np.int32),
                 "count": cnt.astype(np.int64),
             }))
-        if not frames:
+        if not frames and not self.summed_hists:
             return pd.DataFrame({"window_ns": pd.Series(dtype=np.int64), "hist": pd.Series(dtype=object),
                                  "bucket": pd.Series(dtype=np.int32), "count": pd.Series(dtype=np.int64)})
-        return pd.concat(frames, ignore_index=True)
+        out = pd.concat(frames + self.summed_hists, ignore_index=True)
+        if self.summed_hists and len(frames) + len(self.summed_hists) > 1:  # the same buckets from several partitions
+            out = out.groupby(["window_ns", "hist", "bucket"], as_index=False, sort=True)["count"].sum()
+        return out
 
 
 def slowest(at_ns: np.ndarray, latency_ns: np.ndarray, ids: np.ndarray, window_ns: int) -> pd.DataFrame:

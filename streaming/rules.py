@@ -246,45 +246,63 @@ def expire_orphans(w: Work) -> None:
 
 def mark_reset(w: Work) -> int:
     """The telemetry broker lost its data (the source's ``reset`` record): a send still waiting may have had its
-    receive record in what was lost, so it is not a drop if none comes (``unaccounted``). ``reset_hole`` finds the
-    hole from the waiting sends, ``mark_unknown`` marks them. Returns the new ``hole_until_ns``."""
-    hole_until_ns = reset_hole(w, waiting_before(w))
-    if hole_until_ns != w.state.hole_until_ns:
+    receive record in what was lost, so it is not a drop if none comes (``unaccounted``). ``hole_until`` finds the
+    hole, ``mark_unknown`` marks the waiting sends, ``incomplete_windows`` flags the windows. Returns the new
+    ``hole_until_ns``."""
+    hole_until_ns = hole_until(w)
+    if _reset_record(w) is not None:
+        waiting = waiting_before(w)
         mark_unknown(w, hole_until_ns)
+        incomplete_windows(w, waiting)
     return hole_until_ns
 
 
 def waiting_before(w: Work) -> tuple[int, int, int]:
     """(how many sends read before this batch still wait, the earliest of them, the earliest known send), 0 and
-    ``NO_TIME_NS`` when none: what ``reset_hole`` needs of a join partition."""
+    ``NO_TIME_NS`` when none: what ``incomplete_windows`` needs of a join partition."""
     waiting = (w.status == PENDING) & (np.arange(len(w.status)) < len(w.state.known))  # sends read before the batch
     return (int(waiting.sum()), int(w.sent_ns[waiting].min()) if waiting.any() else NO_TIME_NS,
             int(w.sent_ns.min()) if len(w.sent_ns) else NO_TIME_NS)
 
 
-def reset_hole(w: Work, waiting: tuple[int, int, int]) -> int:
-    """The windows a reset leaves incomplete (``waiting``: ``waiting_before`` summed over the join partitions). In
-    event time the hole lies after what the job had read and before the new log's first records (an agent
-    re-sending what it buffered may go back further): the windows from the watermark (or the earliest waiting send)
-    to the end of the hole's next window are flagged. Returns the new ``hole_until_ns``."""
-    s, cfg = w.state, w.cfg
+def _reset_record(w: Work) -> dict | None:
     resets = w.shared.filter(pc.equal(w.shared["kind"], "reset")).to_pylist() if w.shared.num_rows else []
-    if not resets or s.max_event_ns == NO_TIME_NS:  # a reset before the run's first record touches nothing of it
-        return s.hole_until_ns
-    r = resets[-1]
-    num_waiting, first_waiting_ns, first_sent_ns = waiting
+    return resets[-1] if resets and w.state.max_event_ns != NO_TIME_NS else None  # before the run: touches nothing
+
+
+def _hole_ns(w: Work) -> int:
+    """In event time the hole lies after what the job had read and before the new log's first records."""
     alive = w.of_kinds("send", "ack", "recv")
-    hole_ns = max(s.max_event_ns, pc.min(alive).as_py() if len(alive) else s.max_event_ns)
+    return max(w.state.max_event_ns, pc.min(alive).as_py() if len(alive) else w.state.max_event_ns)
+
+
+def hole_until(w: Work) -> int:
+    """The new ``hole_until_ns``: after a reset, the end of the hole's next window (an agent re-sending what it
+    buffered may go back further); else as it was."""
+    if _reset_record(w) is None:
+        return w.state.hole_until_ns
+    hole_ns = _hole_ns(w)
+    return hole_ns - hole_ns % w.cfg.window_ns + 2 * w.cfg.window_ns
+
+
+def incomplete_windows(w: Work, waiting: tuple[int, int, int]) -> None:
+    """After a reset, the windows it leaves incomplete (``waiting``: ``waiting_before`` summed over the join
+    partitions): from the watermark, or the earliest waiting send, to the end of the hole's next window; and the
+    reset's event."""
+    r = _reset_record(w)
+    if r is None:
+        return
+    s, cfg = w.state, w.cfg
+    num_waiting, first_waiting_ns, first_sent_ns = waiting
+    hole_ns = _hole_ns(w)
     since = min(s.watermark_ns, first_waiting_ns) if num_waiting else s.watermark_ns
     since = max(since, first_sent_ns) if first_sent_ns != NO_TIME_NS else since  # not before the run's first send
     first_window = since - since % cfg.window_ns
-    hole_until_ns = hole_ns - hole_ns % cfg.window_ns + 2 * cfg.window_ns  # the end of the hole's next window
-    w.out.add(output.TELEMETRY_INCOMPLETE, np.arange(first_window, hole_until_ns, cfg.window_ns, dtype=np.int64))
+    w.out.add(output.TELEMETRY_INCOMPLETE, np.arange(first_window, hole_until(w), cfg.window_ns, dtype=np.int64))
     w.reset_event = {"kind": "reset", "agent": "job", "at_ns": int(hole_ns), "where": r["where"], "reason": r["reason"],
                      "count": r["count"], "value": float(r["at_ns"])}  # value: when the source found out (wall ns)
     w.info["reset"] = {"at_ns": int(r["at_ns"]), "reason": r["reason"], "lost": r["count"],
                        "waiting": num_waiting, "incomplete_from_ns": int(first_window)}
-    return hole_until_ns
 
 
 def mark_unknown(w: Work, hole_until_ns: int) -> None:

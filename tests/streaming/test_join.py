@@ -2,6 +2,7 @@
 rules on the driver. The results must not depend on the number of partitions P, nor on a run resumed with another P."""
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from loadgen.synthetic import SyntheticSpec, generate, messages
@@ -58,20 +59,34 @@ def test_a_run_resumed_with_another_number_of_partitions_gives_the_same_results(
 
 
 @pytest.mark.parametrize("num_partitions", [1, 2, 3, 8])
-def test_split_puts_every_send_ack_and_receive_in_its_ids_partition_once_and_the_rest_aside(num_partitions, msgs):
+def test_split_puts_every_send_ack_and_receive_in_its_ids_partition_once(num_partitions, msgs):
     table = _batches(msgs, 1)[0]
-    good = table.filter(table["quarantine_reason"].is_null())
-    kinds = good["kind"].to_numpy(zero_copy_only=False)
-    parts, rest = join.split(good, kinds, num_partitions)
-    data = np.isin(kinds, join.DATA_KINDS)
-    assert sum(p.num_rows for p in parts) == int(data.sum()) and rest.num_rows == int((~data).sum())
+    _, data = join.summarize(table, SPEC.run_id)
+    parts = join.split(data, num_partitions)
+    assert sum(p.num_rows for p in parts) == data.num_rows
     for i, part in enumerate(parts):
         ids = part["event_id"].to_numpy(zero_copy_only=False)
         # every record of one ID in one partition: the partition its hash names, the hash kept in KEY
         assert (join.partition_of(engine.rules.id_hash(ids), num_partitions) == i).all()
         assert np.array_equal(part[join.KEY].to_numpy(), engine.rules.id_hash(ids))
     if num_partitions > 1:  # and spread: no partition holds more than twice its share
-        assert max(p.num_rows for p in parts) < 2 * data.sum() / num_partitions
+        assert max(p.num_rows for p in parts) < 2 * data.num_rows / num_partitions
+
+
+def test_summaries_of_parts_of_a_batch_say_what_the_summary_of_the_whole_says(msgs):
+    # the driver's view: every record but this run's valid sends, acks and receives, and of those per kind and agent
+    # the first and last stamp with their count; read tasks summarize their parts, which concatenate
+    table = _batches(msgs, 1)[0]
+    whole, data = join.summarize(table, SPEC.run_id)
+    parts = [join.summarize(table.slice(i, 5000), SPEC.run_id)[0] for i in range(0, table.num_rows, 5000)]
+    df = data.to_pandas()
+    truth = df.groupby(["kind", "agent"])["at_ns"].agg(["min", "max", "count"])
+    for summary in (whole, pa.concat_tables(parts)):
+        stamps = summary.filter(summary[join.NUM_RECORDS].is_valid()).to_pandas()  # (at_ns is null on malformed rows)
+        got = stamps.groupby(["kind", "agent"]).agg(min=("at_ns", "min"), max=("at_ns", "max"), count=(join.NUM_RECORDS, "sum"))
+        pd.testing.assert_frame_equal(got.astype(np.int64), truth.astype(np.int64))
+        assert summary[join.NUM_RECORDS].null_count == table.num_rows - data.num_rows
+    assert data.num_rows > 0.9 * table.num_rows and set(df["kind"]) == set(join.DATA_KINDS)
 
 
 def test_repartition_keeps_every_id_and_orphan_once():
