@@ -81,7 +81,7 @@ class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _num_rows(self, batch_id: int) -> int:
         if batch_id not in self._rows:
-            self._rows[batch_id] = pq.ParquetFile(batch_path(self.path, batch_id)).metadata.num_rows
+            self._rows[batch_id] = archived_rows(batch_path(self.path, batch_id))
         return self._rows[batch_id]
 
     def partitions(self, start: dict, end: dict):
@@ -117,6 +117,14 @@ def batch_path(archive_dir: str, batch_id: int) -> str:
     return os.path.join(archive_dir, f"batch-{batch_id:08d}.parquet")
 
 
+def archived_rows(path: str) -> int:
+    """Rows of an archived batch: a file, or a folder of parts (the joins ran on executors: ``streaming.executors``)."""
+    if not os.path.isdir(path):
+        return pq.ParquetFile(path).metadata.num_rows
+    return sum(pq.ParquetFile(os.path.join(path, f)).metadata.num_rows for f in os.listdir(path)
+               if f.endswith(".parquet") and not f.startswith("."))
+
+
 def read_paths(paths: list[str]) -> pa.Table:
     """The archived batches at ``paths``, in that order, as one table of decoded rows (``pathsOnly``)."""
     from streaming.decode import DECODED_SCHEMA
@@ -131,8 +139,7 @@ class ReplayProgress:
     own start-up, ~10 s here, is not the replay's speed)."""
 
     def __init__(self, archive_dir: str, run_length_s: float | None, log=print, every_s: float = 1.0) -> None:
-        self.total = sum(pq.ParquetFile(batch_path(archive_dir, i)).metadata.num_rows
-                         for i in archived_batches(archive_dir))
+        self.total = sum(archived_rows(batch_path(archive_dir, i)) for i in archived_batches(archive_dir))
         self.run_length_s, self.log, self.every_s = run_length_s, log, every_s
         self.done, self.started, self.last = 0, time.monotonic(), 0.0
 

@@ -50,6 +50,11 @@ class JobConfig:
         events/s, half of the JVM's CPU). A cluster's read tasks decode on the executors."""
         return self.command != "replay" and self.source == "flightwatch_kafka" and self.master.startswith("local")
 
+    def joins_on_executors(self) -> bool:
+        """On a cluster the join partitions run in executor tasks (``streaming.executors``); in local mode in the
+        driver, with no shuffle."""
+        return not self.master.startswith("local")
+
     def for_replay(self) -> JobConfig:
         """Read the run's archive with the run's own settings, but those given in ``recompute``; write into
         <run>/replay, or <run>/replay-drop10s-window500ms when a setting differs from the run's (a recomputation

@@ -44,6 +44,20 @@ IDLE_BATCH_MESSAGES = 8
 a heartbeat come each second, under load each writer sends a message every 100 ms at least."""
 
 
+CLUSTER_JOIN_PARTITIONS = 8
+"""Join partitions on a cluster unless told: enough tasks for a few executors' cores; give ``--join-partitions``
+two or three per executor core for more."""
+
+
+def _given(value, default):
+    return default if value is None else value
+
+
+def _int_env(name: str) -> int | None:
+    text = os.environ.get(name, "")
+    return int(text) if text.strip().isdigit() else None
+
+
 class UsageError(Exception):
     """Bad flags or an unusable environment: one line on stderr (user text in it is escaped), exit code 2."""
 
@@ -81,9 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Spark master when Spark was given none (a master given by spark-submit, the Spark operator "
                             "or spark-defaults.conf wins, with that cluster's settings; env SPARK_MASTER; default "
                             "%(default)s)")
-        s.add_argument("--join-partitions", type=int, default=int(os.environ.get("FLIGHTWATCH_JOIN_PARTITIONS", "1") or 1),
-                       metavar="P", help="split the join by event ID hash into P partitions, each joined with its own "
-                       "state (the results do not depend on P; env FLIGHTWATCH_JOIN_PARTITIONS; default %(default)s)")
+        s.add_argument("--join-partitions", type=int, default=_int_env("FLIGHTWATCH_JOIN_PARTITIONS"), metavar="P",
+                       help="split the join by event ID hash into P partitions, each joined with its own state: in the "
+                       "driver in local mode, in executor tasks on a cluster (the results do not depend on P; env "
+                       f"FLIGHTWATCH_JOIN_PARTITIONS; default 1 in local mode, {CLUSTER_JOIN_PARTITIONS} on a cluster)")
         own = name == "replay"  # a replay recomputes with the run's own settings but those given here
         for flag, default, what in (("--window", "1s", "window length"),
                                     ("--drop-timeout", "30s", "a send unanswered this long is a drop"),
@@ -141,7 +156,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
     try:
         given = {key: parse_duration_ns(text) for key in RECOMPUTABLE if (text := getattr(a, key[:-3], None))}  # a.window, ...
         eng = engine.EngineConfig(run_id=a.run, silence_timeout_ns=parse_duration_ns(getattr(a, "silence_timeout", "60s")),
-                                  join_partitions=getattr(a, "join_partitions", 1), **given)
+                                  join_partitions=_given(getattr(a, "join_partitions", None), 1), **given)
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
     except ValueError as e:
@@ -275,6 +290,8 @@ def run_query(spark, cfg: JobConfig, log=print) -> bool:
     from streaming.sinks import RunStore
 
     finished = threading.Event()
+    if cfg.joins_on_executors():
+        from streaming.executors import ClusterRunStore as RunStore  # noqa: F811 - the joins on the executors
     store = RunStore(cfg.run_dir, cfg.engine, on_finished=finished.set, log=log, live_verdict=True,
                      archive=cfg.command != "replay")
     served = None
@@ -307,6 +324,10 @@ def run_query(spark, cfg: JobConfig, log=print) -> bool:
         t_batch[0] = time.time()
 
     t_batch = [time.time()]
+    if cfg.joins_on_executors():
+        from streaming.executors import cluster_sink
+
+        sink = cluster_sink(spark, store, cfg, log)  # noqa: F811
     writer = (telemetry_stream(spark, cfg).writeStream.foreachBatch(sink)
               .option("checkpointLocation", cfg.spark_checkpoint).queryName(f"flightwatch_{cfg.engine.run_id}"))
     writer = writer.trigger(availableNow=True) if cfg.available_now else writer.trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
@@ -356,6 +377,13 @@ def main(argv=None) -> int:
         else:
             check_broker(cfg, a.wait, lambda line: print(f"flightwatch streaming: {line}", flush=True))
         cfg = dataclasses.replace(cfg, master=session.given_master() or cfg.master)
+        if cfg.joins_on_executors():
+            from streaming.executors import check_partitions
+
+            if a.join_partitions is None:  # a cluster's default
+                cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, join_partitions=CLUSTER_JOIN_PARTITIONS))
+            if problem := check_partitions(cfg.run_dir, cfg.engine.join_partitions):
+                raise UsageError(problem)
     except UsageError as e:
         print(f"flightwatch streaming: error: {e}", file=sys.stderr)
         return 2

@@ -137,7 +137,7 @@ class LiveVerdict:
             self.log(f"verdict after batch {batch}: {v['message']}" + (f"; knee {knee['rate']:,.0f}/s" if knee else ""))
 
 
-def _join_state(known_path: str, orphans_path: str) -> JoinState:
+def join_state(known_path: str, orphans_path: str) -> JoinState:
     """One join partition's state from its snapshot files."""
     known = pq.read_table(known_path).to_pandas().set_index("event_id")
     orphans = pq.read_table(orphans_path).to_pandas()
@@ -189,9 +189,9 @@ class RunStore:
         d = os.path.join(self.paths.state, f"snap-{snap_id:08d}")
         with open(os.path.join(d, "scalars.json")) as f:
             scalars = json.load(f)
-        n = scalars.pop("join_partitions", None)
-        names = [(f"known-{i}", f"orphans-{i}") for i in range(n)] if n else [("known", "orphans")]  # older: one pair
-        joins = [_join_state(os.path.join(d, k + ".parquet"), os.path.join(d, o + ".parquet")) for k, o in names]
+        n = scalars.pop("join_partitions", None)  # 0: the joins ran on the executors (``streaming.executors``)
+        names = [(f"known-{i}", f"orphans-{i}") for i in range(n)] if n is not None else [("known", "orphans")]  # older
+        joins = [join_state(os.path.join(d, k + ".parquet"), os.path.join(d, o + ".parquet")) for k, o in names]
         stamps = os.path.join(d, "gap_stamps.parquet")
         gaps = (GapTracker.restore(scalars.pop("gaps"), pq.read_table(stamps).to_pandas()) if os.path.exists(stamps)
                 else GapTracker())  # a snapshot from before gaps were exact: they start over from here
@@ -223,6 +223,11 @@ class RunStore:
         if self.archive:
             write_parquet(batch_file(self.paths.archive, batch_id), table)  # the write-ahead archive
         self.state, result = engine.process(self.state, table, self.cfg)
+        return self.conclude(result, batch_id, t0)
+
+    def conclude(self, result: engine.BatchResult, batch_id: int, t0: float, **info) -> engine.BatchResult:
+        """Write what a batch gave (its partials, quarantine, bookkeeping: ``info`` joins it) and finish the run
+        when it is over."""
         if (reset := result.info.get("reset")) is not None:
             at = lambda ns: time.strftime("%H:%M:%S", time.gmtime(ns / 1e9))  # noqa: E731
             logging.getLogger("streaming").error(
@@ -236,7 +241,7 @@ class RunStore:
             write_parquet(batch_file(self.paths.quarantine, batch_id), result.quarantine)
         if batch_id % SNAPSHOT_EVERY_BATCHES == 0 or result.finished:
             self._save_snapshot(batch_id)
-        info = dict(result.info, batch_id=batch_id, written_at_ns=time.time_ns(),
+        info = dict(result.info, **info, batch_id=batch_id, written_at_ns=time.time_ns(),
                     processing_s=round(time.time() - t0, 4), finished=result.finished)
         write_json(batch_file(self.paths.batches, batch_id, "json"), info)
         self.next_batch = batch_id + 1

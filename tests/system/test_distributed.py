@@ -67,6 +67,16 @@ def test_job_on_a_spark_standalone_cluster_with_two_loadgen_shards(broker, tmp_p
         logs = glob.glob(str(tmp_path / "spark-work" / f"worker-{i}" / "app-*" / "*" / "stderr"))
         assert any("Finished task" in open(f, errors="replace").read() for f in logs), (i, logs)
 
+    # the join ran in executor tasks on both workers (each task says its executor's folder), the driver got partials
+    import json
+
+    ran: dict[str, int] = {}
+    for f in (tmp_path / run_id / "batches").glob("*.json"):
+        for folder, n in json.loads(f.read_text()).get("join_tasks", {}).items():
+            ran[folder] = ran.get(folder, 0) + n
+    workers = {w for w in ("worker-0", "worker-1") if any(f"/{w}/" in folder for folder in ran)}
+    assert workers == {"worker-0", "worker-1"}, ran
+
     # ground truth from the raw records: each shard sent half the rate, with its own event IDs
     recs = telemetry(broker, topic, run_id)
     sends = {r["event_id"]: r for r in recs if r["kind"] == "send"}
