@@ -90,6 +90,7 @@ bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load 
 	$(PYTHON) -m bench.loadgen
 	$(PYTHON) -m bench.receiver
 	$(PYTHON) -m bench.pipeline
+	$(PYTHON) -m bench.pipeline --cluster 2 --rates 5000,20000
 	$(PYTHON) -m bench.join
 	$(PYTHON) -m bench.replay
 	$(PYTHON) -m bench.verdict

@@ -1,17 +1,21 @@
 """Pipeline benchmark: synthetic load at rising rates into a real telemetry broker, the real job reading it.
 
 Usage:
-    python -m bench.pipeline [--rates 1000,5000,20000,50000,80000] [--seconds 20] [--join-partitions 1]
+    python -m bench.pipeline [--rates 1000,5000,20000,50000,80000] [--seconds 20] [--join-partitions P]
+    python -m bench.pipeline --cluster 2 --rates 5000,20000     # the join in the driver vs on the executors
 
 Per rate (events/s; each event is a send and a receive record, so records/s = 2 x rate)
 a fresh topic and a fresh job run; the load is produced in real time with wall-clock
 timestamps for ``--seconds``. Reported per rate, medians over the steady part (the first
 3 s and the last 2 s are left out):
-  processed/s   records the job consumed per second of load
+  processed/s   records the job consumed per second of load (to the end of the drain), proc/off its share of
+                the records offered
   batch s       micro-batch duration (interval between batch commits)
   fresh p50/max wall time from a window's end to its first figures in the sink
   done p50      wall time from a window's end to the last batch that added receives to it
-  job cores     CPU used by the job / wall time, and apart: its Python driver, its JVM, its pyspark workers
+  drv us/rec    CPU of the job's Python driver per record processed
+  job cores     CPU used by the job / wall time, and apart: its Python driver, its JVM, its pyspark workers (on a
+                cluster the executors are the workers' processes: see machine)
   gen cores     CPU used by this load generator: when it nears 1.0, the generator is the limit
   broker        CPU used by the telemetry broker (when the benchmark started it)
   machine       CPU busy on the whole machine, in cores (2.0 = both cores saturated)
@@ -104,7 +108,7 @@ def produce_load(producer, topic: str, run_id: str, rate: int, seconds: float) -
 
 
 def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_pid: int | None = None,
-               join_partitions: int = 1) -> dict:
+               join_partitions: int = 1, master: str | None = None, join_on: str = "auto") -> dict:
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
@@ -113,14 +117,15 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
     from streaming import results
     from streaming.reader import RunReader
 
-    run_id, topic = f"bench-{rate}", f"bench-{rate}-{int(time.time())}"
+    run_id, topic = f"bench-{rate}-{join_on}", f"bench-{rate}-{join_on}-{int(time.time())}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_topics([NewTopic(topic, 2, 1)])
     admin.close()
     out = os.path.join(workdir, run_id)
     job = subprocess.Popen(
         [sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap", bootstrap, "--topic", topic,
-         "--out", out, "--trigger", "500ms", "--no-heartbeat", "--join-partitions", str(join_partitions)],
+         "--out", out, "--trigger", "500ms", "--no-heartbeat", "--join-partitions", str(join_partitions),
+         "--join-on", join_on, *(["--master", master] if master else [])],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=open(os.path.join(workdir, f"{run_id}.log"), "w"),
         stderr=subprocess.STDOUT, start_new_session=True)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=8 << 20)
@@ -158,7 +163,8 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
     done = (w["last_written_ns"] - (w["window_ns"] + NS)) / NS
     processed = int(batches["num_send"].sum() + batches["num_recv"].sum())
     return {
-        "rate": rate,
+        "rate": rate, "join_on": join_on,
+        "driver_us_per_record": (cpu1["driver"] - cpu0["driver"]) / max(processed, 1) * 1e6,
         "records_per_sec": num_records / ((t1 - t0) / NS),
         "processed_per_sec": processed / ((t_drained - t0) / NS),
         "all_read": processed >= num_records,
@@ -176,7 +182,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
 
 
 def print_table(rows: list[dict]) -> None:
-    head = (f"{'events/s':>9} {'records/s':>10} {'processed/s':>12} {'batch s':>8} {'proto s':>8} {'ratio':>6} "
+    head = (f"{'events/s':>9} {'join on':>9} {'drv us/rec':>10} {'records/s':>10} {'processed/s':>12} {'proc/off':>8} {'batch s':>8} {'proto s':>8} {'ratio':>6} "
             f"{'fresh p50':>9} {'fresh max':>9} {'done p50':>9} {'drain s':>8} {'job cores':>9} {'driver':>6} {'jvm':>5} "
             f"{'workers':>7} {'gen cores':>9} "
             f"{'broker':>6} {'machine':>7}")
@@ -185,7 +191,8 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         proto = PROTOTYPE_BATCH_S.get(r["rate"])
         ratio = f"{proto / r['batch_s']:.2f}x" if proto and r["batch_s"] == r["batch_s"] else "-"
-        print(f"{r['rate']:>9,} {r['records_per_sec']:>10,.0f} {r['processed_per_sec']:>12,.0f} {r['batch_s']:>8.2f} "
+        print(f"{r['rate']:>9,} {r['join_on']:>9} {r['driver_us_per_record']:>10.2f} {r['records_per_sec']:>10,.0f} "
+              f"{r['processed_per_sec']:>12,.0f} {r['processed_per_sec'] / r['records_per_sec']:>8.2f} {r['batch_s']:>8.2f} "
               f"{proto if proto else '-':>8} {ratio:>6} {r['fresh_p50_s']:>9.2f} {r['fresh_max_s']:>9.2f} "
               f"{r['done_p50_s']:>9.2f} {r['drain_s']:>8.1f} {r['job_cores']:>9.2f} {r['driver_cores']:>6.2f} "
               f"{r['jvm_cores']:>5.2f} {r['workers_cores']:>7.2f} {r['gen_cores']:>9.2f} "
@@ -194,16 +201,28 @@ def print_table(rows: list[dict]) -> None:
     print("ratio = prototype batch time / ours (>1: faster). fresh = window end -> first figures in the sink.")
 
 
+def print_driver_costs(rows: list[dict]) -> None:
+    """The driver's CPU per record with the join in the driver (as before) and on the executors, per rate."""
+    print(f"\n{'events/s':>9} {'driver us/record, join in driver':>33} {'on executors':>13} {'falls by':>9}")
+    for rate in sorted({r["rate"] for r in rows}):
+        by = {r["join_on"]: r["driver_us_per_record"] for r in rows if r["rate"] == rate}
+        if {"driver", "executors"} <= set(by):
+            print(f"{rate:>9,} {by['driver']:>33.2f} {by['executors']:>13.2f} {by['driver'] / by['executors']:>8.1f}x")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n\n")[0])
     ap.add_argument("--rates", default="1000,5000,20000,50000,80000", help="events/s, comma-separated (default %(default)s)")
-    ap.add_argument("--join-partitions", type=int, default=1, help="the job's --join-partitions (default %(default)s)")
+    ap.add_argument("--join-partitions", type=int, help="the job's --join-partitions (default: the job's)")
+    ap.add_argument("--cluster", type=int, default=0, metavar="WORKERS",
+                    help="run the job on a Spark standalone cluster of this many workers (1 core each), each rate twice: "
+                         "the join in the driver, then on the executors, and compare the driver's CPU per record")
     ap.add_argument("--seconds", type=float, default=20, help="seconds of load per rate (default %(default)s)")
     ap.add_argument("--bootstrap", help="use this broker instead of starting a Tansu broker on a free port")
     a = ap.parse_args(argv)
     try:
         rates = [int(r) for r in a.rates.split(",")]
-        assert all(r > 0 for r in rates) and a.seconds >= 8 and a.join_partitions >= 1
+        assert all(r > 0 for r in rates) and a.seconds >= 8 and (a.join_partitions or 1) >= 1 and a.cluster >= 0
     except (ValueError, AssertionError):
         print("bench.pipeline: error: --rates and --join-partitions take positive integers, --seconds at least 8",
               file=sys.stderr)
@@ -220,17 +239,28 @@ def main(argv=None) -> int:
         port = free_port()
         broker = start_tansu(port, open(os.path.join(workdir, "tansu.log"), "w"), "bench")
         bootstrap = f"127.0.0.1:{port}"
-    rows = []
+    rows, cluster = [], None
     try:
+        if a.cluster:
+            from stack.spark import Cluster
+
+            cluster = Cluster(workers=a.cluster, work_dir=os.path.join(workdir, "spark-work"),
+                              log=open(os.path.join(workdir, "spark.log"), "wb"))
         for rate in rates:
-            print(f"rate {rate:,} events/s for {a.seconds:.0f} s ...", flush=True)
-            rows.append(bench_rate(bootstrap, rate, a.seconds, workdir, broker.pid if broker else None, a.join_partitions))
-            print_table(rows[-1:])
+            for join_on in (("driver", "executors") if cluster else ("auto",)):
+                print(f"rate {rate:,} events/s for {a.seconds:.0f} s, join on {join_on} ...", flush=True)
+                rows.append(bench_rate(bootstrap, rate, a.seconds, workdir, broker.pid if broker else None,
+                                       a.join_partitions or (8 if cluster else 1), cluster.url if cluster else None, join_on))
+                print_table(rows[-1:])
     finally:
+        if cluster:
+            cluster.stop()
         if broker:
             stop_process(broker)
     print()
     print_table(rows)
+    if cluster:
+        print_driver_costs(rows)
     print(f"logs and run folders: {workdir}")
     return 0
 

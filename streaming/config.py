@@ -30,6 +30,7 @@ class JobConfig:
     kafka_options: dict = field(default_factory=dict)
     heartbeat: bool = True
     partitions: int = 2
+    join_on: str = "auto"  # where the join partitions run: auto, driver or executors (``joins_on_executors``)
     await_topic: bool = False  # wait for the telemetry topic instead of creating it (a KafkaTopic on Kubernetes)
     metrics_listen: str | None = None  # HOST:PORT of the live figures' /metrics (streaming.metrics); None: off
     recompute: dict = field(default_factory=dict)  # a replay's RECOMPUTABLE settings given on its command line (ns)
@@ -52,8 +53,8 @@ class JobConfig:
 
     def joins_on_executors(self) -> bool:
         """On a cluster the join partitions run in executor tasks (``streaming.executors``); in local mode in the
-        driver, with no shuffle."""
-        return not self.master.startswith("local")
+        driver, with no shuffle; ``join_on`` may say otherwise."""
+        return self.join_on == "executors" or (self.join_on == "auto" and not self.master.startswith("local"))
 
     def for_replay(self) -> JobConfig:
         """Read the run's archive with the run's own settings, but those given in ``recompute``; write into
@@ -65,6 +66,17 @@ class JobConfig:
         folder = "replay" + "".join(f"-{name}{duration_text(changed[k])}" for k, name in RECOMPUTABLE.items() if k in changed)
         return dataclasses.replace(self, engine=dataclasses.replace(self.engine, **{**own, **self.recompute}),
                                    source_dir=self.run_dir, run_dir=os.path.join(self.run_dir, folder), heartbeat=False)
+
+
+CLUSTER_JOIN_PARTITIONS = 8
+"""Join partitions on a cluster unless told: enough tasks for a few executors' cores; give ``--join-partitions``
+two or three per executor core for more."""
+
+
+def int_env(name: str) -> int | None:
+    """An integer from the environment, None when unset or not a number."""
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() else None
 
 
 MAX_JOIN_PARTITIONS = 4096

@@ -23,27 +23,36 @@ partition's (``p-<jp>.parquet``); Arrow reads it as one table, as it reads a loc
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import shutil
 import time
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.parquet as pq
 
 from core.rundir import batch_file, ids_in, write_json
 from streaming import engine, join
 from streaming.decode import DECODED_SCHEMA
-from streaming.sinks import RunStore, join_state, write_parquet
+from streaming.sinks import RunStore, join_state
 from streaming.state import EngineConfig, JoinState
 
 SUMMARY_SCHEMA = DECODED_SCHEMA.append(pa.field(join.NUM_RECORDS, pa.int64()))
 PARTITION = "join_partition"
-OUTPUT_SCHEMA = pa.schema([pa.field(PARTITION, pa.int32()), pa.field("part", pa.string()), pa.field("data", pa.binary())])
-"""What a partition's task returns: one row per part (``counts``, ``hists``, ``exemplars``, ``stamps``, ``meta``),
-each an Arrow IPC stream (``meta``: JSON)."""
+OUTPUT_SCHEMA = pa.schema([
+    pa.field(PARTITION, pa.int32()), pa.field("part", pa.string()),
+    pa.field("window_ns", pa.int64()), pa.field("name", pa.string()), pa.field("value", pa.int64()),  # counts
+    pa.field("hist", pa.string()), pa.field("bucket", pa.int32()), pa.field("count", pa.int64()),     # hists
+    pa.field("kind", pa.string()), pa.field("at_ns", pa.int64()), pa.field("latency_us", pa.float64()),
+    pa.field("event_id", pa.string()),                          # exemplars (``count`` too); ``at_ns``: stamps
+    pa.field("meta", pa.string()),                              # JSON: IDs known, waiting, the task's folder
+])
+"""What a partition's task returns, long: a row per count (``part="counts"``), histogram bucket (``hists``), exemplar
+(``exemplars``), new send or receive stamp (``send``, ``recv``), and one ``meta``; the driver splits it by ``part``
+with Arrow filters, whatever the number of partitions."""
 SNAPSHOT_EVERY_BATCHES = 10
 KEEP_SNAPSHOTS = 2
 
@@ -126,49 +135,53 @@ def _write_part(root: str, batch_id: int, name, table: pa.Table) -> None:
     os.replace(tmp, path)
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _table(data: bytes) -> pa.Table:
-    return pa.ipc.open_stream(data).read_all()
+def _rows(jp: int, part: str, columns: dict, n: int) -> pa.Table:
+    cols = {f.name: pa.nulls(n, f.type) for f in OUTPUT_SCHEMA}
+    cols[PARTITION], cols["part"] = pa.array(np.full(n, jp, np.int32)), pa.array([part] * n, pa.string())
+    for name, values in columns.items():
+        cols[name] = pa.array(values, OUTPUT_SCHEMA.field(name).type, from_pandas=True)
+    return pa.table(cols, schema=OUTPUT_SCHEMA)
 
 
 def _output(jp: int, settled: join.Settled, report: join.Report) -> pa.Table:
     import pandas as pd
 
-    ex = pd.concat(settled.exemplars, ignore_index=True) if settled.exemplars else pd.DataFrame()
-    stamps = pa.table({"send": pa.array(report.new_sends_ns, pa.int64())})
-    recvs = pa.table({"recv": pa.array(report.fresh_recv_ns, pa.int64())})
-    meta = {"sizes": settled.sizes, "waiting": list(report.waiting), "cwd": os.getcwd(), "pid": os.getpid()}
-    parts = {"counts": _ipc(pa.Table.from_pandas(settled.counts, preserve_index=False)),
-             "hists": _ipc(pa.Table.from_pandas(settled.hists, preserve_index=False)),
-             "exemplars": _ipc(pa.Table.from_pandas(ex, preserve_index=False)),
-             "sends": _ipc(stamps), "recvs": _ipc(recvs), "meta": json.dumps(meta).encode()}
-    return pa.table({PARTITION: pa.array([jp] * len(parts), pa.int32()), "part": list(parts),
-                     "data": pa.array(list(parts.values()), pa.binary())}, schema=OUTPUT_SCHEMA)
+    c, h = settled.counts, settled.hists
+    ex = (pd.concat(settled.exemplars, ignore_index=True) if settled.exemplars else pd.DataFrame()).reindex(
+        columns=["kind", "at_ns", "value", "count", "event_id"])
+    meta = {"sizes": settled.sizes, "waiting": list(report.waiting), "cwd": os.getcwd()}
+    parts = [
+        _rows(jp, "counts", {"window_ns": c.get("window_ns", []), "name": c.get("name", []), "value": c.get("value", [])}, len(c)),
+        _rows(jp, "hists", {k: h.get(k, []) for k in ("window_ns", "hist", "bucket", "count")}, len(h)),
+        _rows(jp, "exemplars", {"kind": ex["kind"], "at_ns": ex["at_ns"], "latency_us": ex["value"], "count": ex["count"],
+                                "event_id": ex["event_id"]}, len(ex)),
+        _rows(jp, "send", {"at_ns": report.new_sends_ns}, len(report.new_sends_ns)),
+        _rows(jp, "recv", {"at_ns": report.fresh_recv_ns}, len(report.fresh_recv_ns)),
+        _rows(jp, "meta", {"meta": [json.dumps(meta)]}, 1),
+    ]
+    return pa.concat_tables(parts)
 
 
 # --- on the driver
 def outputs(table: pa.Table) -> tuple[list[join.Settled], list[join.Report], dict]:
-    """The partitions' outputs (``partition_task``), and where their tasks ran (executor folder -> tasks)."""
-    import numpy as np
+    """The partitions' outputs (``partition_task``) as one merged ``Settled`` and ``Report``, and where their tasks ran
+    (executor folder -> tasks)."""
+    part = table["part"]
 
-    settled, reports, ran = [], [], {}
-    rows = table.to_pylist()
-    for jp in sorted({r[PARTITION] for r in rows}):
-        got = {r["part"]: r["data"] for r in rows if r[PARTITION] == jp}
-        meta = json.loads(got["meta"])
-        ex = _table(got["exemplars"]).to_pandas()
-        settled.append(join.Settled(None, _table(got["counts"]).to_pandas(), _table(got["hists"]).to_pandas(),
-                                    [ex] if len(ex) else [], meta["sizes"]))
-        reports.append(join.Report(tuple(meta["waiting"]), _table(got["sends"])["send"].to_numpy().astype(np.int64),
-                                   _table(got["recvs"])["recv"].to_numpy().astype(np.int64)))
-        ran[meta["cwd"]] = ran.get(meta["cwd"], 0) + 1
-    return settled, reports, ran
+    def of(name: str, cols: list[str]):
+        return table.filter(pa.compute.equal(part, name)).select(cols)
+    counts = of("counts", ["window_ns", "name", "value"]).to_pandas()
+    hists = of("hists", ["window_ns", "hist", "bucket", "count"]).to_pandas()
+    ex = of("exemplars", ["kind", "at_ns", "latency_us", "count", "event_id"]).to_pandas().rename(columns={"latency_us": "value"})
+    metas = [json.loads(m) for m in of("meta", ["meta"])["meta"].to_pylist()]
+    sizes = {k: sum(m["sizes"][k] for m in metas) for k in ("num_known", "num_pending", "num_orphans")}
+    waiting = engine._summed_waiting([tuple(m["waiting"]) for m in metas])
+    ran: dict[str, int] = {}
+    for m in metas:
+        ran[m["cwd"]] = ran.get(m["cwd"], 0) + 1
+    settled = join.Settled(None, counts, hists, [ex] if len(ex) else [], sizes)
+    report = join.Report(waiting, of("send", ["at_ns"])["at_ns"].to_numpy(), of("recv", ["at_ns"])["at_ns"].to_numpy())
+    return [settled], [report], ran
 
 
 def cluster_sink(spark, store, cfg, log):
@@ -184,17 +197,24 @@ def cluster_sink(spark, store, cfg, log):
 
     def sink(batch_df, batch_id: int) -> None:
         t0 = time.time()
+        batch_df = batch_df.persist()  # read and decoded once for the summary and the join
         summary = batch_df.mapInArrow(summarize_batches(cfg.engine.run_id), summary_type).toArrow().cast(SUMMARY_SCHEMA)
+        t1 = time.time()
         plan = store.plan_batch(summary, batch_id)
+        t2 = time.time()
         data = batch_df.where(mine).withColumn(PARTITION, F.pmod(F.xxhash64("event_id"), F.lit(num_partitions)).cast("int"))
         task = partition_task(store.paths.root, cfg.engine, batch_id, plan.verdicts, store.archive)
         # a task per partition (range: no two partitions share a task, as a hash of 0..P-1 could make them)
         out = (data.unionByName(ticks, allowMissingColumns=True).repartitionByRange(num_partitions, PARTITION)
                .groupBy(PARTITION).applyInArrow(task, output_type).toArrow())
-        result = store.finish_batch(plan, out, batch_id, t0)
+        t3 = time.time()
+        batch_df.unpersist()
+        result = store.finish_batch(plan, out, batch_id, t0, stages_s={"summary": round(t1 - t0, 3), "plan": round(t2 - t1, 3),
+                                                                      "join": round(t3 - t2, 3)})
         log(f"batch {batch_id}: {result.info['num_records']:,} records ({result.info['num_quarantined']} quarantined), "
             f"sent {result.info['num_send']:,} recv {result.info['num_recv']:,}, pending {result.info['num_pending']:,}, "
-            f"{num_partitions} join partitions on {len(result.info['join_tasks'])} executor(s), {time.time() - t0:.2f}s"
+            f"{num_partitions} join partitions on {len(result.info['join_tasks'])} executor(s), {time.time() - t0:.2f}s "
+            f"(summary {t1 - t0:.2f}, join {t3 - t2:.2f})"
             + (" FINISHED" if result.finished else ""))
     return sink
 
@@ -214,21 +234,20 @@ def check_partitions(root: str, num_partitions: int) -> str | None:
 
 class ClusterRunStore(RunStore):
     """A ``RunStore`` whose joins run on the executors: the driver plans a batch, archives its own records, and
-    merges the partitions' outputs (``plan_batch``, ``finish_batch``). Its own state (run-level, no join) comes back
-    after a restart from its snapshot and the inputs it kept of each batch since (``state/driver/``)."""
+    merges the partitions' outputs (``plan_batch``, ``finish_batch``). Its own state is run-level only (no join:
+    the watermark, the run's span, the gap rule's recent stamps), small, so it is snapshotted after every batch and
+    a restart takes the snapshot of the batch before."""
+
+    snapshot_every = 1
 
     def plan_batch(self, summary: pa.Table, batch_id: int) -> engine.Plan:
         return _plan_batch(self, summary, batch_id)
 
-    def finish_batch(self, plan: engine.Plan, out: pa.Table, batch_id: int, t0: float) -> engine.BatchResult:
-        return _finish_batch(self, plan, out, batch_id, t0)
+    def finish_batch(self, plan: engine.Plan, out: pa.Table, batch_id: int, t0: float, **info) -> engine.BatchResult:
+        return _finish_batch(self, plan, out, batch_id, t0, **info)
 
     def _recover(self, batch_id: int) -> None:
         _recover_driver(self, batch_id)
-
-
-def _driver_file(store, batch_id: int, name: str) -> str:
-    return os.path.join(store.paths.state, "driver", f"batch-{batch_id:08d}.{name}.parquet")
 
 
 def _plan_batch(store, summary: pa.Table, batch_id: int) -> engine.Plan:
@@ -240,64 +259,26 @@ def _plan_batch(store, summary: pa.Table, batch_id: int) -> engine.Plan:
         shutil.rmtree(batch_file(store.paths.archive, batch_id), ignore_errors=True)  # a batch redone: afresh
         own = summary.filter(summary[join.NUM_RECORDS].is_null()).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
         _write_part(store.paths.root, batch_id, "run", own)
-    write_parquet(_driver_file(store, batch_id, "summary"), summary)
     return engine.plan(store.state, summary, store.cfg)
 
 
-def _finish_batch(store, plan: engine.Plan, out: pa.Table, batch_id: int, t0: float):
+def _finish_batch(store, plan: engine.Plan, out: pa.Table, batch_id: int, t0: float, **info):
     settled, reports, ran = outputs(out)
-    write_parquet(_driver_file(store, batch_id, "stamps"), _stamps(reports))
     state, result = engine.finish(plan, settled, reports)
     state.joins = []  # on the executors
     store.state = state
     result.info["join_tasks"] = ran
-    result = store.conclude(result, batch_id, t0, verdicts=dataclasses.asdict(plan.verdicts))
-    kept = ids_in(store.paths.state, "snap-*")
-    for old in (ids_in(os.path.join(store.paths.state, "driver"), "batch-*.stamps.parquet") if kept else []):
-        if old <= kept[0]:  # before the oldest snapshot kept: never read again
-            for name in ("summary", "stamps"):
-                with contextlib.suppress(OSError):
-                    os.remove(_driver_file(store, old, name))
-    return result
-
-
-def _stamps(reports: list[join.Report]) -> pa.Table:
-    """The partitions' new send and receive stamps and waiting sends: what the driver's state needs of them."""
-    import numpy as np
-
-    sends = np.concatenate([np.zeros(0, np.int64)] + [r.new_sends_ns for r in reports])
-    recvs = np.concatenate([np.zeros(0, np.int64)] + [r.fresh_recv_ns for r in reports])
-    waiting = [list(r.waiting) for r in reports]
-    return pa.table({"kind": ["send"] * len(sends) + ["recv"] * len(recvs) + ["waiting"] * len(waiting),
-                     "at_ns": pa.array(np.r_[sends, recvs, [w[1] for w in waiting]], pa.int64()),
-                     "count": pa.array([0] * (len(sends) + len(recvs)) + [w[0] for w in waiting], pa.int64()),
-                     "first_sent_ns": pa.array([0] * (len(sends) + len(recvs)) + [w[2] for w in waiting], pa.int64())})
-
-
-def _reports(stamps: pa.Table) -> list[join.Report]:
-    kind = stamps["kind"].to_numpy(zero_copy_only=False)
-    at = stamps["at_ns"].to_numpy()
-    w = stamps.filter(pa.array(kind == "waiting")).to_pylist()
-    waiting = (sum(r["count"] for r in w), min((r["at_ns"] for r in w if r["count"]), default=engine.NO_TIME_NS),
-               min((r["first_sent_ns"] for r in w if r["first_sent_ns"] != engine.NO_TIME_NS), default=engine.NO_TIME_NS))
-    return [join.Report(waiting, at[kind == "send"], at[kind == "recv"])]
+    return store.conclude(result, batch_id, t0, verdicts=dataclasses.asdict(plan.verdicts), **info)
 
 
 def _recover_driver(store, batch_id: int) -> None:
-    """The driver's state after ``batch_id - 1``: its latest snapshot before it, then the kept inputs after it."""
-    import pandas as pd
-
+    """The driver's state after ``batch_id - 1``: the snapshot of that batch (one is written after every batch)."""
     snaps = [s for s in ids_in(store.paths.state, "snap-*") if s < batch_id]
-    state = store._load_snapshot(snaps[-1]) if snaps else engine.EngineState()
-    first = snaps[-1] + 1 if snaps else 0
-    for b in range(first, batch_id):
-        plan = engine.plan(state, pq.read_table(_driver_file(store, b, "summary")), store.cfg)
-        empty = join.Settled(None, pd.DataFrame(), pd.DataFrame(), [], {"num_known": 0, "num_pending": 0, "num_orphans": 0})
-        state, _ = engine.finish(plan, [empty], _reports(pq.read_table(_driver_file(store, b, "stamps"))))
-        state.joins = []
+    if batch_id and (not snaps or snaps[-1] != batch_id - 1):
+        raise RuntimeError(f"no snapshot of the driver's state after batch {batch_id - 1} in {store.paths.state}")
+    store.state = store._load_snapshot(snaps[-1]) if snaps else engine.EngineState()
+    store.state.joins = []
     if batch_id:
-        store.log(f"recovered the driver's state at batch {batch_id}: snapshot {snaps[-1] if snaps else '-'} + "
-                  f"{batch_id - first} batches' inputs")
-    store.state = state
+        store.log(f"recovered the driver's state at batch {batch_id} from its snapshot")
     if store.verdict is not None:
         store.verdict.restart_at(batch_id)

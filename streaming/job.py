@@ -31,7 +31,7 @@ from core.procs import HOST, JOB_METRICS_PORT, servers_unreachable
 from core.rundir import ROOT as PROJECT_ROOT
 from core.units import one_line, parse_duration_ns
 from streaming import engine, session
-from streaming.config import RECOMPUTABLE, JobConfig, engine_problem
+from streaming.config import CLUSTER_JOIN_PARTITIONS, RECOMPUTABLE, JobConfig, engine_problem, int_env
 
 DEFAULT_METRICS_LISTEN = f"{HOST}:{JOB_METRICS_PORT}"
 DEFAULT_TRIGGER = "750ms"
@@ -42,20 +42,6 @@ batch (2.37 s after the first saturated window, against 1.92 s at 500 ms and 2.1
 IDLE_BATCH_MESSAGES = 8
 """Fewer new telemetry messages than this wait for more (up to --idle-batch-interval): at idle a node sample and
 a heartbeat come each second, under load each writer sends a message every 100 ms at least."""
-
-
-CLUSTER_JOIN_PARTITIONS = 8
-"""Join partitions on a cluster unless told: enough tasks for a few executors' cores; give ``--join-partitions``
-two or three per executor core for more."""
-
-
-def _given(value, default):
-    return default if value is None else value
-
-
-def _int_env(name: str) -> int | None:
-    text = os.environ.get(name, "")
-    return int(text) if text.strip().isdigit() else None
 
 
 class UsageError(Exception):
@@ -95,7 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Spark master when Spark was given none (a master given by spark-submit, the Spark operator "
                             "or spark-defaults.conf wins, with that cluster's settings; env SPARK_MASTER; default "
                             "%(default)s)")
-        s.add_argument("--join-partitions", type=int, default=_int_env("FLIGHTWATCH_JOIN_PARTITIONS"), metavar="P",
+        s.add_argument("--join-on", choices=("auto", "driver", "executors"), default=os.environ.get("FLIGHTWATCH_JOIN_ON", "auto"),
+                       help="where the join partitions run: auto puts them on a cluster's executors and in the driver in "
+                       "local mode (env FLIGHTWATCH_JOIN_ON; default %(default)s)")
+        s.add_argument("--join-partitions", type=int, default=int_env("FLIGHTWATCH_JOIN_PARTITIONS"), metavar="P",
                        help="split the join by event ID hash into P partitions, each joined with its own state: in the "
                        "driver in local mode, in executor tasks on a cluster (the results do not depend on P; env "
                        f"FLIGHTWATCH_JOIN_PARTITIONS; default 1 in local mode, {CLUSTER_JOIN_PARTITIONS} on a cluster)")
@@ -156,13 +145,15 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
     try:
         given = {key: parse_duration_ns(text) for key in RECOMPUTABLE if (text := getattr(a, key[:-3], None))}  # a.window, ...
         eng = engine.EngineConfig(run_id=a.run, silence_timeout_ns=parse_duration_ns(getattr(a, "silence_timeout", "60s")),
-                                  join_partitions=_given(getattr(a, "join_partitions", None), 1), **given)
+                                  join_partitions=1 if getattr(a, "join_partitions", None) is None else a.join_partitions, **given)
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
     except ValueError as e:
         raise UsageError(str(e)) from None
     if a.command == "run" and (problem := engine_problem(eng)):
         raise UsageError(problem)
+    if getattr(a, "join_on", "auto") not in ("auto", "driver", "executors"):
+        raise UsageError(f"--join-on (or FLIGHTWATCH_JOIN_ON) {a.join_on!r}: expected auto, driver or executors")
     if getattr(a, "max_offsets_per_trigger", None) is not None and a.max_offsets_per_trigger <= 0:
         raise UsageError("--max-offsets-per-trigger must be a positive number")
     return JobConfig(
@@ -173,7 +164,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         source=getattr(a, "source", "flightwatch_kafka"), starting_offsets=getattr(a, "starting_offsets", "earliest"),
         max_offsets_per_trigger=getattr(a, "max_offsets_per_trigger", None), kafka_options=kafka_options,
         heartbeat=not getattr(a, "no_heartbeat", True), partitions=getattr(a, "partitions", 2),
-        await_topic=getattr(a, "await_topic", False),
+        await_topic=getattr(a, "await_topic", False), join_on=getattr(a, "join_on", "auto"),
         metrics_listen=_metrics_listen(getattr(a, "metrics_listen", "none")), recompute=given if a.command == "replay" else {},
     )
 

@@ -155,6 +155,8 @@ class RunStore:
     ``archive=False`` (a replay: its source is an archive already, and it starts afresh every time) writes no
     archive, which a million records a batch took a fifth of the replay's time to write."""
 
+    snapshot_every = SNAPSHOT_EVERY_BATCHES
+
     def __init__(self, root: str, cfg: engine.EngineConfig, on_finished=None, log=print, live_verdict: bool = False,
                  archive: bool = True) -> None:
         self.paths = RunPaths(root)
@@ -239,7 +241,7 @@ class RunStore:
             write_parquet(batch_file(self.paths.partial(kind), batch_id), getattr(result, kind))
         if result.quarantine.num_rows:
             write_parquet(batch_file(self.paths.quarantine, batch_id), result.quarantine)
-        if batch_id % SNAPSHOT_EVERY_BATCHES == 0 or result.finished:
+        if batch_id % self.snapshot_every == 0 or result.finished:
             self._save_snapshot(batch_id)
         info = dict(result.info, **info, batch_id=batch_id, written_at_ns=time.time_ns(),
                     processing_s=round(time.time() - t0, 4), finished=result.finished)
