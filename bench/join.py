@@ -8,8 +8,8 @@ A synthetic run (a send and a receive per event, 1% never received, duplicates, 
 micro-batches of 750 ms (the job's trigger) and processed by ``streaming.engine`` with P join partitions, in this
 one process. Every step is timed in CPU seconds, medians of 3:
   decode        NDJSON messages to decoded rows (a read task's work: on the executors in a cluster)
-  split         the batch's records: quarantined, this run's, by kind and by their IDs' hash partition
-                (``rules.start``, ``join.split``)
+  split         the batch's records: the driver's summary, and this run's sends, acks and receives by their
+                IDs' hash partition (``join.summarize``, ``join.split``: in a cluster's read tasks)
   join          the partitions' two steps (``join.take``, ``join.settle``): what executor tasks do
   gaps          the run-level gap rule over every send and receive stamp (``rules.declare_gaps``)
   driver        the rest of the run-level rules and the merge of P partitions' window partials
@@ -34,6 +34,10 @@ UTILISATION = 0.6
 """Executor cores are planned at this share busy: reads, shuffles, GC and bursts take the rest."""
 TASKS_PER_CORE = 2
 """Join partitions per executor core (Spark's rule of thumb: 2-3 tasks a core keep every core busy)."""
+EXECUTOR_US_MEASURED = 42.0
+"""Executor CPU per record of the whole path (Kafka read and decode in Python, the summary, the shuffle, the join
+tasks), `bench.pipeline --cluster 2` at 20,000 events/s: an upper bound, two executors sharing 2 cores with
+everything else."""
 STATE_S = 60
 """How long an event ID stays in its partition's state: the drop timeout (30 s) and the retention (30 s)."""
 
@@ -52,8 +56,8 @@ def measure(rate: int, seconds: int, partitions: int, repeat: int = 3) -> dict:
         t0 = time.process_time()
         tables = [decode_messages([msgs[i][1] for i in ch], [0] * len(ch), list(ch)) for ch in chunks]
         decode_s = time.process_time() - t0
-        spent = {"start": 0.0, "split": 0.0, "take": 0.0, "settle": 0.0, "gaps": 0.0}
-        originals = {"start": rules.start, "split": join.split, "take": join.take, "settle": join.settle,
+        spent = {"summarize": 0.0, "split": 0.0, "take": 0.0, "settle": 0.0, "gaps": 0.0}
+        originals = {"summarize": join.summarize, "split": join.split, "take": join.take, "settle": join.settle,
                      "gaps": rules.declare_gaps}
 
         def timed(name, originals=originals, spent=spent):
@@ -64,8 +68,8 @@ def measure(rate: int, seconds: int, partitions: int, repeat: int = 3) -> dict:
                 finally:
                     spent[name] += time.process_time() - t
             return run_timed
-        rules.start, join.split, join.take, join.settle, rules.declare_gaps = (
-            timed(n) for n in ("start", "split", "take", "settle", "gaps"))
+        join.summarize, join.split, join.take, join.settle, rules.declare_gaps = (
+            timed(n) for n in ("summarize", "split", "take", "settle", "gaps"))
         try:
             state, cfg = engine.EngineState(), engine.EngineConfig(run_id="b", join_partitions=partitions)
             t0 = time.process_time()
@@ -73,15 +77,15 @@ def measure(rate: int, seconds: int, partitions: int, repeat: int = 3) -> dict:
                 state, _ = engine.process(state, t, cfg)
             total_s = time.process_time() - t0
         finally:
-            rules.start, join.split, join.take, join.settle, rules.declare_gaps = (
-                originals[n] for n in ("start", "split", "take", "settle", "gaps"))
+            join.summarize, join.split, join.take, join.settle, rules.declare_gaps = (
+                originals[n] for n in ("summarize", "split", "take", "settle", "gaps"))
         known = state.known
         rounds.append({"decode": decode_s, "total": total_s, **spent,
                        "bytes_per_id": known.memory_usage(deep=True).sum() / max(len(known), 1)})
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     n = sum(t.num_rows for t in tables)
     join_s = med["take"] + med["settle"]
-    split_s = med["start"] + med["split"]
+    split_s = med["summarize"] + med["split"]
     driver_s = med["total"] - join_s - split_s - med["gaps"]
     return {"partitions": partitions, "records": n, "batches": len(tables), "records_per_event": n / len(run.event_id),
             "decode_us": med["decode"] / n * 1e6, "split_us": split_s / n * 1e6, "join_us": join_s / n * 1e6,
@@ -101,20 +105,23 @@ def print_rows(rows: list[dict], rate: int) -> None:
               f"{r['total_us']:>6.2f} {r['bytes_per_id']:>6.0f}")
 
 
-def projection(r: dict, target: int) -> list[tuple[str, str]]:
-    """The cluster for ``target`` events/s from one measured row (its P's per-partition costs)."""
+def projection(r: dict, target: int, executor_us: float | None = None) -> list[tuple[str, str]]:
+    """The cluster for ``target`` events/s from one measured row (its P's per-partition costs), or from a measured
+    executor CPU per record of the whole path (``executor_us``: Spark's reads, shuffle and workers too)."""
     records_s = target * RECORDS_PER_EVENT
-    executor_us = r["decode_us"] + r["split_us"] + r["join_us"]  # per record, on the executors in a cluster
-    cores = records_s * executor_us / 1e6 / UTILISATION
+    engine_us = r["decode_us"] + r["split_us"] + r["join_us"]  # per record, on the executors in a cluster
+    executor_us = executor_us or engine_us
+    cores = np.ceil(records_s * executor_us / 1e6 / UTILISATION)
     partitions = int(np.ceil(cores)) * TASKS_PER_CORE
     state_ids = target * STATE_S / partitions
     gaps_cores = records_s * r["gaps_us"] / 1e6
     driver_cores = records_s * r["driver_us"] / 1e6  # an upper bound: much of it is per batch, not per record
     return [
         ("records/s", f"{records_s:,} ({RECORDS_PER_EVENT} an event)"),
-        ("executor CPU per record", f"{executor_us:.2f} us (decode {r['decode_us']:.2f} + split {r['split_us']:.2f} + "
-                                    f"join {r['join_us']:.2f}), measured at P = {r['partitions']}"),
-        ("executor cores", f"{cores:,.0f} (at {UTILISATION:.0%} busy): {int(np.ceil(cores / 4))} executors of 4 cores"),
+        ("executor CPU per record", f"{executor_us:.2f} us" + (" (Spark's whole path, as measured)" if executor_us != engine_us else
+                                    f" (decode {r['decode_us']:.2f} + split {r['split_us']:.2f} + join {r['join_us']:.2f}, "
+                                    f"measured at P = {r['partitions']}: the engine's own, Spark's reads and shuffle not in it)")),
+        ("executor cores", f"{cores:,.0f} (at {UTILISATION:.0%} busy): {int(np.ceil(cores / 4)):,} executors of 4 cores"),
         ("join partitions", f"{partitions:,} ({TASKS_PER_CORE} a core): {records_s * TRIGGER_S / partitions:,.0f} records "
                             f"a partition a batch, against {r['records'] / r['batches'] / r['partitions']:,.0f} measured"),
         ("state per partition", f"{state_ids:,.0f} IDs x {r['bytes_per_id']:.0f} B = {state_ids * r['bytes_per_id'] / 2**20:,.0f} MiB "
@@ -132,6 +139,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=int, default=20, help="its length (default %(default)s)")
     ap.add_argument("--partitions", default="1,2,8", help="join partitions to measure, comma-separated (default %(default)s)")
     ap.add_argument("--target", type=int, default=1_000_000, help="events/s to project a cluster for (default %(default)s)")
+    ap.add_argument("--executor-us", type=float, default=EXECUTOR_US_MEASURED,
+                    help="executor CPU per record of Spark's whole path, for a second projection (default %(default)s: "
+                         "`bench.pipeline --cluster 2` at 20,000/s on this 2-core machine)")
     a = ap.parse_args(argv)
     try:
         ps = [int(p) for p in a.partitions.split(",")]
@@ -147,9 +157,10 @@ def main(argv=None) -> int:
         rows.append(measure(a.rate, a.seconds, p))
     print_rows(rows, a.rate)
     best = min(rows, key=lambda r: r["join_us"] + r["split_us"])
-    print(f"\nprojection for {a.target:,} events/s (from the P = {best['partitions']} row):")
-    for what, figure in projection(best, a.target):
-        print(f"  {what:<28} {figure}")
+    for title, us in (("the engine's own cost", None), ("Spark's whole path as measured here", a.executor_us)):
+        print(f"\nprojection for {a.target:,} events/s, {title} (from the P = {best['partitions']} row):")
+        for what, figure in projection(best, a.target, us):
+            print(f"  {what:<28} {figure}")
     return 0
 
 
