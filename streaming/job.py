@@ -11,7 +11,8 @@ Stages, one Spark Structured Streaming query:
   decode   ``mapInArrow``: NDJSON bodies to typed rows, malformed ones set aside with a reason;
   filter   this run's records (and unattributable malformed ones);
   sink     ``foreachBatch``: the join and window arithmetic of ``streaming.engine`` applied per
-           micro-batch, partials written per batch ID by ``streaming.sinks.RunStore``.
+           micro-batch, partials written per batch ID by ``streaming.sinks.RunStore``; on a cluster the
+           join partitions run in executor tasks (``streaming.executors``).
 """
 from __future__ import annotations
 

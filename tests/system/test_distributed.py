@@ -165,3 +165,58 @@ def test_the_job_submitted_as_the_driver_pod_runs_it_follows_the_cluster(broker,
                          for where in ("cluster", "local"))  # when each window's partials were written: wall clock
     assert list(w_cluster.columns) == list(w_here.columns) and len(w_here) == 14
     assert w_cluster.equals(w_here), w_cluster.compare(w_here)
+
+
+@pytest.mark.integration
+@pytest.mark.faults
+def test_a_job_whose_joins_run_on_the_executors_killed_mid_run_resumes_with_the_local_results(broker, tmp_path):
+    """kill -9 of the job (driver and its JVM, by its process group) while its join partitions run on the standalone
+    cluster's executors: the new application's tasks find no state in their workers, take their partitions'
+    snapshots and redo the archived batches after them, the driver takes its own snapshot; the run's windows and
+    summary equal those of a local job that was never killed."""
+    import signal
+    import time
+
+    from support import run_job
+
+    from loadgen.synthetic import SyntheticSpec, generate, produce
+    from stack.spark import Cluster
+    from streaming import results
+
+    run_id, topic = "killed", "tel-killed"
+    create_topic(broker, topic, partitions=2)
+    produce(generate(SyntheticSpec(run_id=run_id, duration_s=14, rate_per_sec=200, drop_timeout_s=5, pause=(6.0, 1.0),
+                                   oom_at_s=(), num_malformed=3)), broker, topic, records_per_message=50)
+    flags = ["--run", run_id, "--bootstrap", broker, "--topic", topic, "--available-now", "--drop-timeout", "5s",
+             "--no-heartbeat", "--metrics-listen", "none", "--wait", "0s", "--max-offsets-per-trigger", "6"]
+    local = run_job("run", *flags, "--checkpoints", str(tmp_path / "local"), "--master", "local[2]")
+    assert local.returncode == 0, local.stdout[-2000:] + local.stderr[-2000:]
+
+    cluster = Cluster(workers=2, work_dir=str(tmp_path / "spark-work"), log=open(tmp_path / "spark.log", "wb"))
+    args = job_command("run", *flags, "--checkpoints", str(tmp_path / "cluster"), "--master", cluster.url,
+                       "--join-partitions", "4")
+    env = dict(job_env(), FLIGHTWATCH_EXECUTOR_MEMORY="512m")
+    batches = tmp_path / "cluster" / run_id / "batches"
+    try:
+        job = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and len(list(batches.glob("*.json"))) < 12 and job.poll() is None:
+            time.sleep(0.05)
+        assert job.poll() is None, "the job ended before the kill"
+        os.killpg(job.pid, signal.SIGKILL)  # the job's driver and its JVM, by the process group recorded
+        job.wait()
+        done_before = len(list(batches.glob("*.json")))
+        assert 12 <= done_before, "the kill must land mid-run"
+        again = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        cluster.stop()
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "FINISHED" in again.stdout and "recovered the driver's state" in again.stdout
+    killed, here = (results.summarize(str(tmp_path / where / run_id)) for where in ("cluster", "local"))
+    assert here["sent"] == 14 * 200 and killed["num_batches"] > done_before
+    for k in ("sent", "received", "dropped", "duplicates", "late", "errors", "quarantined", "num_windows", "latency_us", "gaps"):
+        assert killed[k] == here[k], (k, killed[k], here[k])
+    w_killed, w_here = (results.load_windows(str(tmp_path / where / run_id)).drop(columns=["first_written_ns", "last_written_ns"])
+                        for where in ("cluster", "local"))
+    assert w_killed.equals(w_here), w_killed.compare(w_here)
