@@ -49,7 +49,8 @@ class JobConfig:
         """In local mode the read tasks hand the driver raw messages (hundreds of records each) and the driver
         decodes them: decoded rows would cross Arrow -> Spark rows -> Arrow inside one JVM for nothing (at 5,000
         events/s, half of the JVM's CPU). A cluster's read tasks decode on the executors."""
-        return self.command != "replay" and self.source == "flightwatch_kafka" and self.master.startswith("local")
+        return (self.command != "replay" and self.source == "flightwatch_kafka" and self.master.startswith("local")
+                and not self.joins_on_executors())
 
     def joins_on_executors(self) -> bool:
         """On a cluster the join partitions run in executor tasks (``streaming.executors``); in local mode in the

@@ -232,7 +232,7 @@ def telemetry_stream(spark, cfg: JobConfig):
         spark.dataSource.register(ArchiveDataSource)
         return (spark.readStream.format("flightwatch_archive").option("path", cfg.archive_dir)
                 .option("rowsPerBatch", str(REPLAY_ROWS_PER_BATCH))  # streaming.archive's
-                .option("pathsOnly", str(cfg.master.startswith("local")).lower()).load())
+                .option("pathsOnly", str(cfg.master.startswith("local") and not cfg.joins_on_executors()).lower()).load())
     reader = spark.readStream.format(cfg.source)
     if cfg.source == "kafka":  # Spark's connector (needs spark-sql-kafka on the classpath)
         reader = reader.option("kafka.bootstrap.servers", cfg.bootstrap)

@@ -231,10 +231,12 @@ def test_replay_gives_the_live_results(live):
 
 def test_the_same_run_with_2_and_8_join_partitions_gives_identical_windows_and_summary(live, recorded):
     """The join split by event ID hash into P partitions (``--join-partitions``), each with its own state: live from
-    the topic with P = 8 (other micro-batches too), and a replay of the archive with P = 2, give the P = 1 run's
-    every window and summary figure."""
+    the topic with P = 8 in executor tasks (``--join-on executors``, the cluster's path, here in local mode; other
+    micro-batches too), and a replay of the archive in the driver with P = 2, give the P = 1 run's every window and
+    summary figure."""
     out = recorded["tmp"] / "p8"
-    proc = run_job(*job_args(recorded, out, "--max-offsets-per-trigger", "200", "--join-partitions", "8"))
+    proc = run_job(*job_args(recorded, out, "--max-offsets-per-trigger", "200", "--join-partitions", "8",
+                             "--join-on", "executors"))
     assert proc.returncode == 0 and "FINISHED" in proc.stdout, proc.stderr[-3000:]
     replay = run_job("replay", "--run", RUN, "--out", str(live), "--join-partitions", "2", "--trigger", "100ms")
     assert replay.returncode == 0, replay.stderr[-3000:]
