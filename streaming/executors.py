@@ -219,16 +219,23 @@ def cluster_sink(spark, store, cfg, log):
     return sink
 
 
-def check_partitions(root: str, num_partitions: int) -> str | None:
-    """A run's executor state is split in the partitions it started with: another number is refused (one line)."""
-    path = os.path.join(root, "state", "joins", "partitions.json")
+def check_layout(root: str, on_executors: bool, num_partitions: int) -> str | None:
+    """A run's join state lives where it started (in the driver's snapshots, or on the executors split in P
+    partitions): a run resumed the other way, or on the executors with another P, is refused (one line)."""
+    path = os.path.join(root, "state", "joins.json")
+    where = "executors" if on_executors else "driver"
     if os.path.exists(path):
         with open(path) as f:
-            had = json.load(f)["join_partitions"]
-        if had != num_partitions:
-            return f"this run's joins ran in {had} partitions on the executors: resume it with --join-partitions {had}"
+            had = json.load(f)
+        if had["on"] != where:
+            return f"this run's joins ran in the {had['on']}: resume it with --join-on {had['on']}"
+        if on_executors and had["join_partitions"] != num_partitions:
+            return (f"this run's joins ran in {had['join_partitions']} partitions on the executors: resume it with "
+                    f"--join-partitions {had['join_partitions']}")
         return None
-    write_json(path, {"join_partitions": num_partitions})
+    if on_executors and ids_in(os.path.join(root, "state"), "snap-*"):  # a run from before this file: the driver's
+        return "this run's joins ran in the driver: resume it with --join-on driver"
+    write_json(path, {"on": where, "join_partitions": num_partitions})
     return None
 
 

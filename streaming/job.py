@@ -369,13 +369,12 @@ def main(argv=None) -> int:
         else:
             check_broker(cfg, a.wait, lambda line: print(f"flightwatch streaming: {line}", flush=True))
         cfg = dataclasses.replace(cfg, master=session.given_master() or cfg.master)
-        if cfg.joins_on_executors():
-            from streaming.executors import check_partitions
+        from streaming.executors import check_layout
 
-            if a.join_partitions is None:  # a cluster's default
-                cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, join_partitions=CLUSTER_JOIN_PARTITIONS))
-            if problem := check_partitions(cfg.run_dir, cfg.engine.join_partitions):
-                raise UsageError(problem)
+        if cfg.joins_on_executors() and a.join_partitions is None:  # a cluster's default
+            cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, join_partitions=CLUSTER_JOIN_PARTITIONS))
+        if problem := check_layout(cfg.run_dir, cfg.joins_on_executors(), cfg.engine.join_partitions):
+            raise UsageError(problem)
     except UsageError as e:
         print(f"flightwatch streaming: error: {e}", file=sys.stderr)
         return 2

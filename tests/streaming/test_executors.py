@@ -73,7 +73,14 @@ def test_the_join_on_executors_gives_the_local_results_also_after_state_is_lost(
     assert archived == sum(t.num_rows for t in _batches(23))
 
 
-def test_a_run_resumed_with_another_number_of_partitions_on_the_executors_is_refused(tmp_path):
-    assert executors.check_partitions(str(tmp_path), 4) is None
-    assert executors.check_partitions(str(tmp_path), 4) is None
-    assert "--join-partitions 4" in executors.check_partitions(str(tmp_path), 8)
+def test_a_run_resumed_another_way_is_refused_in_one_line(tmp_path):
+    # the join state lives where the run started: on the executors in P partitions, or in the driver's snapshots
+    on, off = str(tmp_path / "on"), str(tmp_path / "off")
+    assert executors.check_layout(on, True, 4) is None and executors.check_layout(on, True, 4) is None
+    assert "--join-partitions 4" in executors.check_layout(on, True, 8)
+    assert "--join-on executors" in executors.check_layout(on, False, 4)
+    assert executors.check_layout(off, False, 1) is None and executors.check_layout(off, False, 2) is None  # re-split
+    assert "--join-on driver" in executors.check_layout(off, True, 4)
+    old = tmp_path / "old"  # a run folder from before: a driver snapshot and no layout file
+    (old / "state" / "snap-00000010").mkdir(parents=True)
+    assert "--join-on driver" in executors.check_layout(str(old), True, 4)
