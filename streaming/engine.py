@@ -62,16 +62,16 @@ class Plan:
 def plan(state: EngineState, summary: pa.Table, cfg: EngineConfig) -> Plan:
     """The run-level rules before the partitions: the watermark, how far every agent has written, a reset's hole."""
     bad, w = rules.start(state, summary, cfg)
-    stamped = summary[join.NUM_RECORDS].to_numpy(zero_copy_only=False)
-    counted = ~np.isnan(stamped.astype(np.float64))
-    w.info["num_records"] = int(summary.num_rows - counted.sum() + stamped[counted].sum())
-    kinds = summary["kind"].to_numpy(zero_copy_only=False)
+    stamps = summary.filter(summary[join.NUM_RECORDS].is_valid())  # this run's sends, acks and receives, counted
+    by_kind = stamps.group_by("kind").aggregate([(join.NUM_RECORDS, "sum")])
+    counts = dict(zip(by_kind["kind"].to_pylist(), by_kind[f"{join.NUM_RECORDS}_sum"].to_pylist()))
+    w.info["num_records"] = summary.num_rows - stamps.num_rows + sum(counts.values())
     for k in join.DATA_KINDS:
-        w.info[f"num_{k}"] = int(stamped[counted & (kinds == k)].sum())
+        w.info[f"num_{k}"] = int(counts.get(k, 0))
     rules.advance_watermark(w)
     rules.judge(w)
     v = join.Verdicts(int(state.hole_until_ns), int(state.drops_named_ns), int(w.watermark_ns), int(w.judged_ns),
-                      int(rules.hole_until(w)), bool(rules._reset_record(w) is not None))
+                      int(rules.hole_until(w)), bool(rules.reset_record(w) is not None))
     return Plan(w, bad, v)
 
 
@@ -81,7 +81,7 @@ def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> 
     w, v, state, cfg = p.work, p.verdicts, p.work.state, p.work.cfg
     info = w.info
     if v.reset:
-        rules.incomplete_windows(w, _summed_waiting([r.waiting for r in reports]))
+        rules.incomplete_windows(w, summed_waiting([r.waiting for r in reports]))
     drops_named_ns = rules.named_until(state.drops_named_ns, w.watermark_ns, w.judged_ns, cfg)
     run = rules.run_span(w)
     w.sends = pd.DataFrame({"at_ns": np.concatenate([np.zeros(0, np.int64)] + [r.new_sends_ns for r in reports])})
@@ -105,7 +105,7 @@ def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> 
     return new_state, BatchResult(w.out.counts_frame(), w.out.hists_frame(), events, p.quarantine, info, finished)
 
 
-def _summed_waiting(parts: list[tuple[int, int, int]]) -> tuple[int, int, int]:
+def summed_waiting(parts: list[tuple[int, int, int]]) -> tuple[int, int, int]:
     """``rules.waiting_before`` over all partitions."""
     n = sum(p[0] for p in parts)
     first_waiting = min((p[1] for p in parts if p[0]), default=NO_TIME_NS)

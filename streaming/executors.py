@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 - pa.compute
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from core.rundir import batch_file, ids_in, write_json
@@ -169,13 +169,13 @@ def outputs(table: pa.Table) -> tuple[list[join.Settled], list[join.Report], dic
     part = table["part"]
 
     def of(name: str, cols: list[str]):
-        return table.filter(pa.compute.equal(part, name)).select(cols)
+        return table.filter(pc.equal(part, name)).select(cols)
     counts = of("counts", ["window_ns", "name", "value"]).to_pandas()
     hists = of("hists", ["window_ns", "hist", "bucket", "count"]).to_pandas()
     ex = of("exemplars", ["kind", "at_ns", "latency_us", "count", "event_id"]).to_pandas().rename(columns={"latency_us": "value"})
     metas = [json.loads(m) for m in of("meta", ["meta"])["meta"].to_pylist()]
     sizes = {k: sum(m["sizes"][k] for m in metas) for k in ("num_known", "num_pending", "num_orphans")}
-    waiting = engine._summed_waiting([tuple(m["waiting"]) for m in metas])
+    waiting = engine.summed_waiting([tuple(m["waiting"]) for m in metas])
     ran: dict[str, int] = {}
     for m in metas:
         ran[m["cwd"]] = ran.get(m["cwd"], 0) + 1

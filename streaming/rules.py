@@ -250,7 +250,7 @@ def mark_reset(w: Work) -> int:
     hole, ``mark_unknown`` marks the waiting sends, ``incomplete_windows`` flags the windows. Returns the new
     ``hole_until_ns``."""
     hole_until_ns = hole_until(w)
-    if _reset_record(w) is not None:
+    if reset_record(w) is not None:
         waiting = waiting_before(w)
         mark_unknown(w, hole_until_ns)
         incomplete_windows(w, waiting)
@@ -265,7 +265,8 @@ def waiting_before(w: Work) -> tuple[int, int, int]:
             int(w.sent_ns.min()) if len(w.sent_ns) else NO_TIME_NS)
 
 
-def _reset_record(w: Work) -> dict | None:
+def reset_record(w: Work) -> dict | None:
+    """The batch's telemetry reset record, if it holds one that touches the run."""
     resets = w.shared.filter(pc.equal(w.shared["kind"], "reset")).to_pylist() if w.shared.num_rows else []
     return resets[-1] if resets and w.state.max_event_ns != NO_TIME_NS else None  # before the run: touches nothing
 
@@ -279,7 +280,7 @@ def _hole_ns(w: Work) -> int:
 def hole_until(w: Work) -> int:
     """The new ``hole_until_ns``: after a reset, the end of the hole's next window (an agent re-sending what it
     buffered may go back further); else as it was."""
-    if _reset_record(w) is None:
+    if reset_record(w) is None:
         return w.state.hole_until_ns
     hole_ns = _hole_ns(w)
     return hole_ns - hole_ns % w.cfg.window_ns + 2 * w.cfg.window_ns
@@ -289,7 +290,7 @@ def incomplete_windows(w: Work, waiting: tuple[int, int, int]) -> None:
     """After a reset, the windows it leaves incomplete (``waiting``: ``waiting_before`` summed over the join
     partitions): from the watermark, or the earliest waiting send, to the end of the hole's next window; and the
     reset's event."""
-    r = _reset_record(w)
+    r = reset_record(w)
     if r is None:
         return
     s, cfg = w.state, w.cfg
