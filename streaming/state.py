@@ -87,12 +87,18 @@ class EngineState:
 
     @property
     def known(self) -> pd.DataFrame:
-        """Every partition's known IDs (one partition's own table when there is one)."""
-        return self.joins[0].known if len(self.joins) == 1 else pd.concat([j.known for j in self.joins])
+        """Every partition's known IDs (one partition's own table when there is one; none when the joins run on the
+        executors)."""
+        return self._all("known")
 
     @property
     def orphans(self) -> pd.DataFrame:
-        return self.joins[0].orphans if len(self.joins) == 1 else pd.concat([j.orphans for j in self.joins], ignore_index=True)
+        return self._all("orphans").reset_index(drop=True) if len(self.joins) > 1 else self._all("orphans")
+
+    def _all(self, name: str) -> pd.DataFrame:
+        if len(self.joins) == 1:
+            return getattr(self.joins[0], name)
+        return pd.concat([getattr(j, name) for j in self.joins]) if self.joins else getattr(JoinState(), name)
 
     def scalars(self) -> dict:
         """Everything but the tables (the partitions' ``known`` and ``orphans``, the gap tracker's stamps), as JSON can
