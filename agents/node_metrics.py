@@ -252,16 +252,18 @@ def main(argv=None) -> int:
     from kafka.errors import KafkaError
 
     from agents.oom import CgroupWatcher, KernelLog, KubeWatcher
+    from core.slices import TelemetryTopic
     from core.telemetry import TelemetryWriter
 
     if not await_brokers("node_metrics", {"telemetry": a.telemetry_bootstrap}, a.wait):  # Prometheus is not waited
         return 2  # for: while it is away each sample is a visible hole
     try:
-        producer = telemetry_producer(a.telemetry_bootstrap, linger_ms=20)
+        topic = TelemetryTopic.for_broker(a.telemetry_topic, a.telemetry_bootstrap)
+        producer = telemetry_producer(a.telemetry_bootstrap, linger_ms=20, **topic.producer_settings(librdkafka=False))
     except KafkaError as e:
         print(f"node_metrics: error: cannot reach the telemetry broker {a.telemetry_bootstrap}: {e}", file=sys.stderr)
         return 2
-    writer = TelemetryWriter(producer, a.telemetry_topic, agent=a.agent)
+    writer = TelemetryWriter(producer, topic, agent=a.agent)
     logger = logs.setup(a.agent)
     ref = None
     if a.clock_listen != "none":

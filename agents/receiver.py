@@ -271,6 +271,7 @@ def main_kafka(a) -> int:
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
     from core.kafka_options import librdkafka
+    from core.slices import TelemetryTopic
     from core.telemetry import TelemetryWriter, rdkafka_producer
 
     if not 1 <= a.fetch_wait_ms <= 300_000:
@@ -286,7 +287,9 @@ def main_kafka(a) -> int:
                            # a position past the log's end (a SUT broker that lost its data): its new log from the start
                            "auto.offset.reset": "earliest",
                            "queued.max.messages.kbytes": 65536, **librdkafka(sut_options)}
-        telemetry_producer = rdkafka_producer(a.telemetry_bootstrap, client_options(), linger_ms=5)
+        telemetry_topic = TelemetryTopic.for_broker(a.telemetry_topic, a.telemetry_bootstrap)
+        telemetry_producer = rdkafka_producer(a.telemetry_bootstrap, client_options(), linger_ms=5,
+                                              **telemetry_topic.producer_settings(librdkafka=True))
     except (ValueError, OSError) as e:
         print(f"receiver: error: Kafka options: {e}", file=sys.stderr)
         return 2
@@ -303,7 +306,7 @@ def main_kafka(a) -> int:
     except (KafkaError, KafkaException) as e:
         print(f"receiver: error: cannot reach a broker ({a.bootstrap} / {a.telemetry_bootstrap}): {e}", file=sys.stderr)
         return 2
-    writer = TelemetryWriter(telemetry_producer, a.telemetry_topic, agent=a.agent)
+    writer = TelemetryWriter(telemetry_producer, telemetry_topic, agent=a.agent)
     logger = logs.setup(a.agent)
     log = logs.printer(logger)
     receiver = KafkaReceiver(consumer, writer, a.topic, a.state_dir, a.agent, log=log,
@@ -345,6 +348,11 @@ def main(argv=None) -> int:
         a = _parser().parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    from core.slices import setting_problem
+
+    if problem := setting_problem(a.telemetry_bootstrap):
+        print(f"receiver: error: {problem}", file=sys.stderr)
+        return 2
     return main_http(a) if a.mode == "http" else main_kafka(a)
 
 

@@ -169,9 +169,11 @@ PROBE_BYTES = 64 << 10
 class Shipper:
     """Tails a spool into a Kafka topic; commits its position after the broker's acknowledgement."""
 
-    def __init__(self, spool_dir: str, producer, topic: str, key: str, lines_per_message: int = 1000,
+    def __init__(self, spool_dir: str, producer, topic, key: str, lines_per_message: int = 1000,
                  read_bytes: int = 4 << 20, log=print) -> None:
-        self.dir, self.producer, self.topic, self.key = spool_dir, producer, topic, key.encode()
+        """``topic``: a topic's name, or a ``core.slices.TelemetryTopic`` (asked for the topic of each send)."""
+        self.dir, self.producer, self.topic, self.key = spool_dir, producer, str(topic), key.encode()
+        self._topic_now = topic if callable(topic) else (lambda: self.topic)
         self.lines_per_message, self.read_bytes, self.log = lines_per_message, read_bytes, log
         self.position_file = os.path.join(spool_dir, "shipped")
         self.seq, self.offset = self._load_position()
@@ -197,7 +199,8 @@ class Shipper:
 
     def _send(self, lines: list[bytes]) -> None:
         """Send and wait for the broker's acknowledgement of every message; raises on failure."""
-        futures = [self.producer.send(self.topic, key=self.key, value=b"\n".join(lines[i:i + self.lines_per_message]))
+        topic = self._topic_now()
+        futures = [self.producer.send(topic, key=self.key, value=b"\n".join(lines[i:i + self.lines_per_message]))
                    for i in range(0, len(lines), self.lines_per_message)]
         self.producer.flush(timeout=30)
         for f in futures:
@@ -307,6 +310,11 @@ def main(argv=None) -> int:
         a = ap.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    from core.slices import setting_problem
+
+    if problem := setting_problem(a.bootstrap):
+        print(f"shipper: error: {problem}", file=sys.stderr)
+        return 2
     os.makedirs(a.spool_dir, exist_ok=True)
     lock = open(os.path.join(a.spool_dir, "shipper.lock"), "w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one shipper per spool: a new one waits for a draining old one
@@ -320,18 +328,21 @@ def main(argv=None) -> int:
 
     from core import logs
     from core.kafka_options import telemetry_producer
+    from core.slices import TelemetryTopic
 
     logger = logs.setup(f"shipper-{a.agent}")
+    topic = TelemetryTopic.for_broker(a.topic, a.bootstrap)
     producer = None
     while producer is None:  # the broker may be away when we start: the spool holds the records meanwhile
         try:
-            producer = telemetry_producer(a.bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=16 << 20)
+            producer = telemetry_producer(a.bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=16 << 20,
+                                          **topic.producer_settings(librdkafka=False))
         except KafkaError as e:
             if should_stop():
                 return 0
             logger.warning("shipper %s: telemetry broker %s not reachable (%s); retrying", a.agent, a.bootstrap, e)
             time.sleep(2)
-    shipper = Shipper(a.spool_dir, producer, a.topic, a.agent, log=logs.printer(logger, logs.WARNING))
+    shipper = Shipper(a.spool_dir, producer, topic, a.agent, log=logs.printer(logger, logs.WARNING))
     from core import metrics
 
     if metrics.MULTIPROC_ENV in os.environ:  # started by a receiver: its /metrics shows ours

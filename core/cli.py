@@ -52,6 +52,12 @@ def wait_for_servers(checks: dict, wait: str, log, hints: dict | None = None) ->
 def await_brokers(prog: str, brokers: dict, wait: str) -> bool:
     """An agent's start: wait (``--wait``) for each of ``brokers`` (name -> bootstrap servers), saying so on stdout.
     False, with the one-line error on stderr, when one is still unreachable at the bound or ``wait`` is bad."""
+    from core.slices import setting_problem
+
+    problem = setting_problem(brokers["telemetry"]) if "telemetry" in brokers else None
+    if problem:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+        return False
     try:
         problem = wait_for_servers({f"the {name} broker {servers}": (lambda s=servers: servers_unreachable(s))
                                     for name, servers in brokers.items()}, wait, lambda line: print(f"{prog}: {line}", flush=True))

@@ -25,7 +25,7 @@ MAX_BUFFERED_RECORDS = 2_000_000
 """Records held in memory while the telemetry broker is slow or away (about 300 MB at most)."""
 
 
-def rdkafka_producer(bootstrap: str, options: dict, linger_ms: int = 20):
+def rdkafka_producer(bootstrap: str, options: dict, linger_ms: int = 20, **settings):
     """A librdkafka producer (confluent-kafka) for a ``TelemetryWriter`` on a per-event path (the load generator,
     the Kafka receiver): kafka-python's network thread cost 0.08 core for 50 messages/s beside a 5,000/s attack.
     ``options`` are the kafka-python style options of ``core.kafka_options``."""
@@ -34,14 +34,16 @@ def rdkafka_producer(bootstrap: str, options: dict, linger_ms: int = 20):
     from core.kafka_options import librdkafka
 
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "message.max.bytes": 8 << 20,
-                     "enable.idempotence": False, **librdkafka(options)})
+                     "enable.idempotence": False, **settings, **librdkafka(options)})
 
 
 class TelemetryWriter:
-    def __init__(self, producer, topic: str, agent: str, records_per_message: int = 200,
+    def __init__(self, producer, topic, agent: str, records_per_message: int = 200,
                  linger_s: float = 0.1, max_buffered: int = MAX_BUFFERED_RECORDS) -> None:
+        """``topic``: a topic's name, or a ``core.slices.TelemetryTopic`` (asked for the topic of each message)."""
         self.producer = producer
-        self.topic = topic
+        self.topic = str(topic)
+        self._topic_now = topic if callable(topic) else (lambda: self.topic)
         self.key = agent.encode()
         self.records_per_message = records_per_message
         self.linger_s = linger_s
@@ -124,11 +126,12 @@ class TelemetryWriter:
                 if not chunk:
                     break
                 try:
+                    topic = self._topic_now()
                     if self._rd:
-                        self.producer.produce(self.topic, contract.encode(chunk), self.key,
+                        self.producer.produce(topic, contract.encode(chunk), self.key,
                                               on_delivery=self._on_delivery(chunk))
                         continue
-                    future = self.producer.send(self.topic, key=self.key, value=contract.encode(chunk))
+                    future = self.producer.send(topic, key=self.key, value=contract.encode(chunk))
                 except Exception as exc:  # noqa: BLE001 - e.g. buffer full: keep the records, try again
                     self._on_failed(chunk)(exc)
                     time.sleep(0.1)

@@ -26,6 +26,7 @@ from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
 from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable
 from core.rundir import CHECKPOINTS
+from core.slices import setting_problem
 from core.units import parse_duration_ns
 from loadgen.errors import UsageError
 from loadgen.run import attack
@@ -153,6 +154,8 @@ def config(a: argparse.Namespace):
         client_options()
     except (ValueError, OSError) as e:
         raise UsageError(f"FLIGHTWATCH_KAFKA_OPTIONS: {e}") from None
+    if a.telemetry_bootstrap and (problem := setting_problem(a.telemetry_bootstrap)):
+        raise UsageError(problem)
     if target.scheme == "kafka":
         from core.kafka_options import SUT_ENV, librdkafka
 

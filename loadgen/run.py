@@ -30,13 +30,15 @@ def live_line(second: int, iv, scheduled: float, in_flight: int) -> str:
 
 
 @functools.cache
-def _marker_producer(bootstrap: str):
-    """One producer for the run's markers (start, stop, heartbeats while the job starts)."""
+def _marker_producer(bootstrap: str, topic: str):
+    """One producer for the run's markers (start, stop, heartbeats while the job starts), and the topic they go to."""
     from core.kafka_options import telemetry_producer
+    from core.slices import TelemetryTopic
 
-    producer = telemetry_producer(bootstrap)
+    to = TelemetryTopic.for_broker(topic, bootstrap)
+    producer = telemetry_producer(bootstrap, **to.producer_settings(librdkafka=False))
     atexit.register(producer.close)
-    return producer
+    return producer, to
 
 
 def telemetry_marker(cfg, record) -> None:
@@ -44,8 +46,8 @@ def telemetry_marker(cfg, record) -> None:
         return
     from core import contract
 
-    p = _marker_producer(cfg.telemetry_bootstrap)
-    p.send(cfg.telemetry_topic, key=b"loadgen", value=contract.encode([record]))
+    p, topic = _marker_producer(cfg.telemetry_bootstrap, cfg.telemetry_topic)
+    p.send(topic(), key=b"loadgen", value=contract.encode([record]))
     p.flush()
 
 

@@ -73,7 +73,21 @@ def _worker_consumer(options: dict, topic: str, partition: int) -> _Reading:
     except KafkaException as e:
         raise RuntimeError(f"cannot read {topic}[{partition}]: Kafka settings refused: {e}") from None
     _CONSUMERS[key] = reading
+    _drop_older_slices(topic)
     return reading
+
+
+def _drop_older_slices(topic: str) -> None:
+    """A worker reading a time slice no longer needs its consumers of that topic's slices two or more before."""
+    from core.slices import split_slice
+
+    this = split_slice(topic)
+    if this is None:
+        return
+    for key in list(_CONSUMERS):
+        other = split_slice(key[1])
+        if other is not None and other[0] == this[0] and other[1] <= this[1] - 2 * this[2]:
+            _drop_worker_consumer(*key)
 
 
 def _drop_worker_consumer(options: dict | tuple, topic: str, partition: int) -> None:

@@ -30,6 +30,7 @@ from core.cli import add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import client_options
 from core.procs import HOST, JOB_METRICS_PORT, servers_unreachable
 from core.rundir import ROOT as PROJECT_ROOT
+from core.slices import setting_problem
 from core.units import one_line, parse_duration_ns
 from streaming import engine, session
 from streaming.config import CLUSTER_JOIN_PARTITIONS, RECOMPUTABLE, JobConfig, engine_problem, int_env
@@ -100,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg,
                        help="telemetry Kafka bootstrap servers (default %(default)s)")
         s.add_argument("--topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"),
-                       help="telemetry topic (default %(default)s)")
+                       help="telemetry topic; the job also reads its time slices, <topic>.slice-<start>-<length>, which "
+                       "writers to the embedded broker use (FLIGHTWATCH_TELEMETRY_SLICE), and deletes each once read "
+                       "(default %(default)s)")
+        s.add_argument("--slice-grace", default=os.environ.get("FLIGHTWATCH_SLICE_GRACE", "30s"),
+                       help="delete a time slice of the topic this long after its end, once read and archived; keep it "
+                       "above the writers' 20 s delivery timeout (env FLIGHTWATCH_SLICE_GRACE; default %(default)s)")
         s.add_argument("--source", choices=("flightwatch_kafka", "kafka"), default="flightwatch_kafka",
                        help="Kafka reader: the Python Data Source, or Spark's connector where its jar is present")
         s.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest",
@@ -149,9 +155,10 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
                                   join_partitions=1 if getattr(a, "join_partitions", None) is None else a.join_partitions, **given)
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
+        slice_grace_ns = parse_duration_ns(getattr(a, "slice_grace", "30s"))
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if a.command == "run" and (problem := engine_problem(eng)):
+    if a.command == "run" and (problem := engine_problem(eng) or setting_problem(a.bootstrap)):
         raise UsageError(problem)
     if getattr(a, "join_on", "auto") not in ("auto", "driver", "executors"):
         raise UsageError(f"--join-on (or FLIGHTWATCH_JOIN_ON) {a.join_on!r}: expected auto, driver or executors")
@@ -159,7 +166,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         raise UsageError("--max-offsets-per-trigger must be a positive number")
     return JobConfig(
         command=a.command, run_dir=out, engine=eng, trigger_ms=trigger_ns // 1_000_000,
-        idle_batch_ms=idle_batch_ns // 1_000_000,
+        idle_batch_ms=idle_batch_ns // 1_000_000, slice_grace_ms=slice_grace_ns // 1_000_000,
         available_now=getattr(a, "available_now", False), master=getattr(a, "master", "local[2]"),
         bootstrap=getattr(a, "bootstrap", None), topic=getattr(a, "topic", None),
         source=getattr(a, "source", "flightwatch_kafka"), starting_offsets=getattr(a, "starting_offsets", "earliest"),
@@ -240,7 +247,7 @@ def telemetry_stream(spark, cfg: JobConfig):
         spark.dataSource.register(KafkaDataSource)
         reader = (reader.option("bootstrap", cfg.bootstrap).option("decode", str(not cfg.decodes_in_driver()).lower())
                   .option("minBatchMessages", str(IDLE_BATCH_MESSAGES))
-                  .option("maxBatchWaitMs", str(cfg.idle_batch_ms)))
+                  .option("maxBatchWaitMs", str(cfg.idle_batch_ms)).option("sliceGraceMs", str(cfg.slice_grace_ms)))
     reader = reader.option("subscribe", cfg.topic).option("startingOffsets", cfg.starting_offsets)
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
@@ -262,10 +269,12 @@ def _heartbeats(cfg: JobConfig, stop: threading.Event) -> None:
     """Write the job's heartbeat every second: event time moves on when agents fall silent."""
     from core import contract
     from core.kafka_options import telemetry_producer
+    from core.slices import TelemetryTopic
 
-    producer = telemetry_producer(cfg.bootstrap, cfg.kafka_options)
+    topic = TelemetryTopic.for_broker(cfg.topic, cfg.bootstrap, cfg.kafka_options)
+    producer = telemetry_producer(cfg.bootstrap, cfg.kafka_options, **topic.producer_settings(librdkafka=False))
     while not stop.wait(1.0):
-        producer.send(cfg.topic, key=b"job", value=contract.encode([contract.Heartbeat(cfg.engine.run_id, "job", time.time_ns())]))
+        producer.send(topic(), key=b"job", value=contract.encode([contract.Heartbeat(cfg.engine.run_id, "job", time.time_ns())]))
     producer.close()
 
 

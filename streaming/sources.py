@@ -34,6 +34,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+from core.slices import NO_TOPIC_CREATION, RETIRE_GRACE_S, is_ours, read_order
+from streaming import topics
 from streaming.consumers import (  # noqa: F401 - close_worker_consumers: for tests reading in-process
     _drop_worker_consumer,
     _worker_consumer,
@@ -62,16 +64,6 @@ class _KafkaPartition(InputPartition):
         self.reset = reset  # the first read after the broker lost its data also writes the record that says so
 
 
-RESET_KEYS = ("topic_id", "resets", "reset_at_ns", "reset_reason", "reset_lost")
-"""Offsets are ``{"<partition>": next offset}`` plus these: the topic's ID, how many times the broker lost its data,
-and for the batch that found out, when, why and how many messages it knew of and had not read."""
-
-
-def _parts(offsets: dict) -> dict[str, int]:
-    """The partitions' offsets of an offset dict (without ``RESET_KEYS``)."""
-    return {p: int(o) for p, o in offsets.items() if p not in RESET_KEYS}
-
-
 class KafkaDataSource(DataSource):
     """``spark.readStream.format("flightwatch_kafka").option("bootstrap", ...).option("subscribe", topic)``.
 
@@ -98,6 +90,8 @@ class KafkaDataSource(DataSource):
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Reads the topic and its time slices (``core.slices``; offsets and planning: ``streaming.topics``)."""
+
     def __init__(self, options: dict) -> None:
         self.options = options
         self.topic = options["subscribe"]
@@ -105,13 +99,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.decode = _decoding(options)
         self.min_messages = int(options.get("minbatchmessages", 1))
         self.max_wait_s = int(options.get("maxbatchwaitms", 0)) / 1000
+        self.grace_s = int(options.get("slicegracems", RETIRE_GRACE_S * 1000)) / 1000
         self._pending_since: float | None = None
         self._consumer = None
-        self._known_end: dict[int, int] = {}
-        self._fresh_end: dict[int, int] = {}  # what the last fetch answered, even below what is known
+        self._known_end: dict[tuple[str, int], int] = {}
+        self._fresh_end: dict[tuple[str, int], int] = {}  # what the last fetch answered, even below what is known
         self._available_now_end: dict | None = None
         self._admin = None
-        self._behind = 0  # planning calls in a row that found a partition's end below the job's offsets
+        self._strikes: dict[str, int] = {}  # plannings in a row that found a topic gone or behind the job
 
     def __getstate__(self):
         d = dict(self.__dict__)
@@ -123,46 +118,123 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._consumer is None:
             from kafka import KafkaConsumer
 
-            self._consumer = KafkaConsumer(
+            self._consumer = KafkaConsumer(  # asking about a deleted slice must not create it again
                 enable_auto_commit=False, fetch_max_wait_ms=20, max_partition_fetch_bytes=1024,
-                **kafka_client_config(self.options),
+                allow_auto_create_topics=False, **kafka_client_config(self.options),
             )
         return self._consumer
 
-    def _partitions(self) -> list[int]:
-        parts = self._client().partitions_for_topic(self.topic)
-        if not parts:
-            if self._known_end:  # the broker is away: keep planning from what is known, read nothing new
-                return sorted(self._known_end)
-            raise RuntimeError(f"topic {self.topic!r} does not exist")
-        return sorted(parts)
+    def _listing(self) -> dict[str, tuple[str | None, list[int]]] | None:
+        """The topic and its slices on the broker: ID and partitions (one Metadata request); None if it is away."""
+        from kafka.errors import KafkaError
 
-    def _high_watermarks(self) -> dict[int, int]:
+        c = self._client()
+        try:
+            names = c.topics()
+        except KafkaError:
+            return None
+        cluster = c._cluster  # kafka-python keeps the topic IDs of the Metadata response (v10+) there
+        out = {}
+        for t in names:
+            if is_ours(self.topic, t):
+                tid = cluster.topic_id(t)
+                out[t] = (str(tid) if tid else None, sorted(cluster.partitions_for_topic(t) or ()))
+        return out
+
+    def _high_watermarks(self, listing: dict) -> None:
         """Each partition's high watermark from a fresh Fetch response (exact, unlike ListOffsets on Tansu)."""
         from kafka import TopicPartition
 
         c = self._client()
-        tps = [TopicPartition(self.topic, p) for p in self._partitions()]
+        tps = [TopicPartition(t, p) for t, (_, parts) in listing.items() for p in parts]
         if set(c.assignment()) != set(tps):
             c.assign(tps)
         for tp in tps:  # start one record before the known end: the fetch answers at once
-            c.seek(tp, max(self._known_end.get(tp.partition, 0) - 1, 0))
+            c.seek(tp, max(self._known_end.get((tp.topic, tp.partition), 0) - 1, 0))
             c._subscription.assignment[tp].highwater = None  # only a fresh answer counts
         deadline = time.monotonic() + HIGHWATER_WAIT_S
-        while time.monotonic() < deadline and any(c.highwater(tp) is None for tp in tps):
+        while tps and time.monotonic() < deadline and any(c.highwater(tp) is None for tp in tps):
             c.poll(timeout_ms=50, max_records=1, update_offsets=False)
         self._fresh_end = {}
         for tp in tps:
             hw = c.highwater(tp)
             if hw is not None:
-                self._fresh_end[tp.partition] = hw
-                self._known_end[tp.partition] = max(hw, self._known_end.get(tp.partition, 0))
-        return {tp.partition: self._known_end.get(tp.partition, 0) for tp in tps}
+                self._fresh_end[(tp.topic, tp.partition)] = hw
 
-    def _topic_id(self) -> str | None:
-        """The topic's ID (a broker that lost its data, restarted on memory storage, has it recreated under a new
-        one); None while the broker is away or does not say."""
-        from confluent_kafka import TopicCollection
+    def _view(self) -> topics.View:
+        listing = self._listing()
+        if listing is not None:
+            self._high_watermarks(listing)
+        return topics.View(listing, self._fresh_end, self._known_end)
+
+    def _learn(self, start: dict, end: dict) -> None:
+        """Keep the highest end seen of each topic read on; a topic read anew (a new slice, one the broker lost, one
+        back under a new ID) from this planning's answers."""
+        going_on = set(topics.start_of(end, start, self.topic)) | set(topics.retired_of(start)) if start else set()
+        known = {}
+        for k, hw in self._known_end.items():
+            if k[0] in going_on:
+                known[k] = hw
+        reading = set(end["topics"]) | set(topics.retired_of(end))
+        for k, hw in self._fresh_end.items():
+            if k[0] in reading:
+                known[k] = max(hw, known.get(k, 0))
+        self._known_end = {k: v for k, v in known.items() if k[0] in reading}
+
+    def initialOffset(self) -> dict:
+        view = self._view()
+        if not view.listing:
+            raise RuntimeError(f"topic {self.topic!r} does not exist" if view.listing is not None
+                               else f"telemetry broker {self.options.get('bootstrap')} unreachable")
+        latest = self.options.get("startingoffsets", "earliest") == "latest"
+        ends = {t: {str(p): self._fresh_end.get((t, p), 0) if latest else 0 for p in parts}
+                for t, (_, parts) in view.listing.items()}
+        self._learn({}, {"topics": ends})
+        return topics.offsets_of(ends, {t: tid for t, (tid, _) in view.listing.items() if tid}, {}, 0)
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        listing = self._listing() or {}
+        self._high_watermarks(listing)
+        self._available_now_end = {t: {str(p): self._fresh_end.get((t, p), 0) for p in parts}
+                                   for t, (_, parts) in listing.items()}
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        made = topics.plan(start, self._view(), self.topic, self._strikes, grace_s=self.grace_s)
+        end = made.end
+        self._learn(start, end)
+        for t in made.delete:
+            self._delete(t)
+        if made.reset is not None:  # the job logs it, once, when its engine takes the batch's ``reset`` record
+            self._available_now_end = None
+            return end
+        ends, begin = topics.topic_offsets(end, self.topic), topics.start_of(end, start, self.topic)
+        if self._available_now_end is not None:  # up to what was there when asked, no more
+            for t, parts in ends.items():
+                cap = self._available_now_end.get(t, {})
+                for p in parts:
+                    parts[p] = max(min(parts[p], cap.get(p, 0)), begin.get(t, {}).get(p, 0))
+                end["topics"][t].update(parts)
+        pairs = topics.ordered(self.topic, ends)
+        new = sum(ends[t][p] - begin.get(t, {}).get(p, 0) for t, p in pairs)
+        if self._available_now_end is None and self._hold(new):
+            return start
+        if isinstance(limit, ReadMaxRows):  # oldest first: a slice's records before the next one's
+            budget = limit.max_rows
+            for t in sorted(ends, key=lambda t: read_order(self.topic, t)):
+                share = max(budget // max(len(ends[t]), 1), 1) if budget > 0 else 0
+                for p in sorted(ends[t], key=int):
+                    was = begin.get(t, {}).get(p, 0)
+                    ends[t][p] = min(ends[t][p], was + share)
+                    budget -= ends[t][p] - was
+        for t, parts in ends.items():
+            end["topics"][t].update(parts)
+        return end
+
+    def _delete(self, topic: str) -> None:
+        """Delete a slice read to its end (``streaming.topics``); a failure is tried again at the next planning."""
         from confluent_kafka.admin import AdminClient
 
         from core.kafka_options import librdkafka
@@ -170,65 +242,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             if self._admin is None:
                 cfg = kafka_client_config(self.options)
-                self._admin = AdminClient({"bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), **librdkafka(cfg)})
-            found = self._admin.describe_topics(TopicCollection([self.topic]), request_timeout=2)[self.topic].result(3)
-            return str(found.topic_id)
-        except Exception:  # noqa: BLE001 - away or unknown: no signal either way
-            return None
-
-    def _reset(self, start: dict, topic_id: str | None) -> str | None:
-        """Why the broker no longer holds what ``start`` points into, or None: the topic has a new ID; or, where
-        topic IDs are not known, a partition's end below where the job is, in two fresh fetches in a row (one
-        answer could be a stale fetch's, and a false reset would read the topic again from its start)."""
-        if topic_id is not None and start.get("topic_id") not in (None, topic_id):
-            return f"the topic was recreated (ID {start['topic_id']} -> {topic_id})"
-        behind = {p: (o, self._fresh_end[int(p)]) for p, o in _parts(start).items()
-                  if int(p) in self._fresh_end and self._fresh_end[int(p)] < o}
-        self._behind = (self._behind + 1) if behind and (topic_id is None or "topic_id" not in start) else 0
-        if self._behind >= 2:
-            self._behind = 0
-            return "its end offsets went back (" + ", ".join(f"partition {p}: {o} -> {e}" for p, (o, e) in sorted(behind.items())) + ")"
-        return None
-
-    def initialOffset(self) -> dict:
-        parts = self._partitions()
-        topic_id = {"topic_id": tid} if (tid := self._topic_id()) else {}
-        if self.options.get("startingoffsets", "earliest") == "latest":
-            return {**{str(p): o for p, o in self._high_watermarks().items()}, **topic_id}
-        return {**{str(p): 0 for p in parts}, **topic_id}
-
-    def getDefaultReadLimit(self):
-        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self._available_now_end = {str(p): o for p, o in self._high_watermarks().items()}
-
-    def latestOffset(self, start: dict, limit) -> dict:
-        latest = self._available_now_end or {str(p): o for p, o in self._high_watermarks().items()}
-        topic_id = self._topic_id()
-        keep = {"topic_id": topic_id or start.get("topic_id"), "resets": start.get("resets", 0)}
-        keep = {k: v for k, v in keep.items() if v}
-        if (why := self._reset(start, topic_id)) is not None:
-            return self._after_reset(start, why, keep)
-        start = _parts(start)
-        end = {p: max(latest.get(p, 0), start.get(p, 0)) for p in set(latest) | set(start)}
-        if self._available_now_end is None and self._hold(sum(end[p] - start.get(p, 0) for p in end)):
-            return {**{p: start.get(p, 0) for p in end}, **keep}
-        if isinstance(limit, ReadMaxRows):
-            budget = limit.max_rows
-            for p in sorted(end, key=int):  # fair share first, then what is left
-                share = max(budget // max(len(end), 1), 1)
-                end[p] = min(end[p], start.get(p, 0) + share)
-        return {**end, **keep}
-
-    def _after_reset(self, start: dict, why: str, keep: dict) -> dict:
-        """The broker lost its data: read the new log from its start; the batch carries when, why and how much (the
-        job logs it, once, when its engine takes the batch's ``reset`` record: ``streaming.sinks``)."""
-        lost = sum(max(self._known_end.get(int(p), 0) - o, 0) for p, o in _parts(start).items())
-        self._known_end, self._available_now_end = {}, None
-        end = {str(p): o for p, o in self._high_watermarks().items()}
-        return {**end, **keep, "resets": start.get("resets", 0) + 1, "reset_at_ns": time.time_ns(),
-                "reset_reason": why, "reset_lost": lost}
+                self._admin = AdminClient({"bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), **NO_TOPIC_CREATION,
+                                           **librdkafka(cfg)})
+            self._admin.delete_topics([topic], request_timeout=5)[topic].result(10)
+        except Exception:  # noqa: BLE001 - away: it stays retired, and is deleted later
+            pass
 
     def _hold(self, num_new: int, now: float | None = None) -> bool:
         """Whether ``num_new`` new messages wait for more (fewer than ``min_messages``, not yet ``max_wait_s``)."""
@@ -244,18 +262,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return False
 
     def reportLatestOffset(self):
-        return {str(p): o for p, o in self._known_end.items()} or None
+        known: dict = {}
+        for (t, p), o in self._known_end.items():
+            known.setdefault(t, {})[str(p)] = o
+        return {"topics": known} if known else None
 
     def partitions(self, start: dict, end: dict):
         reset = None
-        if end.get("resets", 0) > start.get("resets", 0):  # the new log is read from its start
+        if end.get("resets", 0) > start.get("resets", 0):  # a lost topic is read again from its start
             reset = {"at_ns": end["reset_at_ns"], "reason": end["reset_reason"], "count": end["reset_lost"]}
-            start = {}
-        start, end = _parts(start), _parts(end)
-        out = [_KafkaPartition(self.topic, int(p), start.get(p, 0), o)
-               for p, o in sorted(end.items(), key=lambda kv: int(kv[0])) if o > start.get(p, 0)]
+        begin, ends = topics.start_of(end, start, self.topic), topics.topic_offsets(end, self.topic)
+        out = [_KafkaPartition(t, int(p), begin.get(t, {}).get(p, 0), ends[t][p])
+               for t, p in topics.ordered(self.topic, ends) if ends[t][p] > begin.get(t, {}).get(p, 0)]
         if reset is not None:  # the first task also writes the record that says so
-            out = out or [_KafkaPartition(self.topic, int(min(end, key=int, default="0")), 0, 0)]
+            out = out or [_KafkaPartition(self.topic, 0, 0, 0)]
             out[0].reset = reset
         return out
 

@@ -1,10 +1,14 @@
 """The Kafka Python Data Source against the real broker: exact ends, deterministic re-reads, admission control."""
+import json
+import time
+
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from support import create_topic
 
-from streaming.sources import KafkaStreamReader, _parts, close_worker_consumers
+from streaming.sources import KafkaStreamReader, close_worker_consumers
+from streaming.topics import topic_offsets
 
 pytestmark = pytest.mark.integration
 
@@ -26,6 +30,12 @@ def topic(broker):
 
 def reader(broker, topic, **options):
     return KafkaStreamReader({"bootstrap": broker, "subscribe": topic, **options})
+
+
+def _parts(offsets: dict, topic: str | None = None) -> dict[str, int]:
+    """The partitions' offsets of one topic (the only one if not named) in a source's offsets."""
+    ends = topic_offsets(offsets, topic or "")
+    return ends[topic] if topic else next(iter(ends.values()))
 
 
 def test_end_offsets_are_exact_where_list_offsets_under_reports(broker, topic):
@@ -99,7 +109,7 @@ def test_offsets_carry_the_topics_id_and_a_recreated_topic_is_read_from_its_star
     producer.flush()
     r = reader(broker, name)
     start = r.latestOffset(r.initialOffset(), ReadAllAvailable())
-    assert _parts(start) == {"0": 10, "1": 10} and start["topic_id"]
+    assert _parts(start) == {"0": 10, "1": 10} and start["topics"][name]["id"]
     admin = KafkaAdminClient(bootstrap_servers=broker)
     admin.delete_topics([name])
     admin.close()
@@ -109,7 +119,7 @@ def test_offsets_carry_the_topics_id_and_a_recreated_topic_is_read_from_its_star
     producer.flush()
     producer.close()
     end = r.latestOffset(start, ReadAllAvailable())
-    assert _parts(end) == {"0": 3, "1": 3} and end["topic_id"] != start["topic_id"] and end["resets"] == 1
+    assert _parts(end) == {"0": 3, "1": 3} and end["topics"][name]["id"] != start["topics"][name]["id"] and end["resets"] == 1
     assert "recreated" in end["reset_reason"] and end["reset_lost"] == 0
     parts = r.partitions(start, end)
     assert [(p.partition, p.start, p.end) for p in parts] == [(0, 0, 3), (1, 0, 3)]
@@ -126,7 +136,71 @@ def test_offsets_carry_the_topics_id_and_a_recreated_topic_is_read_from_its_star
     r = reader(broker, name)
     old = {"0": 50, "1": 50}
     first = r.latestOffset(old, ReadAllAvailable())
-    assert _parts(first) == old and "resets" not in first
+    assert _parts(first, name) == old and "resets" not in first
     second = r.latestOffset(old, ReadAllAvailable())
-    assert second["resets"] == 1 and "went back" in second["reset_reason"] and _parts(second) == {"0": 3, "1": 3}
+    assert second["resets"] == 1 and "went back" in second["reset_reason"] and _parts(second, name) == {"0": 3, "1": 3}
+    assert [(p.topic, p.partition, p.start, p.end) for p in r.partitions(old, second)] == [(name, 0, 0, 3), (name, 1, 0, 3)]
+    r.stop()
+
+
+def test_time_slices_are_read_in_order_exactly_once_and_deleted_once_read(broker):
+    """Real writers (the load generator's librdkafka writer and the agents' kafka-python one) write numbered records
+    into 5 s slices for 16 s while the source plans and reads as Spark would (each batch from the last one's end,
+    a 1 s grace): every record is read exactly once, slices past their grace are deleted from the broker once read,
+    and writers never bring a deleted slice back (their producers do not create topics by asking for them)."""
+    from kafka.admin import KafkaAdminClient
+
+    from core.kafka_options import telemetry_producer
+    from core.slices import TelemetryTopic, parse_slice
+    from core.telemetry import TelemetryWriter, rdkafka_producer
+
+    base = "sources-sliced"
+    create_topic(broker, base, partitions=3)
+    writers = []
+    for kind, make in (("rd", lambda t: rdkafka_producer(broker, {}, **t.producer_settings(librdkafka=True))),
+                       ("kp", lambda t: telemetry_producer(broker, {}, **t.producer_settings(librdkafka=False)))):
+        topic = TelemetryTopic(base, 5, broker, {})
+        writers.append((kind, TelemetryWriter(make(topic), topic, agent=kind, records_per_message=20, linger_s=0.05)))
+    r = reader(broker, base, slicegracems="1000")
+    start, got, deleted, written = r.initialOffset(), [], set(), 0
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+
+    def batch():
+        nonlocal start
+        end = r.latestOffset(start, ReadAllAvailable())
+        for p in r.partitions(start, end):
+            got.extend(line for b in r.read(p) for row in b.to_pylist() for line in row["value"].split(b"\n"))
+        start = end
+        deleted.update(end.get("retired", {}))
+
+    t_end = time.time() + 16
+    while time.time() < t_end:
+        for kind, w in writers:
+            for _ in range(50):
+                w.write({"kind": "probe", "seq": f"{kind}-{written}"})
+            written += 1
+        time.sleep(0.1)
+        batch()
+    for _, w in writers:
+        assert w.close(30)
+    slices_seen = {t for t in admin.list_topics() if parse_slice(base, t)}
+    deadline = time.time() + 20
+    while time.time() < deadline and len(got) < 50 * written:
+        batch()
+        time.sleep(0.2)
+    for _ in range(3):  # retire and delete what is over by now
+        time.sleep(1.5)
+        batch()
+    seqs = [json.loads(line)["seq"] for line in got if line]
+    assert len(seqs) == 50 * written and len(set(seqs)) == written  # every record once (50 per seq)
+    left = {t for t in admin.list_topics() if parse_slice(base, t)}
+    deleted -= set(start.get("retired", {}))  # retired lately: maybe not deleted yet
+    assert len(deleted) >= 2 and not (deleted & left), (deleted, left)
+    described = {t: len(admin.describe_topics([t])[0]["partitions"]) for t in left}
+    assert set(described.values()) == {3}, described  # slices have the base topic's partitions
+    from streaming.consumers import _CONSUMERS  # this process ran the read tasks: it keeps no old slice's consumer
+
+    assert len({key[1] for key in _CONSUMERS if parse_slice(base, key[1])}) <= 2
+    print(f"\n{written * 50} records in {len(slices_seen | deleted)} slices, {len(deleted)} deleted once read; left: {sorted(left)}")
+    admin.close()
     r.stop()
