@@ -20,7 +20,7 @@ class JobConfig:
     engine: EngineConfig
     trigger_ms: int = 500
     idle_batch_ms: int = 2000
-    slice_grace_ms: int = 30_000  # a time slice of the topic is deleted this long after its end, once read
+    slice_grace_ms: int = 90_000  # a time slice of the topic is deleted this long after its end, once read
     available_now: bool = False
     master: str = "local[2]"
     bootstrap: str | None = None

@@ -24,7 +24,11 @@ WORKER_QUEUE_KBYTES = 32768
 """What a read task's consumer may fetch ahead within its range (telemetry at 5,000 events/s: ~1.5 MB/s)."""
 
 _CONSUMERS: dict = {}
-"""A worker's consumers, one per (client settings, partition), kept between read tasks."""
+"""A worker's consumers, one per (client settings, topic, partition), kept between read tasks. Of a topic's time
+slices (``core.slices``) a worker keeps only the newest slice's: librdkafka 2.16 crashed the process when a topic it
+had read was deleted, or recreated with other partitions, while it still held it (a worker reading a slice again
+after the job deleted it and a late writer brought it back); a slice is deleted at least ``--slice-grace`` after a
+newer one began, by which time its consumers are closed. A topic read under a new ID gets a new consumer."""
 
 
 class _Reading:
@@ -35,8 +39,8 @@ class _Reading:
     tasks it would fetch ahead, but every fetch on the embedded Tansu scans what the broker holds: the telemetry
     broker went from 0.09 to 0.31 core. A task's first fetch asks for data that is there, so it is answered at once."""
 
-    def __init__(self, consumer, topic: str, partition: int) -> None:
-        self.consumer, self.topic, self.partition = consumer, topic, partition
+    def __init__(self, consumer, topic: str, partition: int, topic_id: str | None) -> None:
+        self.consumer, self.topic, self.partition, self.topic_id = consumer, topic, partition, topic_id
 
     def assign(self, offset: int) -> None:
         from confluent_kafka import TopicPartition
@@ -51,43 +55,65 @@ def _consumer_key(options: dict, topic: str, partition: int) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in options.items())), topic, partition
 
 
-def _worker_consumer(options: dict, topic: str, partition: int) -> _Reading:
+def _worker_consumer(options: dict, topic: str, partition: int, topic_id: str | None = None) -> _Reading:
+    """This worker's consumer for ``partition`` of ``topic`` (named in the error if Kafka refuses the settings)."""
     from confluent_kafka import Consumer, KafkaException
 
     from core.kafka_options import librdkafka
 
     key = _consumer_key(options, topic, partition)
     reading = _CONSUMERS.get(key)
+    if reading is not None and topic_id is not None and reading.topic_id not in (None, topic_id):
+        _drop_worker_consumer(*key)  # the topic was recreated: a consumer that knew the old one is not reused
+        reading = None
     if reading is not None:
         return reading
+    _drop_older_slices(key)
     cfg = kafka_client_config(options)
     servers = cfg.pop("bootstrap_servers")
     config = {"bootstrap.servers": ",".join(servers), "group.id": "flightwatch-spark-source",
               "enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": False,
               "auto.offset.reset": "earliest",  # a read from 0 of a log that starts later begins at its start
               "fetch.wait.max.ms": WORKER_FETCH_WAIT_MS, "queued.max.messages.kbytes": WORKER_QUEUE_KBYTES,
+              "allow.auto.create.topics": False,  # asking about a deleted slice must not create it again
               "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20, "receive.message.max.bytes": 80 << 20,
               **librdkafka(cfg)}
     try:  # a broker that is away is retried by librdkafka (the read waits up to its deadline); only bad settings fail here
-        reading = _Reading(Consumer(config), topic, partition)
+        reading = _Reading(Consumer(config), topic, partition, topic_id)
     except KafkaException as e:
         raise RuntimeError(f"cannot read {topic}[{partition}]: Kafka settings refused: {e}") from None
     _CONSUMERS[key] = reading
-    _drop_older_slices(topic)
     return reading
 
 
-def _drop_older_slices(topic: str) -> None:
-    """A worker reading a time slice no longer needs its consumers of that topic's slices two or more before."""
+def _newer_slice_held(key: tuple) -> bool:
+    """Whether this worker holds a consumer of a newer slice of the same topic than ``key``'s."""
     from core.slices import split_slice
 
-    this = split_slice(topic)
+    this = split_slice(key[1])
+    return this is not None and any(
+        (other := split_slice(k[1])) is not None and k[0] == key[0] and other[0] == this[0] and other[1] > this[1]
+        for k in _CONSUMERS)
+
+
+def _drop_older_slices(key: tuple) -> None:
+    """Close this worker's consumers of slices older than ``key``'s topic (they still exist: see ``_CONSUMERS``)."""
+    from core.slices import split_slice
+
+    this = split_slice(key[1])
     if this is None:
         return
-    for key in list(_CONSUMERS):
-        other = split_slice(key[1])
-        if other is not None and other[0] == this[0] and other[1] <= this[1] - 2 * this[2]:
-            _drop_worker_consumer(*key)
+    for k in list(_CONSUMERS):
+        other = split_slice(k[1])
+        if other is not None and k[0] == key[0] and other[0] == this[0] and other[1] < this[1]:
+            _drop_worker_consumer(*k)
+
+
+def release_worker_consumer(options: dict, topic: str, partition: int) -> None:
+    """After a read: keep the consumer for the next task, unless it is of a slice older than one this worker holds."""
+    key = _consumer_key(options, topic, partition)
+    if _newer_slice_held(key):
+        _drop_worker_consumer(*key)
 
 
 def _drop_worker_consumer(options: dict | tuple, topic: str, partition: int) -> None:

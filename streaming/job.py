@@ -104,9 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="telemetry topic; the job also reads its time slices, <topic>.slice-<start>-<length>, which "
                        "writers to the embedded broker use (FLIGHTWATCH_TELEMETRY_SLICE), and deletes each once read "
                        "(default %(default)s)")
-        s.add_argument("--slice-grace", default=os.environ.get("FLIGHTWATCH_SLICE_GRACE", "30s"),
+        s.add_argument("--slice-grace", default=os.environ.get("FLIGHTWATCH_SLICE_GRACE", "90s"),
                        help="delete a time slice of the topic this long after its end, once read and archived; keep it "
-                       "above the writers' 20 s delivery timeout (env FLIGHTWATCH_SLICE_GRACE; default %(default)s)")
+                       "above the writers' 20 s delivery timeout and Spark's 60 s idle Python worker timeout (a worker "
+                       "holding a consumer of a deleted topic can crash: streaming.consumers) (env "
+                       "FLIGHTWATCH_SLICE_GRACE; default %(default)s)")
         s.add_argument("--source", choices=("flightwatch_kafka", "kafka"), default="flightwatch_kafka",
                        help="Kafka reader: the Python Data Source, or Spark's connector where its jar is present")
         s.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest",
@@ -155,7 +157,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
                                   join_partitions=1 if getattr(a, "join_partitions", None) is None else a.join_partitions, **given)
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
-        slice_grace_ns = parse_duration_ns(getattr(a, "slice_grace", "30s"))
+        slice_grace_ns = parse_duration_ns(getattr(a, "slice_grace", "90s"))
     except ValueError as e:
         raise UsageError(str(e)) from None
     if a.command == "run" and (problem := engine_problem(eng) or setting_problem(a.bootstrap)):

@@ -41,6 +41,7 @@ from streaming.consumers import (  # noqa: F401 - close_worker_consumers: for te
     _worker_consumer,
     close_worker_consumers,
     kafka_client_config,
+    release_worker_consumer,
 )
 
 KAFKA_SCHEMA = (
@@ -59,8 +60,9 @@ HIGHWATER_WAIT_S = 1.0
 """How long the planner waits for every partition's high watermark before using what it has."""
 
 class _KafkaPartition(InputPartition):
-    def __init__(self, topic: str, partition: int, start: int, end: int, reset: dict | None = None) -> None:
-        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+    def __init__(self, topic: str, partition: int, start: int, end: int, reset: dict | None = None,
+                 topic_id: str | None = None) -> None:
+        self.topic, self.partition, self.start, self.end, self.topic_id = topic, partition, start, end, topic_id
         self.reset = reset  # the first read after the broker lost its data also writes the record that says so
 
 
@@ -272,7 +274,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end.get("resets", 0) > start.get("resets", 0):  # a lost topic is read again from its start
             reset = {"at_ns": end["reset_at_ns"], "reason": end["reset_reason"], "count": end["reset_lost"]}
         begin, ends = topics.start_of(end, start, self.topic), topics.topic_offsets(end, self.topic)
-        out = [_KafkaPartition(t, int(p), begin.get(t, {}).get(p, 0), ends[t][p])
+        ids = topics.topic_ids(end)
+        out = [_KafkaPartition(t, int(p), begin.get(t, {}).get(p, 0), ends[t][p], topic_id=ids.get(t))
                for t, p in topics.ordered(self.topic, ends) if ends[t][p] > begin.get(t, {}).get(p, 0)]
         if reset is not None:  # the first task also writes the record that says so
             out = out or [_KafkaPartition(self.topic, 0, 0, 0)]
@@ -291,7 +294,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: _KafkaPartition) -> Iterator[pa.RecordBatch]:
         gc.freeze()  # what this worker holds now is never scanned again by the daemon's per-task collect
         deadline = time.monotonic() + READ_WAIT_S
-        reading = _worker_consumer(self.options, partition.topic, partition.partition)
+        reading = _worker_consumer(self.options, partition.topic, partition.partition, getattr(partition, "topic_id", None))
         reading.assign(partition.start)
         consumer = reading.consumer
         rows: list[tuple] = [_reset_row(partition)] if partition.reset else []
@@ -319,6 +322,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finally:
             if ok:
                 reading.unassign()
+                release_worker_consumer(self.options, partition.topic, partition.partition)
             else:  # a failed or abandoned read: the next task starts from a fresh consumer
                 _drop_worker_consumer(self.options, partition.topic, partition.partition)
         if rows:

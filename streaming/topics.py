@@ -123,6 +123,8 @@ def plan(start: dict, view: View, base: str, strikes: dict[str, int], now_s: flo
         strikes[t] = strikes.get(t, 0) + 1 if bad else 0
         if bad and strikes[t] >= STRIKES:
             why[t] = bad
+    if why:  # a broker that lost some of our topics lost them all: those missing now are gone too (one reset)
+        why.update({t: "is gone" for t in cur if t not in listing and t not in why})
     for t in why:
         strikes.pop(t, None)
     for t in list(strikes):

@@ -27,7 +27,7 @@ def test_slice_names_and_settings():
     assert slice_name(BASE, 60, T0 + 59.9) == S1 and slice_name(BASE, 60, T0 + 60) == S2
     assert parse_slice(BASE, BASE) is None and parse_slice(BASE, "fw.telx.slice-1-60") is None
     assert parse_slice(BASE, "other.slice-1-60") is None
-    assert slice_seconds("127.0.0.1:19092", "auto") == 60 and slice_seconds("kafka:9092", "auto") == 0
+    assert slice_seconds("127.0.0.1:19092", "auto") == 20 and slice_seconds("kafka:9092", "auto") == 0
     assert slice_seconds("127.0.0.1:19092", "off") == 0 and slice_seconds("kafka:9092", "2m") == 120
     for bad in ("5s", "10.5s", "soon"):
         try:
@@ -52,25 +52,25 @@ def test_a_slice_over_and_read_is_retired_then_deleted_then_forgotten():
     grace = 30
     # over, but not for the grace yet: read on
     start = offsets({S1: [10, 10], S2: [4, 4]})
-    made = plan(start, view({S1: [10, 10], S2: [6, 4]}), BASE, strikes, now_s=T0 + 60 + grace - 1)
+    made = plan(start, view({S1: [10, 10], S2: [6, 4]}), BASE, strikes, grace_s=grace, now_s=T0 + 60 + grace - 1)
     assert S1 in made.end["topics"] and "retired" not in made.end
     # past the grace but the batch's start is not at its end: read it first
     start = offsets({S1: [9, 10], S2: [4, 4]})
-    made = plan(start, view({S1: [10, 10], S2: [6, 4]}), BASE, strikes, now_s=T0 + 60 + grace + 1)
+    made = plan(start, view({S1: [10, 10], S2: [6, 4]}), BASE, strikes, grace_s=grace, now_s=T0 + 60 + grace + 1)
     assert topic_offsets(made.end, BASE)[S1] == {"0": 10, "1": 10} and "retired" not in made.end
     # read to its end in the batch before: retired, not yet deleted
     start = made.end
-    made = plan(start, view({S1: [10, 10], S2: [6, 4]}), BASE, strikes, now_s=T0 + 60 + grace + 2)
+    made = plan(start, view({S1: [10, 10], S2: [6, 4]}), BASE, strikes, grace_s=grace, now_s=T0 + 60 + grace + 2)
     assert S1 not in made.end["topics"] and made.end["retired"] == {S1: {"0": 10, "1": 10, "id": f"id-{S1}"}}
     assert made.delete == [] and made.reset is None
     # the next planning (the batch that retired it is committed): deleted
     start = made.end
-    made = plan(start, view({S1: [10, 10], S2: [6, 4]}), BASE, strikes, now_s=T0 + 60 + grace + 3)
+    made = plan(start, view({S1: [10, 10], S2: [6, 4]}), BASE, strikes, grace_s=grace, now_s=T0 + 60 + grace + 3)
     assert made.delete == [S1] and S1 in made.end["retired"]
     # gone from the broker: forgotten, and no reset
-    made = plan(made.end, view({S2: [6, 4]}), BASE, strikes, now_s=T0 + 60 + grace + 4)
+    made = plan(made.end, view({S2: [6, 4]}), BASE, strikes, grace_s=grace, now_s=T0 + 60 + grace + 4)
     assert "retired" not in made.end and made.reset is None and list(made.end["topics"]) == [S2]
-    made = plan(made.end, view({S2: [6, 4]}), BASE, strikes, now_s=T0 + 60 + grace + 5)
+    made = plan(made.end, view({S2: [6, 4]}), BASE, strikes, grace_s=grace, now_s=T0 + 60 + grace + 5)
     assert made.reset is None and "resets" not in made.end
 
 
@@ -115,3 +115,11 @@ def test_offsets_of_an_older_checkpoint_are_the_base_topics():
     made = plan({"0": 3, "1": 4, "topic_id": "x", "resets": 1}, view({BASE: [5, 4]}), BASE, strikes, now_s=T0)
     assert topic_offsets(made.end, BASE) == {BASE: {"0": 5, "1": 4}} and made.end["resets"] == 1
     assert start_of(made.end, {"0": 3, "1": 4}, BASE) == {BASE: {"0": 3, "1": 4}}
+
+
+def test_a_recreated_topic_and_a_missing_slice_are_one_reset():
+    strikes: dict = {}
+    start = offsets({BASE: [3, 3], S1: [10, 10]})
+    made = plan(start, view({BASE: [0, 0]}, ids={BASE: "new"}, known={}), BASE, strikes, now_s=T0 + 30)
+    assert made.end["resets"] == 1 and made.end["reset_topics"] == [BASE, S1]
+    assert made.reset == f"the topic {BASE} was recreated (ID id-{BASE} -> new); the slice {S1} is gone"

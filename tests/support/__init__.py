@@ -44,15 +44,16 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
 
 
 def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
-    """Every record of one run in the telemetry topic (as far as it was written when called: agents still
+    """Every record of one run in the telemetry topic and its time slices (as far as it was written when called: agents still
     writing do not keep the reader going)."""
     from kafka import KafkaConsumer, TopicPartition
 
     from core import contract
     from core.kafka_options import client_options
+    from core.slices import is_ours
 
-    c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, **client_options())
-    tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
+    c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, allow_auto_create_topics=False, **client_options())
+    tps = [TopicPartition(t, p) for t in sorted(c.topics()) if is_ours(topic, t) for p in sorted(c.partitions_for_topic(t))]
     c.assign(tps)
     c.seek_to_beginning()
     out, idle, t_end = [], 0, time.monotonic() + 120

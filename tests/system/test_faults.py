@@ -70,6 +70,16 @@ def recreate_topic(bootstrap: str, topic: str) -> None:
         pass
 
 
+def topics_of(bootstrap: str) -> set[str]:
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
+
+
 def dir_bytes(path) -> int:
     """Disk actually used (segments are created sparse at their full size)."""
     return sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(path) for f in fs)
@@ -206,7 +216,8 @@ def test_a_killed_load_generator_closes_the_run_as_aborted(proxied, tmp_path):
     assert s["stopped_at_ns"] == max(r["at_ns"] for r in recs if r["kind"] in ("send", "ack", "run_start"))
 
 
-def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
+@pytest.mark.parametrize("sliced", [False, True], ids=["one-topic", "time-slices"])
+def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path, sliced):
     """The embedded telemetry broker keeps everything in memory: killed (by its PID) and started again, it comes
     back empty, with the topic under a new ID. A synthetic run of known truth (40 s at 200 events/s) is written in
     two parts: what arrived before 15 s, which the job reads; then the broker is killed, what arrived in [15 s, 16 s)
@@ -214,11 +225,17 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
     error, goes on from the new log's start and closes the run; a node-metrics agent writes on into the new broker;
     the summary carries ``telemetry_reset``; no send is
     counted as dropped because its receive record was lost (sends still waiting at the reset are ``unaccounted``);
-    windows after the flagged ones are exact against the truth of what survived."""
+    windows after the flagged ones are exact against the truth of what survived.
+
+    With time slices (10 s, as writers to the embedded broker slice, ``core.slices``), what arrived before 15 s is
+    written in two slices; the first is deleted once read (before the kill), the second dies with the broker and is
+    found gone or recreated; writers after the restart create their slices again; no deleted slice comes back."""
+    from core.slices import TelemetryTopic, parse_slice
     from loadgen.synthetic import SyntheticSpec, generate, messages
 
     port, topic, run_id = free_port(), "tel-reset", "reset"
     bootstrap = f"127.0.0.1:{port}"
+    to = TelemetryTopic(topic, 10 if sliced else 0, bootstrap, {})
     spec = SyntheticSpec(run_id=run_id, duration_s=40, rate_per_sec=200, duplicate_fraction=0.0, late_count=0,
                          pause=None, oom_at_s=(), num_malformed=0, drop_timeout_s=5,
                          latency_median_us=300_000)  # flights of ~300 ms: many receive records fall in what is lost
@@ -236,9 +253,10 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
     def produce(part) -> None:
         from kafka import KafkaProducer
 
-        p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_request_size=8 << 20)
+        p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_request_size=8 << 20,
+                          **to.producer_settings(librdkafka=False))
         for key, value, _ in part:
-            p.send(topic, key=key, value=value)
+            p.send(to(), key=key, value=value)
         p.flush()
         p.close()
 
@@ -250,16 +268,29 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
         node_agent = subprocess.Popen([sys.executable, "-m", "agents.node_metrics", "--prometheus",
                                        f"http://127.0.0.1:{free_port()}", "--telemetry-bootstrap", bootstrap,
                                        "--telemetry-topic", topic, "--clock-listen", "none", "--metrics-listen", "none"],
-                                      cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=open(tmp_path / "node.log", "w"),
+                                      cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_TELEMETRY_SLICE=f"{to.length_s or 'off'}"),
+                                      stdout=open(tmp_path / "node.log", "w"),
                                       stderr=subprocess.STDOUT, start_new_session=True)
         job = start_job(bootstrap, topic, run_id, tmp_path, "--drop-timeout", "5s", "--watermark-delay", "2s",
-                        "--no-heartbeat", "--trigger", "300ms")
-        produce(before)
+                        "--no-heartbeat", "--trigger", "300ms", "--slice-grace", "1s")
+        if sliced:  # in two slices: the next one starts at the next 10 s of the clock
+            produce(before[:len(before) // 2])
+            time.sleep(10 - time.time() % 10 + 0.2)
+            produce(before[len(before) // 2:])
+        else:
+            produce(before)
         batches, want = tmp_path / run_id / "batches", sum(v.count(b"\n") + 1 for _, v, _ in before)
         deadline = time.monotonic() + 240
         while sum(json.load(open(b)).get("num_records", 0) for b in batches.glob("batch-*.json")) < want:
             assert time.monotonic() < deadline and job.poll() is None, (tmp_path / "job.log").read_text()[-3000:]
             time.sleep(0.2)
+        first_slices = set()
+        if sliced:  # the first slice, over and read, is deleted (the second is the clock's: it stays)
+            first_slices = {t for t in topics_of(bootstrap) if parse_slice(topic, t)}
+            while len(slices := {t for t in topics_of(bootstrap) if parse_slice(topic, t)} & first_slices) > 1:
+                assert time.monotonic() < deadline, slices
+                time.sleep(0.5)
+            first_slices -= slices
         os.kill(broker.pid, signal.SIGKILL)  # by its PID: everything it held is gone
         broker.wait()
         time.sleep(2)
@@ -270,6 +301,7 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
         assert job.wait(240) == 0, (tmp_path / "job.log").read_text()[-3000:]
         node_after = [r for r in telemetry(bootstrap, topic, "*") if r["kind"] == "node" and r["at_ns"] > restarted_ns]
         assert node_agent.poll() is None and len(node_after) >= 3, (tmp_path / "node.log").read_text()[-2000:]
+        assert not (first_slices & topics_of(bootstrap))  # a deleted slice never comes back
     finally:
         for p in (job, node_agent):
             if p is not None and p.poll() is None:
@@ -281,7 +313,7 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path):
     s = json.load(open(tmp_path / run_id / "summary.json"))
     assert s["state"] == "finished"
     (reset,) = s["telemetry_reset"]
-    assert "recreated" in reset["reason"] or "went back" in reset["reason"]
+    assert "recreated" in reset["reason"] or "went back" in reset["reason"] or (sliced and "is gone" in reset["reason"])
     w = pd.read_parquet(tmp_path / run_id / "windows.parquet").set_index("window_ns")
     flagged = w.index[w["telemetry_incomplete"] > 0]
     # from the earliest send still waiting (drop timeout + watermark delay before the hole) to the hole and one more
