@@ -81,8 +81,8 @@ test-faults: install ## the fault suite alone: kill -9 of job, receivers and loa
 test-fast: install ## the tests that need neither broker nor Spark
 	$(PYTHON) -m pytest -m "not integration" $(PYTEST_ARGS)
 
-soak: up ## 15 minutes at 2,000 events/s through the stack; memory of every process, engine state, completeness (SOAK_ARGS)
-	$(PYTHON) -m bench.soak $(SOAK_ARGS)
+soak: up ## 15 minutes at 2,000 events/s through the stack (MINUTES=30 RATE=5000, or SOAK_ARGS); memory of every process, engine state, completeness
+	$(PYTHON) -m bench.soak $(if $(MINUTES),--minutes $(MINUTES)) $(if $(filter command line,$(origin RATE)),--rate $(RATE)) $(SOAK_ARGS)
 
 bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms
 	$(PYTHON) -m bench.footprint

@@ -1,6 +1,6 @@
 """Soak: a long attack at a steady rate through the whole stack, watching every process's memory.
 
-    python -m bench.soak [--rate 2000] [--duration 15m] [--warmup 3m]        (make soak)
+    python -m bench.soak [--rate 2000] [--minutes 15 | --duration 15m] [--warmup 3m]        (make soak)
 
 Needs the embedded stack (`make up`): the load generator attacks its HTTP receiver agent with
 telemetry on, and starts the streaming job for the run (``--stream``). Every 2 s it samples the
@@ -19,8 +19,10 @@ after the attack (the job reads the whole run once to write its final tables) is
 ``max at close``. Every sample is kept in ``<run>/soak-memory.json``.
 
 At the end it prints, per process, memory after warm-up and at the end, and the change (the
-embedded Tansu brokers are shown but not judged: they keep every message in memory, as a real
-Kafka keeps it on disk); the
+embedded SUT broker is shown but not judged: it keeps every message in memory, as a real Kafka
+keeps it on disk). The embedded telemetry broker keeps only the time slices of telemetry the job
+has not yet deleted (``core.slices``): it is judged from the first slice deleted (its RSS then
+saws by a slice's worth) to the end, the same way, and its range over that span is shown; the
 engine state then and at the end; and the run's totals. It exits 1 if a process grew by more than
 10% after warm-up, the state grew, or the run is incomplete (a send neither received, dropped nor
 errored, a duplicate, telemetry lost). Drops and errors are the system under test's: reported, not
@@ -96,16 +98,51 @@ def name_of(pid: int) -> str:
     return os.path.basename(words[0]) if words else "?"
 
 
+class SliceWatch:
+    """The telemetry topic's time slices on the embedded broker: how many are held, how many were deleted, and
+    when the first one was (from then on the broker's memory is bounded)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap, self.seen, self.live, self.deleted = bootstrap, set(), 0, 0
+        self.first_deleted_at: float | None = None
+        self._admin = None
+
+    def sample(self, wall: float) -> None:
+        from kafka.admin import KafkaAdminClient
+
+        from core.slices import split_slice
+
+        try:
+            self._admin = self._admin or KafkaAdminClient(bootstrap_servers=self.bootstrap)
+            now = {t for t in self._admin.list_topics() if split_slice(t)}
+        except Exception:  # noqa: BLE001 - away for a moment: next sample
+            return
+        gone = self.seen - now
+        if gone and self.first_deleted_at is None:
+            self.first_deleted_at = wall
+        self.deleted += len(gone)
+        self.seen, self.live = now, len(now)
+
+
 def main(argv=None) -> int:
     from support.sockets import descendants
 
     ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--rate", type=float, default=2000)
-    ap.add_argument("--duration", default="15m")
+    ap.add_argument("--rate", type=float, default=2000, help="events/s (default %(default)s)")
+    length = ap.add_mutually_exclusive_group()
+    length.add_argument("--minutes", type=float, help="length of the attack in minutes (default 15)")
+    length.add_argument("--duration", help="length of the attack, e.g. 15m, 1h (default 15m)")
     ap.add_argument("--warmup", default="3m", help="memory is compared from this point on (default %(default)s)")
     a = ap.parse_args(argv)
-    warmup_s = parse_duration_ns(a.warmup) / 1e9
+    if a.minutes is not None and a.minutes <= 0 or a.rate <= 0:
+        ap.error("--minutes and --rate must be > 0")
+    a.duration = f"{a.minutes * 60:g}s" if a.minutes is not None else (a.duration or "15m")
+    try:
+        warmup_s = parse_duration_ns(a.warmup) / 1e9
+        parse_duration_ns(a.duration)
+    except ValueError as e:
+        ap.error(str(e))
     stack_pids = {}
     for f in glob.glob(os.path.join(STACK_DIR, "*.pid")):
         stack_pids[os.path.basename(f)[:-4]] = int(open(f).read())
@@ -119,6 +156,7 @@ def main(argv=None) -> int:
                           text=True, start_new_session=True)
     print(f"soak {run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every {SAMPLE_EVERY_S} s", flush=True)
     samples: dict[tuple[int, str], list[tuple[float, int]]] = {}  # (pid, part) -> (wall-clock s, KiB)
+    slices = SliceWatch(f"127.0.0.1:{PORTS['telemetry-broker']}")
     names: dict[tuple[int, str], str] = {}
     t0, shown = time.monotonic(), -1
     run_dir = os.path.join(ROOT, "checkpoints", run_id)
@@ -138,10 +176,13 @@ def main(argv=None) -> int:
                 for part, kib, label in parts:
                     samples.setdefault((pid, part), []).append((wall, kib))
                     names[pid, part] = name + label
+            slices.sample(wall)
             if int(t) // 60 != shown:
                 shown = int(t) // 60
                 total = sum(s[-1][1] for s in samples.values() if s[-1][0] == wall) / 1024
-                print(f"  {t / 60:5.1f} min: {len(samples)} processes, {total:,.0f} MiB resident", flush=True)
+                broker = samples.get((stack_pids.get("telemetry-broker"), ""), [(0, 0)])[-1][1] / 1024
+                print(f"  {t / 60:5.1f} min: {len(samples)} processes, {total:,.0f} MiB resident; telemetry broker "
+                      f"{broker:,.0f} MiB, {slices.live} slices held, {slices.deleted} deleted", flush=True)
             time.sleep(SAMPLE_EVERY_S)
         out = lg.stdout.read()
     finally:
@@ -159,6 +200,9 @@ def main(argv=None) -> int:
         json.dump({"attack_start_s": attack_start, "attack_end_s": attack_end, "warmup_s": warmup_s,
                    "processes": [{"pid": key[0], "name": names[key], "samples": s} for key, s in samples.items()]}, f)
     judged_from = attack_start + warmup_s
+    rotated = slices.first_deleted_at
+    print(f"telemetry slices: {slices.deleted} deleted once read, {slices.live} held at the end; first deleted "
+          + (f"{(rotated - attack_start) / 60:.1f} min into the attack" if rotated else "never (one topic: not sliced)"))
     print(f"memory judged from {warmup_s / 60:g} min into the attack to its end ({(attack_end - judged_from) / 60:.1f} min): "
           f"median of the first minute vs the last")
     print(f"{'process (anonymous RSS)':42} {'pid':>7} {'MiB at warm-up':>15} {'MiB at end':>11} {'max':>7} {'change':>8} {'max at close':>13}")
@@ -171,7 +215,18 @@ def main(argv=None) -> int:
         last = statistics.median(r for t, r in during if t > during[-1][0] - 60)
         close = max((r for t, r in s if t > attack_end), default=None)
         change = (last - first) / first
-        stores = names[key].startswith("tansu")  # the embedded brokers keep every message in memory, by design
+        telemetry_broker = pid == stack_pids.get("telemetry-broker") and rotated is not None
+        if telemetry_broker:  # judged from its first rotation (the slices it holds are bounded from then on)
+            during = [(t, r) for t, r in s if rotated <= t <= attack_end]
+            if len(during) < 12:
+                bad.append("telemetry broker: too short after the first slice rotation to judge")
+                continue
+            first = statistics.median(r for t, r in during if t < during[0][0] + 60)
+            last = statistics.median(r for t, r in during if t > during[-1][0] - 60)
+            lo, hi = min(r for _, r in during), max(r for _, r in during)
+            print(f"telemetry broker after the first rotation: {first / 1024:.1f} MiB (first minute's median) -> "
+                  f"{last / 1024:.1f} MiB (last minute's), range {lo / 1024:.1f}-{hi / 1024:.1f} MiB")
+        stores = names[key].startswith("tansu") and not telemetry_broker  # the SUT broker keeps every message
         print(f"{names[key][:42]:42} {pid:>7} {first / 1024:>15.1f} {last / 1024:>11.1f} {max(r for _, r in during) / 1024:>7.1f} "
               f"{change:>+8.1%} {(f'{close / 1024:.1f}' if close else '-'):>13}"
               + ("  (in-memory broker: holds the data, not judged)" if stores else ""))
