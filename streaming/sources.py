@@ -1,11 +1,11 @@
 """Streaming sources built on Spark's Python Data Source API.
 
-``flightwatch_kafka`` reads a Kafka topic with kafka-python in assign mode and gives the
-same columns as Spark's built-in ``kafka`` source (key, value, topic, partition, offset,
-timestamp, timestampType), so the job can switch to ``format("kafka")`` on clusters that
-have the connector jar. Offsets are JSON ``{"<partition>": next_offset}``; one Spark
-partition per Kafka partition; ``read()`` is stateless and re-reads exactly the range it is
-given. The end of a partition is taken from Fetch responses' high watermark, never from
+``flightwatch_kafka`` reads a Kafka topic and its time slices (``core.slices``: the embedded
+broker's telemetry, deleted once read) and gives the same columns as Spark's built-in ``kafka``
+source (key, value, topic, partition, offset, timestamp, timestampType), so the job can switch to
+``format("kafka")`` on clusters that have the connector jar (which reads the one topic). Offsets
+are JSON per topic and partition (``streaming.topics``, which plans them); one Spark partition per
+Kafka partition; ``read()`` is stateless and re-reads exactly the range it is given. The end of a partition is taken from Fetch responses' high watermark, never from
 ListOffsets (the embedded Tansu broker under-reports that). With ``.option("decode", "true")``
 (the job's default) ``read()`` yields decoded telemetry rows (``streaming.decode.DECODED_SCHEMA``)
 itself, so decoding is not a separate ``mapInArrow`` stage, with its own worker round trip.

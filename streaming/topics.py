@@ -6,6 +6,8 @@ Offsets (a micro-batch's end, in Spark's offset log)::
 
     {"topics": {"<topic>": {"<partition>": next offset, ..., "id": "<topic ID>"}, ...},
      "retired": {"<slice>": {"<partition>": its end, ..., "id": ...}},   # read and committed: delete it
+     "deleted": {"<slice>": {"<partition>": its end, ..., "n": times}},  # deleted lately
+     "from": {"<slice>": {"<partition>": offset}},   # this batch reads a slice back after deletion from there
      "resets": n, "reset_at_ns": ..., "reset_reason": ..., "reset_lost": ..., "reset_topics": [...]}
 
 Offsets of older checkpoints, ``{"<partition>": offset, "topic_id": ...}``, are the base topic's.
@@ -13,8 +15,10 @@ Offsets of older checkpoints, ``{"<partition>": offset, "topic_id": ...}``, are 
 A slice is retired when its time is over (``core.slices.RETIRE_GRACE_S`` past its end), the batch's start is at
 its end (so every record of it is in a committed batch, and archived) and the broker says it has nothing more. The
 next planning, whose start is the end of the batch that retired it (committed too), deletes it, unless something
-was written into it since: then it is read again from where it was. A slice that comes back under a new ID (a late
-writer) is a new slice, read from its start.
+was written into it since: then it is read again from where it was. A slice that comes back after its deletion
+(under a new ID; Tansu 0.6 creates a topic a client produces to or asks about, and answered such a slice with the
+deleted one's ends, records never served) is read on from where the deleted one ended, where its log reaches that
+far, else from its start; a slice is deleted at most ``MAX_DELETIONS`` times, then left (it holds nothing).
 """
 from __future__ import annotations
 
@@ -23,6 +27,9 @@ from dataclasses import dataclass, field
 
 from core.slices import RETIRE_GRACE_S, parse_slice, read_order
 
+MAX_DELETIONS = 3
+DELETED_KEPT_S = 600
+"""How long past its end a deleted slice is remembered (to read one that comes back from where it ended)."""
 RESET_KEYS = ("reset_at_ns", "reset_reason", "reset_lost", "reset_topics")
 STRIKES = 2
 """Plannings in a row that must find a topic gone, or its end below the job's, before that counts as lost data
@@ -47,11 +54,13 @@ def retired_of(offsets: dict) -> dict[str, dict]:
     return offsets.get("retired", {})
 
 
-def offsets_of(ends: Ends, ids: dict[str, str], retired: dict[str, dict], resets: int, **reset) -> dict:
+def offsets_of(ends: Ends, ids: dict[str, str], retired: dict[str, dict], resets: int, deleted: dict | None = None,
+               since: Ends | None = None, **reset) -> dict:
     out: dict = {"topics": {t: {**{p: ends[t][p] for p in sorted(ends[t], key=int)}, **({"id": ids[t]} if ids.get(t) else {})}
                             for t in ends}}
-    if retired:
-        out["retired"] = retired
+    for key, value in (("retired", retired), ("deleted", deleted), ("from", since)):
+        if value:
+            out[key] = value
     if resets:
         out["resets"] = resets
     return {**out, **reset}
@@ -82,10 +91,12 @@ def plan(start: dict, view: View, base: str, strikes: dict[str, int], now_s: flo
     now, and, when the broker lost data the job had not read, why. ``strikes`` is kept between plannings."""
     now_s = time.time() if now_s is None else now_s
     cur, ids, retired = topic_offsets(start, base), topic_ids(start), dict(retired_of(start))
+    deleted = {t: d for t, d in start.get("deleted", {}).items()
+               if t not in cur and (span := parse_slice(base, t)) and now_s < span[0] + span[1] + grace_s + DELETED_KEPT_S}
     resets = int(start.get("resets", 0))
     if view.listing is None:  # away: plan up to what is known
         ends = {t: {p: max(o, view.known.get((t, int(p)), 0)) for p, o in parts.items()} for t, parts in cur.items()}
-        return Plan(offsets_of(ends, ids, retired, resets))
+        return Plan(offsets_of(ends, ids, retired, resets, deleted))
     listing = view.listing
 
     def fresh_of(t: str) -> dict[str, int] | None:
@@ -97,15 +108,16 @@ def plan(start: dict, view: View, base: str, strikes: dict[str, int], now_s: flo
     delete = []
     for t, was in list(retired.items()):
         if t not in listing or listing[t][0] not in (None, was.get("id")):
-            del retired[t]  # deleted (or back as a new slice, read below from its start)
+            del retired[t]  # deleted (and maybe back already: read below from where it ended)
+            deleted[t] = {**{p: o for p, o in was.items() if p not in ("id", "n")}, "n": was.get("n", 0) + 1}
             continue
         ends = fresh_of(t)
-        behind = {p: o for p, o in was.items() if p != "id"}
+        behind = {p: o for p, o in was.items() if p not in ("id", "n")}
         if ends is not None and ends == behind:
             delete.append(t)
         elif ends is not None and any(ends.get(p, 0) > o for p, o in behind.items()):
             del retired[t]  # a late write: read on from where it was
-            cur[t] = behind
+            cur[t] = {p: o for p, o in behind.items() if p != "n"}
             ids[t] = was.get("id", "")
     # what the broker lost
     why: dict[str, str] = {}
@@ -141,6 +153,7 @@ def plan(start: dict, view: View, base: str, strikes: dict[str, int], now_s: flo
             ids.pop(t, None)
     # every topic the broker holds, from where the job is (a new one, or one the broker lost, from its start)
     ends: Ends = {}
+    since: Ends = {}
     for t, (tid, parts) in sorted(listing.items(), key=lambda kv: read_order(base, kv[0])):
         if t in retired:
             continue
@@ -149,6 +162,9 @@ def plan(start: dict, view: View, base: str, strikes: dict[str, int], now_s: flo
                        for p in parts}
         else:  # what this planning's answers say (the ends known may be an earlier topic's of the same name)
             ends[t] = {str(p): view.fresh.get((t, p), 0) for p in parts}
+            if t in deleted:  # back after its deletion: on from where it ended, where its log reaches that far
+                gone = deleted[t]
+                since[t] = {p: (gone.get(p, 0) if e >= gone.get(p, 0) else 0) for p, e in ends[t].items()}
         if tid:
             ids[t] = tid
     for t, parts in cur.items():  # gone, not yet for sure: stay where they are
@@ -160,10 +176,14 @@ def plan(start: dict, view: View, base: str, strikes: dict[str, int], now_s: flo
             span = parse_slice(base, t)
             if span is None or now_s < span[0] + span[1] + grace_s or t not in listing:
                 continue
-            if fresh_of(t) == parts and ends.get(t) == parts:
-                retired[t] = {**parts, **({"id": ids[t]} if ids.get(t) else {})}
+            times = start.get("deleted", {}).get(t, {}).get("n", 0)
+            if fresh_of(t) == parts and ends.get(t) == parts and times < MAX_DELETIONS:
+                retired[t] = {**parts, **({"id": ids[t]} if ids.get(t) else {}), **({"n": times} if times else {})}
                 ends.pop(t)
-    return Plan(offsets_of(ends, ids, retired, resets, **reset), delete, reset.get("reset_reason"))
+    deleted = {t: d for t, d in deleted.items() if t not in retired and (t not in cur or t in since)}
+    keep = {t: d for t, d in start.get("deleted", {}).items() if t in cur and d.get("n", 0) and t not in retired}
+    deleted.update({t: {"n": d["n"]} for t, d in keep.items()})  # back and read on: how often it was deleted stays
+    return Plan(offsets_of(ends, ids, retired, resets, deleted, since, **reset), delete, reset.get("reset_reason"))
 
 
 def start_of(end: dict, start: dict, base: str) -> Ends:
@@ -171,7 +191,10 @@ def start_of(end: dict, start: dict, base: str) -> Ends:
     lost = set(end.get("reset_topics", ())) if int(end.get("resets", 0)) > int(start.get("resets", 0)) else set()
     if lost and "topics" not in start:  # older offsets: the base topic
         lost.add(base)
-    return {t: parts for t, parts in topic_offsets(start, base).items() if t not in lost}
+    begin = {t: parts for t, parts in topic_offsets(start, base).items() if t not in lost}
+    for t, parts in end.get("from", {}).items():  # a slice back after its deletion
+        begin.setdefault(t, parts)
+    return begin
 
 
 def ordered(base: str, ends: Ends) -> list[tuple[str, str]]:

@@ -123,3 +123,30 @@ def test_a_recreated_topic_and_a_missing_slice_are_one_reset():
     made = plan(start, view({BASE: [0, 0]}, ids={BASE: "new"}, known={}), BASE, strikes, now_s=T0 + 30)
     assert made.end["resets"] == 1 and made.end["reset_topics"] == [BASE, S1]
     assert made.reset == f"the topic {BASE} was recreated (ID id-{BASE} -> new); the slice {S1} is gone"
+
+
+def test_a_slice_back_after_its_deletion_is_read_on_from_where_it_ended_and_deleted_at_most_three_times():
+    """Tansu 0.6 creates a topic a client produces to or asks about, and answered a deleted slice brought back so with
+    the deleted one's ends and no records: read on from those ends (nothing again, nothing waited for)."""
+    strikes: dict = {}
+    grace, now = 30, T0 + 200
+    start = offsets({S3: [1, 1]}, retired={S1: {"0": 10, "1": 12, "id": f"id-{S1}"}})
+    made = plan(start, view({S3: [1, 1]}), BASE, strikes, grace_s=grace, now_s=now)  # deleted
+    assert made.end["deleted"] == {S1: {"0": 10, "1": 12, "n": 1}} and "retired" not in made.end
+    back = view({S1: [10, 12], S3: [1, 1]}, ids={S1: "again"})
+    made2 = plan(made.end, back, BASE, strikes, grace_s=grace, now_s=now + 1)
+    assert made2.end["from"] == {S1: {"0": 10, "1": 12}} and made2.end["topics"][S1] == {"0": 10, "1": 12, "id": "again"}
+    assert start_of(made2.end, made.end, BASE)[S1] == {"0": 10, "1": 12}  # nothing to read again
+    # a late write into it: read from where the deleted one ended; a partition whose log starts again: from 0
+    late = view({S1: [11, 3], S3: [1, 1]}, ids={S1: "again"})
+    made3 = plan(made.end, late, BASE, strikes, grace_s=grace, now_s=now + 1)
+    assert start_of(made3.end, made.end, BASE)[S1] == {"0": 10, "1": 0}
+    # read, over: retired and deleted again, at most MAX_DELETIONS times in all
+    for n in (2, 3):
+        gone = plan(made2.end, view({S1: [10, 12], S3: [1, 1]}, ids={S1: "again"}), BASE, strikes, grace_s=grace, now_s=now + n)
+        assert S1 in gone.end["retired"] and gone.end["retired"][S1]["n"] == n - 1
+        made = plan(gone.end, view({S3: [1, 1]}), BASE, strikes, grace_s=grace, now_s=now + n)
+        assert made.end["deleted"][S1]["n"] == n
+        made2 = plan(made.end, back, BASE, strikes, grace_s=grace, now_s=now + n)
+    kept = plan(made2.end, view({S1: [10, 12], S3: [1, 1]}, ids={S1: "again"}), BASE, strikes, grace_s=grace, now_s=now + 5)
+    assert "retired" not in kept.end and S1 in kept.end["topics"]
