@@ -79,8 +79,18 @@ def telemetry_producer(bootstrap: str, options: dict | None = None, **settings):
     later batch aborted; a node-metrics agent wrote nothing more after its telemetry broker restarted)."""
     from kafka import KafkaProducer
 
-    return KafkaProducer(bootstrap_servers=bootstrap.split(","),
-                         **{"enable_idempotence": False, **settings, **(client_options() if options is None else options)})
+    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","),
+                             **{"enable_idempotence": False, **settings, **(client_options() if options is None else options)})
+    if settings.get("allow_auto_create_topics") is False:
+        no_topic_creation(producer._metadata)
+    return producer
+
+
+def no_topic_creation(cluster) -> None:
+    """kafka-python 3.0.12 does not hand ``allow_auto_create_topics`` to its metadata (``kafka.net.manager`` builds
+    ``ClusterMetadata`` without it): its Metadata requests let the broker create every topic the client knows, which
+    brought back each time slice the job deleted (``core.slices``). Set it on the client's ``ClusterMetadata``."""
+    cluster.config["allow_auto_create_topics"] = False
 
 
 LIBRDKAFKA_KEYS = {

@@ -120,10 +120,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._consumer is None:
             from kafka import KafkaConsumer
 
+            from core.kafka_options import no_topic_creation
+
             self._consumer = KafkaConsumer(  # asking about a deleted slice must not create it again
                 enable_auto_commit=False, fetch_max_wait_ms=20, max_partition_fetch_bytes=1024,
                 allow_auto_create_topics=False, **kafka_client_config(self.options),
             )
+            no_topic_creation(self._consumer._cluster)
         return self._consumer
 
     def _listing(self) -> dict[str, tuple[str | None, list[int]]] | None:

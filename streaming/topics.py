@@ -16,9 +16,9 @@ A slice is retired when its time is over (``core.slices.RETIRE_GRACE_S`` past it
 its end (so every record of it is in a committed batch, and archived) and the broker says it has nothing more. The
 next planning, whose start is the end of the batch that retired it (committed too), deletes it, unless something
 was written into it since: then it is read again from where it was. A slice that comes back after its deletion
-(under a new ID; Tansu 0.6 creates a topic a client produces to or asks about, and answered such a slice with the
-deleted one's ends, records never served) is read on from where the deleted one ended, where its log reaches that
-far, else from its start; a slice is deleted at most ``MAX_DELETIONS`` times, then left (it holds nothing).
+(under a new ID: on the embedded stack every deleted slice came back at once, empty, then with the deleted one's
+ends and none of its records) is read on from where the deleted one ended, never from its start; a slice is deleted
+at most ``MAX_DELETIONS`` times, then left (it holds nothing).
 """
 from __future__ import annotations
 
@@ -162,9 +162,10 @@ def plan(start: dict, view: View, base: str, strikes: dict[str, int], now_s: flo
                        for p in parts}
         else:  # what this planning's answers say (the ends known may be an earlier topic's of the same name)
             ends[t] = {str(p): view.fresh.get((t, p), 0) for p in parts}
-            if t in deleted:  # back after its deletion: on from where it ended, where its log reaches that far
+            if t in deleted:  # back after its deletion: on from where it ended (its ends come back: records do not)
                 gone = deleted[t]
-                since[t] = {p: (gone.get(p, 0) if e >= gone.get(p, 0) else 0) for p, e in ends[t].items()}
+                since[t] = {p: gone.get(p, 0) for p in ends[t]}
+                ends[t] = {p: max(e, since[t][p]) for p, e in ends[t].items()}
         if tid:
             ids[t] = tid
     for t, parts in cur.items():  # gone, not yet for sure: stay where they are

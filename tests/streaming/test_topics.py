@@ -1,6 +1,6 @@
 """What the telemetry source reads next across time slices (``streaming.topics.plan``), from given broker answers:
 slices read in order, retired once over and read, deleted at the next planning, read on after a late write, read
-from the start when back under a new ID; a slice gone or recreated is a reset, never a hang. The same source against
+on from where it ended when back under a new ID; a slice gone or recreated is a reset, never a hang. The same source against
 the real broker and real writers: ``test_sources.py::test_time_slices_...``."""
 from core.slices import parse_slice, slice_name, slice_seconds
 from streaming.topics import View, plan, start_of, topic_offsets
@@ -74,18 +74,18 @@ def test_a_slice_over_and_read_is_retired_then_deleted_then_forgotten():
     assert made.reset is None and "resets" not in made.end
 
 
-def test_a_late_write_into_a_retired_slice_is_read_on_and_one_back_under_a_new_id_from_its_start():
+def test_a_late_write_into_a_retired_slice_is_read_on_and_one_back_under_a_new_id_from_where_it_ended():
     strikes: dict = {}
     start = offsets({S2: [4, 4]}, retired={S1: {"0": 10, "1": 10, "id": f"id-{S1}"}})
     made = plan(start, view({S1: [10, 12], S2: [4, 4]}), BASE, strikes, now_s=T0 + 130)
     assert made.delete == [] and "retired" not in made.end
     assert topic_offsets(made.end, BASE)[S1] == {"0": 10, "1": 12}
     assert start_of(made.end, start, BASE).get(S1) is None  # ... from where it was: the retired ends
-    # deleted, then written again by a late writer: a new topic (new ID) read from its start
+    # deleted, then back under a new ID: read on from where the deleted one ended, never again from its start
     start = offsets({S2: [4, 4]}, retired={S1: {"0": 10, "1": 10, "id": f"id-{S1}"}})
     made = plan(start, view({S1: [1, 0], S2: [4, 4]}, ids={S1: "new"}, known={}), BASE, strikes, now_s=T0 + 130)
     assert made.reset is None and "retired" not in made.end
-    assert made.end["topics"][S1] == {"0": 1, "1": 0, "id": "new"}
+    assert made.end["topics"][S1] == {"0": 10, "1": 10, "id": "new"} and start_of(made.end, start, BASE)[S1] == {"0": 10, "1": 10}
 
 
 def test_a_slice_gone_twice_in_a_row_is_a_reset_with_what_was_known_and_unread():
@@ -137,10 +137,14 @@ def test_a_slice_back_after_its_deletion_is_read_on_from_where_it_ended_and_dele
     made2 = plan(made.end, back, BASE, strikes, grace_s=grace, now_s=now + 1)
     assert made2.end["from"] == {S1: {"0": 10, "1": 12}} and made2.end["topics"][S1] == {"0": 10, "1": 12, "id": "again"}
     assert start_of(made2.end, made.end, BASE)[S1] == {"0": 10, "1": 12}  # nothing to read again
-    # a late write into it: read from where the deleted one ended; a partition whose log starts again: from 0
-    late = view({S1: [11, 3], S3: [1, 1]}, ids={S1: "again"})
+    # first back empty (its ends come back later, its records never): from where the deleted one ended all the same
+    empty = plan(made.end, view({S1: [0, 0], S3: [1, 1]}, ids={S1: "again"}), BASE, strikes, grace_s=grace, now_s=now + 1)
+    assert empty.end["topics"][S1] == {"0": 10, "1": 12, "id": "again"}
+    assert start_of(empty.end, made.end, BASE)[S1] == {"0": 10, "1": 12}
+    # a late write into it: read from where the deleted one ended
+    late = view({S1: [11, 12], S3: [1, 1]}, ids={S1: "again"})
     made3 = plan(made.end, late, BASE, strikes, grace_s=grace, now_s=now + 1)
-    assert start_of(made3.end, made.end, BASE)[S1] == {"0": 10, "1": 0}
+    assert start_of(made3.end, made.end, BASE)[S1] == {"0": 10, "1": 12} and made3.end["topics"][S1]["0"] == 11
     # read, over: retired and deleted again, at most MAX_DELETIONS times in all
     for n in (2, 3):
         gone = plan(made2.end, view({S1: [10, 12], S3: [1, 1]}, ids={S1: "again"}), BASE, strikes, grace_s=grace, now_s=now + n)

@@ -49,10 +49,11 @@ def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
     from kafka import KafkaConsumer, TopicPartition
 
     from core import contract
-    from core.kafka_options import client_options
+    from core.kafka_options import client_options, no_topic_creation
     from core.slices import is_ours
 
     c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, allow_auto_create_topics=False, **client_options())
+    no_topic_creation(c._cluster)
     tps = [TopicPartition(t, p) for t in sorted(c.topics()) if is_ours(topic, t) for p in sorted(c.partitions_for_topic(t))]
     c.assign(tps)
     c.seek_to_beginning()
