@@ -244,6 +244,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         from core.kafka_options import librdkafka
 
+        if self._consumer is not None:  # the planner's consumer lets go of it first (kafka-python logs a vanished topic)
+            self._consumer.assign([tp for tp in self._consumer.assignment() if tp.topic != topic])
         try:
             if self._admin is None:
                 cfg = kafka_client_config(self.options)

@@ -27,7 +27,7 @@ def test_slice_names_and_settings():
     assert slice_name(BASE, 60, T0 + 59.9) == S1 and slice_name(BASE, 60, T0 + 60) == S2
     assert parse_slice(BASE, BASE) is None and parse_slice(BASE, "fw.telx.slice-1-60") is None
     assert parse_slice(BASE, "other.slice-1-60") is None
-    assert slice_seconds("127.0.0.1:19092", "auto") == 20 and slice_seconds("kafka:9092", "auto") == 0
+    assert slice_seconds("127.0.0.1:19092", "auto") == 60 and slice_seconds("kafka:9092", "auto") == 0
     assert slice_seconds("127.0.0.1:19092", "off") == 0 and slice_seconds("kafka:9092", "2m") == 120
     for bad in ("5s", "10.5s", "soon"):
         try:
