@@ -47,6 +47,8 @@ from core.units import parse_duration_ns  # noqa: E402
 from stack.__main__ import PORTS, STACK_DIR  # noqa: E402
 
 GROWTH_LIMIT = 0.10
+CLOSE_WAIT_S = 900
+"""How long after the load generator the soak waits for the job to close the run (9M events took ~4 min)."""
 SAMPLE_EVERY_S = 2
 """Often enough that a minute's median rests on 30 samples (the job's driver swings by a quarter from one batch to the next)."""
 
@@ -245,6 +247,9 @@ def main(argv=None) -> int:
         if k1 > 1.1 * k0 + a.rate * 5:
             bad.append(f"engine state grew from {k0:,} to {k1:,}")
     summary_file = os.path.join(run_dir, "summary.json")
+    deadline = time.monotonic() + CLOSE_WAIT_S  # a long run's close outlasts the load generator's wait for it
+    while not os.path.exists(summary_file) and time.monotonic() < deadline:
+        time.sleep(2)
     if os.path.exists(summary_file):
         s = json.load(open(summary_file))
         print(f"run: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,} duplicates {s['duplicates']:,} "
