@@ -117,7 +117,7 @@ def plan(start: dict, view: View, base: str, strikes: dict[str, int], now_s: flo
             delete.append(t)
         elif ends is not None and any(ends.get(p, 0) > o for p, o in behind.items()):
             del retired[t]  # a late write: read on from where it was
-            cur[t] = {p: o for p, o in behind.items() if p != "n"}
+            cur[t] = behind
             ids[t] = was.get("id", "")
     # what the broker lost
     why: dict[str, str] = {}
