@@ -174,6 +174,7 @@ class Shipper:
         """``topic``: a topic's name, or a ``core.slices.TelemetryTopic`` (asked for the topic of each send)."""
         self.dir, self.producer, self.topic, self.key = spool_dir, producer, str(topic), key.encode()
         self._topic_now = topic if callable(topic) else (lambda: self.topic)
+        self._forget = getattr(topic, "forget", None)  # a slice a send failed on is made sure of again
         self.lines_per_message, self.read_bytes, self.log = lines_per_message, read_bytes, log
         self.position_file = os.path.join(spool_dir, "shipped")
         self.seq, self.offset = self._load_position()
@@ -200,11 +201,16 @@ class Shipper:
     def _send(self, lines: list[bytes]) -> None:
         """Send and wait for the broker's acknowledgement of every message; raises on failure."""
         topic = self._topic_now()
-        futures = [self.producer.send(topic, key=self.key, value=b"\n".join(lines[i:i + self.lines_per_message]))
-                   for i in range(0, len(lines), self.lines_per_message)]
-        self.producer.flush(timeout=30)
-        for f in futures:
-            f.get(timeout=0)
+        try:
+            futures = [self.producer.send(topic, key=self.key, value=b"\n".join(lines[i:i + self.lines_per_message]))
+                       for i in range(0, len(lines), self.lines_per_message)]
+            self.producer.flush(timeout=30)
+            for f in futures:
+                f.get(timeout=0)
+        except Exception:
+            if self._forget is not None:
+                self._forget(topic)
+            raise
 
     def ship_once(self) -> int:
         """Ship what the spool holds past the committed position (up to ``read_bytes``); lines shipped."""

@@ -131,6 +131,11 @@ class TelemetryTopic:
     def __str__(self) -> str:
         return self.base
 
+    def forget(self, name: str) -> None:
+        """A write into ``name`` failed: the next message makes sure it exists (a telemetry broker that restarted
+        empty has none of the slices this writer created)."""
+        self._created.discard(name)
+
     def _create(self, names: list[str]) -> None:
         """Create the slices not yet created; a broker away is tried again a second later (a message meanwhile
         waits in its producer, then is written again into the slice of its time)."""
@@ -162,10 +167,12 @@ class TelemetryTopic:
 
     def producer_settings(self, librdkafka: bool) -> dict:
         """A writer's producer settings when slicing: it never has a topic created by asking for it, and gives up a
-        delivery after ``DELIVERY_TIMEOUT_S``."""
+        delivery after ``DELIVERY_TIMEOUT_S``, or after 5 s without the slice's metadata (the writer then forgets the
+        slice and creates it again: a broker back empty)."""
         if not self.length_s:
             return {}
         ms = DELIVERY_TIMEOUT_S * 1000
         if librdkafka:
-            return {"message.timeout.ms": ms, **NO_TOPIC_CREATION}
-        return {"delivery_timeout_ms": ms, "request_timeout_ms": ms // 2, "allow_auto_create_topics": False}
+            return {"message.timeout.ms": ms, "topic.metadata.propagation.max.ms": 5000, **NO_TOPIC_CREATION}
+        return {"delivery_timeout_ms": ms, "request_timeout_ms": ms // 2, "max_block_ms": 5000,
+                "allow_auto_create_topics": False}

@@ -44,6 +44,7 @@ class TelemetryWriter:
         self.producer = producer
         self.topic = str(topic)
         self._topic_now = topic if callable(topic) else (lambda: self.topic)
+        self._forget = getattr(topic, "forget", None)  # a slice a write failed on is made sure of again
         self.key = agent.encode()
         self.records_per_message = records_per_message
         self.linger_s = linger_s
@@ -100,10 +101,12 @@ class TelemetryWriter:
                 self._cond.notify_all()
         return ok
 
-    def _on_failed(self, chunk: list):
+    def _on_failed(self, chunk: list, topic: str = ""):
         def err(exc):
             from kafka.errors import MessageSizeTooLargeError
 
+            if self._forget is not None and topic:
+                self._forget(topic)
             with self._cond:
                 self._in_flight -= len(chunk)
                 if isinstance(exc, MessageSizeTooLargeError):
@@ -125,23 +128,24 @@ class TelemetryWriter:
                 chunk = self._take()
                 if not chunk:
                     break
+                topic = ""
                 try:
                     topic = self._topic_now()
                     if self._rd:
                         self.producer.produce(topic, contract.encode(chunk), self.key,
-                                              on_delivery=self._on_delivery(chunk))
+                                              on_delivery=self._on_delivery(chunk, topic))
                         continue
                     future = self.producer.send(topic, key=self.key, value=contract.encode(chunk))
                 except Exception as exc:  # noqa: BLE001 - e.g. buffer full: keep the records, try again
-                    self._on_failed(chunk)(exc)
+                    self._on_failed(chunk, topic)(exc)
                     time.sleep(0.1)
                     continue
                 future.add_callback(self._on_sent(len(chunk)))
-                future.add_errback(self._on_failed(chunk))
+                future.add_errback(self._on_failed(chunk, topic))
             if self._rd:
                 self.producer.poll(0)  # delivery reports of librdkafka are served here (and by flush)
 
-    def _on_delivery(self, chunk: list):
+    def _on_delivery(self, chunk: list, topic: str):
         def report(err, _msg) -> None:
             if err is None:
                 self._on_sent(len(chunk))(None)
@@ -149,7 +153,7 @@ class TelemetryWriter:
             from confluent_kafka import KafkaError
             from kafka.errors import MessageSizeTooLargeError
 
-            self._on_failed(chunk)(MessageSizeTooLargeError(err.str()) if err.code() == KafkaError.MSG_SIZE_TOO_LARGE
+            self._on_failed(chunk, topic)(MessageSizeTooLargeError(err.str()) if err.code() == KafkaError.MSG_SIZE_TOO_LARGE
                                    else RuntimeError(err.str()))
         return report
 
