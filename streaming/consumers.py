@@ -126,7 +126,46 @@ def _drop_worker_consumer(options: dict | tuple, topic: str, partition: int) -> 
             pass
 
 
+STALL_CHECK_S = 3.0
+"""A read task that got nothing for this long asks the broker whether its topic is still the one planned."""
+
+_ADMINS: dict = {}
+
+
+def topic_lost(options: dict, topic: str, topic_id: str | None) -> str | None:
+    """Why the records a stalled read task waits for can never come: its topic deleted, or recreated under another ID
+    (a telemetry broker that restarted empty). None when it is the same topic, or the broker does not answer (away
+    or restarting: the task waits on). Asked only after ``STALL_CHECK_S`` without a record, never per record."""
+    if topic_id is None:
+        return None
+    import uuid
+
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    from core.kafka_options import librdkafka
+    from core.slices import NO_TOPIC_CREATION
+
+    key = _consumer_key(options, "", 0)[0]
+    if key not in _ADMINS:
+        cfg = kafka_client_config(options)
+        _ADMINS[key] = AdminClient({"bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), **NO_TOPIC_CREATION,
+                                    **librdkafka(cfg)})
+    try:
+        d = _ADMINS[key].describe_topics(TopicCollection([topic]), request_timeout=3)[topic].result(5)
+    except KafkaException as e:
+        return "deleted" if e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART else None
+    except Exception:  # noqa: BLE001 - no answer: wait on
+        return None
+    hi, lo = d.topic_id.get_most_significant_bits(), d.topic_id.get_least_significant_bits()
+    now = uuid.UUID(int=((hi & (2**64 - 1)) << 64) | (lo & (2**64 - 1)))
+    if now.int == 0:  # a broker that does not tell topic IDs
+        return None
+    return None if str(now) == topic_id else f"recreated (ID {topic_id} -> {now})"
+
+
 def close_worker_consumers() -> None:
     """Close every consumer this process keeps for read tasks (a test that read in-process, before its broker goes)."""
     for key in list(_CONSUMERS):
         _drop_worker_consumer(*key)
+    _ADMINS.clear()

@@ -27,6 +27,7 @@ The archive's source, for replay, is ``streaming.archive``.
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from collections.abc import Iterator
 
@@ -37,11 +38,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from core.slices import NO_TOPIC_CREATION, RETIRE_GRACE_S, is_ours, read_order
 from streaming import topics
 from streaming.consumers import (  # noqa: F401 - close_worker_consumers: for tests reading in-process
+    STALL_CHECK_S,
     _drop_worker_consumer,
     _worker_consumer,
     close_worker_consumers,
     kafka_client_config,
     release_worker_consumer,
+    topic_lost,
 )
 
 KAFKA_SCHEMA = (
@@ -305,11 +308,20 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         rows: list[tuple] = [_reset_row(partition)] if partition.reset else []
         next_offset = partition.start
         ok = False
+        check_at = time.monotonic() + STALL_CHECK_S
         try:
             while next_offset < partition.end:
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if now > deadline:
                     raise RuntimeError(f"timed out reading {partition.topic}[{partition.partition}] at {next_offset} "
                                        f"(end {partition.end}) after {READ_WAIT_S} s")
+                if now > check_at:  # stalled: the broker may have lost the topic (the next planning says so)
+                    check_at = now + STALL_CHECK_S
+                    lost = topic_lost(self.options, partition.topic, getattr(partition, "topic_id", None))
+                    if lost is not None:  # ended, and its consumer closed (it knew a topic now gone)
+                        print(f"flightwatch source: {partition.topic}[{partition.partition}] {lost}: offsets "
+                              f"{next_offset}..{partition.end} are gone with it", file=sys.stderr, flush=True)
+                        break
                 for m in consumer.consume(min(partition.end - next_offset, READ_CHUNK), 0.05):
                     if m.error() is not None:  # partition EOF, a broker away: librdkafka retries by itself
                         continue
@@ -320,15 +332,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     rows.append((m.key(), m.value(), partition.topic, partition.partition, offset, ts_ms * 1000,
                                  ts_type - 1 if ts_type > 0 else -1))
                     next_offset = offset + 1
+                    check_at = time.monotonic() + STALL_CHECK_S
                 if len(rows) >= 4096:
                     yield from self._out(rows)
                     rows = []
-            ok = True
+            else:
+                ok = True
         finally:
             if ok:
                 reading.unassign()
                 release_worker_consumer(self.options, partition.topic, partition.partition)
-            else:  # a failed or abandoned read: the next task starts from a fresh consumer
+            else:  # a failed, abandoned or lost read: the next task starts from a fresh consumer
                 _drop_worker_consumer(self.options, partition.topic, partition.partition)
         if rows:
             yield from self._out(rows)

@@ -143,6 +143,47 @@ def test_offsets_carry_the_topics_id_and_a_recreated_topic_is_read_from_its_star
     r.stop()
 
 
+@pytest.mark.parametrize("fate", ["recreated", "deleted"])
+def test_a_read_planned_on_a_topic_the_broker_lost_ends_instead_of_waiting(broker, fate):
+    """A batch planned just before the telemetry broker restarted empty: its read tasks wait for offsets the new log
+    will never hold. After ``STALL_CHECK_S`` without a record a task asks the broker whether the topic is still the
+    one planned (its ID); recreated or deleted, the task ends with what it read, and the next planning reports the
+    reset. A topic that is still there is waited for."""
+    from kafka.admin import KafkaAdminClient
+
+    from streaming.consumers import STALL_CHECK_S, topic_lost
+
+    name = f"sources-lost-{fate}"
+    create_topic(broker, name, partitions=1)
+    producer = KafkaProducer(bootstrap_servers=broker)
+    for i in range(8):
+        producer.send(name, value=b"old%d" % i, partition=0)
+    producer.flush()
+    r = reader(broker, name)
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    (part,) = r.partitions(start, end)
+    assert (part.start, part.end) == (0, 8) and part.topic_id
+    part.start = 4  # half of it read by an earlier batch, the rest planned
+    assert topic_lost(r.options, name, part.topic_id) is None  # still the one planned: a stalled read waits on
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    admin.delete_topics([name])
+    admin.close()
+    if fate == "recreated":
+        create_topic(broker, name, partitions=1)
+        producer.send(name, value=b"new0", partition=0)  # the new log holds fewer than the planned start
+        producer.flush()
+    producer.close()
+    t0 = time.monotonic()
+    rows = [row for b in r.read(part) for row in b.to_pylist()]
+    took = time.monotonic() - t0
+    assert rows == [] and STALL_CHECK_S <= took < 4 * STALL_CHECK_S, took
+    if fate == "recreated":  # the next planning says what happened, and reads the new log from its start
+        again = r.latestOffset(end, ReadAllAvailable())
+        assert again["resets"] == 1 and "recreated" in again["reset_reason"] and _parts(again, name) == {"0": 1}
+    r.stop()
+
+
 def test_time_slices_are_read_in_order_exactly_once_and_deleted_once_read(broker):
     """Real writers (the load generator's librdkafka writer and the agents' kafka-python one) write numbered records
     into 5 s slices for 16 s while the source plans and reads as Spark would (each batch from the last one's end,
