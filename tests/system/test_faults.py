@@ -125,15 +125,20 @@ def test_telemetry_broker_away_10s_at_2000_per_s_loses_nothing(proxied, tmp_path
     report = json.load(open(tmp_path / "lg" / "report.json"))
     s = json.load(open(tmp_path / run_id / "summary.json"))
     sends = [r for r in telemetry(bootstrap, topic, run_id) if r["kind"] == "send"]
+    resent = len(sends) - len({r["event_id"] for r in sends})
     lg_tel = {k: sum(w[k] for w in report["telemetry"].values()) for k in ("written", "sent", "lost", "buffered")}
     print(f"\nbroker away 10 s at 2,000/s: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} "
-          f"duplicates {s['duplicates']} quarantined {s['quarantined']}; receiver spooled {rx['telemetry']['spooled']:,} "
-          f"lost {rx['telemetry']['lost']}; loadgen telemetry {lg_tel}; spool peak {peak['spool_bytes'] / 1e6:.1f} MB; "
+          f"duplicates {s['duplicates']} quarantined {s['quarantined']} (send records written twice: {resent}); "
+          f"receiver spooled {rx['telemetry']['spooled']:,} lost {rx['telemetry']['lost']}; loadgen telemetry {lg_tel}; "
+          f"spool peak {peak['spool_bytes'] / 1e6:.1f} MB; "
           f"RSS before/peak: loadgen {before['loadgen_rss_kib'] / 1024:.0f}/{peak['loadgen_rss_kib'] / 1024:.0f} MiB, "
           f"receiver {before['receiver_rss_kib'] / 1024:.0f}/{peak['receiver_rss_kib'] / 1024:.0f} MiB")
     assert proxy.num_cut == 1
-    # every event the generator sent is in the telemetry once, and every one was received
-    assert report["requests"] == len(sends) == len({r["event_id"] for r in sends}) == s["sent"]
+    # every event the generator sent is in the telemetry, and every one was received. The writers are at least once
+    # (no idempotent producer: core.kafka_options.telemetry_producer), so a message in flight when the broker went away
+    # may be in the topic twice (CI: 103 send records); the job counts each event once
+    assert report["requests"] == len({r["event_id"] for r in sends}) == s["sent"]
+    assert resent <= 2_000, resent  # what was in flight at the cut (a second of sends), not a replay of the outage
     assert 59_000 <= s["sent"] <= 60_000
     assert s["received"] == s["sent"] and s["dropped"] == 0 and s["duplicates"] == 0 and s["late"] == 0
     assert rx["received"] == s["sent"] and rx["telemetry"]["lost"] == 0 and s["telemetry_lost"] == {}
@@ -251,14 +256,33 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path, s
     assert len(lost_sends) > 100 and len(lost_recvs) > 100
 
     def produce(part) -> None:
-        from kafka import KafkaProducer
+        """As a writer does (``core.telemetry.TelemetryWriter``): what failed is sent again, into the slice of its time.
+        Tansu 0.6 fails a produce that races another one to a new partition's first batch ("AlreadyExists" in its log:
+        the node agent and this producer, just after the restart)."""
+        from kafka.errors import KafkaTimeoutError
 
-        p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_request_size=8 << 20,
-                          **to.producer_settings(librdkafka=False))
-        for key, value, _ in part:
-            p.send(to(), key=key, value=value)
-        p.flush()
+        from core.kafka_options import telemetry_producer
+
+        p = telemetry_producer(bootstrap, {}, linger_ms=5, max_request_size=8 << 20, **to.producer_settings(librdkafka=False))
+        for _attempt in range(10):
+            sent, failed = [], []
+            for m in part:
+                t = to()
+                try:
+                    sent.append((m, t, p.send(t, key=m[0], value=m[1])))
+                except KafkaTimeoutError:  # no metadata of the slice in 5 s (the broker came back without it)
+                    failed.append((m, t))
+                    to.forget(t)
+            p.flush()
+            failed += [(m, t) for m, t, f in sent if f.failed()]
+            part = [m for m, _ in failed]
+            for t in {t for _, t in failed}:
+                to.forget(t)
+            if not part:
+                break
+            time.sleep(0.5)
         p.close()
+        assert not part, f"{len(part)} messages not delivered"
 
     broker = start_tansu(port, open(tmp_path / "tansu-1.log", "wb"), "flightwatch-reset")
     job = node_agent = None
