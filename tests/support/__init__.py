@@ -57,8 +57,11 @@ def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
     tps = [TopicPartition(t, p) for t in sorted(c.topics()) if is_ours(topic, t) for p in sorted(c.partitions_for_topic(t))]
     c.assign(tps)
     c.seek_to_beginning()
+    # up to the ends listed now (Tansu's ListOffsets may answer the start of a partition's last record batch, and a fetch
+    # gives whole batches: reading past that listed end reads everything written before the call)
+    ends = c.end_offsets(tps)
     out, idle, t_end = [], 0, time.monotonic() + 120
-    while idle < 6 and time.monotonic() < t_end:
+    while idle < 6 and time.monotonic() < t_end and any(c.position(tp) < ends[tp] for tp in tps):
         batch = c.poll(timeout_ms=500)
         idle = 0 if batch else idle + 1
         for records in batch.values():
