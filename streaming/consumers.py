@@ -41,6 +41,13 @@ class _Reading:
 
     def __init__(self, consumer, topic: str, partition: int, topic_id: str | None) -> None:
         self.consumer, self.topic, self.partition, self.topic_id = consumer, topic, partition, topic_id
+        self.suspect = True
+        """Whether what it reads may come from another log under the same name (a telemetry broker that restarted
+        empty, the topic created again): true when new and after any client error, until ``topic_state`` says the
+        topic is still the one planned. Asked once per consumer and per error, never per record."""
+
+    def on_error(self, _err) -> None:  # librdkafka's error_cb (a connection lost, all brokers down), served by consume
+        self.suspect = True
 
     def assign(self, offset: int) -> None:
         from confluent_kafka import TopicPartition
@@ -78,8 +85,11 @@ def _worker_consumer(options: dict, topic: str, partition: int, topic_id: str | 
               "allow.auto.create.topics": False,  # asking about a deleted slice must not create it again
               "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20, "receive.message.max.bytes": 80 << 20,
               **librdkafka(cfg)}
+    errors = []
+    config["error_cb"] = lambda err: [r.on_error(err) for r in errors]
     try:  # a broker that is away is retried by librdkafka (the read waits up to its deadline); only bad settings fail here
         reading = _Reading(Consumer(config), topic, partition, topic_id)
+        errors.append(reading)
     except KafkaException as e:
         raise RuntimeError(f"cannot read {topic}[{partition}]: Kafka settings refused: {e}") from None
     _CONSUMERS[key] = reading
@@ -128,16 +138,18 @@ def _drop_worker_consumer(options: dict | tuple, topic: str, partition: int) -> 
 
 STALL_CHECK_S = 3.0
 """A read task that got nothing for this long asks the broker whether its topic is still the one planned."""
+CONFIRM_WAIT_S = 0.5
+"""How often a read task asks again whether its topic is the one planned while the broker does not answer."""
 
 _ADMINS: dict = {}
 
 
-def topic_lost(options: dict, topic: str, topic_id: str | None) -> str | None:
-    """Why the records a stalled read task waits for can never come: its topic deleted, or recreated under another ID
-    (a telemetry broker that restarted empty). None when it is the same topic, or the broker does not answer (away
-    or restarting: the task waits on). Asked only after ``STALL_CHECK_S`` without a record, never per record."""
+def topic_state(options: dict, topic: str, topic_id: str | None) -> tuple[str, str]:
+    """Whether ``topic`` on the broker is the one a read was planned on (``topic_id``): ``("same", "")``,
+    ``("lost", why)`` (deleted, or recreated under another ID: a telemetry broker that restarted empty), or
+    ``("unknown", why)`` (the broker does not answer; or no ID to compare, which counts as the same)."""
     if topic_id is None:
-        return None
+        return "same", ""
     import uuid
 
     from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -154,14 +166,16 @@ def topic_lost(options: dict, topic: str, topic_id: str | None) -> str | None:
     try:
         d = _ADMINS[key].describe_topics(TopicCollection([topic]), request_timeout=3)[topic].result(5)
     except KafkaException as e:
-        return "deleted" if e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART else None
-    except Exception:  # noqa: BLE001 - no answer: wait on
-        return None
+        if e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return "lost", "deleted"
+        return "unknown", e.args[0].str()
+    except Exception as e:  # noqa: BLE001 - no answer
+        return "unknown", str(e)
     hi, lo = d.topic_id.get_most_significant_bits(), d.topic_id.get_least_significant_bits()
     now = uuid.UUID(int=((hi & (2**64 - 1)) << 64) | (lo & (2**64 - 1)))
-    if now.int == 0:  # a broker that does not tell topic IDs
-        return None
-    return None if str(now) == topic_id else f"recreated (ID {topic_id} -> {now})"
+    if now.int == 0 or str(now) == topic_id:  # the same (or a broker that does not tell topic IDs)
+        return "same", ""
+    return "lost", f"recreated (ID {topic_id} -> {now})"
 
 
 def close_worker_consumers() -> None:

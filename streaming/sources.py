@@ -38,13 +38,14 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 from core.slices import NO_TOPIC_CREATION, RETIRE_GRACE_S, is_ours, read_order
 from streaming import topics
 from streaming.consumers import (  # noqa: F401 - close_worker_consumers: for tests reading in-process
+    CONFIRM_WAIT_S,
     STALL_CHECK_S,
     _drop_worker_consumer,
     _worker_consumer,
     close_worker_consumers,
     kafka_client_config,
     release_worker_consumer,
-    topic_lost,
+    topic_state,
 )
 
 KAFKA_SCHEMA = (
@@ -302,12 +303,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: _KafkaPartition) -> Iterator[pa.RecordBatch]:
         gc.freeze()  # what this worker holds now is never scanned again by the daemon's per-task collect
         deadline = time.monotonic() + READ_WAIT_S
-        reading = _worker_consumer(self.options, partition.topic, partition.partition, getattr(partition, "topic_id", None))
+        topic_id = getattr(partition, "topic_id", None)
+        reading = _worker_consumer(self.options, partition.topic, partition.partition, topic_id)
         reading.assign(partition.start)
         consumer = reading.consumer
-        rows: list[tuple] = [_reset_row(partition)] if partition.reset else []
+        marker = [_reset_row(partition)] if partition.reset else []
+        rows: list[tuple] = list(marker)
         next_offset = partition.start
-        ok = False
+        lost = ""
         check_at = time.monotonic() + STALL_CHECK_S
         try:
             while next_offset < partition.end:
@@ -317,10 +320,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                        f"(end {partition.end}) after {READ_WAIT_S} s")
                 if now > check_at:  # stalled: the broker may have lost the topic (the next planning says so)
                     check_at = now + STALL_CHECK_S
-                    lost = topic_lost(self.options, partition.topic, getattr(partition, "topic_id", None))
-                    if lost is not None:  # ended, and its consumer closed (it knew a topic now gone)
-                        print(f"flightwatch source: {partition.topic}[{partition.partition}] {lost}: offsets "
-                              f"{next_offset}..{partition.end} are gone with it", file=sys.stderr, flush=True)
+                    state, why = topic_state(self.options, partition.topic, topic_id)
+                    if state == "lost":
+                        lost = why
                         break
                 for m in consumer.consume(min(partition.end - next_offset, READ_CHUNK), 0.05):
                     if m.error() is not None:  # partition EOF, a broker away: librdkafka retries by itself
@@ -334,18 +336,41 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     next_offset = offset + 1
                     check_at = time.monotonic() + STALL_CHECK_S
                 if len(rows) >= 4096:
+                    lost = self._confirm(reading, partition, deadline)
+                    if lost:
+                        break
                     yield from self._out(rows)
                     rows = []
-            else:
-                ok = True
+            if not lost and len(rows) > len(marker):
+                lost = self._confirm(reading, partition, deadline)
         finally:
-            if ok:
+            if next_offset >= partition.end and not lost:
                 reading.unassign()
                 release_worker_consumer(self.options, partition.topic, partition.partition)
             else:  # a failed, abandoned or lost read: the next task starts from a fresh consumer
                 _drop_worker_consumer(self.options, partition.topic, partition.partition)
+        if lost:  # what it read may be the new log's, under the old offsets: the next planning reads that log anew
+            print(f"flightwatch source: {partition.topic}[{partition.partition}] {lost}: offsets {partition.start}.."
+                  f"{partition.end} not read ({len(rows) - len(marker)} records of it set aside)", file=sys.stderr,
+                  flush=True)
+            rows = marker
         if rows:
             yield from self._out(rows)
+
+    def _confirm(self, reading, partition: _KafkaPartition, deadline: float) -> str:
+        """Before records of a suspect consumer (new, or after a client error) are handed on: why the topic is not the
+        one planned, or "" once the broker says it is (asked again while it does not answer)."""
+        while reading.suspect:
+            reading.suspect = False  # an error from here on marks it again
+            state, why = topic_state(self.options, partition.topic, getattr(partition, "topic_id", None))
+            if state == "lost":
+                return why
+            if state == "unknown":
+                reading.suspect = True
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"cannot confirm {partition.topic} is the topic planned: {why}")
+                time.sleep(CONFIRM_WAIT_S)
+        return ""
 
     def _out(self, rows: list[tuple]) -> Iterator[pa.RecordBatch]:
         if not self.decode:

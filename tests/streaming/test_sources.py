@@ -151,7 +151,7 @@ def test_a_read_planned_on_a_topic_the_broker_lost_ends_instead_of_waiting(broke
     reset. A topic that is still there is waited for."""
     from kafka.admin import KafkaAdminClient
 
-    from streaming.consumers import STALL_CHECK_S, topic_lost
+    from streaming.consumers import STALL_CHECK_S, topic_state
 
     name = f"sources-lost-{fate}"
     create_topic(broker, name, partitions=1)
@@ -165,7 +165,7 @@ def test_a_read_planned_on_a_topic_the_broker_lost_ends_instead_of_waiting(broke
     (part,) = r.partitions(start, end)
     assert (part.start, part.end) == (0, 8) and part.topic_id
     part.start = 4  # half of it read by an earlier batch, the rest planned
-    assert topic_lost(r.options, name, part.topic_id) is None  # still the one planned: a stalled read waits on
+    assert topic_state(r.options, name, part.topic_id) == ("same", "")  # still the one planned: a stalled read waits on
     admin = KafkaAdminClient(bootstrap_servers=broker)
     admin.delete_topics([name])
     admin.close()
@@ -182,6 +182,59 @@ def test_a_read_planned_on_a_topic_the_broker_lost_ends_instead_of_waiting(broke
         again = r.latestOffset(end, ReadAllAvailable())
         assert again["resets"] == 1 and "recreated" in again["reset_reason"] and _parts(again, name) == {"0": 1}
     r.stop()
+
+
+def test_a_read_planned_before_the_broker_restarted_empty_never_hands_on_the_new_logs_records(tmp_path):
+    """The telemetry broker killed (by its PID) and started again empty, the topic created again, and its new log
+    already longer than a batch planned on the old one: the planned offsets now hold other records. The read task's
+    kept consumer lost its connection (librdkafka's error callback), so before handing anything on it asks whether
+    the topic is the one planned; it is not, so the task sets aside what it read and the next planning reads the new
+    log from its start, with the reset."""
+    import os
+    import signal
+
+    from support import free_port
+
+    from stack.tansu import start_tansu
+
+    port = free_port()
+    bootstrap, name = f"127.0.0.1:{port}", "sources-restarted"
+    broker = start_tansu(port, open(tmp_path / "tansu-1.log", "wb"), "flightwatch-restarted")
+    try:
+        create_topic(bootstrap, name, partitions=1)
+        producer = KafkaProducer(bootstrap_servers=bootstrap)
+        for i in range(8):
+            producer.send(name, value=b"old%d" % i, partition=0)
+        producer.flush()
+        producer.close()
+        r = reader(bootstrap, name)
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadAllAvailable())
+        (part,) = r.partitions(start, end)
+        part.end = 4  # an earlier batch: read by a consumer the worker keeps
+        assert [row["value"] for b in r.read(part) for row in b.to_pylist()] == [b"old%d" % i for i in range(4)]
+        part.start, part.end = 4, 8  # the batch planned just before the crash
+        os.kill(broker.pid, signal.SIGKILL)
+        broker.wait()
+        broker = start_tansu(port, open(tmp_path / "tansu-2.log", "wb"), "flightwatch-restarted")
+        create_topic(bootstrap, name, partitions=1)
+        producer = KafkaProducer(bootstrap_servers=bootstrap)
+        for i in range(10):
+            producer.send(name, value=b"new%d" % i, partition=0)
+        producer.flush()
+        producer.close()
+        assert [row for b in r.read(part) for row in b.to_pylist()] == []
+        again = r.latestOffset(end, ReadAllAvailable())
+        assert again["resets"] == 1 and "recreated" in again["reset_reason"] and _parts(again, name) == {"0": 10}
+        (part,) = r.partitions(end, again)
+        assert (part.start, part.end) == (0, 10)
+        assert sorted(row["value"] for b in r.read(part) for row in b.to_pylist() if row["offset"] >= 0) == \
+            sorted(b"new%d" % i for i in range(10))
+        r.stop()
+    finally:
+        close_worker_consumers()
+        broker.send_signal(signal.SIGKILL)
+        broker.wait()
 
 
 def test_time_slices_are_read_in_order_exactly_once_and_deleted_once_read(broker):
