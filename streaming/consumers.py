@@ -145,9 +145,9 @@ _ADMINS: dict = {}
 
 
 def topic_state(options: dict, topic: str, topic_id: str | None) -> tuple[str, str]:
-    """Whether ``topic`` on the broker is the one a read was planned on (``topic_id``): ``("same", "")``,
-    ``("lost", why)`` (deleted, or recreated under another ID: a telemetry broker that restarted empty), or
-    ``("unknown", why)`` (the broker does not answer; or no ID to compare, which counts as the same)."""
+    """Whether ``topic`` on the broker is the one a read was planned on (``topic_id``): ``("same", "")`` (also with
+    no ID to compare, or a broker that tells none), ``("lost", why)`` (deleted, or recreated under another ID: a
+    telemetry broker that restarted empty), or ``("unknown", why)`` (the broker does not answer)."""
     if topic_id is None:
         return "same", ""
     import uuid

@@ -340,7 +340,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     if lost:
                         break
                     yield from self._out(rows)
-                    rows = []
+                    rows = marker = []  # the reset record is handed on once
             if not lost and len(rows) > len(marker):
                 lost = self._confirm(reading, partition, deadline)
         finally:
@@ -351,7 +351,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 _drop_worker_consumer(self.options, partition.topic, partition.partition)
         if lost:  # what it read may be the new log's, under the old offsets: the next planning reads that log anew
             print(f"flightwatch source: {partition.topic}[{partition.partition}] {lost}: offsets {partition.start}.."
-                  f"{partition.end} not read ({len(rows) - len(marker)} records of it set aside)", file=sys.stderr,
+                  f"{partition.end} not read ({len(rows) - len(marker)} messages read since set aside)", file=sys.stderr,
                   flush=True)
             rows = marker
         if rows:
