@@ -316,7 +316,7 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path, s
         restarted_ns = time.time_ns()
         recreate_topic(bootstrap, topic)
         # the node agent writes into the new broker first: when it and this writer raced to a new slice's first
-        # batch, Tansu 0.6 once lost a message it had acknowledged ("AlreadyExists" in its log; 1 run in ~10)
+        # batch, Tansu 0.6 once lost a message it had acknowledged ("AlreadyExists" in its log; 1 run in 5)
         deadline = time.monotonic() + 60
         while not any(r["kind"] == "node" and r["at_ns"] > restarted_ns for r in telemetry(bootstrap, topic, "*")):
             assert time.monotonic() < deadline and node_agent.poll() is None, (tmp_path / "node.log").read_text()[-2000:]
