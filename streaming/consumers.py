@@ -85,11 +85,10 @@ def _worker_consumer(options: dict, topic: str, partition: int, topic_id: str | 
               "allow.auto.create.topics": False,  # asking about a deleted slice must not create it again
               "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20, "receive.message.max.bytes": 80 << 20,
               **librdkafka(cfg)}
-    errors = []
-    config["error_cb"] = lambda err: [r.on_error(err) for r in errors]
+    reading = _Reading(None, topic, partition, topic_id)
+    config["error_cb"] = reading.on_error
     try:  # a broker that is away is retried by librdkafka (the read waits up to its deadline); only bad settings fail here
-        reading = _Reading(Consumer(config), topic, partition, topic_id)
-        errors.append(reading)
+        reading.consumer = Consumer(config)
     except KafkaException as e:
         raise RuntimeError(f"cannot read {topic}[{partition}]: Kafka settings refused: {e}") from None
     _CONSUMERS[key] = reading
