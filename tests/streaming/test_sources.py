@@ -32,6 +32,15 @@ def reader(broker, topic, **options):
     return KafkaStreamReader({"bootstrap": broker, "subscribe": topic, **options})
 
 
+def _produce(bootstrap: str, topic: str, prefix: bytes, n: int) -> None:
+    """``n`` messages ``<prefix>0`` ... into partition 0, acknowledged."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(n):
+        producer.send(topic, value=prefix + b"%d" % i, partition=0)
+    producer.flush()
+    producer.close()
+
+
 def _parts(offsets: dict, topic: str | None = None) -> dict[str, int]:
     """The partitions' offsets of one topic (the only one if not named) in a source's offsets."""
     ends = topic_offsets(offsets, topic or "")
@@ -155,10 +164,7 @@ def test_a_read_planned_on_a_topic_the_broker_lost_ends_instead_of_waiting(broke
 
     name = f"sources-lost-{fate}"
     create_topic(broker, name, partitions=1)
-    producer = KafkaProducer(bootstrap_servers=broker)
-    for i in range(8):
-        producer.send(name, value=b"old%d" % i, partition=0)
-    producer.flush()
+    _produce(broker, name, b"old", 8)
     r = reader(broker, name)
     start = r.initialOffset()
     end = r.latestOffset(start, ReadAllAvailable())
@@ -171,9 +177,7 @@ def test_a_read_planned_on_a_topic_the_broker_lost_ends_instead_of_waiting(broke
     admin.close()
     if fate == "recreated":
         create_topic(broker, name, partitions=1)
-        producer.send(name, value=b"new0", partition=0)  # the new log holds fewer than the planned start
-        producer.flush()
-    producer.close()
+        _produce(broker, name, b"new", 1)  # the new log holds fewer than the planned start
     t0 = time.monotonic()
     rows = [row for b in r.read(part) for row in b.to_pylist()]
     took = time.monotonic() - t0
@@ -202,11 +206,7 @@ def test_a_read_planned_before_the_broker_restarted_empty_never_hands_on_the_new
     broker = start_tansu(port, open(tmp_path / "tansu-1.log", "wb"), "flightwatch-restarted")
     try:
         create_topic(bootstrap, name, partitions=1)
-        producer = KafkaProducer(bootstrap_servers=bootstrap)
-        for i in range(8):
-            producer.send(name, value=b"old%d" % i, partition=0)
-        producer.flush()
-        producer.close()
+        _produce(bootstrap, name, b"old", 8)
         r = reader(bootstrap, name)
         start = r.initialOffset()
         end = r.latestOffset(start, ReadAllAvailable())
@@ -218,11 +218,7 @@ def test_a_read_planned_before_the_broker_restarted_empty_never_hands_on_the_new
         broker.wait()
         broker = start_tansu(port, open(tmp_path / "tansu-2.log", "wb"), "flightwatch-restarted")
         create_topic(bootstrap, name, partitions=1)
-        producer = KafkaProducer(bootstrap_servers=bootstrap)
-        for i in range(10):
-            producer.send(name, value=b"new%d" % i, partition=0)
-        producer.flush()
-        producer.close()
+        _produce(bootstrap, name, b"new", 10)
         assert [row for b in r.read(part) for row in b.to_pylist()] == []
         again = r.latestOffset(end, ReadAllAvailable())
         assert again["resets"] == 1 and "recreated" in again["reset_reason"] and _parts(again, name) == {"0": 10}
