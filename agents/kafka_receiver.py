@@ -2,12 +2,18 @@
 
 librdkafka's consumer (confluent-kafka). Each consumed record gives a receive record: event ID from the record key (or the ``ce_id``
 header), run ID from the ``fw_run`` header the load generator sets, receive time = when the
-agent saw it. Restart-safe without losing or double-reporting: before a batch's receive
-records go to the telemetry topic, the batch (with the offsets after it) is written ahead to
-``<state-dir>/wal`` (replaced atomically; it survives a crash or kill -9 of the agent, not a
-power loss of the host). On restart the agent re-sends that batch *identically* and
-continues from its offsets; the streaming job treats an identical repeat of a first delivery
-(same event ID and receive time) as a telemetry repeat, not a duplicate.
+agent saw it.
+
+It never waits on telemetry: receive records go to a disk spool (``agents.spool``) that a shipper process tails into
+the telemetry topic, as the HTTP receiver's do, so a telemetry broker that is slow or away never holds up consuming
+(its events would wait in the SUT and their flight time would be flightwatch's outage). The spool is bounded; lines
+past its budget are counted as lost and said so in the telemetry.
+
+Restart-safe without losing or double-reporting: before a batch's receive records go to the spool, the batch (with
+the offsets after it) is written ahead to ``<state-dir>/wal`` (replaced atomically; it survives a crash or kill -9 of
+the agent, not a power loss of the host). On restart the agent spools that batch again *identically* and continues
+from its offsets; the streaming job treats an identical repeat of a first delivery (same event ID and receive time) as
+a telemetry repeat, not a duplicate.
 """
 from __future__ import annotations
 
@@ -40,8 +46,9 @@ def _header(headers, name: str) -> str | None:
 class KafkaReceiver:
     """Consumes every partition of the SUT topic with librdkafka (confluent-kafka's ``Consumer``)."""
 
-    def __init__(self, consumer, writer, topic: str, state_dir: str, agent: str, log=print, warn=None, admin=None) -> None:
-        self.consumer, self.writer, self.topic, self.admin = consumer, writer, topic, admin
+    def __init__(self, consumer, spool, topic: str, state_dir: str, agent: str, log=print, warn=None, admin=None) -> None:
+        """``spool``: an ``agents.spool.SpoolWriter`` (``append(line) -> bool``, never blocks)."""
+        self.consumer, self.spool, self.topic, self.admin = consumer, spool, topic, admin
         self.wal = os.path.join(state_dir, "wal")
         self.agent, self.log, self.warn = agent, log, warn or log
         self.lines = contract.FastLines("", agent)
@@ -66,9 +73,9 @@ class KafkaReceiver:
         os.replace(tmp, self.wal)
 
     def _send(self, records: list[str]) -> None:
-        self.writer.write_many(records)
-        if not self.writer.flush(30):
-            raise RuntimeError("telemetry broker did not acknowledge within 30 s")
+        append = self.spool.append
+        for line in records:
+            append(line)
 
     def start(self) -> dict:
         """Assign every partition; resume from the write-ahead log (re-sending its batch) or from the start."""
@@ -94,7 +101,7 @@ class KafkaReceiver:
             self.positioned.update(json.loads(lines[0]))
             if lines[1:]:
                 self._send(lines[1:])  # identical re-send of the batch that may not have arrived
-                self.log(f"resumed: re-sent {len(lines) - 1} receive records of the last batch")
+                self.log(f"resumed: spooled again {len(lines) - 1} receive records of the last batch")
         self.consumer.assign([TopicPartition(self.topic, p, int(offsets[str(p)])) for p in parts])
         return offsets
 

@@ -249,19 +249,19 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"node_metrics: error: {e}", file=sys.stderr)
         return 2
-    from kafka.errors import KafkaError
-
     from agents.oom import CgroupWatcher, KernelLog, KubeWatcher
     from core.slices import TelemetryTopic
     from core.telemetry import TelemetryWriter
 
     if not await_brokers("node_metrics", {"telemetry": a.telemetry_bootstrap}, a.wait):  # Prometheus is not waited
         return 2  # for: while it is away each sample is a visible hole
+    from confluent_kafka import KafkaException
+
     try:
         topic = TelemetryTopic.for_broker(a.telemetry_topic, a.telemetry_bootstrap)
-        producer = telemetry_producer(a.telemetry_bootstrap, linger_ms=20, **topic.producer_settings(librdkafka=False))
-    except KafkaError as e:
-        print(f"node_metrics: error: cannot reach the telemetry broker {a.telemetry_bootstrap}: {e}", file=sys.stderr)
+        producer = telemetry_producer(a.telemetry_bootstrap, **topic.producer_settings())
+    except (KafkaException, ValueError) as e:
+        print(f"node_metrics: error: telemetry producer for {a.telemetry_bootstrap}: {e}", file=sys.stderr)
         return 2
     writer = TelemetryWriter(producer, topic, agent=a.agent)
     logger = logs.setup(a.agent)

@@ -73,7 +73,12 @@ def _parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     k.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_SUT_BOOTSTRAP", "127.0.0.1:29092"), type=bootstrap_arg)
     k.add_argument("--topic", default="flightwatch.sut")
-    k.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", "receiver-kafka"))
+    k.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", "receiver-kafka"),
+                   help="where the write-ahead log, the telemetry spool (<state-dir>/spool) and the shipper's log live "
+                        "(default %(default)s)")
+    k.add_argument("--spool-budget", default="2GiB", metavar="SIZE",
+                   help="disk the telemetry spool may hold while the telemetry broker is away; receives past it are "
+                        "counted as lost, in /metrics and in the run's summary (default %(default)s)")
     k.add_argument("--create-topic", type=int, default=2, metavar="PARTITIONS",
                    help="create the SUT topic with this many partitions if missing (default %(default)s)")
     k.add_argument("--fetch-wait-ms", type=int, default=FETCH_MAX_WAIT_MS, metavar="MS",
@@ -245,12 +250,16 @@ def _serve_workers(a, host: str, port: int) -> int:
 
 
 class _KafkaExposed:
-    """The Kafka receiver's counters as Prometheus metrics, read at scrape time."""
+    """The Kafka receiver's counters as Prometheus metrics, read at scrape time, with its shipper's (``shared``)."""
 
-    def __init__(self, receiver: KafkaReceiver, writer) -> None:
-        self.receiver, self.writer = receiver, writer
+    def __init__(self, receiver: KafkaReceiver, spool) -> None:
+        self.receiver, self.spool = receiver, spool
+        self.shared = None  # core.metrics.Shared: the shipper process's counters
 
     def collect(self):
+        return self.own() if self.shared is None else self.shared.collect(self.own())
+
+    def own(self):
         r, agent = self.receiver, self.receiver.agent
         for name, value, text in (("events", r.num_received, "events received from the SUT topic and recorded"),
                                   ("unattributed", r.num_unattributed, "messages without a run or event ID, not recorded"),
@@ -260,22 +269,30 @@ class _KafkaExposed:
                                   ("topic_resets", r.num_resets, "times the SUT topic came back under a new ID (its log "
                                    "lost) and was read again from its start")):
             yield metrics.family("counter", f"flightwatch_kafka_receiver_{name}", text, ["agent"], [((agent,), value)])
-        yield from metrics.telemetry_families(agent, self.writer.counters())
+        c = self.spool.counters()
+        yield metrics.family("counter", "flightwatch_kafka_receiver_spooled_records", "receive records put in the "
+                             "telemetry spool (the shipper sends them on)", ["agent"], [((agent,), c["spooled"])])
+        yield metrics.family("counter", "flightwatch_kafka_receiver_spool_lost_records", "receive records refused: the "
+                             "spool was over its budget (the telemetry broker away for long)", ["agent"],
+                             [((agent,), c["lost"])])
+        yield metrics.family("gauge", "flightwatch_kafka_receiver_spool_over_budget", "1 while the spool is over its "
+                             "budget", ["agent"], [((agent,), int(c["over_budget"]))])
 
 
 def main_kafka(a) -> int:
     from confluent_kafka import Consumer, KafkaException
-    from confluent_kafka.admin import AdminClient
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import KafkaError, TopicAlreadyExistsError
+    from confluent_kafka.admin import AdminClient, NewTopic
 
+    from agents.spool import SpoolWriter, start_shipper
     from core.kafka_options import librdkafka
-    from core.slices import TelemetryTopic
-    from core.telemetry import TelemetryWriter, rdkafka_producer
 
     if not 1 <= a.fetch_wait_ms <= 300_000:
         print(f"receiver: error: --fetch-wait-ms {a.fetch_wait_ms}: give 1 to 300000 ms", file=sys.stderr)
+        return 2
+    try:
+        budget_bytes = parse_size(a.spool_budget)
+    except ValueError as e:
+        print(f"receiver: error: --spool-budget: {e}", file=sys.stderr)
         return 2
     if not await_brokers("receiver", {"SUT": a.bootstrap, "telemetry": a.telemetry_bootstrap}, a.wait):
         return 2
@@ -286,60 +303,83 @@ def main_kafka(a) -> int:
                            "fetch.wait.max.ms": a.fetch_wait_ms, "fetch.error.backoff.ms": 100,
                            # a position past the log's end (a SUT broker that lost its data): its new log from the start
                            "auto.offset.reset": "earliest",
-                           "queued.max.messages.kbytes": 65536, **librdkafka(sut_options)}
-        telemetry_topic = TelemetryTopic.for_broker(a.telemetry_topic, a.telemetry_bootstrap)
-        telemetry_producer = rdkafka_producer(a.telemetry_bootstrap, client_options(), linger_ms=5,
-                                              **telemetry_topic.producer_settings(librdkafka=True))
+                           "queued.max.messages.kbytes": 65536, "logger": logs.setup("librdkafka"),
+                           **librdkafka(sut_options)}
+        librdkafka(client_options())  # the shipper's: a bad one is refused here, in one line
     except (ValueError, OSError) as e:
         print(f"receiver: error: Kafka options: {e}", file=sys.stderr)
         return 2
-    try:  # topic creation stays on kafka-python's admin client: once at start, not per event
-        admin = KafkaAdminClient(bootstrap_servers=a.bootstrap.split(","), **sut_options)
-        if a.topic not in admin.list_topics():
-            try:
-                admin.create_topics([NewTopic(a.topic, a.create_topic, 1)])
-            except TopicAlreadyExistsError:
-                pass
-        admin.close()
-        consumer = Consumer(consumer_config)
+    try:
         sut_admin = AdminClient({"bootstrap.servers": a.bootstrap, **librdkafka(sut_options)})
-    except (KafkaError, KafkaException) as e:
-        print(f"receiver: error: cannot reach a broker ({a.bootstrap} / {a.telemetry_bootstrap}): {e}", file=sys.stderr)
+        if a.topic not in sut_admin.list_topics(timeout=10).topics:
+            try:
+                sut_admin.create_topics([NewTopic(a.topic, a.create_topic, 1)])[a.topic].result(10)
+            except KafkaException as e:
+                if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                    raise
+        consumer = Consumer(consumer_config)
+    except KafkaException as e:
+        print(f"receiver: error: cannot reach the SUT broker {a.bootstrap}: {e}", file=sys.stderr)
         return 2
-    writer = TelemetryWriter(telemetry_producer, telemetry_topic, agent=a.agent)
+    metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)  # the shipper's counters too
+    spool_dir = os.path.join(a.state_dir, "spool")
+    spool = SpoolWriter(spool_dir, budget_bytes=budget_bytes, agent=a.agent)
+    shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, a.agent,
+                            log_path=os.path.join(a.state_dir, "shipper.log"))
     logger = logs.setup(a.agent)
     log = logs.printer(logger)
-    receiver = KafkaReceiver(consumer, writer, a.topic, a.state_dir, a.agent, log=log,
+    receiver = KafkaReceiver(consumer, spool, a.topic, a.state_dir, a.agent, log=log,
                              warn=logs.printer(logger, logs.WARNING), admin=sut_admin)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    offsets = receiver.start()
-    log(f"receiver {a.agent}: {a.bootstrap}/{a.topic} -> {a.telemetry_bootstrap}/{a.telemetry_topic}")
-    server = metrics.serve(_KafkaExposed(receiver, writer), a.metrics_listen, log=log)
-    last = last_check = time.monotonic()
+    try:
+        offsets = receiver.start()
+    except RuntimeError as e:
+        print(f"receiver: error: {e}", file=sys.stderr)
+        spool.close()
+        shipper.terminate()
+        return 2
+    log(f"receiver {a.agent}: {a.bootstrap}/{a.topic} -> spool {spool_dir} -> {a.telemetry_bootstrap}/{a.telemetry_topic}")
+    exposed = _KafkaExposed(receiver, spool)
+    exposed.shared = metrics.Shared()
+    server = metrics.serve(exposed, a.metrics_listen, log=log)
+    last = last_check = last_second = time.monotonic()
     last_clock = 0.0
     receiver.check_topic(offsets)  # learns the topic's ID
     try:
         while not stopping:
             receiver.poll_once(offsets)
-            if time.monotonic() - last_check >= TOPIC_CHECK_S:
+            now = time.monotonic()
+            if now - last_second >= 1.0:  # once a second, not per batch
+                spool.report_lost()
+                exposed.shared.sync(exposed.own())
+                last_second = now
+            if now - last_check >= TOPIC_CHECK_S:
                 receiver.check_topic(offsets)
-                last_check = time.monotonic()
-            if time.monotonic() - last_clock >= 30:
-                _report_clock(writer.write, a.agent, a.clock_reference, logs.printer(logger, logs.WARNING))
-                last_clock = time.monotonic()
-            if time.monotonic() - last >= 10:
-                c = writer.counters()
+                last_check = now
+            if now - last_clock >= 30:
+                _report_clock(lambda rec: spool.append(contract.encode([rec]).decode().rstrip("\n")), a.agent,
+                              a.clock_reference, logs.printer(logger, logs.WARNING))
+                last_clock = now
+            if now - last >= 10:
+                c = spool.counters()
                 log(f"receiver {a.agent}: {receiver.num_received:,} received, {receiver.num_unattributed:,} without "
                       f"run/event ID, {receiver.num_errors:,} consumer errors, {receiver.num_skipped:,} offsets never served, "
-                      f"{receiver.num_resets} topic resets; telemetry sent {c['sent']:,} retried {c['retried']:,} "
-                      f"failed {c['failed']:,}", flush=True)
-                last = time.monotonic()
+                      f"{receiver.num_resets} topic resets; telemetry spooled {c['spooled']:,} lost {c['lost']:,}",
+                    flush=True)
+                last = now
     except KeyboardInterrupt:
         pass
     metrics.stop(server)
-    writer.close()
     consumer.close()
+    spool.report_lost()
+    spool.close()
+    exposed.shared.close()
+    shipper.terminate()  # it drains the spool, then exits
+    try:
+        shipper.wait(30)
+    except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
+        pass
     return 0
 
 

@@ -1,8 +1,8 @@
 """A disk spool between a hot agent and the telemetry broker, and the process that ships it.
 
 The HTTP receiver must answer thousands of requests a second on one core; a Kafka client
-in the same process costs it a quarter of its capacity (kafka-python's sender thread
-takes the GIL ~30% of the time while traffic flows, measured). So the receiver only
+in the same process costs it CPU on its one core, and a broker that is away must never hold
+up an answer. So the receiver only
 *appends* each receive line to a spool file (a copy into a file mapped in memory,
 no system call) **before it answers 202**, and a separate shipper process tails the spool into
 the telemetry topic:
@@ -200,13 +200,21 @@ class Shipper:
 
     def _send(self, lines: list[bytes]) -> None:
         """Send and wait for the broker's acknowledgement of every message; raises on failure."""
+        from core.kafka_options import produce
+
         topic = self._topic_now()
+        failed: list = []
+
+        def report(err, _msg) -> None:
+            if err is not None:
+                failed.append(err)
         try:
-            futures = [self.producer.send(topic, key=self.key, value=b"\n".join(lines[i:i + self.lines_per_message]))
-                       for i in range(0, len(lines), self.lines_per_message)]
-            self.producer.flush(timeout=30)
-            for f in futures:
-                f.get(timeout=0)
+            for i in range(0, len(lines), self.lines_per_message):
+                produce(self.producer, topic, b"\n".join(lines[i:i + self.lines_per_message]), self.key, on_delivery=report)
+            if self.producer.flush(30):
+                raise TimeoutError("telemetry broker did not acknowledge within 30 s")
+            if failed:
+                raise RuntimeError(failed[0].str())
         except Exception:
             if self._forget is not None:
                 self._forget(topic)
@@ -261,8 +269,7 @@ class Shipper:
     def run(self, should_stop, idle_s: float = 0.05) -> None:
         """Ship until ``should_stop()`` and the spool is drained; back off and retry while the broker fails.
 
-        Caught up, it ships every ``idle_s``: a Kafka request costs kafka-python ~2 ms of CPU
-        whatever its size, so shipping every few lines would cost half a core (measured)."""
+        Caught up, it ships every ``idle_s``: one request per interval, not one per few lines."""
         backoff = 0.1
         last_log = last_share = 0.0
         while True:
@@ -324,8 +331,6 @@ def main(argv=None) -> int:
     os.makedirs(a.spool_dir, exist_ok=True)
     lock = open(os.path.join(a.spool_dir, "shipper.lock"), "w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one shipper per spool: a new one waits for a draining old one
-    from kafka.errors import KafkaError
-
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
 
@@ -338,16 +343,9 @@ def main(argv=None) -> int:
 
     logger = logs.setup(f"shipper-{a.agent}")
     topic = TelemetryTopic.for_broker(a.topic, a.bootstrap)
-    producer = None
-    while producer is None:  # the broker may be away when we start: the spool holds the records meanwhile
-        try:
-            producer = telemetry_producer(a.bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=16 << 20,
-                                          **topic.producer_settings(librdkafka=False))
-        except KafkaError as e:
-            if should_stop():
-                return 0
-            logger.warning("shipper %s: telemetry broker %s not reachable (%s); retrying", a.agent, a.bootstrap, e)
-            time.sleep(2)
+    # a broker away at the start is no error: librdkafka connects when it can, the spool holds the lines meanwhile
+    producer = telemetry_producer(a.bootstrap, **{"linger.ms": 5, "batch.size": 1 << 20, "message.max.bytes": 16 << 20},
+                                  **topic.producer_settings())
     shipper = Shipper(a.spool_dir, producer, topic, a.agent, log=logs.printer(logger, logs.WARNING))
     from core import metrics
 
@@ -357,7 +355,7 @@ def main(argv=None) -> int:
     shipper.run(should_stop)
     if shipper.shared is not None:
         shipper.shared.close()
-    producer.close(timeout=10)
+    producer.flush(10)
     return 0
 
 

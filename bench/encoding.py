@@ -4,8 +4,8 @@ Usage:
     python -m bench.encoding [--records 200000] [--bootstrap HOST:PORT]
 
 For each encoding, with a real broker: bytes per record, encode rate (records/s, one core),
-produce rate (encode + kafka-python producer to the broker), and consume + decode rate
-(kafka-python consumer in assign mode + the job's decoder). Medians of 3 repetitions.
+produce rate (encode + librdkafka producer to the broker), and consume + decode rate
+(librdkafka consumer in assign mode + the job's decoder). Medians of 3 repetitions.
 """
 from __future__ import annotations
 
@@ -38,30 +38,29 @@ def encode_all(records, per_message: int) -> list[bytes]:
 
 
 def produce(bootstrap: str, topic: str, messages: list[bytes]) -> None:
-    from kafka import KafkaProducer
+    from core.kafka_options import produce as produce_one
+    from core.kafka_options import telemetry_producer
 
-    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=8 << 20)
+    p = telemetry_producer(bootstrap, {}, **{"linger.ms": 5, "batch.size": 1 << 20})
     for m in messages:
-        p.send(topic, key=b"sender-0", value=m, partition=0)
-    p.flush()
-    p.close()
+        produce_one(p, topic, m, b"sender-0", partition=0)
+    p.flush(60)
 
 
 def consume_decode(bootstrap: str, topic: str, num_messages: int) -> int:
-    from kafka import KafkaConsumer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
     from streaming.decode import decode_messages
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, max_partition_fetch_bytes=16 << 20)
-    tp = TopicPartition(topic, 0)
-    c.assign([tp])
-    c.seek(tp, 0)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-encoding", "enable.auto.commit": False,
+                  "max.partition.fetch.bytes": 16 << 20})
+    c.assign([TopicPartition(topic, 0, 0)])
     values, offsets, rows = [], [], 0
     while len(offsets) < num_messages:
-        for recs in c.poll(timeout_ms=500).values():
-            for r in recs:
-                values.append(r.value)
-                offsets.append(r.offset)
+        for r in c.consume(1000, 0.5):
+            if r.error() is None:
+                values.append(r.value())
+                offsets.append(r.offset())
         if len(values) >= 2000 or len(offsets) >= num_messages:
             rows += decode_messages(values, [0] * len(values), offsets[-len(values):]).num_rows
             values = []
@@ -74,9 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--bootstrap", help="use this broker instead of starting Tansu on a free port")
     a = ap.parse_args(argv)
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-
+    from core.kafka_options import create_topic
     from core.procs import free_port
     from stack.tansu import start_tansu
 
@@ -88,7 +85,6 @@ def main(argv=None) -> int:
     records = make_records(a.records)
     rows = []
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         for name, per_message in (("ndjson x200", 200), ("ndjson x20", 20), ("json x1", 1)):
             enc, prod, cons = [], [], []
             for rep in range(3):
@@ -96,7 +92,7 @@ def main(argv=None) -> int:
                 msgs = encode_all(records, per_message)
                 enc.append(len(records) / (time.process_time() - t))
                 topic = f"enc-{per_message}-{rep}-{int(time.time())}"
-                admin.create_topics([NewTopic(topic, 1, 1)])
+                create_topic(bootstrap, topic, 1, {})
                 t = time.perf_counter()
                 produce(bootstrap, topic, encode_all(records, per_message))
                 prod.append(len(records) / (time.perf_counter() - t))
@@ -107,7 +103,6 @@ def main(argv=None) -> int:
             size = sum(len(m) for m in msgs) / len(records)
             rows.append((name, size, statistics.median(enc), statistics.median(prod), statistics.median(cons)))
             print(f"{name}: done", flush=True)
-        admin.close()
     finally:
         if broker:
             os.kill(broker.pid, signal.SIGTERM)

@@ -134,9 +134,7 @@ def main(argv=None) -> int:
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             print(f"bench.loadgen: error: {tool} is not installed (apt-get install {tool})", file=sys.stderr)
             return 2
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-
+    from core.kafka_options import create_topic
     from core.procs import free_port, wait_port
     from stack.tansu import start_tansu
 
@@ -151,9 +149,7 @@ def main(argv=None) -> int:
     kport = free_port()
     broker = start_tansu(kport, cluster_id="bench-lg")
     bootstrap = f"127.0.0.1:{kport}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic("bench-sut", 4, 1)])
-    admin.close()
+    create_topic(bootstrap, "bench-sut", 4, {})
     kafka_url = f"kafka://{bootstrap}/bench-sut"
     payload_file = os.path.join(workdir, "payload")
     with open(payload_file, "wb") as f:

@@ -79,6 +79,8 @@ def pid_cpu_s(pid: int) -> float:
 
 def produce_load(producer, topic: str, run_id: str, rate: int, seconds: float) -> tuple[int, float]:
     """Open-loop: every tick, the sends due so far and their receives (~2 ms later). Returns (records, cpu s)."""
+    from core.kafka_options import produce
+
     rng = np.random.default_rng(1)
     cpu0 = time.process_time()
     start = time.time_ns()
@@ -98,29 +100,27 @@ def produce_load(producer, topic: str, run_id: str, rate: int, seconds: float) -
             lines = [SEND % (run_id, s, i, s) for s, i in zip(sent.tolist(), ids.tolist())]
             lines += [RECV % (run_id, r, i) for r, i in zip(recv.tolist(), ids.tolist())]
             for k in range(0, len(lines), RECORDS_PER_MESSAGE):  # four agents' keys: both partitions busy
-                producer.send(topic, key=b"bench-%d" % (k // RECORDS_PER_MESSAGE % 4), value="\n".join(lines[k:k + RECORDS_PER_MESSAGE]).encode())
+                produce(producer, topic, "\n".join(lines[k:k + RECORDS_PER_MESSAGE]).encode(),
+                        b"bench-%d" % (k // RECORDS_PER_MESSAGE % 4))
             records += len(lines)
             seq = due
+            producer.poll(0)
         next_tick += TICK_S
         time.sleep(max(0.0, next_tick - time.monotonic()))
-    producer.flush()
+    producer.flush(60)
     return records, time.process_time() - cpu0
 
 
 def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_pid: int | None = None,
                join_partitions: int = 1, master: str | None = None, join_on: str = "auto") -> dict:
-    from kafka import KafkaAdminClient, KafkaProducer
-    from kafka.admin import NewTopic
-
     from core import contract
+    from core.kafka_options import create_topic, telemetry_producer
     from core.procs import stop_process
     from streaming import results
     from streaming.reader import RunReader
 
     run_id, topic = f"bench-{rate}-{join_on}", f"bench-{rate}-{join_on}-{int(time.time())}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, 2, 1)])
-    admin.close()
+    create_topic(bootstrap, topic, 2, {})
     out = os.path.join(workdir, run_id)
     job = subprocess.Popen(
         [sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap", bootstrap, "--topic", topic,
@@ -128,11 +128,11 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
          "--join-on", join_on, *(["--master", master] if master else [])],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=open(os.path.join(workdir, f"{run_id}.log"), "w"),
         stderr=subprocess.STDOUT, start_new_session=True)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=8 << 20)
+    producer = telemetry_producer(bootstrap, {}, **{"linger.ms": 5, "batch.size": 1 << 20})
     try:
         # warm-up: wait until the job has committed its first batch
-        producer.send(topic, key=b"bench", value=contract.encode([contract.RunStart(run_id, "bench", time.time_ns())]))
-        producer.flush()
+        producer.produce(topic, contract.encode([contract.RunStart(run_id, "bench", time.time_ns())]), b"bench")
+        producer.flush(30)
         deadline = time.monotonic() + 120
         while not os.path.isdir(os.path.join(out, "batches")) or not os.listdir(os.path.join(out, "batches")):
             if time.monotonic() > deadline or job.poll() is not None:
@@ -153,7 +153,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
             time.sleep(0.5)
         t_drained = time.time_ns()
     finally:
-        producer.close()
+        producer.flush(30)
         stop_process(job, signal.SIGINT, wait_s=30, group=True)
     batches = RunReader(out).batches()
     windows = results.load_windows(out)

@@ -110,13 +110,13 @@ class SliceWatch:
         self._admin = None
 
     def sample(self, wall: float) -> None:
-        from kafka.admin import KafkaAdminClient
+        from confluent_kafka.admin import AdminClient
 
-        from core.slices import split_slice
+        from core.slices import NO_TOPIC_CREATION, split_slice
 
         try:
-            self._admin = self._admin or KafkaAdminClient(bootstrap_servers=self.bootstrap)
-            now = {t for t in self._admin.list_topics() if split_slice(t)}
+            self._admin = self._admin or AdminClient({"bootstrap.servers": self.bootstrap, **NO_TOPIC_CREATION})
+            now = {t for t in self._admin.list_topics(timeout=5).topics if split_slice(t)}
         except Exception:  # noqa: BLE001 - away for a moment: next sample
             return
         gone = self.seen - now

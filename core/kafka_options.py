@@ -1,28 +1,31 @@
 """Kafka client settings (TLS, SASL, ...) for every flightwatch client, from one place.
 
-    FLIGHTWATCH_KAFKA_OPTIONS="security_protocol=SASL_SSL,sasl_mechanism=SCRAM-SHA-512,sasl_plain_username=fw,
-                               sasl_plain_password_file=/run/secrets/kafka,ssl_cafile=/etc/ca.pem"
+    FLIGHTWATCH_KAFKA_OPTIONS="security.protocol=SASL_SSL,sasl.mechanism=SCRAM-SHA-512,sasl.username=fw,
+                               sasl.password=@/run/secrets/kafka,ssl.ca.location=/etc/ca.pem"
 
 applies to every client of the telemetry cluster: the load generator's telemetry, the receivers'
 shippers and consumers, the node-metrics agent, the streaming job (driver and executors), and
 FLIGHTWATCH_SUT_KAFKA_OPTIONS to the load generator's and the Kafka receiver's clients of the
-system under test. Keys are kafka-python's (``security_protocol``, ``ssl_cafile``,
-``sasl_mechanism``, ...); ``true``/``false`` and integers are converted. A ``*_file`` key reads
-its value from that file (``sasl_plain_password_file``), as does a value ``@PATH`` (also with the job's
-``--kafka-option sasl_plain_password=@/run/secrets/kafka``), so a secret need not sit in the environment or on a
-command line. Secrets are never printed: ``redacted`` shows them as ***.
-
-The SUT-side clients are librdkafka's (confluent-kafka): ``librdkafka`` turns the same options into
-its configuration, so one setting reaches both kinds of client; a key it cannot carry is refused by
-name rather than dropped.
+system under test. Every client is librdkafka's (confluent-kafka), so keys are librdkafka properties
+(``security.protocol``, ``ssl.ca.location``, ``sasl.mechanism``, ...); the kafka-python names of earlier
+releases (``security_protocol``, ``ssl_cafile``, ``sasl_plain_password_file``) are still taken and mapped.
+``true``/``false`` and integers are converted. A value ``@PATH`` is read from that file (also with the job's
+``--kafka-option sasl.password=@/run/secrets/kafka``), as is a secret's ``*_file`` key, so a secret need not sit
+in the environment or on a command line. Secrets are never printed: ``redacted`` shows them as ***.
 """
 from __future__ import annotations
 
+import logging
 import os
+import re
 
 TELEMETRY_ENV = "FLIGHTWATCH_KAFKA_OPTIONS"
 SUT_ENV = "FLIGHTWATCH_SUT_KAFKA_OPTIONS"
-SECRET_KEYS = ("sasl_plain_password", "ssl_password", "sasl_oauth_token", "sasl_aws_secret_access_key")
+SECRET_KEYS = ("sasl_plain_password", "ssl_password", "sasl_oauth_token", "sasl_aws_secret_access_key",
+               "sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret",
+               "sasl.oauthbearer.config")
+_PROPERTY = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+")
+"""A librdkafka property name (dotted); an undotted identifier is a kafka-python name (``LIBRDKAFKA_KEYS``)."""
 
 
 def typed_value(text: str):
@@ -36,7 +39,7 @@ def typed_value(text: str):
 
 
 def parse(text: str | None) -> dict:
-    """``key=value,key=value`` (commas or semicolons) to kafka-python keyword arguments; ValueError if malformed."""
+    """``key=value,key=value`` (commas or semicolons) to a dict of options; ValueError if malformed."""
     out: dict = {}
     for part in (text or "").replace(";", ",").split(","):
         if not part.strip():
@@ -52,10 +55,11 @@ def option(key: str, value: str) -> tuple[str, object]:
     """One ``KEY=VALUE`` setting, as the environment and ``--kafka-option`` give it: a secret's ``*_file`` key, or
     a value ``@PATH``, is read from that file (a secret need not sit on a command line); others are typed."""
     key, value = key.strip(), value.strip()
-    if not key.isidentifier():
-        raise ValueError(f"bad Kafka option key {key!r}")
-    if key.endswith("_file") and key[:-5] in SECRET_KEYS:
-        key, value = key[:-5], "@" + value
+    if not (key.isidentifier() or _PROPERTY.fullmatch(key)):
+        raise ValueError(f"bad Kafka option key {key!r}: a librdkafka property, e.g. security.protocol")
+    for suffix in ("_file", ".file"):
+        if key.endswith(suffix) and key[:-5] in SECRET_KEYS:
+            key, value = key[:-5], "@" + value
     if value.startswith("@"):
         try:
             with open(value[1:]) as f:
@@ -71,26 +75,42 @@ def client_options(extra: dict | None = None, env: str = TELEMETRY_ENV) -> dict:
 
 
 def telemetry_producer(bootstrap: str, options: dict | None = None, **settings):
-    """kafka-python's producer for the telemetry topic (messages of hundreds of records): ``settings`` (linger,
-    sizes) under the client options (``FLIGHTWATCH_KAFKA_OPTIONS`` unless ``options`` are given: SASL, TLS).
+    """librdkafka's producer (confluent-kafka) for the telemetry topic: ``settings`` (librdkafka properties: linger,
+    sizes, a slice's ``TelemetryTopic.producer_settings``) under the client options (``FLIGHTWATCH_KAFKA_OPTIONS``
+    unless ``options`` are given: SASL, TLS). Its log lines go to Python's logging (``librdkafka``), rate-limited there.
 
-    Not idempotent (as ``core.telemetry.rdkafka_producer``): the job recognises a re-sent record, and an idempotent
-    producer whose broker came back empty fails for good (kafka-python: "fatal error" on InitProducerId, every
-    later batch aborted; a node-metrics agent wrote nothing more after its telemetry broker restarted)."""
-    from kafka import KafkaProducer
+    Not idempotent: the job recognises a re-sent record, and an idempotent producer whose broker came back empty
+    fails for good (the broker has forgotten its producer ID)."""
+    from confluent_kafka import Producer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap.split(","),
-                             **{"enable_idempotence": False, **settings, **(client_options() if options is None else options)})
-    if settings.get("allow_auto_create_topics") is False:
-        no_topic_creation(producer._metadata)
-    return producer
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "message.max.bytes": 8 << 20,
+                     "enable.idempotence": False, "logger": logging.getLogger("librdkafka"),
+                     **settings, **librdkafka(client_options() if options is None else options)})
 
 
-def no_topic_creation(cluster) -> None:
-    """kafka-python 3.0.12 does not hand ``allow_auto_create_topics`` to its metadata (``kafka.net.manager`` builds
-    ``ClusterMetadata`` without it): its Metadata requests let the broker create every topic the client knows, which
-    brought back each time slice the job deleted (``core.slices``). Set it on the client's ``ClusterMetadata``."""
-    cluster.config["allow_auto_create_topics"] = False
+def produce(producer, topic: str, value: bytes, key: bytes | None = None, **kwargs) -> None:
+    """``producer.produce``, waiting (serving delivery reports) while librdkafka's queue is full instead of failing."""
+    while True:
+        try:
+            producer.produce(topic, value, key, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, options: dict | None = None, timeout_s: float = 10) -> bool:
+    """Create ``topic`` (replication 1) unless it exists: True if it was created. KafkaException if the broker refuses."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **librdkafka(client_options() if options is None else options)})
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=timeout_s)[topic].result(timeout_s)
+    except KafkaException as e:
+        if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
+            raise
+        return False
+    return True
 
 
 LIBRDKAFKA_KEYS = {
@@ -104,22 +124,26 @@ LIBRDKAFKA_KEYS = {
     "retry_backoff_ms": "retry.backoff.ms", "sasl_kerberos_service_name": "sasl.kerberos.service.name",
     "api_version_auto_timeout_ms": "api.version.request.timeout.ms",
 }
-"""kafka-python's option -> librdkafka's property, for the options a SUT-side client can be given."""
+"""kafka-python's option name (earlier releases took these) -> librdkafka's property."""
 
 
 def librdkafka(options: dict) -> dict:
-    """kafka-python options (as ``parse`` gives them) as a librdkafka configuration; ValueError on a key it lacks."""
+    """Options (as ``parse`` gives them) as a librdkafka configuration: properties pass through, kafka-python names
+    are mapped; ValueError on a kafka-python name with no librdkafka property."""
     out: dict = {}
     for key, value in options.items():
-        if key == "ssl_check_hostname":  # librdkafka checks the name when this is "https"
+        if _PROPERTY.fullmatch(key):
+            out[key] = str(value).lower() if isinstance(value, bool) else value
+        elif key == "ssl_check_hostname":  # librdkafka checks the name when this is "https"
             out["ssl.endpoint.identification.algorithm"] = "https" if value else "none"
         elif key == "sasl_oauth_token":
             out["sasl.oauthbearer.config"] = f"principal=flightwatch token={value}"
         elif key in LIBRDKAFKA_KEYS:
             out[LIBRDKAFKA_KEYS[key]] = value if not isinstance(value, bool) else str(value).lower()
         else:
-            raise ValueError(f"Kafka option {key!r} is not carried to the librdkafka clients of the system under test "
-                             f"(they take: {', '.join(sorted([*LIBRDKAFKA_KEYS, 'ssl_check_hostname', 'sasl_oauth_token']))})")
+            raise ValueError(f"Kafka option {key!r} is not a librdkafka property (e.g. security.protocol, "
+                             "ssl.ca.location, sasl.username); of the kafka-python names these are taken: "
+                             f"{', '.join(sorted([*LIBRDKAFKA_KEYS, 'ssl_check_hostname', 'sasl_oauth_token']))}")
     return out
 
 

@@ -165,14 +165,11 @@ class TelemetryTopic:
         except Exception:  # noqa: BLE001 - away or refused: the next message tries again
             self._retry_at = time.monotonic() + 1.0
 
-    def producer_settings(self, librdkafka: bool) -> dict:
-        """A writer's producer settings when slicing: it never has a topic created by asking for it, and gives up a
+    def producer_settings(self) -> dict:
+        """A writer's librdkafka settings when slicing: it never has a topic created by asking for it, and gives up a
         delivery after ``DELIVERY_TIMEOUT_S``, or after 5 s without the slice's metadata (the writer then forgets the
         slice and creates it again: a broker back empty)."""
         if not self.length_s:
             return {}
-        ms = DELIVERY_TIMEOUT_S * 1000
-        if librdkafka:
-            return {"message.timeout.ms": ms, "topic.metadata.propagation.max.ms": 5000, **NO_TOPIC_CREATION}
-        return {"delivery_timeout_ms": ms, "request_timeout_ms": ms // 2, "max_block_ms": 5000,
-                "allow_auto_create_topics": False}
+        return {"message.timeout.ms": DELIVERY_TIMEOUT_S * 1000, "topic.metadata.propagation.max.ms": 5000,
+                **NO_TOPIC_CREATION}

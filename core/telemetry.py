@@ -25,22 +25,15 @@ MAX_BUFFERED_RECORDS = 2_000_000
 """Records held in memory while the telemetry broker is slow or away (about 300 MB at most)."""
 
 
-def rdkafka_producer(bootstrap: str, options: dict, linger_ms: int = 20, **settings):
-    """A librdkafka producer (confluent-kafka) for a ``TelemetryWriter`` on a per-event path (the load generator,
-    the Kafka receiver): kafka-python's network thread cost 0.08 core for 50 messages/s beside a 5,000/s attack.
-    ``options`` are the kafka-python style options of ``core.kafka_options``."""
-    from confluent_kafka import Producer
-
-    from core.kafka_options import librdkafka
-
-    return Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "message.max.bytes": 8 << 20,
-                     "enable.idempotence": False, **settings, **librdkafka(options)})
+class MessageTooLarge(Exception):
+    """The broker refused a message for its size: sending it again cannot help."""
 
 
 class TelemetryWriter:
     def __init__(self, producer, topic, agent: str, records_per_message: int = 200,
                  linger_s: float = 0.1, max_buffered: int = MAX_BUFFERED_RECORDS) -> None:
-        """``topic``: a topic's name, or a ``core.slices.TelemetryTopic`` (asked for the topic of each message)."""
+        """``producer``: librdkafka's (``core.kafka_options.telemetry_producer``); ``topic``: a topic's name, or a
+        ``core.slices.TelemetryTopic`` (asked for the topic of each message)."""
         self.producer = producer
         self.topic = str(topic)
         self._topic_now = topic if callable(topic) else (lambda: self.topic)
@@ -58,7 +51,6 @@ class TelemetryWriter:
         self.num_failed = 0    # records the broker refused for good (too large)
         self.num_retried = 0   # records put back after a failed send
         self._in_flight = 0
-        self._rd = hasattr(producer, "produce")  # librdkafka's (``rdkafka_producer``) rather than kafka-python's
         self._thread = threading.Thread(target=self._run, name=f"telemetry-{agent}", daemon=True)
         self._thread.start()
 
@@ -103,13 +95,11 @@ class TelemetryWriter:
 
     def _on_failed(self, chunk: list, topic: str = ""):
         def err(exc):
-            from kafka.errors import MessageSizeTooLargeError
-
             if self._forget is not None and topic:
                 self._forget(topic)
             with self._cond:
                 self._in_flight -= len(chunk)
-                if isinstance(exc, MessageSizeTooLargeError):
+                if isinstance(exc, MessageTooLarge):
                     self.num_failed += len(chunk)
                 else:  # back to the head of the buffer, in order
                     self._buf.extendleft(reversed(chunk))
@@ -131,19 +121,13 @@ class TelemetryWriter:
                 topic = ""
                 try:
                     topic = self._topic_now()
-                    if self._rd:
-                        self.producer.produce(topic, contract.encode(chunk), self.key,
-                                              on_delivery=self._on_delivery(chunk, topic))
-                        continue
-                    future = self.producer.send(topic, key=self.key, value=contract.encode(chunk))
-                except Exception as exc:  # noqa: BLE001 - e.g. buffer full: keep the records, try again
+                    self.producer.produce(topic, contract.encode(chunk), self.key,
+                                          on_delivery=self._on_delivery(chunk, topic))
+                except Exception as exc:  # noqa: BLE001 - e.g. librdkafka's queue full: keep the records, try again
                     self._on_failed(chunk, topic)(exc)
                     time.sleep(0.1)
                     continue
-                future.add_callback(self._on_sent(len(chunk)))
-                future.add_errback(self._on_failed(chunk, topic))
-            if self._rd:
-                self.producer.poll(0)  # delivery reports of librdkafka are served here (and by flush)
+            self.producer.poll(0)  # delivery reports (and librdkafka's log lines) are served here and by flush
 
     def _on_delivery(self, chunk: list, topic: str):
         def report(err, _msg) -> None:
@@ -151,10 +135,9 @@ class TelemetryWriter:
                 self._on_sent(len(chunk))(None)
                 return
             from confluent_kafka import KafkaError
-            from kafka.errors import MessageSizeTooLargeError
 
-            self._on_failed(chunk, topic)(MessageSizeTooLargeError(err.str()) if err.code() == KafkaError.MSG_SIZE_TOO_LARGE
-                                   else RuntimeError(err.str()))
+            self._on_failed(chunk, topic)(MessageTooLarge(err.str()) if err.code() == KafkaError.MSG_SIZE_TOO_LARGE
+                                          else RuntimeError(err.str()))
         return report
 
     def flush(self, timeout_s: float = 30.0) -> bool:

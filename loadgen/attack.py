@@ -200,11 +200,12 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
     target = make_target(cfg.target, cfg.timeout_s, cfg.max_inflight, cfg.run_id, cfg.payload_bytes)
     writer = None
     if cfg.telemetry_bootstrap:
+        from core.kafka_options import telemetry_producer
         from core.slices import TelemetryTopic
-        from core.telemetry import TelemetryWriter, rdkafka_producer
+        from core.telemetry import TelemetryWriter
 
         topic = TelemetryTopic.for_broker(cfg.telemetry_topic, cfg.telemetry_bootstrap, cfg.kafka_options)
-        producer = rdkafka_producer(cfg.telemetry_bootstrap, cfg.kafka_options, **topic.producer_settings(librdkafka=True))
+        producer = telemetry_producer(cfg.telemetry_bootstrap, cfg.kafka_options, **topic.producer_settings())
         writer = TelemetryWriter(producer, topic, agent=f"{cfg.sender}-{worker}")
     await target.connect()
     out.put(("ready", worker, None))

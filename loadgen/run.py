@@ -36,8 +36,8 @@ def _marker_producer(bootstrap: str, topic: str):
     from core.slices import TelemetryTopic
 
     to = TelemetryTopic.for_broker(topic, bootstrap)
-    producer = telemetry_producer(bootstrap, **to.producer_settings(librdkafka=False))
-    atexit.register(producer.close)
+    producer = telemetry_producer(bootstrap, **to.producer_settings())
+    atexit.register(producer.flush, 10)
     return producer, to
 
 
@@ -47,8 +47,8 @@ def telemetry_marker(cfg, record) -> None:
     from core import contract
 
     p, topic = _marker_producer(cfg.telemetry_bootstrap, cfg.telemetry_topic)
-    p.send(topic(), key=b"loadgen", value=contract.encode([record]))
-    p.flush()
+    p.produce(topic(), contract.encode([record]), b"loadgen")
+    p.flush(30)
 
 
 def _report_clock(cfg) -> None:

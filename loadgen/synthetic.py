@@ -219,14 +219,15 @@ def truth(run: SyntheticRun) -> dict:
 
 def produce(run: SyntheticRun, bootstrap: str, topic: str, records_per_message: int = 200) -> int:
     """Write the run's messages to a telemetry topic; returns the number of messages."""
+    from core.kafka_options import produce as produce_one
     from core.kafka_options import telemetry_producer
 
-    producer = telemetry_producer(bootstrap, linger_ms=5, batch_size=1 << 20, max_request_size=8 << 20)
+    producer = telemetry_producer(bootstrap, **{"linger.ms": 5, "batch.size": 1 << 20})
     msgs = messages(run, records_per_message)
     for key, value, _ in msgs:
-        producer.send(topic, key=key, value=value)
-    producer.flush()
-    producer.close()
+        produce_one(producer, topic, value, key)
+    if producer.flush(60):
+        raise RuntimeError(f"telemetry broker {bootstrap} did not take every message within 60 s")
     return len(msgs)
 
 

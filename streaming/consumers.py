@@ -6,13 +6,14 @@ _CLIENT_PREFIX = "kafka."
 
 
 def kafka_client_config(options: dict) -> dict:
-    """kafka-python settings from source options: ``kafka.<setting>`` passes through (SASL/TLS ...)."""
+    """Client options from source options: ``kafka.<setting>`` passes through (SASL/TLS ...), as Spark's own Kafka
+    source takes them (``kafka.security.protocol``); ``core.kafka_options.librdkafka`` makes them a configuration."""
     from core.kafka_options import typed_value
 
     cfg = {}
     for key, value in options.items():
         if key.startswith(_CLIENT_PREFIX) and key != "kafka.bootstrap.servers":
-            cfg[key[len(_CLIENT_PREFIX):].replace(".", "_")] = typed_value(value) if isinstance(value, str) else value
+            cfg[key[len(_CLIENT_PREFIX):]] = typed_value(value) if isinstance(value, str) else value
     servers = options.get("kafka.bootstrap.servers") or options.get("bootstrap.servers") or options["bootstrap"]
     cfg["bootstrap_servers"] = servers.split(",")
     return cfg
@@ -149,8 +150,6 @@ def topic_state(options: dict, topic: str, topic_id: str | None) -> tuple[str, s
     telemetry broker that restarted empty), or ``("unknown", why)`` (the broker does not answer)."""
     if topic_id is None:
         return "same", ""
-    import uuid
-
     from confluent_kafka import KafkaError, KafkaException, TopicCollection
     from confluent_kafka.admin import AdminClient
 
@@ -170,11 +169,21 @@ def topic_state(options: dict, topic: str, topic_id: str | None) -> tuple[str, s
         return "unknown", e.args[0].str()
     except Exception as e:  # noqa: BLE001 - no answer
         return "unknown", str(e)
-    hi, lo = d.topic_id.get_most_significant_bits(), d.topic_id.get_least_significant_bits()
-    now = uuid.UUID(int=((hi & (2**64 - 1)) << 64) | (lo & (2**64 - 1)))
-    if now.int == 0 or str(now) == topic_id:  # the same (or a broker that does not tell topic IDs)
+    now = topic_id_text(d.topic_id)
+    if now is None or now == topic_id:  # the same (or a broker that does not tell topic IDs)
         return "same", ""
     return "lost", f"recreated (ID {topic_id} -> {now})"
+
+
+def topic_id_text(uid) -> str | None:
+    """A topic ID as librdkafka gives it (``confluent_kafka.Uuid``) in UUID form; None for none (all zero)."""
+    import uuid
+
+    if uid is None:
+        return None
+    hi, lo = uid.get_most_significant_bits(), uid.get_least_significant_bits()
+    out = uuid.UUID(int=((hi & (2**64 - 1)) << 64) | (lo & (2**64 - 1)))
+    return None if out.int == 0 else str(out)
 
 
 def close_worker_consumers() -> None:

@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(a: argparse.Namespace) -> JobConfig:
     out = a.out or os.path.join(a.checkpoints, a.run)
-    from core.kafka_options import option
+    from core.kafka_options import librdkafka, option
 
     kafka_options = {}
     for kv in getattr(a, "kafka_option", []):
@@ -149,6 +149,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         kafka_options[key] = value
     try:
         kafka_options = client_options(kafka_options)
+        librdkafka(kafka_options)  # one line now for a key no client takes, not a stack trace from a read task
     except (ValueError, OSError) as e:
         raise UsageError(f"FLIGHTWATCH_KAFKA_OPTIONS: {e}") from None
     try:
@@ -189,19 +190,20 @@ def _metrics_listen(text: str | None) -> str | None:
 def check_broker(cfg: JobConfig, wait: str, log) -> None:
     """Wait for the telemetry broker (``--wait``), then create the topic if missing, or with ``--await-topic`` wait for
     it (on Kubernetes the Topic Operator creates it from its KafkaTopic); still missing at the bound: one line."""
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import KafkaError, TopicAlreadyExistsError
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from core.kafka_options import librdkafka
 
     admin = None
 
     def topic_missing() -> str | None:
         nonlocal admin
         try:
-            admin = admin or KafkaAdminClient(bootstrap_servers=cfg.bootstrap.split(","), **cfg.kafka_options)
-            return None if cfg.topic in admin.list_topics() else "not created yet"
-        except KafkaError as e:
-            return f"{type(e).__name__}: {e}"
+            admin = admin or AdminClient({"bootstrap.servers": cfg.bootstrap, **librdkafka(cfg.kafka_options)})
+            return None if cfg.topic in admin.list_topics(timeout=10).topics else "not created yet"
+        except KafkaException as e:
+            return e.args[0].str() if e.args else str(e)
 
     broker = f"the telemetry broker {cfg.bootstrap}"
     checks = {broker: lambda: servers_unreachable(cfg.bootstrap)}
@@ -215,16 +217,14 @@ def check_broker(cfg: JobConfig, wait: str, log) -> None:
             if admin is None:
                 raise UsageError(f"telemetry topic {cfg.topic} on {cfg.bootstrap}: {why}")
             try:
-                admin.create_topics([NewTopic(cfg.topic, cfg.partitions, 1)])
-            except TopicAlreadyExistsError:
-                pass
+                admin.create_topics([NewTopic(cfg.topic, cfg.partitions, 1)])[cfg.topic].result(10)
+            except KafkaException as e:
+                if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                    raise
     except ValueError as e:
         raise UsageError(str(e)) from None
-    except KafkaError as e:
-        raise UsageError(f"telemetry topic {cfg.topic} on {cfg.bootstrap}: {type(e).__name__}: {e}") from None
-    finally:
-        if admin is not None:
-            admin.close()
+    except KafkaException as e:
+        raise UsageError(f"telemetry topic {cfg.topic} on {cfg.bootstrap}: {e.args[0].str() if e.args else e}") from None
 
 
 def telemetry_stream(spark, cfg: JobConfig):
@@ -274,10 +274,14 @@ def _heartbeats(cfg: JobConfig, stop: threading.Event) -> None:
     from core.slices import TelemetryTopic
 
     topic = TelemetryTopic.for_broker(cfg.topic, cfg.bootstrap, cfg.kafka_options)
-    producer = telemetry_producer(cfg.bootstrap, cfg.kafka_options, **topic.producer_settings(librdkafka=False))
+    producer = telemetry_producer(cfg.bootstrap, cfg.kafka_options, **topic.producer_settings())
     while not stop.wait(1.0):
-        producer.send(topic(), key=b"job", value=contract.encode([contract.Heartbeat(cfg.engine.run_id, "job", time.time_ns())]))
-    producer.close()
+        try:
+            producer.produce(topic(), contract.encode([contract.Heartbeat(cfg.engine.run_id, "job", time.time_ns())]), b"job")
+        except BufferError:  # the broker away for long: this heartbeat is skipped, the next one goes
+            pass
+        producer.poll(0)
+    producer.flush(5)
 
 
 def _progress_line(info: dict) -> str:

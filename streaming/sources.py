@@ -45,6 +45,7 @@ from streaming.consumers import (  # noqa: F401 - close_worker_consumers: for te
     close_worker_consumers,
     kafka_client_config,
     release_worker_consumer,
+    topic_id_text,
     topic_state,
 )
 
@@ -62,6 +63,8 @@ READ_WAIT_S = 600
 resumes from its checkpoint when restarted."""
 HIGHWATER_WAIT_S = 1.0
 """How long the planner waits for every partition's high watermark before using what it has."""
+_PARTITION_EOF = -191
+"""librdkafka's ``KafkaError._PARTITION_EOF``: the consumer reached the partition's end (the event carries no record)."""
 
 class _KafkaPartition(InputPartition):
     def __init__(self, topic: str, partition: int, start: int, end: int, reset: dict | None = None,
@@ -121,54 +124,85 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- planning (driver side) ---
     def _client(self):
+        """The planner's librdkafka consumer: assigned only while it reads high watermarks (assigned, it would fetch
+        ahead, and every fetch on the embedded Tansu scans what the broker holds)."""
         if self._consumer is None:
-            from kafka import KafkaConsumer
+            import logging
 
-            from core.kafka_options import no_topic_creation
+            from confluent_kafka import Consumer
 
-            self._consumer = KafkaConsumer(  # asking about a deleted slice must not create it again
-                enable_auto_commit=False, fetch_max_wait_ms=20, max_partition_fetch_bytes=1024,
-                allow_auto_create_topics=False, **kafka_client_config(self.options),
-            )
-            no_topic_creation(self._consumer._cluster)
+            from core.kafka_options import librdkafka
+
+            cfg = kafka_client_config(self.options)
+            self._consumer = Consumer({
+                "bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), "group.id": "flightwatch-spark-planner",
+                "enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": True,
+                "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20, "max.partition.fetch.bytes": 1024,
+                "queued.max.messages.kbytes": 64, "logger": logging.getLogger("librdkafka"),
+                **NO_TOPIC_CREATION, **librdkafka(cfg)})  # asking about a deleted slice must not create it again
         return self._consumer
 
-    def _listing(self) -> dict[str, tuple[str | None, list[int]]] | None:
-        """The topic and its slices on the broker: ID and partitions (one Metadata request); None if it is away."""
-        from kafka.errors import KafkaError
+    def _admin_client(self):
+        if self._admin is None:
+            import logging
 
-        c = self._client()
+            from confluent_kafka.admin import AdminClient
+
+            from core.kafka_options import librdkafka
+
+            cfg = kafka_client_config(self.options)
+            self._admin = AdminClient({"bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), **NO_TOPIC_CREATION,
+                                       "logger": logging.getLogger("librdkafka"), **librdkafka(cfg)})
+        return self._admin
+
+    def _listing(self) -> dict[str, tuple[str | None, list[int]]] | None:
+        """The topic and its slices on the broker: ID and partitions (a Metadata request, and a DescribeTopicPartitions
+        for the IDs); None if it is away."""
+        from confluent_kafka import KafkaException, TopicCollection
+
         try:
-            names = c.topics()
-        except KafkaError:
+            found = self._client().list_topics(timeout=5).topics
+        except KafkaException:
             return None
-        cluster = c._cluster  # kafka-python keeps the topic IDs of the Metadata response (v10+) there
-        out = {}
-        for t in names:
-            if is_ours(self.topic, t):
-                tid = cluster.topic_id(t)
-                out[t] = (str(tid) if tid else None, sorted(cluster.partitions_for_topic(t) or ()))
-        return out
+        ours = sorted(t for t, m in found.items() if is_ours(self.topic, t) and m.error is None)
+        ids: dict[str, str | None] = {}
+        if ours:
+            try:
+                described = self._admin_client().describe_topics(TopicCollection(ours), request_timeout=5)
+            except KafkaException:
+                return None
+            for t, f in described.items():
+                try:
+                    ids[t] = topic_id_text(f.result(10).topic_id)
+                except Exception:  # noqa: BLE001 - deleted meanwhile: not listed
+                    ids.pop(t, None)
+        return {t: (ids.get(t), sorted(found[t].partitions)) for t in ours if t in ids}
 
     def _high_watermarks(self, listing: dict) -> None:
-        """Each partition's high watermark from a fresh Fetch response (exact, unlike ListOffsets on Tansu)."""
-        from kafka import TopicPartition
+        """Each partition's high watermark from a fresh Fetch response (exact, unlike ListOffsets on Tansu): the
+        consumer is assigned one record before the known end, so the broker answers at once with that record (or the
+        partition's end), and the watermark cached from that answer is read. A partition that does not answer there
+        (its log is shorter now: a broker that lost its data) is asked again from its last record."""
+        from confluent_kafka import OFFSET_END, TopicPartition
 
         c = self._client()
-        tps = [TopicPartition(t, p) for t, (_, parts) in listing.items() for p in parts]
-        if set(c.assignment()) != set(tps):
-            c.assign(tps)
-        for tp in tps:  # start one record before the known end: the fetch answers at once
-            c.seek(tp, max(self._known_end.get((tp.topic, tp.partition), 0) - 1, 0))
-            c._subscription.assignment[tp].highwater = None  # only a fresh answer counts
-        deadline = time.monotonic() + HIGHWATER_WAIT_S
-        while tps and time.monotonic() < deadline and any(c.highwater(tp) is None for tp in tps):
-            c.poll(timeout_ms=50, max_records=1, update_offsets=False)
+        pending = {(t, p) for t, (_, parts) in listing.items() for p in parts}
         self._fresh_end = {}
-        for tp in tps:
-            hw = c.highwater(tp)
-            if hw is not None:
-                self._fresh_end[(tp.topic, tp.partition)] = hw
+        for start, share in ((lambda k: max(self._known_end.get(k, 0) - 1, 0), 0.5), (lambda k: OFFSET_END, 1.0)):
+            if not pending:
+                break
+            c.assign([TopicPartition(t, p, start((t, p))) for t, p in sorted(pending)])
+            deadline = time.monotonic() + HIGHWATER_WAIT_S * share
+            while pending and time.monotonic() < deadline:
+                for m in c.consume(len(pending), 0.05):
+                    k = (m.topic(), m.partition())
+                    if k not in pending or (m.error() is not None and not m.error().code() == _PARTITION_EOF):
+                        continue
+                    hw = c.get_watermark_offsets(TopicPartition(*k), cached=True)[1]
+                    if hw >= 0:
+                        self._fresh_end[k] = hw
+                        pending.discard(k)
+            c.unassign()
 
     def _view(self) -> topics.View:
         listing = self._listing()
@@ -244,18 +278,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _delete(self, topic: str) -> None:
         """Delete a slice read to its end (``streaming.topics``); a failure is tried again at the next planning."""
-        from confluent_kafka.admin import AdminClient
-
-        from core.kafka_options import librdkafka
-
-        if self._consumer is not None:  # the planner's consumer lets go of it first (kafka-python logs a vanished topic)
-            self._consumer.assign([tp for tp in self._consumer.assignment() if tp.topic != topic])
         try:
-            if self._admin is None:
-                cfg = kafka_client_config(self.options)
-                self._admin = AdminClient({"bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), **NO_TOPIC_CREATION,
-                                           **librdkafka(cfg)})
-            self._admin.delete_topics([topic], request_timeout=5)[topic].result(10)
+            self._admin_client().delete_topics([topic], request_timeout=5)[topic].result(10)
         except Exception:  # noqa: BLE001 - away: it stays retired, and is deleted later
             pass
 

@@ -11,7 +11,8 @@ from kafka.admin import KafkaAdminClient
 from support import create_topic, free_port
 
 from core.slices import TelemetryTopic, parse_slice
-from core.telemetry import TelemetryWriter, rdkafka_producer
+from core.kafka_options import telemetry_producer
+from core.telemetry import TelemetryWriter
 from stack.tansu import start_tansu
 
 
@@ -25,14 +26,11 @@ def _records(bootstrap: str, topic: str) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("client", ["librdkafka", "kafka-python"])
-def test_a_writer_whose_broker_came_back_empty_creates_its_slice_again_and_writes_on(tmp_path, client):
+def test_a_writer_whose_broker_came_back_empty_creates_its_slice_again_and_writes_on(tmp_path):
     """The embedded telemetry broker killed (by its PID) and started again has none of the slices a long-lived writer
     created. A write that fails there makes the writer create the slice again (``TelemetryTopic.forget``), so its
     records land in the current slice, with the base topic's partitions, well before the slice's end (one hour away
     here) instead of waiting for the next slice, and nothing is lost."""
-    from core.kafka_options import telemetry_producer
-
     port, base = free_port(), "tel-forget"
     bootstrap = f"127.0.0.1:{port}"
     broker = start_tansu(port, open(tmp_path / "tansu-1.log", "wb"), "flightwatch-forget")
@@ -40,9 +38,7 @@ def test_a_writer_whose_broker_came_back_empty_creates_its_slice_again_and_write
     try:
         create_topic(bootstrap, base, partitions=3)
         topic = TelemetryTopic(base, 3600, bootstrap, {})
-        rd = client == "librdkafka"
-        producer = (rdkafka_producer(bootstrap, {}, **topic.producer_settings(librdkafka=True)) if rd else
-                    telemetry_producer(bootstrap, {}, linger_ms=20, **topic.producer_settings(librdkafka=False)))
+        producer = telemetry_producer(bootstrap, {}, **topic.producer_settings())
         writer = TelemetryWriter(producer, topic, agent="forget-0", records_per_message=50)
         for i in range(200):
             writer.write({"v": 1, "kind": "node", "run_id": "forget", "i": i})
@@ -62,7 +58,7 @@ def test_a_writer_whose_broker_came_back_empty_creates_its_slice_again_and_write
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         (desc,) = admin.describe_topics([first])
         admin.close()
-        print(f"\n{client}: 200 records after an empty restart written into {first} in {took:.1f} s "
+        print(f"\nlibrdkafka: 200 records after an empty restart written into {first} in {took:.1f} s "
               f"({writer.num_retried} retried)")
         assert got == list(range(200, 400))  # what the old broker held is gone; everything after it is there
         assert len(desc["partitions"]) == 3 and parse_slice(base, first)

@@ -242,13 +242,13 @@ def test_time_slices_are_read_in_order_exactly_once_and_deleted_once_read(broker
 
     from core.kafka_options import telemetry_producer
     from core.slices import TelemetryTopic, parse_slice
-    from core.telemetry import TelemetryWriter, rdkafka_producer
+    from core.telemetry import TelemetryWriter
 
     base = "sources-sliced"
     create_topic(broker, base, partitions=3)
     writers = []
-    for kind, make in (("rd", lambda t: rdkafka_producer(broker, {}, **t.producer_settings(librdkafka=True))),
-                       ("kp", lambda t: telemetry_producer(broker, {}, **t.producer_settings(librdkafka=False)))):
+    for kind, make in (("rd", lambda t: telemetry_producer(broker, {}, **t.producer_settings())),
+                       ("rd-5ms", lambda t: telemetry_producer(broker, {}, **{"linger.ms": 5}, **t.producer_settings()))):
         topic = TelemetryTopic(base, 5, broker, {})
         writers.append((kind, TelemetryWriter(make(topic), topic, agent=kind, records_per_message=20, linger_s=0.05)))
     r = reader(broker, base, slicegracems="1000")

@@ -34,26 +34,23 @@ def run_job(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
+    from core.kafka_options import create_topic as create
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, partitions, 1)])
-    admin.close()
+    create(bootstrap, topic, partitions)
     time.sleep(0.2)
 
 
 def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
     """Every record of one run in the telemetry topic and its time slices (as far as it was written when called: agents still
-    writing do not keep the reader going)."""
+    writing do not keep the reader going). Read with kafka-python: a client independent of the product's librdkafka."""
     from kafka import KafkaConsumer, TopicPartition
 
     from core import contract
-    from core.kafka_options import client_options, no_topic_creation
+    from core.kafka_options import client_options
     from core.slices import is_ours
 
     c = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, allow_auto_create_topics=False, **client_options())
-    no_topic_creation(c._cluster)
+    c._cluster.config["allow_auto_create_topics"] = False  # kafka-python 3.0.12 does not hand it to its metadata
     tps = [TopicPartition(t, p) for t in sorted(c.topics()) if is_ours(topic, t) for p in sorted(c.partitions_for_topic(t))]
     c.assign(tps)
     c.seek_to_beginning()

@@ -210,6 +210,16 @@ def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
     assert ko.option("request_timeout_ms", "40000") == ("request_timeout_ms", 40000)
     with pytest.raises(ValueError, match="cannot read"):
         ko.option("sasl_plain_password_file", str(tmp_path / "missing"))
+    # librdkafka's own property names pass through as they are, a secret's from its file and redacted
+    props = ko.parse(f"security.protocol=SASL_SSL,sasl.mechanism=PLAIN,sasl.password=@{tmp_path / 'pw'},"
+                     "ssl.endpoint.identification.algorithm=none,socket.keepalive.enable=true")
+    assert ko.librdkafka(props) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.password": SECRET,
+                                    "ssl.endpoint.identification.algorithm": "none", "socket.keepalive.enable": "true"}
+    assert ko.redacted(props)["sasl.password"] == "***"
+    Producer({"bootstrap.servers": "127.0.0.1:1", **ko.librdkafka(props)})
+    for bad in ("Security.Protocol=x", "a..b=1", ".x=1"):
+        with pytest.raises(ValueError):
+            ko.parse(bad)
 
 
 def test_a_password_in_the_target_url_is_sent_as_basic_auth_and_never_shown():
