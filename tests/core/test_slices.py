@@ -6,12 +6,11 @@ import os
 import signal
 import time
 
-import pytest
 from kafka.admin import KafkaAdminClient
 from support import create_topic, free_port
 
-from core.slices import TelemetryTopic, parse_slice
 from core.kafka_options import telemetry_producer
+from core.slices import TelemetryTopic, parse_slice
 from core.telemetry import TelemetryWriter
 from stack.tansu import start_tansu
 

@@ -264,9 +264,11 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path, s
         from core.kafka_options import telemetry_producer
 
         p = telemetry_producer(bootstrap, {}, **{"linger.ms": 0}, **to.producer_settings())
+        failed: list = []
         for key, value, _ in part:
             for _attempt in range(20):
-                t, failed = to(), []
+                t = to()
+                failed.clear()
                 p.produce(t, value, key, on_delivery=lambda err, _m: failed.append(err) if err is not None else None)
                 if p.flush(30) == 0 and not failed:
                     break

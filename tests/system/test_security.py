@@ -211,9 +211,9 @@ def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="cannot read"):
         ko.option("sasl_plain_password_file", str(tmp_path / "missing"))
     # librdkafka's own property names pass through as they are, a secret's from its file and redacted
-    props = ko.parse(f"security.protocol=SASL_SSL,sasl.mechanism=PLAIN,sasl.password=@{tmp_path / 'pw'},"
+    props = ko.parse(f"security.protocol=SASL_SSL,sasl.mechanism=PLAIN,sasl.username=fw,sasl.password=@{tmp_path / 'pw'},"
                      "ssl.endpoint.identification.algorithm=none,socket.keepalive.enable=true")
-    assert ko.librdkafka(props) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.password": SECRET,
+    assert ko.librdkafka(props) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "fw", "sasl.password": SECRET,
                                     "ssl.endpoint.identification.algorithm": "none", "socket.keepalive.enable": "true"}
     assert ko.redacted(props)["sasl.password"] == "***"
     Producer({"bootstrap.servers": "127.0.0.1:1", **ko.librdkafka(props)})
