@@ -4,11 +4,15 @@ output, one line per record with a UTC timestamp, the level and the process's na
     2026-11-24T00:55:00.123Z INFO receiver-http: http://127.0.0.1:18080/ -> spool ...
 
 ``FLIGHTWATCH_LOG_LEVEL`` (DEBUG, INFO, WARNING, ERROR; default INFO) sets the level. A bad flag is not logged: it
-stays one line on standard error and exit code 2 (``core.cli``)."""
+stays one line on standard error and exit code 2 (``core.cli``).
+
+A warning or error that repeats is shown at most once a minute (``Repeats``): a stack left up all day must not fill
+its disk with one line 50 times a second. The next time it is shown it says how many times it came meanwhile."""
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
 
@@ -16,6 +20,43 @@ LEVEL_ENV = "FLIGHTWATCH_LOG_LEVEL"
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 FORMAT = "%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s"
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
+REPEAT_WINDOW_S = 60.0
+"""A warning or error with the same text (numbers aside) is shown at most once in this long."""
+_NUMBER = re.compile(r"\d[\d,.:]*")
+
+
+class Repeats(logging.Filter):
+    """Shows a warning or error once per ``window_s`` for each text (its numbers aside: "3 bytes" and "5 bytes" are
+    one text); the others are counted, and the next one shown carries the count. INFO and below pass as they are.
+
+        handler.addFilter(Repeats())
+    """
+
+    MAX_TEXTS = 1000
+
+    def __init__(self, window_s: float = REPEAT_WINDOW_S, clock=time.monotonic) -> None:
+        super().__init__()
+        self.window_s, self.clock = window_s, clock
+        self._seen: dict[tuple, list] = {}  # text -> [when last shown, times held back since]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        text = record.getMessage()
+        key = (record.name, record.levelno, _NUMBER.sub("#", text))
+        now = self.clock()
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[0] < self.window_s:
+            seen[1] += 1
+            return False
+        if seen is not None and seen[1]:
+            record.msg, record.args = f"{text} (and {seen[1]:,} more like it in the last {now - seen[0]:.0f} s)", ()
+        if len(self._seen) >= self.MAX_TEXTS:
+            self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.window_s}
+        self._seen[key] = [now, 0]
+        return True
 
 
 def setup(name: str) -> logging.Logger:
@@ -26,11 +67,12 @@ def setup(name: str) -> logging.Logger:
         formatter = logging.Formatter(FORMAT, DATE_FORMAT)
         formatter.converter = time.gmtime
         handler.setFormatter(formatter)
+        handler.addFilter(Repeats())
         handler._flightwatch = True
         root.addHandler(handler)
         level = os.environ.get(LEVEL_ENV, "INFO").upper()
         root.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") else "INFO")
-        for noisy in ("kafka", "py4j", "urllib3"):  # their INFO lines are per connection, not ours
+        for noisy in ("librdkafka", "py4j", "urllib3"):  # their INFO lines are per connection, not ours
             logging.getLogger(noisy).setLevel(max(root.level, logging.WARNING))
     return logging.getLogger(name)
 

@@ -1,0 +1,52 @@
+"""Repeated warnings and errors are shown at most once a minute, with a count (``core.logs.Repeats``)."""
+from __future__ import annotations
+
+import logging
+
+from core.logs import Repeats
+
+
+def _shown(events: list[tuple[float, int, str]]) -> list[str]:
+    """The messages a ``Repeats`` filter lets through, for (time s, level, message) events."""
+    now = [0.0]
+    f = Repeats(window_s=60, clock=lambda: now[0])
+    out = []
+    for t, level, msg in events:
+        now[0] = t
+        rec = logging.LogRecord("agent", level, __file__, 1, "%s", (msg,), None)
+        if f.filter(rec):
+            out.append(rec.getMessage())
+    return out
+
+
+def test_a_repeated_error_is_shown_once_a_minute_with_the_count_held_back():
+    # 50 a second for 2 minutes (kafka-python's "topic not found" at idle): 3 lines, not 6,000
+    burst = [(i / 50, logging.ERROR, "Topic t.slice-1764079260-60 not found in cluster metadata") for i in range(6000)]
+    shown = _shown(burst)
+    assert shown[0] == "Topic t.slice-1764079260-60 not found in cluster metadata"
+    assert len(shown) == 2
+    assert shown[1].endswith("(and 2,999 more like it in the last 60 s)")
+
+
+def test_numbers_aside_one_text_and_other_texts_levels_and_info_pass():
+    events = [
+        (0, logging.WARNING, "shipper a: broker not acknowledging; 1,024 bytes spooled"),
+        (10, logging.WARNING, "shipper a: broker not acknowledging; 9,999,424 bytes spooled"),  # same text: held back
+        (11, logging.WARNING, "receiver: topic came back under a new ID"),                     # another text: shown
+        (12, logging.ERROR, "shipper a: broker not acknowledging; 5 bytes spooled"),           # another level: shown
+        (13, logging.INFO, "receiver: 10 received"),                                            # INFO: never held
+        (14, logging.INFO, "receiver: 10 received"),
+        (61, logging.WARNING, "shipper a: broker not acknowledging; 7 bytes spooled"),         # a minute on: shown
+    ]
+    shown = _shown(events)
+    assert shown == [events[0][2], events[2][2], events[3][2], events[4][2], events[5][2],
+                     events[6][2] + " (and 1 more like it in the last 61 s)"]
+
+
+def test_the_filter_forgets_old_texts_past_its_bound():
+    now = [0.0]
+    f = Repeats(window_s=60, clock=lambda: now[0])
+    for i in range(3 * Repeats.MAX_TEXTS):
+        now[0] = i * 0.1
+        f.filter(logging.LogRecord("a", logging.ERROR, __file__, 1, "text %s", ("x" * (i % 7) + chr(65 + i % 26) * (i // 26),), None))
+    assert len(f._seen) <= Repeats.MAX_TEXTS
