@@ -130,8 +130,10 @@ class Step(TypedDict):
 
 class Verdict(TypedDict, total=False):
     """The saturation detector's verdict (``streaming.saturation.verdict``)."""
-    state: str                  # ok, degrading, saturated, observer-bound, loadgen-bound
-    message: str
+    state: str                  # ok, degrading, saturated, observer-bound, loadgen-bound, telemetry-incomplete: what
+    message: str                # the message opens with
+    stalls: list[dict]          # start_ns, end_ns (window edges), held: shortfalls that drained (not saturation)
+    telemetry_incomplete_windows: int  # windows flightwatch's own telemetry outage left unjudged
     saturated_at: dict | None   # window_ns, step, rate, evidence
     knee: dict | None           # step, rate, p99_us: the last step that held
     steps: list[Step]

@@ -27,7 +27,7 @@ from streaming.table import PERCENTILES, percentile_figures
 
 QUANTILES = {f"p{p}": str(p / 100) for p in PERCENTILES} | {"max": "1"}
 """The window table's figure names (``latency_us_p99``, ...) and the ``quantile`` label each is exported as."""
-VERDICT_STATES = ("ok", "degrading", "saturated", "loadgen-bound", "observer-bound")
+VERDICT_STATES = ("ok", "degrading", "saturated", "loadgen-bound", "observer-bound", "telemetry-incomplete")
 
 
 def window_figures(parts: list | None) -> dict[str, float]:

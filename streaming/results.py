@@ -69,8 +69,11 @@ def run_verdict(run: RunReader | str, windows: pd.DataFrame, events: pd.DataFram
     def figures(lo: int, hi: int) -> dict:  # the windows whose middle lies in [lo, hi), as the detector assigns them
         lo, hi = lo - half, hi - half
         return {**saturation.step_counts(counts[(counts.index >= lo) & (counts.index < hi)]), output.LATENCY: percentiles(lo, hi)}
+    outages = runinfo.records(events, "reset", ["at_ns", "reason"]) if not events.empty else []
+    gaps = [{"start_ns": int(g.start_ns), "end_ns": int(g.end_ns), "in_flight": int(g.in_flight)}
+            for g in table.gaps(events).itertuples()] if not events.empty else []
     return saturation.verdict(windows, steps, cfg["window_ns"], figures,
-                              cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US))
+                              cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US), outages=outages, gaps=gaps)
 
 
 def live_verdict(run: RunReader | str) -> output.Verdict | None:

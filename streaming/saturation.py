@@ -14,11 +14,19 @@ so a receive still on its way to the job is not mistaken for a loss):
     observer    on a node with CPU ≥ 95%, flightwatch itself (``observer_cpu``) uses more than
                 ``OBSERVER_SHARE`` of the busy cores (``cpu_util`` × ``cpu_cores``)
 
-States, worst first: ``saturated`` (ratio < 0.9, a growing backlog or a gap), ``loadgen-bound``
-(the generator falls short of its schedule while the SUT keeps up), ``observer-bound``
-(flightwatch's own CPU is the limit: whatever else the window shows, it is not blamed on the SUT),
-``degrading`` (ratio < 0.97, a p99 jump, node pressure or an OOM kill), ``ok``. Saturation starts at the first of
-``CONFIRM_WINDOWS`` consecutive saturated windows. A pace step's state is the worst that at least
+A *shortfall* is a window with ratio < 0.9, a growing backlog or a gap. Consecutive shortfall windows are one
+episode, judged by whether it drains: once it is over, the events it held are delivered within ``DRAIN_WINDOWS``
+(the deficit it built is gone). An episode that drains is a *stall* (the SUT paused and caught up: its windows are
+``degrading``, and the verdict lists the stall with its interval and the events it held), never saturation. One that
+does not is saturation; while one is still open, a shortfall with deliveries going on counts as saturation at once,
+and a silence (a gap) only once it has lasted ``STALL_LIMIT_WINDOWS`` (a SUT that stopped delivering for good).
+
+States, worst first: ``saturated``, ``loadgen-bound`` (the generator falls short of its schedule while the SUT keeps
+up), ``observer-bound`` (flightwatch's own CPU is the limit: whatever else the window shows, it is not blamed on the
+SUT), ``degrading`` (ratio < 0.97, a p99 jump, node pressure, an OOM kill, a stall), ``ok``; and, outside that
+order, ``telemetry-incomplete``: flightwatch's own telemetry lost records of the window (its broker restarted empty),
+so nothing in it is judged or blamed on the SUT. Node pressure is not judged in a run's first window (flightwatch's
+own start-up). Saturation starts at the first of ``CONFIRM_WINDOWS`` consecutive saturated windows. A pace step's state is the worst that at least
 ``CONFIRM_WINDOWS`` of its whole windows reach (not the one across its end, which carries the next step's load). The knee is the highest-rate pace step before saturation whose
 events were delivered ≥ 99% (by send time: not dropped, not failed; a window edge that the step does not
 share with the 1 s windows does not count as a loss) with p99 ≤ the latency bound.
@@ -43,6 +51,13 @@ MEM_LOW = 0.05
 OBSERVER_SHARE = 0.5
 """A node is observer-bound when flightwatch uses more than this share of its busy cores (and its CPU is high)."""
 CONFIRM_WINDOWS = 2
+DRAIN_WINDOWS = 5
+"""An episode of shortfall drains when its deficit is gone within this many windows after it."""
+DRAIN_SLACK = 0.1
+"""Drained: the deficit (sent - received since the episode began) is at most this share of a window's sends."""
+STALL_LIMIT_WINDOWS = 10
+"""A silence (no deliveries while sending) still open after this many windows is saturation, not a stall."""
+INCOMPLETE = "telemetry-incomplete"
 BACKLOG_SECONDS = 0.5
 """A backlog counts once more than half a second of sends is in flight (start-up fills the pipe)."""
 DEFAULT_LATENCY_BOUND_US = 500_000.0
@@ -97,6 +112,46 @@ def step_of(window_ns: np.ndarray, steps: list[dict], length_ns: int = 1_000_000
     return idx
 
 
+def episodes(short: np.ndarray, gap: np.ndarray, sent: np.ndarray, recv: np.ndarray) -> list[dict]:
+    """The episodes of consecutive shortfall windows (indices ``first``..``last``), each judged:
+
+    ``stall``      it drained: within ``DRAIN_WINDOWS`` after it, the deficit it built was delivered
+    ``saturated``  it did not drain, though ``DRAIN_WINDOWS`` followed; or, still open, deliveries went on short
+                   (no gap) for ``CONFIRM_WINDOWS``, or a silence lasted ``STALL_LIMIT_WINDOWS``
+    ``open``       too soon to tell (an open silence, or a shortfall of one window)
+
+    with ``held``: the largest deficit (events sent and not yet received) it built, and ``drained_at``."""
+    out = []
+    n = len(short)
+    k = 0
+    while k < n:
+        if not short[k]:
+            k += 1
+            continue
+        first = k
+        while k < n and short[k]:
+            k += 1
+        last = k - 1
+        deficit = np.cumsum(sent[first:] - recv[first:])
+        held = float(deficit[: last - first + 1].max())
+        drained_at = None
+        for j in range(last + 1, min(last + 1 + DRAIN_WINDOWS, n)):
+            if deficit[j - first] <= DRAIN_SLACK * max(sent[j], 1.0):
+                drained_at = j
+                break
+        length, silent = last - first + 1, bool(gap[first:last + 1].any())
+        if drained_at is not None:
+            kind = "stall"
+        elif n - 1 - last >= DRAIN_WINDOWS:
+            kind = "saturated"
+        elif silent:
+            kind = "saturated" if length >= STALL_LIMIT_WINDOWS else "open"
+        else:
+            kind = "saturated" if length >= CONFIRM_WINDOWS else "open"
+        out.append({"first": first, "last": last, "kind": kind, "held": held, "drained_at": drained_at})
+    return out
+
+
 def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000) -> pd.DataFrame:
     """One row per settled window with sends: its signals, state and the reasons for it."""
     if w.empty or output.SENT not in w:
@@ -108,8 +163,21 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
         done |= w[output.SETTLED].fillna(False).to_numpy(bool)
     settled = w.iloc[: int(np.flatnonzero(~done)[0]) if (~done).any() else len(w)]
     w = settled[settled[output.SENT] > 0].copy()
-    if output.TELEMETRY_INCOMPLETE in w:  # the telemetry broker lost records of these: their figures are not the SUT's
-        w = w[w[output.TELEMETRY_INCOMPLETE].fillna(0).to_numpy() == 0]
+    if w.empty:
+        return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
+    incomplete = (w[output.TELEMETRY_INCOMPLETE].fillna(0).to_numpy() > 0 if output.TELEMETRY_INCOMPLETE in w
+                  else np.zeros(len(w), bool))
+    judged = assess_complete(w[~incomplete], steps, window_ns)
+    if not incomplete.any():
+        return judged
+    # the telemetry broker lost records of these: their figures are not the SUT's, and they are judged apart
+    rest = w[incomplete].assign(step=step_of(w["window_ns"].to_numpy()[incomplete], steps, window_ns), state=INCOMPLETE,
+                                reasons=[["flightwatch's telemetry incomplete (its broker lost records)"]] * int(incomplete.sum()))
+    return pd.concat([judged, rest]).sort_values("window_ns").reset_index(drop=True) if len(judged) else rest
+
+
+def assess_complete(w: pd.DataFrame, steps: list[dict], window_ns: int) -> pd.DataFrame:
+    """``assess_windows`` over windows whose telemetry is complete."""
     if w.empty:
         return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
     t = w["window_ns"].to_numpy()
@@ -137,17 +205,31 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
             base[step == i] = np.median(prev)
     with np.errstate(invalid="ignore"):
         p99_jump = p99 >= P99_JUMP * base
-    cpu = _node_max(w, "cpu_util").to_numpy(float)
+    cpu = _node_max(w, "cpu_util").to_numpy(float, copy=True)
     mem_share = _mem_min_share(w).to_numpy(float)
     net_drops = (_node_max(w, "net_rx_drops_per_s").fillna(0) + _node_max(w, "net_tx_drops_per_s").fillna(0)).to_numpy(float)
     observer_bound, observer_why = _observer_bound(w)
+    observer_bound = observer_bound.copy()
+    starting = t < t[0] + window_ns  # the run's first window: flightwatch's own start-up shares the node
+    cpu[starting] = np.nan
+    observer_bound[starting] = False
     gap_col = w["gap"].fillna(False).to_numpy(bool) if "gap" in w else np.zeros(n, bool)
     oom = w[output.OOM_KILLS].fillna(0).to_numpy() if output.OOM_KILLS in w else np.zeros(n)
+    short = (ratio < SATURATED_RATIO) | grown | gap_col
+    episode_of: list[dict | None] = [None] * n
+    for e in episodes(short, gap_col, sent, recv):
+        for k in range(e["first"], e["last"] + 1):
+            episode_of[k] = e
     states, reasons = [], []
     for k in range(n):
         why = []
         gap = bool(gap_col[k])
-        sat = ratio[k] < SATURATED_RATIO or grown[k] or gap
+        e = episode_of[k]
+        sat = e is not None and e["kind"] == "saturated"
+        if e is not None and e["kind"] == "stall":
+            why.append(f"stall: {e['held']:,.0f} events held, drained")
+        elif e is not None and e["kind"] == "open":
+            why.append(f"shortfall: {e['held']:,.0f} events held, not drained yet")
         if ratio[k] < SATURATED_RATIO:
             why.append(f"received/sent {ratio[k]:.2f}")
         if grown[k]:
@@ -183,7 +265,9 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
         reasons.append(why)
     signals = pd.DataFrame({"step": step, "ratio": ratio, "backlog": grown, "loadgen_short": loadgen_short, "p99_base": base,
                             "p99_jump": p99_jump, "cpu": cpu, "mem_share": mem_share, "net_drops": net_drops,
-                            "observer_bound": observer_bound, "state": states, "reasons": reasons}, index=w.index)
+                            "observer_bound": observer_bound, "state": states, "reasons": reasons,
+                            "episode": [e["kind"] if e else None for e in episode_of],
+                            "held": [e["held"] if e else 0.0 for e in episode_of]}, index=w.index)
     return pd.concat([w.drop(columns=[c for c in signals.columns if c in w]), signals], axis=1)
 
 
@@ -225,18 +309,68 @@ def _outside_steps(window_ns: int, steps: list[dict]) -> str:
     return at
 
 
+def _clock(ns: int) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ns / 1e9))
+
+
+def _stalls(a: pd.DataFrame, window_ns: int, gaps: list[dict]) -> list[dict]:
+    """The stalls that drained, from the assessed windows: their interval and the events they held. Where the run's
+    gaps (``streaming.gaps``: receive silences, ns edges) lie within a stall's windows, its interval is theirs and
+    ``held`` the most in flight at their start; else the window edges and the deficit at a window's end."""
+    out: list[dict] = []
+    rows = a[a["episode"] == "stall"]
+    for t, held in zip(rows["window_ns"].tolist(), rows["held"].tolist()):
+        if out and t == out[-1]["end_ns"]:
+            out[-1]["end_ns"] = t + window_ns
+            out[-1]["held"] = max(out[-1]["held"], int(held))
+        else:
+            out.append({"start_ns": int(t), "end_ns": int(t + window_ns), "held": int(held)})
+    for s in out:
+        inside = [g for g in gaps if g["end_ns"] > s["start_ns"] and g["start_ns"] < s["end_ns"]]
+        if inside:
+            s.update(start_ns=int(min(g["start_ns"] for g in inside)), end_ns=int(max(g["end_ns"] for g in inside)),
+                     held=max(s["held"], *(int(g.get("in_flight") or 0) for g in inside)))
+    return out
+
+
+def _outage(lost: pd.DataFrame, steps: list[dict], first_ns: int, outages: list[dict]) -> str:
+    """One sentence on flightwatch's own telemetry outage: when (seconds into the run), why, windows not judged."""
+    if lost.empty:
+        return ""
+    start = steps[0]["start_ns"] if steps else first_ns
+    at_ns = int(lost["window_ns"].iloc[0])
+    why = "lost its data" if not outages else {"deleted": "lost the topic"}.get(
+        str(outages[0].get("reason")), "restarted empty" if "recreated" in str(outages[0].get("reason")) else
+        f"lost records ({outages[0].get('reason')})")
+    n = len(lost)
+    return (f"flightwatch's telemetry broker {why} at {max(at_ns - start, 0) / 1e9:.0f} s: {n} window{'s' if n > 1 else ''} "
+            "incomplete, not judged")
+
+
 def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, step_figures=None,
-            latency_bound_us: float = DEFAULT_LATENCY_BOUND_US) -> output.Verdict:
-    """The run's verdict: current state, where saturation began (with evidence), per-step profile and knee.
+            latency_bound_us: float = DEFAULT_LATENCY_BOUND_US, outages: list[dict] | None = None,
+            gaps: list[dict] | None = None) -> output.Verdict:
+    """The run's verdict: its state (the one its message opens with), where saturation began (with evidence), the
+    stalls that drained, flightwatch's own telemetry outages, per-step profile and knee.
 
     ``step_figures(start_ns, end_ns)`` gives exact figures over a step (counts and merged percentiles);
-    without it the step table is built from the windows.
+    without it the step table is built from the windows. ``outages``: the run's telemetry resets (``at_ns``,
+    ``reason``), to name them; ``gaps``: its receive silences (``start_ns``, ``end_ns``, ``in_flight``), to give a
+    stall its exact interval.
     """
-    a = assess_windows(w, steps, window_ns)
-    out: output.Verdict = {"state": "ok" if a.empty else a["state"].iloc[-1], "saturated_at": None, "knee": None, "steps": [],
-           "message": "no settled windows yet" if a.empty else "", "latency_bound_us": latency_bound_us}
-    if a.empty:
+    everything = assess_windows(w, steps, window_ns)
+    out: output.Verdict = {"state": "ok", "saturated_at": None, "knee": None, "steps": [], "stalls": [],
+                           "message": "no settled windows yet" if everything.empty else "", "latency_bound_us": latency_bound_us}
+    if everything.empty:
         return out
+    lost = everything["state"] == INCOMPLETE
+    a = everything[~lost].reset_index(drop=True)
+    out["telemetry_incomplete_windows"] = int(lost.sum())
+    outage = _outage(everything[lost], steps, everything["window_ns"].iloc[0], outages or [])
+    if a.empty:
+        out.update(state=INCOMPLETE, message=f"{INCOMPLETE}: {outage}")
+        return out
+    out["stalls"] = _stalls(a, window_ns, gaps or [])
     sat = (a["state"] == "saturated").to_numpy()
     run = np.convolve(sat.astype(int), np.ones(CONFIRM_WINDOWS, int), "valid") == CONFIRM_WINDOWS
     first = int(np.flatnonzero(run)[0]) if run.any() else None
@@ -257,7 +391,17 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
         out["message"] = "loadgen-bound: " + ", ".join(lb["reasons"]) + " (the generator, not the SUT, is the limit)"
         out["loadgen_bound_at"] = {"window_ns": int(lb["window_ns"]), "step": int(lb["step"]) + 1 if lb["step"] >= 0 else None}
     else:
-        out["message"] = {"ok": "ok", "degrading": "degrading: " + ", ".join(a["reasons"].iloc[-1])}.get(out["state"], out["state"])
+        now = a["state"].iloc[-1]
+        out["message"] = "degrading: " + ", ".join(a["reasons"].iloc[-1]) if now == "degrading" else "ok"
+    out["state"] = next((s for s in ("saturated", "observer-bound", "loadgen-bound", "degrading", "ok")
+                         if out["message"].startswith(s)), "ok")  # the state is what the message says
+    if out["stalls"]:
+        st = out["stalls"]
+        out["message"] += (f"; {len(st)} stall{'s' if len(st) > 1 else ''} that drained (the SUT paused and caught up): "
+                           + ", ".join(f"{_clock(s['start_ns'])} for {(s['end_ns'] - s['start_ns']) / 1e9:.1f} s, "
+                                       f"{s['held']:,} events held" for s in st[:3]) + (", ..." if len(st) > 3 else ""))
+    if outage:
+        out["message"] += f"; {outage}"
     observer = a[a["state"] == "observer-bound"]
     out["observer_bound_windows"] = int(len(observer))
     if len(observer) >= CONFIRM_WINDOWS:

@@ -80,7 +80,8 @@ def live_view(view: data.RunView, live: bool, log_latency: bool) -> None:
     banner = data.saturation(view)
     if banner:
         state, message = banner
-        (st.error if state == "saturated" else st.warning)(f"{state.upper()}: {data.plain(message)}")
+        show = st.error if state == "saturated" else st.info if state == "ok" else st.warning
+        show(data.plain(message) if state == "ok" else f"{state.upper()}: {data.plain(message)}")
     for note in data.integrity_notes(view):
         st.warning(note)
     tiles(view, live)

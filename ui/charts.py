@@ -12,6 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from core.output import TELEMETRY_INCOMPLETE
 from ui.data import RunView, node_series
 
 COLORS = {"sent": "#1f77b4", "received": "#2ca02c", "errors": "#d62728", "p50": "#9467bd", "p90": "#8c564b",
@@ -35,8 +36,34 @@ def _ms(series):
     return None if series is None else series / 1000.0
 
 
+INCOMPLETE_COLOR = "#6a3d9a"
+
+
+def _spans(window_ns, length_ns: int) -> list[tuple[int, int]]:
+    """Consecutive windows as (start, end) spans."""
+    out: list[tuple[int, int]] = []
+    for t in sorted(int(x) for x in window_ns):
+        if out and t <= out[-1][1]:
+            out[-1] = (out[-1][0], t + length_ns)
+        else:
+            out.append((t, t + length_ns))
+    return out
+
+
 def add_markers(fig: go.Figure, view: RunView) -> None:
-    """OOM kills (dashed lines), gaps (shaded) and pace steps (dotted), across every panel."""
+    """OOM kills (dashed lines), gaps (shaded), windows flightwatch's own telemetry outage left incomplete (shaded
+    apart: not the SUT's) and pace steps (dotted), across every panel."""
+    w = view.windows
+    if TELEMETRY_INCOMPLETE in w and len(w):
+        lost = w.loc[w[TELEMETRY_INCOMPLETE].fillna(0) > 0, "window_ns"].to_numpy()
+        for start, end in _spans(lost, view.window_ns):
+            x0, x1 = view.t(start), view.t(end)
+            fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1, fillcolor=INCOMPLETE_COLOR,
+                          opacity=0.15, line_width=0, layer="below")
+            fig.add_annotation(x=(x0 + x1) / 2, xref="x", yref="paper", y=0.95, yanchor="top",
+                               text="telemetry incomplete", showarrow=False, font=dict(size=11, color=INCOMPLETE_COLOR),
+                               hovertext="flightwatch's own telemetry lost records here (its broker restarted): "
+                                         "not judged, not the SUT's")
     for g in view.gaps:
         x0, x1 = view.t(g["start_ns"]), view.t(g["end_ns"])
         fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1, fillcolor="#888", opacity=0.18,

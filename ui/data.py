@@ -239,8 +239,10 @@ def saturation(view: RunView) -> tuple[str, str] | None:
         return "observer-bound", v["message"]
     if v.get("loadgen_bound_at"):
         return "loadgen-bound", v["message"]
-    if v.get("state") == "degrading":
-        return "degrading", v["message"]
+    if v.get("state") in ("degrading", "telemetry-incomplete"):
+        return v["state"], v["message"]
+    if v.get("telemetry_incomplete_windows") or v.get("stalls"):  # ok, with flightwatch's outage or a stall named
+        return "ok", v["message"]
     return None
 
 
