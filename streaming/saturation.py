@@ -16,10 +16,12 @@ so a receive still on its way to the job is not mistaken for a loss):
 
 A *shortfall* is a window with ratio < 0.9, a growing backlog or a gap. Consecutive shortfall windows are one
 episode, judged by whether it drains: once it is over, the events it held are delivered within ``DRAIN_WINDOWS``
-(the deficit it built is gone). An episode that drains is a *stall* (the SUT paused and caught up: its windows are
-``degrading``, and the verdict lists the stall with its interval and the events it held), never saturation. One that
-does not is saturation; while one is still open, a shortfall with deliveries going on counts as saturation at once,
-and a silence (a gap) only once it has lasted ``STALL_LIMIT_WINDOWS`` (a SUT that stopped delivering for good).
+(the deficit it built is gone) and none of its sends was lost or failed. An episode that drains is a *stall* (the SUT
+paused and caught up: its windows are ``degrading``, and the verdict lists the stall with its interval and the events
+it held), never saturation. One that does not is saturation (a SUT that crashed and lost what it held), and so is one
+that lasts ``STALL_LIMIT_WINDOWS`` or more, drained or not (received/sent stayed low for seconds: an outage, as a
+SUT broker killed and restarted gives). While one is still open, a shortfall with deliveries going on counts as
+saturation at once, and a silence (a gap) once it has lasted ``STALL_LIMIT_WINDOWS``.
 
 States, worst first: ``saturated``, ``loadgen-bound`` (the generator falls short of its schedule while the SUT keeps
 up), ``observer-bound`` (flightwatch's own CPU is the limit: whatever else the window shows, it is not blamed on the
@@ -55,8 +57,8 @@ DRAIN_WINDOWS = 5
 """An episode of shortfall drains when its deficit is gone within this many windows after it."""
 DRAIN_SLACK = 0.1
 """Drained: the deficit (sent - received since the episode began) is at most this share of a window's sends."""
-STALL_LIMIT_WINDOWS = 10
-"""A silence (no deliveries while sending) still open after this many windows is saturation, not a stall."""
+STALL_LIMIT_WINDOWS = 5
+"""A shortfall this many windows long is saturation, not a stall, even if it drains afterwards."""
 INCOMPLETE = "telemetry-incomplete"
 BACKLOG_SECONDS = 0.5
 """A backlog counts once more than half a second of sends is in flight (start-up fills the pipe)."""
@@ -112,17 +114,20 @@ def step_of(window_ns: np.ndarray, steps: list[dict], length_ns: int = 1_000_000
     return idx
 
 
-def episodes(short: np.ndarray, gap: np.ndarray, sent: np.ndarray, recv: np.ndarray) -> list[dict]:
+def episodes(short: np.ndarray, gap: np.ndarray, sent: np.ndarray, recv: np.ndarray,
+             lost: np.ndarray | None = None) -> list[dict]:
     """The episodes of consecutive shortfall windows (indices ``first``..``last``), each judged:
 
-    ``stall``      it drained: within ``DRAIN_WINDOWS`` after it, the deficit it built was delivered
-    ``saturated``  it did not drain, though ``DRAIN_WINDOWS`` followed; or, still open, deliveries went on short
-                   (no gap) for ``CONFIRM_WINDOWS``, or a silence lasted ``STALL_LIMIT_WINDOWS``
+    ``stall``      it drained: within ``DRAIN_WINDOWS`` after it, the deficit it built was delivered, and none of
+                   its sends was ``lost`` (dropped or failed, by send window)
+    ``saturated``  it lasted ``STALL_LIMIT_WINDOWS``; it lost sends; it did not drain, though ``DRAIN_WINDOWS``
+                   followed; or, still open, deliveries went on short (no gap) for ``CONFIRM_WINDOWS``
     ``open``       too soon to tell (an open silence, or a shortfall of one window)
 
-    with ``held``: the largest deficit (events sent and not yet received) it built, and ``drained_at``."""
+    with ``held``: the largest deficit (events sent and not yet received) it built, ``lost`` and ``drained_at``."""
     out = []
     n = len(short)
+    lost = np.zeros(n) if lost is None else np.nan_to_num(np.asarray(lost, float))
     k = 0
     while k < n:
         if not short[k]:
@@ -140,15 +145,16 @@ def episodes(short: np.ndarray, gap: np.ndarray, sent: np.ndarray, recv: np.ndar
                 drained_at = j
                 break
         length, silent = last - first + 1, bool(gap[first:last + 1].any())
-        if drained_at is not None:
-            kind = "stall"
+        num_lost = float(lost[first:(last if drained_at is None else drained_at) + 1].sum())
+        if length >= STALL_LIMIT_WINDOWS:
+            kind = "saturated"  # short for seconds: an outage, even one it caught up from
+        elif drained_at is not None:
+            kind = "stall" if num_lost == 0 else "saturated"  # caught up, but lost or failed sends: not a pause
         elif n - 1 - last >= DRAIN_WINDOWS:
             kind = "saturated"
-        elif silent:
-            kind = "saturated" if length >= STALL_LIMIT_WINDOWS else "open"
         else:
-            kind = "saturated" if length >= CONFIRM_WINDOWS else "open"
-        out.append({"first": first, "last": last, "kind": kind, "held": held, "drained_at": drained_at})
+            kind = "saturated" if length >= CONFIRM_WINDOWS and not silent else "open"
+        out.append({"first": first, "last": last, "kind": kind, "held": held, "lost": num_lost, "drained_at": drained_at})
     return out
 
 
@@ -216,8 +222,9 @@ def assess_complete(w: pd.DataFrame, steps: list[dict], window_ns: int) -> pd.Da
     gap_col = w["gap"].fillna(False).to_numpy(bool) if "gap" in w else np.zeros(n, bool)
     oom = w[output.OOM_KILLS].fillna(0).to_numpy() if output.OOM_KILLS in w else np.zeros(n)
     short = (ratio < SATURATED_RATIO) | grown | gap_col
+    lost = sum((w[c].fillna(0).to_numpy(float) for c in (output.DROPPED, output.ERRORS) if c in w), np.zeros(n))
     episode_of: list[dict | None] = [None] * n
-    for e in episodes(short, gap_col, sent, recv):
+    for e in episodes(short, gap_col, sent, recv, lost):
         for k in range(e["first"], e["last"] + 1):
             episode_of[k] = e
     states, reasons = [], []
@@ -228,6 +235,8 @@ def assess_complete(w: pd.DataFrame, steps: list[dict], window_ns: int) -> pd.Da
         sat = e is not None and e["kind"] == "saturated"
         if e is not None and e["kind"] == "stall":
             why.append(f"stall: {e['held']:,.0f} events held, drained")
+        elif e is not None and e["lost"] and k == e["first"]:
+            why.append(f"{e['lost']:,.0f} sent in it lost or failed")
         elif e is not None and e["kind"] == "open":
             why.append(f"shortfall: {e['held']:,.0f} events held, not drained yet")
         if ratio[k] < SATURATED_RATIO:
@@ -330,15 +339,22 @@ def _stalls(a: pd.DataFrame, window_ns: int, gaps: list[dict]) -> list[dict]:
         if inside:
             s.update(start_ns=int(min(g["start_ns"] for g in inside)), end_ns=int(max(g["end_ns"] for g in inside)),
                      held=max(s["held"], *(int(g.get("in_flight") or 0) for g in inside)))
-    return out
+    merged: list[dict] = []  # two episodes within one silence (a window between them that looked fine) are one stall
+    for s in sorted(out, key=lambda s: s["start_ns"]):
+        if merged and s["start_ns"] < merged[-1]["end_ns"]:
+            merged[-1].update(end_ns=max(merged[-1]["end_ns"], s["end_ns"]), held=max(merged[-1]["held"], s["held"]))
+        else:
+            merged.append(s)
+    return merged
 
 
 def _outage(lost: pd.DataFrame, steps: list[dict], first_ns: int, outages: list[dict]) -> str:
-    """One sentence on flightwatch's own telemetry outage: when (seconds into the run), why, windows not judged."""
+    """One sentence on flightwatch's own telemetry outage: when (seconds into the run: the reset's hole, else the first
+    incomplete window), why, windows not judged."""
     if lost.empty:
         return ""
     start = steps[0]["start_ns"] if steps else first_ns
-    at_ns = int(lost["window_ns"].iloc[0])
+    at_ns = int(outages[0]["at_ns"]) if outages and outages[0].get("at_ns") else int(lost["window_ns"].iloc[0])
     why = "lost its data" if not outages else {"deleted": "lost the topic"}.get(
         str(outages[0].get("reason")), "restarted empty" if "recreated" in str(outages[0].get("reason")) else
         f"lost records ({outages[0].get('reason')})")

@@ -6,6 +6,7 @@ every message readable afterwards), not at 5,000/s, and cannot be made to do it 
 from __future__ import annotations
 
 from agents.kafka_receiver import ID_HEADER, RUN_HEADER, KafkaReceiver
+from agents.spool import SpoolWriter
 
 
 class _Message:
@@ -42,17 +43,6 @@ class _Consumer:
         return None
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def write_many(self, lines):
-        self.lines.extend(lines)
-
-    def flush(self, timeout):
-        return True
-
-
 def test_offsets_the_broker_never_served_are_counted_once_and_logged_once(tmp_path):
     """Partition 0 serves 0-4, then 10-12 (5-9 never served), then 13 and later 20 (14-19 never served); partition 1
     starts at offset 7 (a log's first offset, as after retention: not a hole). 11 offsets are never served, counted
@@ -61,10 +51,12 @@ def test_offsets_the_broker_never_served_are_counted_once_and_logged_once(tmp_pa
                [_Message(0, o) for o in (10, 11, 12)],
                [_Message(0, 13), _Message(0, 20), _Message(1, 8)]]
     logged: list[str] = []
-    r = KafkaReceiver(_Consumer(batches), _Writer(), "t", str(tmp_path), "receiver-kafka", log=logged.append)
+    spool = SpoolWriter(str(tmp_path / "spool"), segment_bytes=1 << 20)
+    r = KafkaReceiver(_Consumer(batches), spool, "t", str(tmp_path), "receiver-kafka", log=logged.append)
     offsets = {"0": 0, "1": 0}
     got = sum(r.poll_once(offsets) for _ in batches)
     assert got == 5 + 1 + 3 + 3 and r.num_received == got
     assert r.num_skipped == 5 + 6, r.num_skipped
     assert offsets == {"0": 21, "1": 9}
     assert len(logged) == 1 and "offset 10 where 5 was next" in logged[0], logged
+    assert spool.counters() == {"spooled": got, "lost": 0, "over_budget": False}  # each receive record is in the spool

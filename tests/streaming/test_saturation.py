@@ -439,6 +439,25 @@ def test_a_stall_that_never_drains_is_saturation_and_an_open_one_waits():
     assert v["state"] == "saturated" and v["saturated_at"]["window_ns"] == 10 * NS and v["stalls"] == []
     early = saturation.verdict(windows(sent[:16], recv[:16], gap=gap[:16]), steps, NS)  # 13, 14 settled: too soon
     assert early["saturated_at"] is None and early["state"] == "degrading" and "not drained yet" in early["message"]
+    # a SUT broker killed and restarted: the producer delivered what it had buffered once the broker was back (all
+    # caught up), but the 20 events the broker held were lost. A crash, not a pause: saturation (measured: 2,000/s,
+    # 6.9 s without deliveries, 20 dropped)
+    back = recv.copy()
+    back[13] = 2000 * 4 - 20
+    w = windows(sent, back, gap=gap).assign(dropped=0, errors=0)
+    w.loc[11, "dropped"] = 20
+    crash = saturation.verdict(w, steps, NS)
+    assert crash["state"] == "saturated" and crash["stalls"] == [] and crash["saturated_at"]["window_ns"] == 10 * NS
+    assert "20 sent in it lost or failed" in crash["saturated_at"]["evidence"]
+    assert saturation.verdict(w.assign(dropped=0), steps, NS)["stalls"]  # the same without the loss: a stall
+    # a SUT broker killed for 6.9 s that lost nothing (its producer buffered and sent again): drained, but short for
+    # seven windows, an outage: saturation (a stall is shorter than STALL_LIMIT_WINDOWS)
+    long_gap = np.zeros(30, bool)
+    long_gap[10:17] = True
+    outage = recv.copy()
+    outage[10:17], outage[17] = 0, 2000 * 8
+    v = saturation.verdict(windows(sent, outage, gap=long_gap), steps, NS)
+    assert v["state"] == "saturated" and v["saturated_at"]["window_ns"] == 10 * NS and v["stalls"] == []
     silent = np.zeros(30, bool)
     silent[10:] = True
     gone = saturation.verdict(windows(sent, np.where(silent, 0.0, 2000.0), gap=silent), steps, NS)

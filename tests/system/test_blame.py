@@ -1,0 +1,155 @@
+"""Blame goes where it belongs, with real parts end to end: the load generator on the Kafka target, the Kafka receiver
+agent with its spool and shipper, the streaming job on Spark, two Tansu brokers (the telemetry plane's and the SUT's).
+
+flightwatch's own outage (its telemetry broker killed) is never the SUT's latency nor its saturation; a crash of the
+system under test (its broker killed) still is."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from support import ROOT, create_topic, job_command, job_env, telemetry, wait_for_first_batch
+
+from core.procs import free_port, stop_process
+from stack.tansu import start_tansu
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+RATE, SECONDS = 2000, 30
+
+
+def _receiver_count(port: int) -> int:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return int(sum(float(line.split()[-1]) for line in text.splitlines()
+                   if line.startswith("flightwatch_kafka_receiver_events_total")))
+
+
+def _kafka_run(tmp_path, name: str, tel_port: int, sut_bootstrap: str, fault=None) -> tuple[dict, int, list]:
+    """One run of ``RATE``/s for ``SECONDS`` on the Kafka target, the job live: its summary, the receives the receiver
+    counted, and the run's telemetry as written after the run. ``fault(lg)`` runs beside the attack."""
+    d = tmp_path / name
+    d.mkdir()
+    tel = f"127.0.0.1:{tel_port}"
+    topic, sut_topic, run_id = f"tel-{name}", f"sut-{name}", name
+    create_topic(tel, topic)
+    create_topic(sut_bootstrap, sut_topic)
+    metrics_port = free_port()
+    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
+    receiver = subprocess.Popen(
+        [sys.executable, "-m", "agents.receiver", "kafka", "--bootstrap", sut_bootstrap, "--topic", sut_topic,
+         "--telemetry-bootstrap", tel, "--telemetry-topic", topic, "--state-dir", str(d / "rx"),
+         "--metrics-listen", f"127.0.0.1:{metrics_port}"],
+        cwd=ROOT, env=env, stdout=open(d / "receiver.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    job = subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", tel, "--topic", topic, "--checkpoints",
+                                       str(d), "--drop-timeout", "10s"),
+                           cwd=ROOT, env=job_env(), stdout=open(d / "job.log", "w"), stderr=subprocess.STDOUT,
+                           start_new_session=True)
+    try:
+        wait_for_first_batch(tel, topic, run_id, d / run_id / "batches")
+        lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--target",
+                               f"kafka://{sut_bootstrap}/{sut_topic}", "--run", run_id, "--workers", "1", "--out",
+                               str(d / "lg"), "--telemetry-bootstrap", tel, "--telemetry-topic", topic, "--rate",
+                               str(RATE), "--duration", f"{SECONDS}s"],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        t = threading.Thread(target=fault, args=(lg,)) if fault else None
+        if t:
+            t.start()
+        out = lg.communicate(timeout=240)[0]
+        if t:
+            t.join()
+        assert lg.returncode in (0, 1), out[-3000:]
+        assert job.wait(300) == 0, (d / "job.log").read_text()[-3000:]
+        received = _receiver_count(metrics_port)
+        records = telemetry(tel, topic, run_id)
+    finally:
+        for p in (job, receiver):
+            if p.poll() is None:
+                stop_process(p, wait_s=30, group=True)
+    return json.load(open(d / run_id / "summary.json")), received, records
+
+
+def _flight(s: dict) -> dict:
+    return {k: s["latency_us"][k] for k in ("p50", "p99", "max")}
+
+
+def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_saturation(broker, tmp_path):
+    """kill -9 of the telemetry broker 8 s into a 2,000/s Kafka-target attack, started again (empty) 10 s later. The
+    Kafka receiver never waits on telemetry (its receive records go to its disk spool), so flight time is the SUT's:
+    p50 and p99 within 10%, max within 20%, of an undisturbed run of the same schedule. No event is counted as
+    dropped because the broker lost its records, none twice; the verdict is not saturated and names the outage."""
+    tel_port = free_port()
+    tel_broker = start_tansu(tel_port, open(tmp_path / "tel-1.log", "wb"), "flightwatch-tel")
+    state = {"broker": tel_broker}
+
+    def kill_and_restart(lg) -> None:
+        time.sleep(8)
+        os.kill(state["broker"].pid, signal.SIGKILL)  # by its PID: everything it held is gone
+        state["broker"].wait()
+        state["killed_ns"] = time.time_ns()
+        time.sleep(10)
+        state["broker"] = start_tansu(tel_port, open(tmp_path / "tel-2.log", "wb"), "flightwatch-tel")
+        create_topic(f"127.0.0.1:{tel_port}", "tel-outage")
+
+    try:
+        calm, calm_rx, _ = _kafka_run(tmp_path, "calm", tel_port, broker)
+        hit, hit_rx, records = _kafka_run(tmp_path, "outage", tel_port, broker, fault=kill_and_restart)
+    finally:
+        stop_process(state["broker"])
+    recvs = [r for r in records if r["kind"] == "recv"]
+    after = [r for r in recvs if r["at_ns"] > state["killed_ns"]]
+    v = hit["verdict"]
+    print(f"\nundisturbed: flight {_flight(calm)} us, {calm['sent']:,} sent, {calm['received']:,} received, "
+          f"verdict {calm['verdict']['message']!r}\n"
+          f"telemetry broker killed 10 s: flight {_flight(hit)} us, {hit['sent']:,} sent, {hit['received']:,} received, "
+          f"{hit['dropped']} dropped, {hit.get('unaccounted', 0)} unaccounted, receiver counted {hit_rx:,} "
+          f"(undisturbed {calm_rx:,}); {len(after):,} receive records written after the kill; verdict {v['message']!r}")
+    assert calm_rx == calm["sent"] == calm["received"] and calm["dropped"] == 0
+    assert hit_rx >= RATE * SECONDS * 0.98  # the receiver consumed on through the outage
+    # flight time is the SUT's, not flightwatch's outage
+    for k, bound in (("p50", 0.10), ("p99", 0.10), ("max", 0.20)):
+        assert abs(hit["latency_us"][k] - calm["latency_us"][k]) <= bound * calm["latency_us"][k], (k, _flight(hit), _flight(calm))
+    # every receive made while the broker was away reached the new broker, once (identical repeats aside)
+    assert len(after) >= RATE * 9 and len({r["event_id"] for r in after}) == len({(r["event_id"], r["at_ns"]) for r in after})
+    assert hit["duplicates"] == 0 and hit["late"] == 0
+    assert hit["dropped"] == 0  # no false drops: sends whose receive records the broker lost are unaccounted
+    assert hit["telemetry_reset"]
+    assert v["saturated_at"] is None and v["state"] in ("ok", "degrading"), v["message"]
+    assert "flightwatch's telemetry broker" in v["message"] and v["telemetry_incomplete_windows"] >= 1
+
+
+def test_a_killed_sut_broker_is_still_the_suts_saturation(tmp_path):
+    """kill -9 of the SUT broker 8 s into a 2,000/s Kafka-target attack, started again (empty) 6 s later: what it held
+    is lost, sends failed meanwhile. That is the system under test's, and the verdict says saturated."""
+    tel_port, sut_port = free_port(), free_port()
+    tel_broker = start_tansu(tel_port, open(tmp_path / "tel.log", "wb"), "flightwatch-tel")
+    sut = {"broker": start_tansu(sut_port, open(tmp_path / "sut-1.log", "wb"), "flightwatch-sut")}
+    sut_bootstrap = f"127.0.0.1:{sut_port}"
+
+    def kill_and_restart(lg) -> None:
+        time.sleep(8)
+        os.kill(sut["broker"].pid, signal.SIGKILL)
+        sut["broker"].wait()
+        time.sleep(6)
+        sut["broker"] = start_tansu(sut_port, open(tmp_path / "sut-2.log", "wb"), "flightwatch-sut")
+        try:
+            create_topic(sut_bootstrap, "sut-sutcrash")
+        except Exception:  # noqa: BLE001 - a client's metadata request created it already
+            pass
+
+    try:
+        s, _, _ = _kafka_run(tmp_path, "sutcrash", tel_port, sut_bootstrap, fault=kill_and_restart)
+    finally:
+        stop_process(sut["broker"])
+        stop_process(tel_broker)
+    v = s["verdict"]
+    print(f"\nSUT broker killed 6 s: {s['sent']:,} sent, {s['received']:,} received, {s['dropped']:,} dropped, "
+          f"errors {s.get('errors')}; verdict {v['message']!r}")
+    assert v["state"] == "saturated" and v["saturated_at"] is not None, v["message"]
+    assert v["message"].startswith("saturated at step 1 (2,000/s): ")
+    assert s["dropped"] + sum((s.get("errors") or {}).values()) >= RATE  # at least a second of sends lost or failed
