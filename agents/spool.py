@@ -39,6 +39,9 @@ SEGMENT_BYTES = 64 << 20
 BUDGET_BYTES = 2 << 30
 """Disk the spool may hold while the broker is away: ~14M receive records."""
 SUFFIX = ".ndjson"
+SHIPPER_NICE = 10
+"""The shipper lowers its CPU priority by this: catching up after a telemetry outage never takes CPU from the
+receiver that stamps the receive times."""
 
 
 def _segments(spool_dir: str) -> list[int]:
@@ -329,6 +332,7 @@ def main(argv=None) -> int:
         print(f"shipper: error: {problem}", file=sys.stderr)
         return 2
     os.makedirs(a.spool_dir, exist_ok=True)
+    os.nice(SHIPPER_NICE)
     lock = open(os.path.join(a.spool_dir, "shipper.lock"), "w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one shipper per spool: a new one waits for a draining old one
     stopping = []

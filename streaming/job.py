@@ -117,7 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default %(default)s)")
         s.add_argument("--max-offsets-per-trigger", type=int, help="cap on Kafka messages per micro-batch")
         s.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-                       help="extra Kafka client setting (e.g. security_protocol=SASL_SSL); repeatable")
+                       help="extra Kafka client setting, a librdkafka property (e.g. security.protocol=SASL_SSL); "
+                            "repeatable")
+        s.add_argument("--nice", type=int, default=int(os.environ.get("FLIGHTWATCH_JOB_NICE", "5")), metavar="N",
+                       help="lower the job's CPU priority by N (Spark's JVM too): a burst of catching up never takes CPU "
+                            "from the load generator, the receivers or the SUT on a shared node (env "
+                            "FLIGHTWATCH_JOB_NICE; 0 to keep it; default %(default)s)")
         s.add_argument("--silence-timeout", default="60s",
                        help="close a run as aborted when its load generator has written nothing for this long, "
                             "e.g. after a kill -9 (default %(default)s)")
@@ -383,6 +388,9 @@ def main(argv=None) -> int:
             shutil.rmtree(cfg.run_dir, ignore_errors=True)  # a replay starts from a fresh checkpoint
         else:
             check_broker(cfg, a.wait, lambda line: print(f"flightwatch streaming: {line}", flush=True))
+            if not 0 <= a.nice <= 19:
+                raise UsageError(f"--nice {a.nice}: give 0 to 19")
+            os.nice(a.nice)
         cfg = dataclasses.replace(cfg, master=session.given_master() or cfg.master)
         from streaming.executors import check_layout
 

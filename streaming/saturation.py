@@ -128,6 +128,7 @@ def episodes(short: np.ndarray, gap: np.ndarray, sent: np.ndarray, recv: np.ndar
     out = []
     n = len(short)
     lost = np.zeros(n) if lost is None else np.nan_to_num(np.asarray(lost, float))
+    typical = float(np.median(sent[sent > 0])) if (sent > 0).any() else 1.0  # a window's sends, as the run goes
     k = 0
     while k < n:
         if not short[k]:
@@ -139,6 +140,8 @@ def episodes(short: np.ndarray, gap: np.ndarray, sent: np.ndarray, recv: np.ndar
         last = k - 1
         deficit = np.cumsum(sent[first:] - recv[first:])
         held = float(deficit[: last - first + 1].max())
+        if held <= DRAIN_SLACK * typical:
+            continue  # no deficit worth the name (a partial first window, deliveries a moment behind): no episode
         drained_at = None
         for j in range(last + 1, min(last + 1 + DRAIN_WINDOWS, n)):
             if deficit[j - first] <= DRAIN_SLACK * max(sent[j], 1.0):
@@ -168,7 +171,10 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
     if output.SETTLED in w:  # as soon as its records are all in (a receiver that stalls holds this back: then the rule above)
         done |= w[output.SETTLED].fillna(False).to_numpy(bool)
     settled = w.iloc[: int(np.flatnonzero(~done)[0]) if (~done).any() else len(w)]
-    w = settled[settled[output.SENT] > 0].copy()
+    sending = np.flatnonzero(settled[output.SENT].to_numpy() > 0)
+    # from the first window with sends to the last: one where nothing went out in between is the generator held back
+    # (at its in-flight cap while the SUT takes nothing), part of the SUT's episode, not a window to skip
+    w = settled.iloc[sending[0]:sending[-1] + 1].copy() if len(sending) else settled.iloc[:0]
     if w.empty:
         return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
     incomplete = (w[output.TELEMETRY_INCOMPLETE].fillna(0).to_numpy() > 0 if output.TELEMETRY_INCOMPLETE in w
@@ -190,8 +196,9 @@ def assess_complete(w: pd.DataFrame, steps: list[dict], window_ns: int) -> pd.Da
     n = len(w)
     step = step_of(t, steps, window_ns)
     sent, recv = w[output.SENT].to_numpy(float), w[output.RECEIVED].to_numpy(float)
-    # over two windows: a delivery that crosses a window edge is not a loss
-    ratio = (recv + np.concatenate(([0.0], recv[:-1]))) / (sent + np.concatenate(([0.0], sent[:-1])))
+    # over two windows: a delivery that crosses a window edge is not a loss (nothing sent in either: no ratio)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = (recv + np.concatenate(([0.0], recv[:-1]))) / (sent + np.concatenate(([0.0], sent[:-1])))
     inflight = w[output.IN_FLIGHT].to_numpy(float) if output.IN_FLIGHT in w else np.zeros(n)
     grown = np.zeros(n, bool)
     grown[2:] = ((inflight[2:] - inflight[:-2] > 0.1 * sent[2:]) & (inflight[2:] > inflight[1:-1]) & (inflight[1:-1] > inflight[:-2])

@@ -504,3 +504,19 @@ def test_the_verdicts_state_is_the_one_its_message_opens_with(case):
     assert v["message"].startswith(v["state"]), v["message"]
     assert v["state"] == {"stall": "ok", "saturated": "saturated", "loadgen": "loadgen-bound", "observer": "observer-bound",
                           "degrading": "degrading"}[case]
+
+
+def test_windows_where_the_generator_was_held_back_by_a_dead_sut_are_part_of_its_episode():
+    """As measured: the SUT broker killed at 8 s, back at 14 s. The generator reached its in-flight cap and sent
+    nothing for 5 windows (its producer held what it had); the receiver got nothing. Those empty windows are the
+    SUT's outage, not windows to skip: one episode of 7 windows, saturation, with the generator's shortfall named.
+    A tiny shortfall in a partial first window is no episode."""
+    sent = np.array([21] + [2000] * 7 + [1575, 0, 0, 0, 0, 0, 11555, 2870] + [2000] * 14, float)
+    recv = np.array([13] + [2000] * 7 + [599, 0, 0, 0, 0, 0, 0, 15406] + [2000] * 14, float)
+    gap = np.zeros(len(sent), bool)
+    gap[9:15] = True
+    steps = [{"rate": 2000, "start_ns": int(0.99 * NS), "end_ns": int(30.99 * NS)}]
+    v = saturation.verdict(windows(sent, recv, gap=gap), steps, NS)
+    assert v["state"] == "saturated" and v["saturated_at"]["window_ns"] == 8 * NS and v["stalls"] == []
+    assert v["message"].startswith("saturated at step 1 (2,000/s): received/sent 0.73, ")
+    assert v["message"].endswith("loadgen sent 1,575/s of 2,000/s")

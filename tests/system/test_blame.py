@@ -22,6 +22,8 @@ from stack.tansu import start_tansu
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 RATE, SECONDS = 2000, 30
+MAX_NOISE_US = 12_000
+"""How far apart the flight-time max of two undisturbed runs of this test fell (29.8 to 40.3 ms, three runs)."""
 
 
 def _receiver_count(port: int) -> int:
@@ -111,9 +113,13 @@ def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_satur
           f"(undisturbed {calm_rx:,}); {len(after):,} receive records written after the kill; verdict {v['message']!r}")
     assert calm_rx == calm["sent"] == calm["received"] and calm["dropped"] == 0
     assert hit_rx >= RATE * SECONDS * 0.98  # the receiver consumed on through the outage
-    # flight time is the SUT's, not flightwatch's outage
-    for k, bound in (("p50", 0.10), ("p99", 0.10), ("max", 0.20)):
+    # flight time is the SUT's, not flightwatch's outage (before, the receiver stopped consuming: p99 4.9 s, max 5.3 s)
+    for k, bound in (("p50", 0.10), ("p99", 0.10)):
         assert abs(hit["latency_us"][k] - calm["latency_us"][k]) <= bound * calm["latency_us"][k], (k, _flight(hit), _flight(calm))
+    # the max is one event's: three undisturbed runs gave 29.8, 32.2 and 40.3 ms, so two of them differ by up to a third;
+    # within 20%, or within that noise floor (MAX_NOISE_US) of the undisturbed run
+    assert hit["latency_us"]["max"] <= max(1.2 * calm["latency_us"]["max"], calm["latency_us"]["max"] + MAX_NOISE_US), (
+        _flight(hit), _flight(calm))
     # every receive made while the broker was away reached the new broker, once (identical repeats aside)
     assert len(after) >= RATE * 9 and len({r["event_id"] for r in after}) == len({(r["event_id"], r["at_ns"]) for r in after})
     assert hit["duplicates"] == 0 and hit["late"] == 0
@@ -152,4 +158,4 @@ def test_a_killed_sut_broker_is_still_the_suts_saturation(tmp_path):
           f"errors {s.get('errors')}; verdict {v['message']!r}")
     assert v["state"] == "saturated" and v["saturated_at"] is not None, v["message"]
     assert v["message"].startswith("saturated at step 1 (2,000/s): ")
-    assert s["dropped"] + sum((s.get("errors") or {}).values()) >= RATE  # at least a second of sends lost or failed
+    assert s["latency_us"]["max"] >= 5_000_000  # the events the SUT held while it was away
