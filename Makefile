@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 SOAK_ARGS  ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo lint test test-fast bench clean attack deploy undeploy spark-cluster test-faults soak
+.PHONY: help install up down status ui stream replay summary demo lint test test-fast bench clean attack deploy undeploy spark-cluster test-faults soak workday
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -83,6 +83,9 @@ test-fast: install ## the tests that need neither broker nor Spark
 
 soak: up ## 15 minutes at 2,000 events/s through the stack (MINUTES=30 RATE=5000, or SOAK_ARGS); memory of every process, engine state, completeness
 	$(PYTHON) -m bench.soak $(if $(MINUTES),--minutes $(MINUTES)) $(if $(filter command line,$(origin RATE)),--rate $(RATE)) $(SOAK_ARGS)
+
+workday: install ## a day of testing, compressed: make up, 9 attacks over 45 minutes with idle stretches, every process's CPU, memory and logs (SHORT=1: 12 minutes, 3 runs)
+	$(PYTHON) -m bench.workday $(if $(SHORT),--short) $(if $(MINUTES),--minutes $(MINUTES))
 
 bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms
 	$(PYTHON) -m bench.footprint

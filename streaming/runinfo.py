@@ -52,7 +52,10 @@ def pace_steps(events: pd.DataFrame) -> list[dict]:
 def records(events: pd.DataFrame, kind: str, columns: list[str]) -> list[dict]:
     if events.empty:
         return []
-    sel = events[events["kind"] == kind][columns].sort_values("at_ns")
+    sel = events[events["kind"] == kind]
+    if sel.empty:  # a run without such records may lack their columns too
+        return []
+    sel = sel.reindex(columns=columns).sort_values("at_ns")
     return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()} for r in sel.to_dict("records")]
 
 

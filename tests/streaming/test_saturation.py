@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from support import script
 
 from streaming import results, saturation
 
@@ -210,7 +209,7 @@ def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=(), 
                                            "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--clock-listen", "none"],
                                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True))
-        procs.append(subprocess.Popen([sys.executable, script("capacity_relay.py"), str(relay_port),
+        procs.append(subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(relay_port),
                                        f"http://127.0.0.1:{recv_port}/", *relay_args],
                                       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         job_log = open(tmp_path / "job.log", "w")

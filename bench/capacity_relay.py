@@ -1,6 +1,6 @@
 """A system under test of known capacity, for the saturation tests: a CloudEvents relay.
 
-    python tests/capacity_relay.py PORT TARGET_URL [--capacity N] [--delay S] [--hold-at S --hold-for S]
+    python -m bench.capacity_relay PORT TARGET_URL [--capacity N] [--delay S] [--hold-at S --hold-for S]
                                    [--forward-log FILE]
 
 Answers each POST with 202 (after ``--delay`` seconds), queues the event, and forwards the
