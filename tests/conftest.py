@@ -49,7 +49,8 @@ def prometheus(tmp_path_factory):
     node_port, prom_port = free_port(), free_port()
     (d / "prometheus.yml").write_text(prometheus_config(node_port))
     log = open(d / "log", "wb")
-    node = subprocess.Popen([node_bin, f"--web.listen-address=127.0.0.1:{node_port}"], stdout=log, stderr=subprocess.STDOUT)
+    node = subprocess.Popen([node_bin, f"--web.listen-address=127.0.0.1:{node_port}", "--no-collector.systemd"], stdout=log,
+                            stderr=subprocess.STDOUT)
     prom = subprocess.Popen([prom_bin, f"--config.file={d / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{prom_port}",
                              f"--storage.tsdb.path={d / 'data'}"], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{prom_port}"
