@@ -348,8 +348,10 @@ def main(argv=None) -> int:
     logger = logs.setup(f"shipper-{a.agent}")
     topic = TelemetryTopic.for_broker(a.topic, a.bootstrap)
     # a broker away at the start is no error: librdkafka connects when it can, the spool holds the lines meanwhile
-    producer = telemetry_producer(a.bootstrap, **{"linger.ms": 5, "batch.size": 1 << 20, "message.max.bytes": 16 << 20},
-                                  **topic.producer_settings())
+    # every message is delivered or failed within a send's wait (30 s): a send tried again never finds the last
+    # attempt's copies still queued in the client
+    producer = telemetry_producer(a.bootstrap, **{"linger.ms": 5, "batch.size": 1 << 20, "message.max.bytes": 16 << 20,
+                                                  "message.timeout.ms": 25_000, **topic.producer_settings()})
     shipper = Shipper(a.spool_dir, producer, topic, a.agent, log=logs.printer(logger, logs.WARNING))
     from core import metrics
 
