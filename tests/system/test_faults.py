@@ -339,7 +339,9 @@ def test_a_telemetry_broker_that_lost_its_data_is_survived_and_shown(tmp_path, s
     s = json.load(open(tmp_path / run_id / "summary.json"))
     assert s["state"] == "finished"
     (reset,) = s["telemetry_reset"]
-    assert "recreated" in reset["reason"] or "went back" in reset["reason"] or (sliced and "is gone" in reset["reason"])
+    # found as soon as the broker answers: the topic gone (before the test created it again; librdkafka's admin client
+    # gets the restarted broker's answer at once), recreated, or its log gone back
+    assert "recreated" in reset["reason"] or "went back" in reset["reason"] or "is gone" in reset["reason"]
     w = pd.read_parquet(tmp_path / run_id / "windows.parquet").set_index("window_ns")
     flagged = w.index[w["telemetry_incomplete"] > 0]
     # from the earliest send still waiting (drop timeout + watermark delay before the hole) to the hole and one more
