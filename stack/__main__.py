@@ -181,8 +181,12 @@ def up() -> int:
             continue
         if name.endswith("broker"):
             fresh_broker = True
-        elif name == "kafka-receiver" and fresh_broker:  # new in-memory brokers: old positions mean nothing
-            shutil.rmtree(os.path.join(STACK_DIR, "kafka-receiver"), ignore_errors=True)
+        elif name == "kafka-receiver" and fresh_broker:  # new in-memory brokers: old positions mean nothing (its
+            for stale in ("wal", "wal.tmp"):             # spool stays: what it holds is still to be shipped)
+                try:
+                    os.remove(os.path.join(STACK_DIR, "kafka-receiver", stale))
+                except FileNotFoundError:
+                    pass
         log = open(os.path.join(STACK_DIR, f"{name}.log"), "ab")
         env = dict(os.environ, CLUSTER_ID=f"flightwatch-{name}", PYTHONPATH=ROOT)
         if name == "prometheus":
