@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                        help="extra Kafka client setting, a librdkafka property (e.g. security.protocol=SASL_SSL); "
                             "repeatable")
-        s.add_argument("--nice", type=int, default=int(os.environ.get("FLIGHTWATCH_JOB_NICE", "5")), metavar="N",
+        s.add_argument("--nice", type=int, default=os.environ.get("FLIGHTWATCH_JOB_NICE", "5"), metavar="N",
                        help="lower the job's CPU priority by N (Spark's JVM too): a burst of catching up never takes CPU "
                             "from the load generator, the receivers or the SUT on a shared node (env "
                             "FLIGHTWATCH_JOB_NICE; 0 to keep it; default %(default)s)")
@@ -387,9 +387,9 @@ def main(argv=None) -> int:
                 raise UsageError(problem)
             shutil.rmtree(cfg.run_dir, ignore_errors=True)  # a replay starts from a fresh checkpoint
         else:
-            check_broker(cfg, a.wait, lambda line: print(f"flightwatch streaming: {line}", flush=True))
             if not 0 <= a.nice <= 19:
                 raise UsageError(f"--nice {a.nice}: give 0 to 19")
+            check_broker(cfg, a.wait, lambda line: print(f"flightwatch streaming: {line}", flush=True))
             os.nice(a.nice)
         cfg = dataclasses.replace(cfg, master=session.given_master() or cfg.master)
         from streaming.executors import check_layout
