@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from bench.soak import SliceWatch
+from bench.soak import SliceWatch, name_of
 from core.procs import free_port, stop_process
 from core.rundir import CHECKPOINTS, ROOT
 from stack.__main__ import PORTS, STACK_DIR
@@ -135,8 +135,9 @@ class Sampler:
             try:
                 with p.oneshot():
                     t = p.cpu_times()
-                    procs[pid] = {"name": _name(p, self.stack_pids), "cpu_s": t.user + t.system,
-                                  "rss": p.memory_info().rss, "sut": pid in self.sut or _name(p, self.stack_pids) == "sut-broker"}
+                    name = _name(pid, self.stack_pids)
+                    procs[pid] = {"name": name, "cpu_s": t.user + t.system, "rss": p.memory_info().rss,
+                                  "sut": pid in self.sut or name == "sut-broker"}
             except psutil.Error:
                 continue
         logs = {}
@@ -162,20 +163,9 @@ def log_files() -> list[str]:
                       + glob.glob(os.path.join(CHECKPOINTS, "workday-*", "job.log"))))
 
 
-def _name(p: psutil.Process, stack_pids: dict[str, int]) -> str:
-    for name, pid in stack_pids.items():
-        if pid == p.pid:
-            return name
-    try:
-        words = p.cmdline()
-    except psutil.Error:
-        return "?"
-    if "-m" in words and words.index("-m") + 1 < len(words):
-        i = words.index("-m")
-        return " ".join(words[i + 1:i + 3])
-    if words and words[0].endswith("java"):
-        return "spark (JVM)"
-    return os.path.basename(words[0]) if words else "?"
+def _name(pid: int, stack_pids: dict[str, int]) -> str:
+    """The stack's name for one of its processes, else the module or program it runs (``bench.soak.name_of``)."""
+    return next((name for name, p in stack_pids.items() if p == pid), None) or name_of(pid)
 
 
 def attack(step: Step, run_id: str, log) -> dict:

@@ -19,6 +19,14 @@ def kafka_client_config(options: dict) -> dict:
     return cfg
 
 
+def client_config(options: dict) -> dict:
+    """The librdkafka configuration of a client of the source's broker: its bootstrap and ``kafka.<setting>`` options."""
+    from core.kafka_options import librdkafka
+
+    cfg = kafka_client_config(options)
+    return {"bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), **librdkafka(cfg)}
+
+
 WORKER_FETCH_WAIT_MS = 50
 """librdkafka's fetch.wait.max.ms for read tasks: a fetch past the data the planner saw waits at most this."""
 WORKER_QUEUE_KBYTES = 32768
@@ -67,8 +75,6 @@ def _worker_consumer(options: dict, topic: str, partition: int, topic_id: str | 
     """This worker's consumer for ``partition`` of ``topic`` (named in the error if Kafka refuses the settings)."""
     from confluent_kafka import Consumer, KafkaException
 
-    from core.kafka_options import librdkafka
-
     key = _consumer_key(options, topic, partition)
     reading = _CONSUMERS.get(key)
     if reading is not None and topic_id is not None and reading.topic_id not in (None, topic_id):
@@ -77,15 +83,13 @@ def _worker_consumer(options: dict, topic: str, partition: int, topic_id: str | 
     if reading is not None:
         return reading
     _drop_older_slices(key)
-    cfg = kafka_client_config(options)
-    servers = cfg.pop("bootstrap_servers")
-    config = {"bootstrap.servers": ",".join(servers), "group.id": "flightwatch-spark-source",
+    config = {"group.id": "flightwatch-spark-source",
               "enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": False,
               "auto.offset.reset": "earliest",  # a read from 0 of a log that starts later begins at its start
               "fetch.wait.max.ms": WORKER_FETCH_WAIT_MS, "queued.max.messages.kbytes": WORKER_QUEUE_KBYTES,
               "allow.auto.create.topics": False,  # asking about a deleted slice must not create it again
               "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20, "receive.message.max.bytes": 80 << 20,
-              **librdkafka(cfg)}
+              **client_config(options)}
     reading = _Reading(None, topic, partition, topic_id)
     config["error_cb"] = reading.on_error
     try:  # a broker that is away is retried by librdkafka (the read waits up to its deadline); only bad settings fail here
@@ -153,14 +157,11 @@ def topic_state(options: dict, topic: str, topic_id: str | None) -> tuple[str, s
     from confluent_kafka import KafkaError, KafkaException, TopicCollection
     from confluent_kafka.admin import AdminClient
 
-    from core.kafka_options import librdkafka
     from core.slices import NO_TOPIC_CREATION
 
     key = _consumer_key(options, "", 0)[0]
     if key not in _ADMINS:
-        cfg = kafka_client_config(options)
-        _ADMINS[key] = AdminClient({"bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), **NO_TOPIC_CREATION,
-                                    **librdkafka(cfg)})
+        _ADMINS[key] = AdminClient({**NO_TOPIC_CREATION, **client_config(options)})
     try:
         d = _ADMINS[key].describe_topics(TopicCollection([topic]), request_timeout=3)[topic].result(5)
     except KafkaException as e:

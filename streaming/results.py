@@ -46,8 +46,14 @@ def merged_percentiles(run: RunReader | str, hist: str = output.LATENCY, start_n
     return percentile_figures(h["bucket"].to_numpy(), h["count"].to_numpy())
 
 
+def gap_records(events: pd.DataFrame) -> list[dict]:
+    """The run's gaps (``streaming.table.gaps``) as records: start and end ns, duration, events in flight."""
+    return [{"start_ns": int(g.start_ns), "end_ns": int(g.end_ns), "duration_s": float(g.duration_s),
+             "in_flight": int(g.in_flight)} for g in table.gaps(events).itertuples()]
+
+
 def run_verdict(run: RunReader | str, windows: pd.DataFrame, events: pd.DataFrame, hists: pd.DataFrame | None = None,
-                cfg: dict | None = None, percentiles=None) -> output.Verdict:
+                cfg: dict | None = None, percentiles=None, gaps: list[dict] | None = None) -> output.Verdict:
     """The saturation verdict and scalability profile (``streaming.saturation``) with exact per-step figures.
 
     ``percentiles(lo, hi)``: latency percentiles over the windows in [lo, hi) (default: ``merged_percentiles``
@@ -70,8 +76,7 @@ def run_verdict(run: RunReader | str, windows: pd.DataFrame, events: pd.DataFram
         lo, hi = lo - half, hi - half
         return {**saturation.step_counts(counts[(counts.index >= lo) & (counts.index < hi)]), output.LATENCY: percentiles(lo, hi)}
     outages = runinfo.records(events, "reset", ["at_ns", "reason"]) if not events.empty else []
-    gaps = [{"start_ns": int(g.start_ns), "end_ns": int(g.end_ns), "in_flight": int(g.in_flight)}
-            for g in table.gaps(events).itertuples()] if not events.empty else []
+    gaps = gap_records(events) if gaps is None else gaps
     return saturation.verdict(windows, steps, cfg["window_ns"], figures,
                               cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US), outages=outages, gaps=gaps)
 
@@ -97,6 +102,7 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
     incomplete = windows[windows[output.TELEMETRY_INCOMPLETE] > 0][output.WINDOW]
     errors = {c[len(output.ERRORS_BY_CAUSE):]: int(windows[c].sum()) for c in windows.columns if c.startswith(output.ERRORS_BY_CAUSE)}
     events = run.partials("events")
+    gaps = gap_records(events)
     hists = run.partials("hists")
     ooms = runinfo.records(events, "oom", ["at_ns", "source", "where", "count", "victim"] if "victim" in events else
                     ["at_ns", "source", "where", "count"])
@@ -124,9 +130,8 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
         **{name: merged_percentiles(run, name, hists=hists)
            for name in output.HISTS},
         "exemplars": table.exemplar_records(events),
-        "gaps": [{"start_ns": int(g.start_ns), "end_ns": int(g.end_ns), "duration_s": float(g.duration_s),
-                  "in_flight": int(g.in_flight)} for g in table.gaps(events).itertuples()
-                 if not _overlaps(incomplete, g.start_ns, g.end_ns, cfg["window_ns"])],  # a hole in the telemetry
+        # a silence inside a hole in the telemetry is not the SUT's gap
+        "gaps": [g for g in gaps if not _overlaps(incomplete, g["start_ns"], g["end_ns"], cfg["window_ns"])],
         "oom_events": ooms,
         "oom_kills_by_source": by_source,
         "container_restarts": runinfo.records(events, "restart", ["at_ns", "where", "reason", "count"]),
@@ -138,7 +143,8 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
         "windows_incomplete": int(len(incomplete)),
         "trustworthy_fraction": 1 - len(incomplete) / len(windows),
         # while live, the job's own verdict (one detector for the UI, the CLI and CI); at the end, recomputed here
-        "verdict": (live if not finished and (live := run.verdict()) else run_verdict(run, windows, events, hists, cfg)),
+        "verdict": (live if not finished and (live := run.verdict())
+                    else run_verdict(run, windows, events, hists, cfg, gaps=gaps)),
         "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,
         "num_batches": int(len(batches)),
     }

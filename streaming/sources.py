@@ -42,8 +42,8 @@ from streaming.consumers import (  # noqa: F401 - close_worker_consumers: for te
     STALL_CHECK_S,
     _drop_worker_consumer,
     _worker_consumer,
+    client_config,
     close_worker_consumers,
-    kafka_client_config,
     release_worker_consumer,
     topic_id_text,
     topic_state,
@@ -63,8 +63,6 @@ READ_WAIT_S = 600
 resumes from its checkpoint when restarted."""
 HIGHWATER_WAIT_S = 1.0
 """How long the planner waits for every partition's high watermark before using what it has."""
-_PARTITION_EOF = -191
-"""librdkafka's ``KafkaError._PARTITION_EOF``: the consumer reached the partition's end (the event carries no record)."""
 
 class _KafkaPartition(InputPartition):
     def __init__(self, topic: str, partition: int, start: int, end: int, reset: dict | None = None,
@@ -132,15 +130,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         from confluent_kafka import Consumer
 
-        from core.kafka_options import librdkafka
-
-        cfg = kafka_client_config(self.options)
         return Consumer({
-            "bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), "group.id": "flightwatch-spark-planner",
+            "group.id": "flightwatch-spark-planner",
             "enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": True,
             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20, "max.partition.fetch.bytes": 1024,
             "queued.max.messages.kbytes": 64, "logger": logging.getLogger("librdkafka"),
-            **NO_TOPIC_CREATION, **librdkafka(cfg)})  # asking about a deleted slice must not create it again
+            **NO_TOPIC_CREATION, **client_config(self.options)})  # asking about a deleted slice must not create it
 
     def _admin_client(self):
         if self._admin is None:
@@ -148,11 +143,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             from confluent_kafka.admin import AdminClient
 
-            from core.kafka_options import librdkafka
-
-            cfg = kafka_client_config(self.options)
-            self._admin = AdminClient({"bootstrap.servers": ",".join(cfg.pop("bootstrap_servers")), **NO_TOPIC_CREATION,
-                                       "logger": logging.getLogger("librdkafka"), **librdkafka(cfg)})
+            self._admin = AdminClient({**NO_TOPIC_CREATION, "logger": logging.getLogger("librdkafka"),
+                                       **client_config(self.options)})
         return self._admin
 
     def _listing(self) -> dict[str, tuple[str | None, list[int]]] | None:
@@ -183,7 +175,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         consumer is assigned one record before the known end, so the broker answers at once with that record (or the
         partition's end), and the watermark cached from that answer is read. A partition that does not answer there
         (its log is shorter now: a broker that lost its data) is asked again from its last record."""
-        from confluent_kafka import OFFSET_END, TopicPartition
+        from confluent_kafka import OFFSET_END, KafkaError, TopicPartition
 
         pending = {(t, p) for t, (_, parts) in listing.items() for p in parts}
         self._fresh_end = {}
@@ -199,7 +191,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 while pending and time.monotonic() < deadline:
                     for m in c.consume(len(pending), 0.05):
                         k = (m.topic(), m.partition())
-                        if k not in pending or (m.error() is not None and m.error().code() != _PARTITION_EOF):
+                        if k not in pending or (m.error() is not None and m.error().code() != KafkaError._PARTITION_EOF):
                             continue
                         hw = c.get_watermark_offsets(TopicPartition(*k), cached=True)[1]
                         if hw >= 0:
