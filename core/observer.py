@@ -32,13 +32,22 @@ def registry_dir(stack_dir: str | None = None) -> str:
     return os.path.join(stack_dir or STACK_DIR, "observers")
 
 
-def register(role: str, pid: int | None = None, stack_dir: str | None = None) -> str:
-    """Count this process (and its children) as flightwatch's while it lives; the file goes at exit."""
+def register(role: str, pid: int | None = None, stack_dir: str | None = None) -> str | None:
+    """Count this process (and its children) as flightwatch's while it lives; the file goes at exit.
+
+    Nothing is written (None) where no embedded stack can read it: the default stack folder does not exist (no
+    ``make up`` from this install: on Kubernetes, where cAdvisor measures the pods) or cannot be written (a
+    read-only root, an install folder of another user). Accounting never stops the process it accounts for."""
     pid = pid or os.getpid()
-    os.makedirs(registry_dir(stack_dir), exist_ok=True)
+    if stack_dir is None and "FLIGHTWATCH_STACK_DIR" not in os.environ and not os.path.isdir(STACK_DIR):
+        return None
     path = os.path.join(registry_dir(stack_dir), f"{role}-{pid}.pid")
-    with open(path, "w") as f:
-        f.write(str(pid))
+    try:
+        os.makedirs(registry_dir(stack_dir), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(str(pid))
+    except OSError:
+        return None
 
     def _remove() -> None:
         if os.getpid() == pid:  # not from a forked child

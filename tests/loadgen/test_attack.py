@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -423,3 +424,20 @@ def test_the_clients_answers_are_framed_by_llhttp(tmp_path, answer, codes, error
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["requests"] == 100, proc.stderr
     assert report["status_codes"] == codes and report["errors"] == errors, (report["status_codes"], report["errors"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root for a mount namespace")
+def test_runs_from_a_read_only_install(sink, tmp_path):
+    """As in its pod (``readOnlyRootFilesystem``, the install folder another user's): the checkout is mounted read-only
+    in a mount namespace of its own (``unshare -m``) and the attack runs from it, writing only its --out folder. It
+    used to die at start-up creating ``.stack/observers`` under the install folder."""
+    url = sink()
+    env = {k: v for k, v in os.environ.items() if k != "FLIGHTWATCH_STACK_DIR"}
+    cmd = (f"mount --bind {ROOT} {ROOT} && mount -o remount,bind,ro {ROOT} && "
+           f"exec {sys.executable} -m loadgen attack --quiet --rate 500 --duration 2s --target {url} --no-telemetry "
+           f"--out {tmp_path}/out")
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", cmd], cwd=ROOT,
+                          env=dict(env, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["requests"] == report["completed"] == 1000 and report["success_ratio"] == 1.0
