@@ -101,11 +101,13 @@ bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load 
 spark-cluster: install ## a Spark standalone master + SPARK_WORKERS workers on 127.0.0.1:7077 (then: make stream SPARK_MASTER=spark://127.0.0.1:7077)
 	$(PYTHON) -m stack.spark up --workers $(SPARK_WORKERS)
 
-deploy: install ## apply deploy/overlays/OVERLAY to the current Kubernetes cluster, STORAGE_CLASS a ReadWriteMany class (DRY_RUN=1: only print what it would apply)
-	$(PYTHON) -m stack.deploy apply --overlay $(OVERLAY) $(if $(STORAGE_CLASS),--storage-class $(STORAGE_CLASS)) $(if $(DRY_RUN),--dry-run)
+deploy: install ## apply deploy/overlays/OVERLAY to the current Kubernetes cluster, STORAGE_CLASS a ReadWriteMany class (DRY_RUN=1: only print what it would apply; NODE_EXPORTER=1: with our node exporter, for a cluster without one)
+	$(PYTHON) -m stack.deploy apply --overlay $(OVERLAY) $(if $(STORAGE_CLASS),--storage-class $(STORAGE_CLASS)) $(if $(DRY_RUN),--dry-run) \
+	  $(if $(NODE_EXPORTER),--node-exporter)
 
 undeploy: install ## delete what `make deploy` applied (DRY_RUN=1: only print it)
-	$(PYTHON) -m stack.deploy delete --overlay $(OVERLAY) $(if $(STORAGE_CLASS),--storage-class $(STORAGE_CLASS)) $(if $(DRY_RUN),--dry-run)
+	$(PYTHON) -m stack.deploy delete --overlay $(OVERLAY) $(if $(STORAGE_CLASS),--storage-class $(STORAGE_CLASS)) $(if $(DRY_RUN),--dry-run) \
+	  $(if $(NODE_EXPORTER),--node-exporter)
 
 clean: ## remove run folders and the stack's state (not the venv)
 	rm -rf checkpoints/*/ .stack

@@ -154,7 +154,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
     log = log or logs.printer(logs.setup(agent))
     import asyncio
 
-    from agents.spool import SpoolWriter, start_shipper
+    from agents.spool import DRAIN_WAIT_S, SpoolWriter, start_shipper
 
     spool = shipper = None
     if not a.no_telemetry:
@@ -226,7 +226,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
             spool.close()
             shipper.terminate()  # it drains the spool, then exits
             try:
-                shipper.wait(30)
+                shipper.wait(DRAIN_WAIT_S)
             except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
                 pass
     return 0
@@ -289,7 +289,7 @@ def main_kafka(a) -> int:
     from confluent_kafka import Consumer, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from agents.spool import SpoolWriter, start_shipper
+    from agents.spool import DRAIN_WAIT_S, SpoolWriter, start_shipper
     from core.kafka_options import librdkafka
 
     if not 1 <= a.fetch_wait_ms <= 300_000:
@@ -386,7 +386,7 @@ def main_kafka(a) -> int:
     exposed.shared.close()
     shipper.terminate()  # it drains the spool, then exits
     try:
-        shipper.wait(30)
+        shipper.wait(DRAIN_WAIT_S)
     except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
         pass
     return 0

@@ -42,6 +42,10 @@ SUFFIX = ".ndjson"
 SHIPPER_NICE = 10
 """The shipper lowers its CPU priority by this: catching up after a telemetry outage never takes CPU from the
 receiver that stamps the receive times."""
+DRAIN_WAIT_S = 90
+"""A receiver that stops waits this long for its shipper to drain the spool (a send's wait of 30 s, the final flush
+of 10 s, and a backlog's catching up); in a pod the grace period must be longer, or the kubelet kills the shipper
+with unshipped receive records in an emptyDir that goes with the pod."""
 
 
 def _segments(spool_dir: str) -> list[int]:

@@ -56,13 +56,30 @@ def kubectl() -> str:
     return found
 
 
-def render(overlay: str) -> list[dict]:
-    """The overlay's resources, as kustomize builds them."""
+NODE_EXPORTER_COMPONENT = os.path.join(DEPLOY, "components", "node-exporter")
+NODE_EXPORTER_NAMES = ("prometheus-node-exporter", "node-exporter")
+"""The ``app.kubernetes.io/name`` of a cluster's own node exporter pods (kube-prometheus-stack, the
+prometheus-node-exporter chart, OpenShift): flightwatch's Prometheus scrapes those by default."""
+
+
+def render(overlay: str, node_exporter: bool = False) -> list[dict]:
+    """The overlay's resources, as kustomize builds them; with flightwatch's own node exporter if asked (the
+    component ``deploy/components/node-exporter``, for a cluster that runs none)."""
+    import tempfile
+
     import yaml
 
     if overlay not in overlays():
         raise DeployError(f"unknown overlay {overlay!r} (have: {', '.join(overlays())})")
-    r = subprocess.run([kubectl(), "kustomize", os.path.join(DEPLOY, "overlays", overlay)], capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="flightwatch-deploy-") as tmp:
+        root = os.path.join(DEPLOY, "overlays", overlay)
+        if node_exporter:  # the overlay with the component; kustomize takes relative paths only
+            with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
+                yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                                "resources": [os.path.relpath(root, tmp)],
+                                "components": [os.path.relpath(NODE_EXPORTER_COMPONENT, tmp)]}, f)
+            root = tmp
+        r = subprocess.run([kubectl(), "kustomize", root], capture_output=True, text=True)
     if r.returncode != 0:
         raise DeployError(f"kustomize failed for {overlay}: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
     return [d for d in yaml.safe_load_all(r.stdout) if d]
@@ -136,6 +153,8 @@ OPERATOR_HINTS = {
                            "to your overlay)",
     "kafka.strimzi.io/v1beta2": "install Strimzi 0.41-0.51",
     "sparkoperator.k8s.io/v1beta2": "install the Spark operator (kubeflow/spark-operator 2.x, Helm chart spark-operator)",
+    "monitoring.coreos.com/v1": "install the Prometheus Operator (Helm chart kube-prometheus-stack): flightwatch's "
+                                "PodMonitors bring its figures to your Prometheus and Grafana",
 }
 RWO_ONLY_PROVISIONERS = {
     "ebs.csi.aws.com", "kubernetes.io/aws-ebs", "pd.csi.storage.gke.io", "kubernetes.io/gce-pd", "disk.csi.azure.com",
@@ -183,9 +202,10 @@ def _watched(container: dict, env_name: str | None, flag: str | None, own_namesp
     return None if flag else []  # no --namespaces: every namespace; no STRIMZI_NAMESPACE: none it can watch
 
 
-def preflight(kc: str, docs: list[dict], storage_class: str) -> list[str]:
+def preflight(kc: str, docs: list[dict], storage_class: str, node_exporter: bool = False) -> list[str]:
     """What keeps this cluster from running the overlay, a line each: API versions not served, operators that do
-    not watch the namespace, no Spark webhook, a storage class that cannot give a ReadWriteMany claim."""
+    not watch the namespace, no Spark webhook, a storage class that cannot give a ReadWriteMany claim, no node
+    exporter (or a second one asked for)."""
     r = subprocess.run([kc, "version", "--request-timeout=10s", "-o", "json"], capture_output=True, text=True)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["no answer"])[-1]
@@ -215,6 +235,18 @@ def preflight(kc: str, docs: list[dict], storage_class: str) -> list[str]:
     if not any("sparkoperator.k8s.io" in w.get("name", "") for h in hooks for w in h.get("webhooks") or []):
         problems.append("the Spark operator's mutating webhook is not installed: the driver's volumes, environment and "
                         "security context need it (Helm: --set webhook.enable=true)")
+    theirs = [f"{ds['metadata']['namespace']}/{ds['metadata']['name']}"
+              for ds in (_json(kc, "get", "daemonsets", "--all-namespaces") or {}).get("items", [])
+              if ((ds["spec"]["template"].get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/name")
+              in NODE_EXPORTER_NAMES]
+    if not node_exporter and not theirs:
+        problems.append("no node exporter runs in the cluster (no DaemonSet of pods named "
+                        f"{' or '.join(NODE_EXPORTER_NAMES)}): node CPU, memory and drops would be missing; install "
+                        "kube-prometheus-stack or the prometheus-node-exporter chart, or deploy flightwatch's "
+                        "(make deploy NODE_EXPORTER=1)")
+    elif node_exporter and theirs:
+        problems.append(f"the cluster already runs a node exporter ({', '.join(theirs)}): flightwatch uses it; deploy "
+                        "without NODE_EXPORTER=1 (two on a node would count every node series twice)")
     sc = _json(kc, "get", "storageclass", storage_class)
     if sc is None:
         problems.append(f"storage class {storage_class} does not exist: the {CHECKPOINTS_CLAIM} claim would stay Pending "
@@ -235,6 +267,9 @@ def main(argv=None) -> int:
     p.add_argument("--storage-class", default=os.environ.get(STORAGE_ENV),
                    help=f"the ReadWriteMany storage class of the run folders' claim (env {STORAGE_ENV}; required unless "
                         "the overlay sets it)")
+    p.add_argument("--node-exporter", action="store_true", default=os.environ.get("FLIGHTWATCH_NODE_EXPORTER") == "1",
+                   help="also deploy flightwatch's own node exporter (on port 9110), for a cluster that runs none; by "
+                        "default the cluster's is used (env FLIGHTWATCH_NODE_EXPORTER=1)")
     p.add_argument("--crd-dir", default=os.environ.get("FLIGHTWATCH_CRD_DIR"),
                    help="also check the custom resources against the CRD YAML files in this folder")
     try:
@@ -242,7 +277,7 @@ def main(argv=None) -> int:
     except SystemExit as e:
         return 2 if e.code else 0
     try:
-        docs = render(a.overlay)
+        docs = render(a.overlay, a.node_exporter)
         storage_class = set_storage_class(docs, a.storage_class)
         problems = validate(docs, a.crd_dir)
         if problems:
@@ -266,7 +301,7 @@ def main(argv=None) -> int:
             return 0
         kc = kubectl()
         if a.command == "apply":
-            problems = preflight(kc, docs, storage_class)
+            problems = preflight(kc, docs, storage_class, a.node_exporter)
             for line in problems:
                 print(f"deploy: not ready: {line}", file=sys.stderr)
             if problems:

@@ -15,8 +15,9 @@ import sys
 from core.rundir import ROOT as PROJECT_ROOT
 
 LOCAL_ONLY = ("spark.master", "spark.driver.host", "spark.driver.bindAddress", "spark.sql.shuffle.partitions",
-              "spark.executor.memory", "spark.driver.memory", "spark.driver.extraJavaOptions")
-"""What the job sets only for a Spark it starts itself (a cluster's are the cluster's)."""
+              "spark.executor.memory", "spark.driver.memory", "spark.driver.extraJavaOptions", "spark.ui.enabled")
+"""What the job sets only for a Spark it starts itself (a cluster's are the cluster's: its driver's memory is the
+SparkApplication's ``driver.memory``, and its Spark UI stays on, as operators expect to reach it)."""
 
 
 def _defaults_file() -> dict:
@@ -89,6 +90,14 @@ def settings(master: str, run_id: str, command: str, given: dict) -> dict:
         ours["spark.driver.extraJavaOptions"] = java_options
     if "spark.master" in given:  # a cluster's Spark: its own settings
         ours = {k: v for k, v in ours.items() if k not in LOCAL_ONLY}
+        asked = os.environ.get("FLIGHTWATCH_DRIVER_MEMORY")
+        if asked and asked != given.get("spark.driver.memory"):
+            import logging
+
+            logging.getLogger("flightwatch.streaming").warning(
+                "FLIGHTWATCH_DRIVER_MEMORY=%s is not used on a cluster: the driver was started with spark.driver.memory=%s "
+                "(the SparkApplication's driver.memory, or spark-submit --driver-memory)", asked,
+                given.get("spark.driver.memory", "Spark's default, 1g"))
     return {k: v for k, v in ours.items() if k not in given or k == "spark.app.name"}
 
 

@@ -17,27 +17,17 @@ import sys
 
 import pytest
 from support import ROOT
+from support.manifests import WITH_NODE_EXPORTER, by_kind
 
 from stack import deploy
 
 OVERLAYS = deploy.overlays()
-WORKLOADS = ("Deployment", "DaemonSet", "Job")
-
-
-@pytest.fixture(scope="module")
-def rendered() -> dict[str, list[dict]]:
-    return {o: deploy.render(o) for o in OVERLAYS}
-
-
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
 NODE_EXPORTER_NAMESPACE = "flightwatch-node-exporter"
 
 
 def _name(d) -> str:
     return f"{d['kind']}/{d['metadata']['name']}"
-
-
-def by_kind(docs, kind):
-    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
 def pod_specs(docs):
@@ -52,15 +42,17 @@ def test_every_overlay_renders_and_validates(rendered):
         assert deploy.validate(docs, os.environ.get("FLIGHTWATCH_CRD_DIR")) == [], overlay
         kinds = sorted(d["kind"] for d in docs)
         assert {"Namespace", "ConfigMap", "PersistentVolumeClaim", "Kafka", "KafkaNodePool", "KafkaTopic", "SparkApplication",
-                "DaemonSet", "Job", "ClusterRole", "Role"} <= set(kinds), overlay
+                "StatefulSet", "Job", "ClusterRole", "Role", "PodMonitor"} <= set(kinds), overlay
         assert sorted(by_kind(docs, "Deployment")) == ["flightwatch-node-metrics", "flightwatch-prometheus",
                                                        "flightwatch-receiver", "flightwatch-ui"]
+        assert sorted(by_kind(docs, "StatefulSet")) == ["flightwatch-kafka-receiver"]
         placed = {(_name(d), d["metadata"].get("namespace")) for d in docs if d["kind"] not in
                   ("Namespace", "ClusterRole", "ClusterRoleBinding")}
-        # the node exporter (and Prometheus' access to its pods) alone in a namespace of its own
-        assert {n for n, ns in placed if ns != "flightwatch"} == {
-            "DaemonSet/flightwatch-node-exporter", "Role/flightwatch-prometheus", "RoleBinding/flightwatch-prometheus"}, overlay
-        assert {ns for _, ns in placed} == {"flightwatch", NODE_EXPORTER_NAMESPACE}
+        # the cluster's node exporter by default; flightwatch's, when asked, alone in a namespace of its own
+        theirs = overlay != WITH_NODE_EXPORTER
+        assert ("DaemonSet" in kinds) is not theirs, overlay
+        assert {n for n, ns in placed if ns != "flightwatch"} == (set() if theirs else {"DaemonSet/flightwatch-node-exporter"})
+        assert {ns for _, ns in placed} == ({"flightwatch"} if theirs else {"flightwatch", NODE_EXPORTER_NAMESPACE})
         # Strimzi's current API (served from 0.49, the only one from 1.0)
         assert {d["apiVersion"] for d in docs if d["kind"].startswith("Kafka")} == {"kafka.strimzi.io/v1"}, overlay
     # the overlays differ where they should
@@ -150,9 +142,13 @@ def test_security_defaults(rendered):
             if d["kind"] in ("Role", "ClusterRole"):
                 assert all("secrets" not in r["resources"] and "*" not in r["resources"] and "*" not in r["verbs"]
                            for r in d["rules"]), d["metadata"]["name"]
-        # the host-network node exporter listens on the node's address, not on every interface
-        ne = by_kind(docs, "DaemonSet")["flightwatch-node-exporter"]["spec"]["template"]["spec"]
-        assert ne["hostNetwork"] is True and "--web.listen-address=$(NODE_IP):9100" in ne["containers"][0]["args"]
+        # flightwatch's host-network node exporter, when asked for, listens on the node's address, not on every
+        # interface, and off the 9100 of the cluster's own; nothing of flightwatch's takes 9100
+        if overlay == WITH_NODE_EXPORTER:
+            ne = by_kind(docs, "DaemonSet")["flightwatch-node-exporter"]["spec"]["template"]["spec"]
+            assert ne["hostNetwork"] is True and "--web.listen-address=$(NODE_IP):9110" in ne["containers"][0]["args"]
+        assert not [p for _, spec in pod_specs(docs) for c in spec["containers"] for p in c.get("ports", [])
+                    if 9100 in (p.get("containerPort"), p.get("hostPort"))], overlay
 
 
 def test_loadgen_is_an_indexed_job_whose_shards_split_the_rate(rendered):
@@ -230,8 +226,12 @@ def test_deploy_dry_run_and_errors():
     r = _deploy("apply", "--overlay", "small", "--dry-run", "--storage-class", "nfs-client")
     assert r.returncode == 0, r.stderr
     plan = [line for line in r.stderr.splitlines() if line.startswith("would apply: ")]
-    # with the Grafana dashboard's ConfigMap, the node exporter's namespace and the network policies
-    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 38
+    # with the Grafana dashboard's ConfigMap, the PodMonitors and the network policies; no node exporter of ours
+    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 42
+    assert not any("DaemonSet" in line for line in plan)
+    r = _deploy("apply", "--overlay", "small", "--dry-run", "--storage-class", "nfs-client", "--node-exporter")
+    assert r.returncode == 0 and "would apply: apps/v1 DaemonSet/flightwatch-node-exporter (namespace flightwatch-node-exporter)" \
+        in r.stderr.splitlines(), r.stderr
     assert "would apply: sparkoperator.k8s.io/v1beta2 SparkApplication/flightwatch-streaming (namespace flightwatch)" in plan
     assert "storageClassName: nfs-client" in r.stdout
     r = _deploy("delete", "--overlay", "large", "--dry-run", FLIGHTWATCH_STORAGE_CLASS="efs-sc")
@@ -248,7 +248,8 @@ def test_deploy_dry_run_and_errors():
 
 
 READY = {
-    "api_versions": ["v1", "apps/v1", "kafka.strimzi.io/v1", "kafka.strimzi.io/v1beta2", "sparkoperator.k8s.io/v1beta2"],
+    "api_versions": ["v1", "apps/v1", "kafka.strimzi.io/v1", "kafka.strimzi.io/v1beta2", "sparkoperator.k8s.io/v1beta2",
+                     "monitoring.coreos.com/v1"],
     "deployments": [
         {"metadata": {"name": "strimzi-cluster-operator", "namespace": "strimzi"},
          "spec": {"template": {"spec": {"containers": [{"image": "quay.io/strimzi/operator:0.49.0",
@@ -256,6 +257,9 @@ READY = {
         {"metadata": {"name": "spark-operator-controller", "namespace": "spark-operator"},
          "spec": {"template": {"spec": {"containers": [{"image": "ghcr.io/kubeflow/spark-operator/controller:2.2.0",
                                                         "args": ["controller", "start", "--namespaces=flightwatch"]}]}}}}],
+    "daemonsets": [  # kube-prometheus-stack's node exporter
+        {"metadata": {"name": "kps-prometheus-node-exporter", "namespace": "monitoring"},
+         "spec": {"template": {"metadata": {"labels": {"app.kubernetes.io/name": "prometheus-node-exporter"}}}}}],
     "webhooks": [{"webhooks": [{"name": "mutate--v1-pod.sparkoperator.k8s.io"}]}],
     "storage_classes": {"nfs-client": {"provisioner": "cluster.local/nfs-subdir-external-provisioner"},
                         "gp3": {"provisioner": "ebs.csi.aws.com"}},
@@ -279,17 +283,27 @@ def test_deploy_checks_the_cluster_first_and_says_every_problem_in_one_line(tmp_
         {"name": "STRIMZI_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
     fresh["deployments"][1]["spec"]["template"]["spec"]["containers"][0]["args"][2] = "--namespaces=default"
     fresh["webhooks"] = []
+    fresh["api_versions"].remove("monitoring.coreos.com/v1")  # no Prometheus Operator, no node exporter
+    fresh["daemonsets"] = []
     state.write_text(json.dumps(fresh))
     r = _deploy("apply", "--overlay", "small", "--storage-class", "gp3", **env)
     lines = r.stderr.splitlines()
     assert r.returncode == 2 and not (tmp_path / "cluster.json.applied").exists(), r.stderr
-    assert [line.split(":")[1].strip() for line in lines[:-1]] == ["not ready"] * 5 and len(lines) == 6, r.stderr
+    assert [line.split(":")[1].strip() for line in lines[:-1]] == ["not ready"] * 7 and len(lines) == 8, r.stderr
     assert lines[0].startswith("deploy: not ready: kafka.strimzi.io/v1 is not served by the cluster: install Strimzi 0.49")
-    assert "the Strimzi cluster operator does not watch the namespace flightwatch (it watches strimzi)" in lines[1]
-    assert "the Spark operator's controller does not watch the namespace flightwatch (it watches default)" in lines[2]
-    assert "the Spark operator's mutating webhook is not installed" in lines[3]
-    assert "storage class gp3 (ebs.csi.aws.com) gives ReadWriteOnce volumes only" in lines[4]
-    assert lines[5] == "deploy: error: 5 problem(s) with the cluster; nothing applied"
+    assert lines[1].startswith("deploy: not ready: monitoring.coreos.com/v1 is not served by the cluster: install the "
+                               "Prometheus Operator (Helm chart kube-prometheus-stack)")
+    assert "the Strimzi cluster operator does not watch the namespace flightwatch (it watches strimzi)" in lines[2]
+    assert "the Spark operator's controller does not watch the namespace flightwatch (it watches default)" in lines[3]
+    assert "the Spark operator's mutating webhook is not installed" in lines[4]
+    assert "no node exporter runs in the cluster" in lines[5] and "(make deploy NODE_EXPORTER=1)" in lines[5]
+    assert "storage class gp3 (ebs.csi.aws.com) gives ReadWriteOnce volumes only" in lines[6]
+    assert lines[7] == "deploy: error: 7 problem(s) with the cluster; nothing applied"
+    # a node exporter of ours beside the cluster's would count every node series twice: refused
+    state.write_text(json.dumps(READY))
+    r = _deploy("apply", "--overlay", "small", "--storage-class", "nfs-client", "--node-exporter", **env)
+    assert r.returncode == 2 and "the cluster already runs a node exporter (monitoring/kps-prometheus-node-exporter)" \
+        in r.stderr and not (tmp_path / "cluster.json.applied").exists(), r.stderr
     r = _deploy("apply", "--overlay", "small", "--storage-class", "nfs", **env)
     assert "storage class nfs does not exist" in r.stderr and r.returncode == 2
     # a ready cluster: applied, server-side, with the storage class in the claim

@@ -2,9 +2,9 @@
 """A stand-in for kubectl talking to a cluster, for ``stack.deploy``'s checks: no Kubernetes API server runs on
 these machines, so what a cluster would answer is read from the JSON file ``$FAKE_KUBECTL_STATE``:
 
-    {"api_versions": [...], "deployments": [...], "webhooks": [...], "storage_classes": {"name": {...}}}
+    {"api_versions": [...], "deployments": [...], "daemonsets": [...], "webhooks": [...], "storage_classes": {"name": {...}}}
 
-``version``, ``api-versions`` and ``get deployments|mutatingwebhookconfigurations|storageclass NAME -o json`` answer
+``version``, ``api-versions`` and ``get deployments|daemonsets|mutatingwebhookconfigurations|storageclass NAME -o json`` answer
 from it; ``apply``/``delete`` write their command line and stdin to ``$FAKE_KUBECTL_STATE.applied``; ``kustomize``
 runs the real kubectl (``$REAL_KUBECTL``), which needs no cluster.
 """
@@ -23,6 +23,8 @@ elif args[:1] == ["api-versions"]:
     print("\n".join(state["api_versions"]))
 elif args[:2] == ["get", "deployments"]:
     print(json.dumps({"items": state["deployments"]}))
+elif args[:2] == ["get", "daemonsets"]:
+    print(json.dumps({"items": state.get("daemonsets", [])}))
 elif args[:2] == ["get", "mutatingwebhookconfigurations"]:
     print(json.dumps({"items": state["webhooks"]}))
 elif args[:2] == ["get", "storageclass"]:
