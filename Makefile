@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 SOAK_ARGS  ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo lint test test-fast bench clean attack deploy undeploy spark-cluster test-faults soak workday
+.PHONY: help install up down status ui stream replay summary demo lint test test-fast bench clean attack deploy undeploy image spark-cluster test-faults soak workday
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -68,9 +68,10 @@ attack: install ## attack the target (default: the embedded SUT broker, restarte
 	  --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
 	  $(if $(filter command line,$(origin RUN)),--run $(RUN))
 
-lint: install ## the layers (import-linter contracts in pyproject.toml) and ruff
+lint: install ## the layers (import-linter contracts in pyproject.toml), ruff, and the CI workflows (actionlint)
 	$(CURDIR)/.venv/bin/lint-imports --no-cache
 	$(CURDIR)/.venv/bin/ruff check --no-cache .
+	$(CURDIR)/.venv/bin/actionlint .github/workflows/*.yml
 
 test: install lint ## the layers and lint, then the whole test suite (real broker, real Spark)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
@@ -104,6 +105,9 @@ spark-cluster: install ## a Spark standalone master + SPARK_WORKERS workers on 1
 deploy: install ## apply deploy/overlays/OVERLAY to the current Kubernetes cluster, STORAGE_CLASS a ReadWriteMany class (DRY_RUN=1: only print what it would apply; NODE_EXPORTER=1: with our node exporter, for a cluster without one)
 	$(PYTHON) -m stack.deploy apply --overlay $(OVERLAY) $(if $(STORAGE_CLASS),--storage-class $(STORAGE_CLASS)) $(if $(DRY_RUN),--dry-run) \
 	  $(if $(NODE_EXPORTER),--node-exporter)
+
+image: install ## build the two images (deploy/Dockerfile) with docker, podman or buildah, whichever is here (REGISTRY, TAG, PUSH=1)
+	$(PYTHON) -m stack.image $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(TAG),--tag $(TAG)) $(if $(PUSH),--push)
 
 undeploy: install ## delete what `make deploy` applied (DRY_RUN=1: only print it)
 	$(PYTHON) -m stack.deploy delete --overlay $(OVERLAY) $(if $(STORAGE_CLASS),--storage-class $(STORAGE_CLASS)) $(if $(DRY_RUN),--dry-run) \
