@@ -1,19 +1,26 @@
-"""Durations, sizes and addresses as every flightwatch command line spells them: 500ms, 30s, 2m, 1.5s
-(a bare number is seconds); 64MiB, 2GiB, 500KB (a bare number is bytes); HOST:PORT."""
+"""Durations, sizes and addresses as every flightwatch command line spells them: durations as Go's
+time.ParseDuration (vegeta's and k6's) reads them, 500ms, 30s, 1m30s, 2h, 250us (a bare number is seconds);
+64MiB, 2GiB, 500KB (a bare number is bytes); HOST:PORT."""
 from __future__ import annotations
 
 import re
 
-UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m|h)?\s*$")
+UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000,
+            "h": 3_600_000_000_000}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_BARE = re.compile(r"\d+(?:\.\d+)?")
 
 
 def parse_duration_ns(text: str) -> int:
-    """'30s', '500ms', '2m', '1.5s' (a bare number is seconds) to nanoseconds; ValueError otherwise."""
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ValueError(f"bad duration {text!r}: use e.g. 500ms, 30s, 2m")
-    return int(float(m.group(1)) * UNITS_NS[m.group(2) or "s"])
+    """'30s', '500ms', '1m30s', '2h', '250us', '1.5s' (a bare number is seconds) to nanoseconds, as Go's
+    time.ParseDuration (but never negative); ValueError otherwise."""
+    t = str(text).strip()
+    if _BARE.fullmatch(t):
+        return int(float(t) * UNITS_NS["s"])
+    parts = _PART.findall(t)
+    if not t or "".join(n + u for n, u in parts) != t:
+        raise ValueError(f"bad duration {text!r}: use e.g. 500ms, 30s, 1m30s, 2h")
+    return int(sum(float(n) * UNITS_NS[u] for n, u in parts))
 
 
 def duration_text(ns: int) -> str:

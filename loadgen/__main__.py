@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("attack", help="send events at a fixed or paced rate", description="send events at a fixed or paced rate")
     a.add_argument("--rate", help="events per second (constant), e.g. 5000")
     a.add_argument("--pace", help="steps RATE:SECONDS[,...] or a ramp FROM-TO:SECONDS, e.g. 1000:60,1200:60")
-    a.add_argument("--duration", default="60s", help="run length with --rate (default %(default)s)")
+    a.add_argument("--duration", default="60s", help="run length with --rate, as vegeta and k6 write it: 60s, 1m30s, 2h "
+                   "(default %(default)s)")
     a.add_argument("--target", default=os.environ.get("FLIGHTWATCH_TARGET", DEFAULT_TARGET),
                    help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC "
                         "(default %(default)s, the embedded SUT broker)")

@@ -3,10 +3,11 @@
     METRIC OP VALUE[UNIT] [for DURATION]
 
     METRIC  p50 p90 p95 p99 max mean   request latency (ms by default; us, ms, s)
-            success                    share of requests answered 2xx (%, or a ratio)
+            success                    share of requests answered 2xx (99% as a percent, or 0.99 as a ratio)
             errors                     failed requests (count)
             rate                       requests sent per second
-            loss                       events sent but never received (%; flight figures from the
+            loss                       events sent but never received (0.1% or 0.001; a bare 1 or more is
+                                       refused: a percent needs %; flight figures from the
                                        streaming job, so only with --stream and without "for")
     OP      < <= > >=
 
@@ -52,8 +53,15 @@ class Threshold:
             if unit == "%":
                 raise ValueError(f"bad {flag} {text!r}: a latency takes us, ms or s")
             v *= {"us": 1, "ms": 1_000, "s": 1_000_000, None: 1_000}[unit]
-        elif metric in ("success", "loss"):
-            v = v / 100 if unit == "%" or v > 1 else v
+        elif metric in ("success", "loss"):  # a percent says so; a bare number is a ratio, never guessed
+            if unit not in ("%", None):
+                raise ValueError(f"bad {flag} {text!r}: {metric} takes a percent (1%) or a ratio (0.01)")
+            if unit is None and (v > 1 or v == 1 and metric == "loss"):
+                raise ValueError(f"bad {flag} {text!r}: a bare {value} is read as a ratio ({v:g} = {v * 100:g}%); "
+                                 f"write {metric}{op}{value}% for a percent, or a ratio such as {metric}{op}0.01")
+            if unit == "%" and v > 100:
+                raise ValueError(f"bad {flag} {text!r}: a percent is at most 100%")
+            v = v / 100 if unit == "%" else v
         elif unit:
             raise ValueError(f"bad {flag} {text!r}: {metric} takes no unit")
         for_s = 0

@@ -1,6 +1,8 @@
 """Saturation rules on window tables of known shape (pure: no broker, no Spark)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -347,6 +349,10 @@ from loadgen.thresholds import Sustained, Threshold, run_value  # noqa: E402
     ("success<99%", ("success", "<", 0.99, 0)),
     ("success<0.995", ("success", "<", 0.995, 0)),
     ("loss>0.1%", ("loss", ">", 0.001, 0)),
+    ("loss>0.01", ("loss", ">", 0.01, 0)),
+    ("loss>1%", ("loss", ">", 0.01, 0)),
+    ("success<1", ("success", "<", 1.0, 0)),
+    ("p99>1s for 1m30s", ("p99", ">", 1_000_000, 90)),
     ("errors>0 for 5s", ("errors", ">", 0, 5)),
     ("rate<4900", ("rate", "<", 4900, 0)),
 ])
@@ -358,6 +364,17 @@ def test_threshold_syntax(text, expected):
 @pytest.mark.parametrize("text", ["p99", "p99>", "p98>5ms", "rate<5ms", "p99>5ms for soon", "p99>5ms for 0s", "loss>1% for 5s"])
 def test_threshold_refused(text):
     with pytest.raises(ValueError):
+        Threshold.parse(text)
+
+
+@pytest.mark.parametrize("text,why", [
+    ("loss>1", "a bare 1 is read as a ratio (1 = 100%); write loss>1% for a percent, or a ratio such as loss>0.01"),
+    ("loss>5", "a bare 5 is read as a ratio (5 = 500%); write loss>5% for a percent, or a ratio such as loss>0.01"),
+    ("success<99", "a bare 99 is read as a ratio (99 = 9900%); write success<99% for a percent"),
+    ("success<101%", "a percent is at most 100%"),
+    ("loss>1ms", "loss takes a percent (1%) or a ratio (0.01)")])
+def test_ratios_and_percents_are_never_guessed(text, why):
+    with pytest.raises(ValueError, match=re.escape(why)):
         Threshold.parse(text)
 
 
