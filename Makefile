@@ -113,5 +113,5 @@ undeploy: install ## delete what `make deploy` applied (DRY_RUN=1: only print it
 	$(PYTHON) -m stack.deploy delete --overlay $(OVERLAY) $(if $(STORAGE_CLASS),--storage-class $(STORAGE_CLASS)) $(if $(DRY_RUN),--dry-run) \
 	  $(if $(NODE_EXPORTER),--node-exporter)
 
-clean: ## remove run folders and the stack's state (not the venv)
-	rm -rf checkpoints/*/ .stack
+clean: ## remove run folders and the stack's state (not the venv); refused while the stack or a run is up
+	@if test -x $(PYTHON); then $(PYTHON) -m stack clean; else rm -rf checkpoints/*/ .stack; fi

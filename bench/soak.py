@@ -42,7 +42,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from core.procs import stop_process  # noqa: E402
+from core.procs import pid_from_file, stop_process  # noqa: E402
 from core.units import parse_duration_ns  # noqa: E402
 from stack.__main__ import PORTS, STACK_DIR  # noqa: E402
 
@@ -147,7 +147,8 @@ def main(argv=None) -> int:
         ap.error(str(e))
     stack_pids = {}
     for f in glob.glob(os.path.join(STACK_DIR, "*.pid")):
-        stack_pids[os.path.basename(f)[:-4]] = int(open(f).read())
+        if (pid := pid_from_file(f)) is not None:
+            stack_pids[os.path.basename(f)[:-4]] = pid
     if "http-receiver" not in stack_pids:
         print("soak: error: the embedded stack is not running (make up)", file=sys.stderr)
         return 2

@@ -21,6 +21,8 @@ import os
 
 import psutil
 
+from core import procs
+
 STACK_DIR = os.environ.get("FLIGHTWATCH_STACK_DIR",
                            os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".stack"))
 """The embedded stack's folder (PID files, logs); the registry is its ``observers/`` subfolder."""
@@ -44,8 +46,7 @@ def register(role: str, pid: int | None = None, stack_dir: str | None = None) ->
     path = os.path.join(registry_dir(stack_dir), f"{role}-{pid}.pid")
     try:
         os.makedirs(registry_dir(stack_dir), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(str(pid))
+        procs.write_pid_file(path, pid)
     except OSError:
         return None
 
@@ -69,13 +70,10 @@ def roots(stack_dir: str | None = None) -> dict[int, str]:
     for role, path in files:
         if role in NOT_OBSERVER:
             continue
-        try:
-            pid = int(open(path).read().strip())
-        except (OSError, ValueError):
-            continue
-        if psutil.pid_exists(pid):
+        pid = procs.pid_from_file(path)  # the very process recorded, not one that got its PID since
+        if pid is not None:
             out[pid] = role
-        elif os.path.dirname(path) == registry_dir(stack_dir):
+        elif os.path.dirname(path) == registry_dir(stack_dir) and os.path.exists(path):
             try:  # a registered process that died without its atexit (kill -9)
                 os.remove(path)
             except OSError:

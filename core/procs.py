@@ -16,6 +16,31 @@ LOADGEN_METRICS_PORT = 19404
 """Where a streaming job serves its live figures for Prometheus by default (``streaming.metrics``)."""
 
 
+def write_pid_file(path: str, pid: int) -> None:
+    """Record a process as ``PID START-TIME NAME``: enough to tell it, later, from another process that got its PID
+    (after a reboot, or once PIDs wrap)."""
+    import psutil
+
+    p = psutil.Process(pid)
+    with open(path, "w") as f:
+        f.write(f"{pid} {p.create_time():.3f} {p.name()}\n")
+
+
+def pid_from_file(path: str) -> int | None:
+    """The PID a file of ``write_pid_file`` records, if that very process still runs: same PID, same start time,
+    same name; else None (no file, or the PID is another process now: never to be signalled)."""
+    import psutil
+
+    try:
+        pid_text, started, name = open(path).read().split(maxsplit=2)
+        p = psutil.Process(int(pid_text))
+        if abs(p.create_time() - float(started)) < 0.01 and p.name() == name.strip():
+            return p.pid
+    except (OSError, ValueError, psutil.Error):
+        pass
+    return None
+
+
 def port_open(port: int, host: str = HOST) -> bool:
     try:
         socket.create_connection((host, port), timeout=0.5).close()

@@ -2,8 +2,9 @@
 
 Usage:
     python -m stack up       # start what is not running; print every address
-    python -m stack down     # stop exactly what `up` started (by recorded PID)
+    python -m stack down     # stop exactly what `up` started (by recorded PID, start time and name)
     python -m stack status
+    python -m stack clean    # remove the run folders and .stack/, refused while anything of them still runs
     python -m stack renew-sut  # restart the SUT broker empty, with the Kafka receiver (before each attack on it)
 
 Two separate Tansu brokers (Kafka protocol, in-memory): the telemetry plane never shares
@@ -32,8 +33,10 @@ from core.procs import (
     KAFKA_RECEIVER_METRICS_PORT,
     LOADGEN_METRICS_PORT,
     NODE_METRICS_PORT,
+    pid_from_file,
     port_open,
     wait_port,
+    write_pid_file,
 )
 from core.rundir import ROOT
 from stack.tansu import tansu_command
@@ -137,19 +140,19 @@ def _pidfile(name: str) -> str:
 
 
 def _alive(pid: int) -> bool:
+    """Running (an exited process its parent has not reaped yet is not)."""
+    import psutil
+
     try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
 
 
 def recorded_pid(name: str) -> int | None:
-    try:
-        pid = int(open(_pidfile(name)).read().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _alive(pid) else None
+    """The component's PID if the very process `up` started still runs (its PID, start time and name, as
+    recorded); a PID file that names another process now (after a reboot) gives None: nothing is signalled."""
+    return pid_from_file(_pidfile(name))
 
 
 def address(name: str) -> str:
@@ -192,8 +195,7 @@ def up() -> int:
         if name == "prometheus":
             env = {**PROMETHEUS_GO_MEMORY, **env}
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        with open(_pidfile(name), "w") as f:
-            f.write(str(proc.pid))
+        write_pid_file(_pidfile(name), proc.pid)
         ok = wait_port(PORTS[name]) if name not in AGENTS else _stays_up(proc)
         print(f"{name:18} {address(name):28} {'started' if ok else 'FAILED to start'} (pid {proc.pid}, log {STACK_DIR}/{name}.log)")
         failed |= not ok
@@ -220,6 +222,8 @@ def all_components() -> tuple[str, ...]:
 
 def _stop(name: str) -> None:
     pid = recorded_pid(name)
+    if pid is None and os.path.exists(_pidfile(name)):
+        print(f"{name:18} not running (its PID file names no process of ours now: nothing signalled)")
     if pid:
         os.kill(pid, signal.SIGTERM)
         for _ in range(50):
@@ -260,14 +264,34 @@ def status() -> int:
     return 0
 
 
+def clean() -> int:
+    """Remove the run folders and the stack's state, unless something of the stack or a run still uses them."""
+    from core import observer
+
+    running = [f"{name} (pid {pid})" for name in all_components() if (pid := recorded_pid(name))]
+    running += [f"{role} (pid {pid})" for pid, role in observer.roots(STACK_DIR).items() if role not in all_components()]
+    if running:
+        print(f"stack: error: still running: {', '.join(running)}; `make down` (and stop the runs) first: removing "
+              "their state would leave them orphaned", file=sys.stderr)
+        return 2
+    import glob
+
+    from core.rundir import CHECKPOINTS
+
+    for path in glob.glob(os.path.join(CHECKPOINTS, "*", "")) + [STACK_DIR]:
+        shutil.rmtree(path, ignore_errors=True)
+    print(f"removed the run folders ({CHECKPOINTS}) and the stack's state ({STACK_DIR})")
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    actions = {"up": up, "down": down, "status": status, "renew-sut": renew_sut}
+    actions = {"up": up, "down": down, "status": status, "renew-sut": renew_sut, "clean": clean}
     if len(argv) != 1 or argv[0] not in actions:
         if argv and argv[0] in ("-h", "--help"):
             print(__doc__)
             return 0
-        print("usage: python -m stack {up|down|status|renew-sut}", file=sys.stderr)
+        print("usage: python -m stack {up|down|status|renew-sut|clean}", file=sys.stderr)
         return 2
     return actions[argv[0]]()
 

@@ -27,12 +27,12 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
         for _name, key in (("telemetry-broker", "TELEMETRY"), ("sut-broker", "SUT"), ("prometheus", "PROMETHEUS"),
                           ("node-exporter", "NODE_EXPORTER"), ("http-receiver", "RECEIVER"), ("ui", "UI")):
             assert f"127.0.0.1:{ports[key]}" in first.stdout and "started" in first.stdout, first.stdout
-        pids = {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}
+        pids = {p.stem: int(p.read_text().split()[0]) for p in tmp_path.glob("*.pid")}
         assert len(pids) == 8
         assert json.loads((tmp_path / "addresses.json").read_text())["telemetry-broker"] == f"127.0.0.1:{ports['TELEMETRY']}"
         again = stack("up", env)
         assert again.returncode == 0 and again.stdout.count("running") == 8
-        assert {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")} == pids
+        assert {p.stem: int(p.read_text().split()[0]) for p in tmp_path.glob("*.pid")} == pids
         # Prometheus scrapes the node exporter on loopback (1 s interval)
         url = f"http://127.0.0.1:{ports['PROMETHEUS']}/api/v1/query?query=node_vmstat_oom_kill"
         deadline = time.monotonic() + 30
@@ -61,7 +61,7 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
         producer.close()
         renewed = stack("renew-sut", env)
         assert renewed.returncode == 0, renewed.stdout + renewed.stderr
-        after = {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}
+        after = {p.stem: int(p.read_text().split()[0]) for p in tmp_path.glob("*.pid")}
         assert {k for k in pids if after[k] != pids[k]} == {"sut-broker", "kafka-receiver"}, (pids, after)
         from confluent_kafka import Consumer, TopicPartition
 
