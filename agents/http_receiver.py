@@ -25,6 +25,10 @@ import httptools
 from core import cloudevents, contract
 
 MAX_HEAD = 64 * 1024
+MAX_FIELDS = 100
+"""Header fields a request may carry (more: 431, as nginx's and Go's servers bound them by count or size)."""
+ONCE = ("host", "ce-id")
+"""Fields a request must not repeat: two Hosts (RFC 9112 3.2: 400), two event IDs (which one is the event?)."""
 MAX_BODY = 16 << 20
 READ_MAX = 256 * 1024
 """The most one read hands over (asyncio's and uvloop's buffer): the head guard's slack."""
@@ -68,11 +72,12 @@ def closing(answer: bytes) -> bytes:
 
 
 class Malformed(ValueError):
-    """Not an HTTP/1.x request this server can frame: answered with ``status``, then the connection is closed."""
+    """Not an HTTP/1.x request this server can frame: answered with ``status``, then the connection is closed;
+    counted under ``label`` (``flightwatch_receiver_malformed_http_total{reason}``)."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, label: str = "unframeable") -> None:
         super().__init__(reason)
-        self.status, self.reason = status, reason
+        self.status, self.reason, self.label = status, reason, label
 
 
 class HttpReceiver:
@@ -85,6 +90,7 @@ class HttpReceiver:
         self.num_received = 0
         self.num_unattributed = 0
         self.num_malformed_http = 0
+        self.malformed: Counter = Counter()  # the same, by reason (Malformed.label)
         self.num_refused = 0        # connections over the cap
         self.timeouts: Counter = Counter()  # requests not complete by their deadline, by part (head, body)
         self.conns: set = set()     # the open connections (``serve`` fills it)
@@ -95,7 +101,8 @@ class HttpReceiver:
     def counters(self) -> dict:
         out = {"agent": self.agent, "requests": self.num_requests, "received": self.num_received,
                "unattributed": self.num_unattributed, "bad": dict(self.bad), "bad_total": sum(self.bad.values()),
-               "malformed_http": self.num_malformed_http, "timeouts": dict(self.timeouts),
+               "malformed_http": self.num_malformed_http, "malformed_by_reason": dict(self.malformed),
+               "timeouts": dict(self.timeouts),
                "refused_connections": self.num_refused, "connections": len(self.conns)}
         if self.spool is not None:
             out["telemetry"] = self.spool.counters()
@@ -109,11 +116,16 @@ class HttpReceiver:
         c = self.counters()
         for name, key, text in (("requests", "requests", "POST requests answered"),
                                 ("events", "received", "events recorded (attributed to a run)"),
-                                ("unattributed", "unattributed", "events without a run ID, not recorded"),
-                                ("malformed_http", "malformed_http", "requests that could not be framed (400/413/431)")):
+                                ("unattributed", "unattributed", "events without a run ID, not recorded")):
             family = CounterMetricFamily(f"flightwatch_receiver_{name}", text, labels=["agent"])
             family.add_metric([self.agent], c[key])
             yield family
+        malformed = CounterMetricFamily("flightwatch_receiver_malformed_http",
+                                        "requests that could not be framed or were ambiguous (400/413/431), by reason",
+                                        labels=["agent", "reason"])
+        for reason, n in c["malformed_by_reason"].items():
+            malformed.add_metric([self.agent, reason], n)
+        yield malformed
         bad = CounterMetricFamily("flightwatch_receiver_bad_requests", "requests answered 400, by reason",
                                   labels=["agent", "reason"])
         for reason, n in c["bad"].items():
@@ -202,11 +214,12 @@ class _Connection(asyncio.Protocol):
 
     llhttp refuses what request smuggling lives on (two Content-Lengths, Content-Length with Transfer-Encoding,
     bare LF, CR/LF/NUL in a field, obs-fold, a chunk size that is not plain hex, an overflowing length): 400.
-    Our limits on top: a head over ``MAX_HEAD`` (431), a body over ``MAX_BODY`` (413), a transfer coding other
-    than chunked (400); deadlines and a connection cap (``Limits``)."""
+    Our limits on top: a head over ``MAX_HEAD`` or more than ``MAX_FIELDS`` fields (431), a body over ``MAX_BODY``
+    (413), a transfer coding other than chunked, Transfer-Encoding on HTTP/1.0, HTTP/1.1 without Host, two Host or
+    two ce-id fields (400); deadlines and a connection cap (``Limits``). Each is counted by reason."""
 
     __slots__ = ("receiver", "conns", "limits", "transport", "parser", "url", "headers", "body", "head_bytes",
-                 "unparsed", "in_head", "last", "ending", "part", "started", "body_size")
+                 "unparsed", "in_head", "last", "ending", "part", "started", "body_size", "fields")
 
     def __init__(self, receiver: HttpReceiver, conns: set, limits: Limits) -> None:
         self.receiver, self.conns, self.limits = receiver, conns, limits
@@ -221,6 +234,7 @@ class _Connection(asyncio.Protocol):
         self.part = IDLE         # the part of a request being read, and since when (monotonic)
         self.started = 0.0
         self.body_size = None    # the body's Content-Length (None: chunked)
+        self.fields = 0          # header fields of the current request
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -279,7 +293,7 @@ class _Connection(asyncio.Protocol):
                     self.part, self.started = HEAD, self.last
                 self.unparsed += len(data)  # at most one read more than the field in progress
                 if self.unparsed > MAX_HEAD + READ_MAX:
-                    raise Malformed(431, "request head too large")
+                    raise Malformed(431, "request head too large", "head_too_large")
             return
         except httptools.HttpParserUpgrade:
             if not self.ending:  # answered already; this server upgrades to nothing
@@ -295,6 +309,7 @@ class _Connection(asyncio.Protocol):
             error = e
         if isinstance(error, Malformed):
             self.receiver.num_malformed_http += 1
+            self.receiver.malformed[error.label] += 1
             answer = response(error.status, error.reason + "\n")
         else:  # a bug of ours: answered 500 and logged
             traceback.print_exception(error)
@@ -308,31 +323,41 @@ class _Connection(asyncio.Protocol):
             self.url += url
             self.head_bytes += len(url)
         else:  # a new request
-            self.url, self.head_bytes, self.unparsed, self.in_head = url, len(url), 0, True
+            self.url, self.head_bytes, self.unparsed, self.in_head, self.fields = url, len(url), 0, True, 0
         if self.head_bytes > MAX_HEAD:
-            raise Malformed(431, "request head too large")
+            raise Malformed(431, "request head too large", "head_too_large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.head_bytes += len(name) + len(value) + 4
         self.unparsed = 0
+        self.fields += 1
         if self.head_bytes > MAX_HEAD:
-            raise Malformed(431, "request head too large")
+            raise Malformed(431, "request head too large", "head_too_large")
+        if self.fields > MAX_FIELDS:
+            raise Malformed(431, f"more than {MAX_FIELDS} header fields", "too_many_fields")
         key = name.decode("latin-1").lower()
         if key not in self.headers:  # the first of repeated ones (llhttp refuses two Content-Lengths)
             # UTF-8; bytes that are not stay as surrogates, which core.cloudevents refuses
             self.headers[key] = value.decode("utf-8", "surrogateescape").strip(" \t")
+        elif key in ONCE:
+            raise Malformed(400, f"two {key} fields", f"two_{key.replace('-', '_')}")
 
     def on_headers_complete(self) -> None:
         self.in_head = False
         self.part, self.started = BODY, self.last
-        if self.parser.get_http_version() not in ("1.1", "1.0"):  # llhttp takes "POST /" as HTTP/0.9
-            raise Malformed(400, "not an HTTP/1.x request")
+        version = self.parser.get_http_version()
+        if version not in ("1.1", "1.0"):  # llhttp takes "POST /" as HTTP/0.9
+            raise Malformed(400, "not an HTTP/1.x request", "not_http1")
         te, cl = self.headers.get("transfer-encoding"), self.headers.get("content-length")
+        if version == "1.1" and "host" not in self.headers:  # RFC 9112 3.2: a server must answer 400
+            raise Malformed(400, "no Host field (HTTP/1.1)", "no_host")
+        if version == "1.0" and te is not None:  # RFC 9112 6.1: HTTP/1.0 has no chunked framing; treat as faulty
+            raise Malformed(400, "Transfer-Encoding in an HTTP/1.0 request", "http10_transfer_encoding")
         if te is not None and te.lower() != "chunked":
-            raise Malformed(400, "unsupported transfer-encoding")
+            raise Malformed(400, "unsupported transfer-encoding", "transfer_encoding")
         self.body_size = None if cl is None else int(cl)  # llhttp has checked it is digits and no overflow
         if self.body_size is not None and self.body_size > MAX_BODY:
-            raise Malformed(413, "body too large")
+            raise Malformed(413, "body too large", "body_too_large")
         if self.headers.get("expect", "").lower() == "100-continue" and (te is not None or cl not in (None, "0")):
             self.transport.write(CONTINUE)
 
@@ -342,7 +367,7 @@ class _Connection(asyncio.Protocol):
         else:
             self.body = (self.body if isinstance(self.body, bytearray) else bytearray(self.body)) + body
         if len(self.body) > MAX_BODY:
-            raise Malformed(413, "body too large")
+            raise Malformed(413, "body too large", "body_too_large")
 
     def on_message_complete(self) -> None:
         if self.ending:

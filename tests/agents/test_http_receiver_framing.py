@@ -114,14 +114,14 @@ def test_http_framing_keep_alive_pipelining_chunked_and_limits():
         # three pipelined requests, sent one byte at a time, on one keep-alive connection
         assert _statuses(_exchange(port, post("p1") + post("p2") + post("p3", b""), pieces=400)) == [202, 202, 202]
         # chunked body with an extension and a trailer; then a Content-Length one on the same connection
-        chunked = (b"POST / HTTP/1.1\r\nce-id: c1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        chunked = (b"POST / HTTP/1.1\r\nHost: r\r\nce-id: c1\r\nTransfer-Encoding: chunked\r\n\r\n"
                    b"3;ext=1\r\nabc\r\n10\r\n" + b"x" * 16 + b"\r\n0\r\nX-Trailer: t\r\n\r\n")
         assert _statuses(_exchange(port, chunked + post("c2"), pieces=7)) == [202, 202]
-        many = b"POST / HTTP/1.1\r\nce-id: c3\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 20_000 + b"0\r\n\r\n"
+        many = b"POST / HTTP/1.1\r\nHost: r\r\nce-id: c3\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 20_000 + b"0\r\n\r\n"
         assert _statuses(_exchange(port, many, pieces=200, read_s=5)) == [202]  # read on as it comes: not quadratic
         # Expect: 100-continue is answered before the body is sent
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"POST / HTTP/1.1\r\nce-id: e1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
+            s.sendall(b"POST / HTTP/1.1\r\nHost: r\r\nce-id: e1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
             assert s.recv(1024).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
             s.sendall(b"data")
             assert s.recv(1024).startswith(b"HTTP/1.1 202 ")
@@ -131,17 +131,17 @@ def test_http_framing_keep_alive_pipelining_chunked_and_limits():
         assert _statuses(closing) == [202] and b"\r\nConnection: close\r\n" in closing
         # a request that cannot be framed: answered, counted as malformed HTTP, the connection closed
         for raw, status in [(b"\x00\x01 garbage\r\n\r\n", 400),
-                            (b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n", 400),
-                            (b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-                            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
-                            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n", 400),
-                            (b"POST / HTTP/1.1\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n", 431),
-                            (b"POST / HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n", 413)]:
+                            (b"POST / HTTP/1.1\r\nHost: r\r\nContent-Length: -5\r\n\r\n", 400),
+                            (b"POST / HTTP/1.1\r\nHost: r\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+                            (b"POST / HTTP/1.1\r\nHost: r\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+                            (b"POST / HTTP/1.1\r\nHost: r\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n", 400),
+                            (b"POST / HTTP/1.1\r\nHost: r\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n", 431),
+                            (b"POST / HTTP/1.1\r\nHost: r\r\nContent-Length: 999999999\r\n\r\n", 413)]:
             assert _statuses(_exchange(port, raw + post("never"), pieces=3)) == [status], raw[:60]
         # a request cut short by the client is not a request: nothing answered, nothing counted
         assert _exchange(port, post("cut", b"0123456789")[:-4]) == b""
         # GET answers, with a query string too; other methods 405
-        assert _statuses(_exchange(port, b"GET /healthz?x=1 HTTP/1.1\r\n\r\nPUT / HTTP/1.1\r\n\r\n")) == [200, 405]
+        assert _statuses(_exchange(port, b"GET /healthz?x=1 HTTP/1.1\r\nHost: r\r\n\r\nPUT / HTTP/1.1\r\nHost: r\r\n\r\n")) == [200, 405]
         h = health(port)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             metrics = r.read().decode()
@@ -149,10 +149,12 @@ def test_http_framing_keep_alive_pipelining_chunked_and_limits():
         stop_receiver(proc)
     assert h["received"] == 9 and h["requests"] == 9 and h["bad_total"] == 0, h  # p1-3, c1-3, e1, k1-2
     assert h["malformed_http"] == 7, h
-    assert 'flightwatch_receiver_malformed_http_total{agent="receiver-http"} 7' in metrics
+    by_reason = {m[0]: int(m[1]) for m in re.findall(
+        r'^flightwatch_receiver_malformed_http_total\{agent="receiver-http",reason="(\w+)"\} (\d+)', metrics, re.M)}
+    assert by_reason == {"unframeable": 5, "head_too_large": 1, "body_too_large": 1}, by_reason
 
 
-P = b"POST / HTTP/1.1\r\nce-id: s1\r\n"
+P = b"POST / HTTP/1.1\r\nHost: r\r\nce-id: s1\r\n"
 SMUGGLING = [
     # (what, the bytes, the status it must get); each is sent alone on a fresh connection, then a good request
     ("two Content-Lengths, equal", P + b"Content-Length: 1\r\nContent-Length: 1\r\n\r\nx", 400),
@@ -191,7 +193,15 @@ SMUGGLING = [
     ("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400),
     ("space in the method", b"PO ST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 400),
     ("no version", b"POST /\r\nContent-Length: 0\r\n\r\n", 400),
+    # ambiguous or outside the protocol (RFC 9112 3.2, 6.1; a bound on fields as nginx and Go's servers have)
+    ("HTTP/1.1 without Host", b"POST / HTTP/1.1\r\nce-id: s1\r\nContent-Length: 0\r\n\r\n", 400),
+    ("two Host fields", P + b"Host: other\r\nContent-Length: 0\r\n\r\n", 400),
+    ("HTTP/1.0 with Transfer-Encoding", b"POST / HTTP/1.0\r\nce-id: s1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    ("101 header fields", P + b"".join(b"X-%d: a\r\n" % i for i in range(98)) + b"Content-Length: 0\r\n\r\n", 431),
+    ("two ce-id fields", P + b"ce-id: s2\r\nContent-Length: 0\r\n\r\n", 400),
 ]
+STRICT = {"no_host": 1, "two_host": 1, "http10_transfer_encoding": 1, "too_many_fields": 1, "two_ce_id": 1}
+"""The last five, each counted under its own reason."""
 
 
 @pytest.mark.integration
@@ -206,16 +216,20 @@ def test_malformed_and_smuggling_requests_get_4xx_are_counted_and_never_5xx():
                              "--no-telemetry", "--run", "sm"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     assert wait_port(port, 30), "receiver did not start"
-    smuggled = b"POST / HTTP/1.1\r\nce-id: smuggled\r\nContent-Length: 0\r\n\r\n"
+    smuggled = b"POST / HTTP/1.1\r\nHost: r\r\nce-id: smuggled\r\nContent-Length: 0\r\n\r\n"
     try:
         got = {what: _statuses(_exchange(port, raw + smuggled)) for what, raw, _ in SMUGGLING}
-        good = _statuses(_exchange(port, b"POST / HTTP/1.1\r\nce-id: after\r\nContent-Length: 0\r\n\r\n"))
+        good = _statuses(_exchange(port, b"POST / HTTP/1.1\r\nHost: r\r\nce-id: after\r\nContent-Length: 0\r\n\r\n"))
+        # 100 fields is the bound, not over it
+        hundred = b"".join(b"X-%d: a\r\n" % i for i in range(97))
+        at_bound = _statuses(_exchange(port, P + hundred + b"Content-Length: 0\r\n\r\n"))
         h = health(port)
     finally:
         stop_receiver(proc)
     wrong = {what: (got[what], status) for what, _, status in SMUGGLING if got[what] != [status]}
     assert not wrong, wrong  # one answer each, the expected one: never a 2xx for the smuggled request, never 5xx
-    assert good == [202] and h["malformed_http"] == len(SMUGGLING) and h["received"] == 1, h
+    assert good == [202] and at_bound == [202] and h["malformed_http"] == len(SMUGGLING) and h["received"] == 2, h
+    assert {k: v for k, v in h["malformed_by_reason"].items() if k in STRICT} == STRICT, h["malformed_by_reason"]
 
 
 def _start_bare_receiver(port, *extra):
@@ -260,7 +274,7 @@ def test_slow_clients_are_closed_at_their_deadline_and_starve_no_one():
             time.sleep(max(0.0, 0.01 - (time.perf_counter() - t0)))
         conn.close()
 
-    head = b"POST / HTTP/1.1\r\nHost: x\r\nce-id: s\r\nce-source: t\r\nce-type: t\r\nce-specversion: 1.0\r\n"
+    head = b"POST / HTTP/1.1\r\nHost: r\r\nHost: x\r\nce-id: s\r\nce-source: t\r\nce-type: t\r\nce-specversion: 1.0\r\n"
 
     async def trickler(in_body: bool):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -320,7 +334,7 @@ def test_connections_over_the_cap_are_answered_503_and_counted():
     try:
         for _ in range(20):
             s = socket.create_connection(("127.0.0.1", port), timeout=5)
-            s.sendall(b"POST / HTTP/1.1\r\n")
+            s.sendall(b"POST / HTTP/1.1\r\nHost: r\r\n")
             held.append(s)
         time.sleep(0.3)
         refused = []
