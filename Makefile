@@ -44,7 +44,7 @@ status: ## what of the embedded stack is running
 
 ui: install ## serve the dashboard on 127.0.0.1:$(UI_PORT) (opens on the live run, else the latest)
 	$(PYTHON) -m streamlit run ui/app.py --server.address 127.0.0.1 --server.port $(UI_PORT) --server.headless true \
-	  --browser.gatherUsageStats false
+	  --browser.gatherUsageStats false --client.toolbarMode viewer
 
 stream: install ## run the streaming job for RUN (results in checkpoints/RUN)
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC)

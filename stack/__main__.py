@@ -93,7 +93,8 @@ def prometheus_config(node_exporter_port: int, flightwatch: dict[str, int] | Non
 def ui_command(port: int) -> list[str]:
     """The dashboard (Streamlit) on 127.0.0.1:port, reading ./checkpoints (FLIGHTWATCH_CHECKPOINTS)."""
     return [sys.executable, "-m", "streamlit", "run", os.path.join(ROOT, "ui", "app.py"), "--server.address", HOST,
-            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--client.toolbarMode", "viewer"]
 
 
 def _ensure_debian(binary: str) -> str | None:

@@ -52,9 +52,14 @@ def current(path: str) -> data.RunView:
 def tiles(view: data.RunView, live: bool) -> None:
     h = data.headline(view, run=reader(view.path))
     cols = st.columns(7)
-    cols[0].metric("rate (sent/s)", f"{h['rate']:,.0f}")
-    cols[1].metric("received/s", f"{h['received_rate']:,.0f}")
-    cols[2].metric("p99 (last 5 s)", data.fmt_us(h["p99_recent_us"]))
+    if h["finished"]:  # the run's own figures, not its last seconds
+        cols[0].metric("rate (run, sent/s)", f"{h['rate']:,.0f}")
+        cols[1].metric("received/s (run)", f"{h['received_rate']:,.0f}")
+        cols[2].metric("p50 (run)", data.fmt_us(h["p50_run_us"]))
+    else:
+        cols[0].metric("rate (sent/s)", f"{h['rate']:,.0f}")
+        cols[1].metric("received/s", f"{h['received_rate']:,.0f}")
+        cols[2].metric("p99 (last 5 s)", data.fmt_us(h["p99_recent_us"]))
     cols[3].metric("p99 (run)", data.fmt_us(h["p99_run_us"]))
     cols[4].metric("loss", data.fmt_ratio(h["loss_ratio"]))
     cols[5].metric("in flight", f"{h['in_flight']:,}")

@@ -208,25 +208,28 @@ def integrity_notes(view: RunView) -> list[str]:
 
 
 def headline(view: RunView, now_ns: int | None = None, run: RunReader | None = None) -> dict:
-    """The tiles: current rate, p99 (last 5 s and run), loss ratio, in flight, elapsed."""
+    """The tiles. While a run goes on: its current rates (the newest complete window), p99 over the last 5 s and
+    over the run, loss, in flight, elapsed. Once it is finished: its own figures instead of its last seconds
+    (rates over the seconds it sent in, p50 and p99 of the run); ``finished`` says which."""
     w = complete(view)
     w = w[w[output.SENT] > 0] if len(w) else w
     last = w.tail(5)
     s = view.summary
+    end_ns = s.get("stopped_at_ns") if view.finished and s.get("stopped_at_ns") else (now_ns or time.time_ns())
+    out = {"finished": view.finished, "p99_run_us": (s.get(output.LATENCY) or {}).get("p99"),
+           "loss_ratio": s.get("loss_ratio"), "elapsed_s": max(0.0, (end_ns - view.t0_ns) / NS),
+           "in_flight": int(view.windows[output.IN_FLIGHT].iloc[-1]) if len(view.windows) else 0}
+    if view.finished:  # the run's own: a last, partial window is not its rate
+        sending_s = len(w) * view.window_ns / NS
+        return {**out, "rate": s.get("sent", 0) / sending_s if sending_s else 0.0,
+                "received_rate": s.get("received", 0) / sending_s if sending_s else 0.0,
+                "p50_run_us": (s.get(output.LATENCY) or {}).get("p50")}
     p99_recent = None
     if len(last):
         p99_recent = results.merged_percentiles(run or view.path, output.LATENCY, int(last[output.WINDOW].min()),
                                                 int(last[output.WINDOW].max()) + view.window_ns)["p99"]
-    end_ns = s.get("stopped_at_ns") if view.finished and s.get("stopped_at_ns") else (now_ns or time.time_ns())
-    return {
-        "rate": float(last[output.SENT].iloc[-1]) if len(last) else 0.0,
-        "received_rate": float(last[output.RECEIVED].iloc[-1]) if len(last) else 0.0,
-        "p99_recent_us": p99_recent,
-        "p99_run_us": (s.get(output.LATENCY) or {}).get("p99"),
-        "loss_ratio": s.get("loss_ratio"),
-        "in_flight": int(view.windows[output.IN_FLIGHT].iloc[-1]) if len(view.windows) else 0,
-        "elapsed_s": max(0.0, (end_ns - view.t0_ns) / NS),
-    }
+    return {**out, "rate": float(last[output.SENT].iloc[-1]) if len(last) else 0.0,
+            "received_rate": float(last[output.RECEIVED].iloc[-1]) if len(last) else 0.0, "p99_recent_us": p99_recent}
 
 
 def saturation(view: RunView) -> tuple[str, str] | None:

@@ -82,6 +82,11 @@ def test_finished_run_shows_the_jobs_figures(app, tmp_path):
     assert not at.exception
     assert metric(at, "p99 (run)") == data.fmt_us(summary["latency_us"]["p99"])
     assert metric(at, "loss") == data.fmt_ratio(summary["loss_ratio"])
+    # a finished run's tiles are its own figures, not its last seconds: 200/s over the 20 s it sent in
+    assert metric(at, "rate (run, sent/s)") == f"{summary['sent'] / 20:,.0f}" == "200"
+    assert metric(at, "received/s (run)") == f"{summary['received'] / 20:,.0f}"
+    assert metric(at, "p50 (run)") == data.fmt_us(summary["latency_us"]["p50"])
+    assert not [m for m in at.metric if m.label in ("rate (sent/s)", "p99 (last 5 s)")]
     text = at.code[0].value
     assert f"Requests      [total, rate]                     {summary['sent']}," in text
     assert re.search(r"Gaps\s+\[count, seconds\]\s+1, 3\.0", text) and re.search(r"OOM kills\s+\[total\]\s+1", text)
@@ -154,10 +159,32 @@ def test_banner_shows_the_detectors_verdict(app, tmp_path):
 
 # --- the real thing: pipeline, server, browser --------------------------------------------------
 
+def test_the_dashboard_runs_with_the_same_settings_wherever_it_is_started():
+    """`make up` (stack.ui_command), `make ui` and the Kubernetes Deployment start Streamlit with the same settings,
+    its toolbar in viewer mode (no developer menu for an operator); only the address and port differ."""
+    import yaml
+
+    from stack.__main__ import ROOT, ui_command
+
+    def settings(args):
+        args = [str(a) for a in args]
+        flags = args[args.index(next(a for a in args if a.endswith("app.py"))) + 1:]
+        return {k: v for k, v in zip(flags[::2], flags[1::2]) if k not in ("--server.address", "--server.port")}
+
+    ours = settings(ui_command(18501))
+    assert ours["--client.toolbarMode"] == "viewer" and ours["--browser.gatherUsageStats"] == "false"
+    makefile = open(os.path.join(ROOT, "Makefile")).read()
+    recipe = re.search(r"^ui:.*\n((?:\t.*\n)+)", makefile, re.M).group(1).replace("\\\n", " ")
+    assert settings(recipe.split()) == ours
+    with open(os.path.join(ROOT, "deploy", "base", "ui.yaml")) as f:
+        pod = next(d for d in yaml.safe_load_all(f) if d and d["kind"] == "Deployment")
+    assert settings(pod["spec"]["template"]["spec"]["containers"][0]["args"]) == ours
+
+
 def start_streamlit(checkpoints, port):
     return subprocess.Popen([sys.executable, "-m", "streamlit", "run", APP, "--server.address", "127.0.0.1", "--server.port",
                              str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
-                             "--server.fileWatcherType", "none"],
+                             "--client.toolbarMode", "viewer", "--server.fileWatcherType", "none"],
                             cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CHECKPOINTS=str(checkpoints)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
