@@ -1,7 +1,8 @@
 """The Kafka receiver: consume a topic of the system under test and record the receive time of every event.
 
 librdkafka's consumer (confluent-kafka). Each consumed record gives a receive record: event ID from the record key (or the ``ce_id``
-header), run ID from the ``fw_run`` header the load generator sets, receive time = when the
+header), run ID from the ``ce_fwrun`` header the load generator sets (or ``fw_run``, as older runs did), receive
+time = when the
 agent saw it.
 
 It never waits on telemetry: receive records go to a disk spool (``agents.spool``) that a shipper process tails into
@@ -164,7 +165,7 @@ class KafkaReceiver:
             headers = m.headers()
             key = m.key()
             event_id = _header(headers, ID_HEADER) or (key.decode("utf-8", "replace") if key else None)
-            run_id = _header(headers, RUN_HEADER)
+            run_id = _header(headers, RUN_HEADER) or _header(headers, cloudevents.LEGACY_KAFKA_RUN_HEADER)
             part, offset = str(m.partition()), m.offset()
             if offset > offsets.get(part, offset) and part in self.positioned:  # not a log's first offset
                 self._skipped(part, offsets[part], offset)

@@ -96,7 +96,9 @@ def raw_produce(bootstrap: str, topic: str, seconds: float, payload: int) -> Non
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": 1, "enable.idempotence": False})
     p.list_topics(topic, timeout=10)
-    value, run, kind = os.urandom(payload), b"bench", b"dev.flightwatch.load"
+    value = os.urandom(payload)
+    tail = [("ce_specversion", b"1.0"), ("ce_source", b"flightwatch/loadgen"), ("ce_type", b"dev.flightwatch.load"),
+            ("ce_fwrun", b"bench"), ("content-type", b"application/octet-stream")]  # the same headers as loadgen's
     acked = [0]
 
     def report(err, _msg) -> None:
@@ -107,7 +109,8 @@ def raw_produce(bootstrap: str, topic: str, seconds: float, payload: int) -> Non
         for _ in range(1000):
             key = b"raw-%d" % k
             try:
-                p.produce(topic, value, key, headers=[("ce_id", key), ("ce_type", kind), ("fw_run", run)], on_delivery=report)
+                p.produce(topic, value, key, headers=[("ce_id", key), ("ce_time", b"2026-11-26T00:00:00.000000Z"),
+                                                     *tail], on_delivery=report)
             except BufferError:
                 p.poll(0.01)
             k += 1

@@ -16,9 +16,12 @@ import json
 
 RUN_ATTRIBUTE = "fwrun"
 """The CloudEvents extension attribute carrying the flightwatch run ID (set by the load generator)."""
-KAFKA_RUN_HEADER = "fw_run"
+KAFKA_RUN_HEADER = "ce_" + RUN_ATTRIBUTE
 KAFKA_ID_HEADER = "ce_id"
-"""On Kafka (the CloudEvents Kafka binding's ``ce_`` headers): the run ID and the event ID (also the record key)."""
+"""On Kafka (the CloudEvents Kafka binding, binary mode: every attribute a ``ce_`` header): the run ID, as the
+extension ``fwrun``, and the event ID (also the record key)."""
+LEGACY_KAFKA_RUN_HEADER = "fw_run"
+"""Where runs recorded before the binding was complete carry the run ID: still read, so that they replay."""
 STRUCTURED = "application/cloudevents+json"
 BATCH = "application/cloudevents-batch+json"
 MAX_ID_LENGTH = 1024

@@ -441,3 +441,33 @@ def test_runs_from_a_read_only_install(sink, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["requests"] == report["completed"] == 1000 and report["success_ratio"] == 1.0
+
+
+def test_kafka_records_are_cloudevents_as_the_sdk_reads_them(broker, tmp_path):
+    """Every record the Kafka target sends is a CloudEvent in the Kafka binding's binary mode, as the CloudEvents SDK
+    (``cloudevents.core.bindings.kafka``, the reference the Knative KafkaSource and the SDKs follow) reads it back:
+    specversion, id (the record key), source, type, time (the send stamp), the run as the extension ``fwrun``, the
+    payload as data. Read with kafka-python, a client independent of the load generator's librdkafka."""
+    from datetime import datetime
+
+    from cloudevents.core.bindings.kafka import KafkaMessage, from_kafka_event
+    from kafka import KafkaConsumer
+
+    topic = "lg-cloudevents"
+    create_topic(broker, topic)
+    t0 = time.time()
+    proc = attack("--rate", "200", "--duration", "2s", "--target", f"kafka://{broker}/{topic}", "--run", "ce-run",
+                  "--payload", "512", "--out", str(tmp_path), "--no-telemetry")
+    assert proc.returncode == 0, proc.stderr
+    c = KafkaConsumer(topic, bootstrap_servers=broker, auto_offset_reset="earliest", enable_auto_commit=False,
+                      consumer_timeout_ms=5000)
+    events = [(r.key, from_kafka_event(KafkaMessage(headers=dict(r.headers), key=r.key, value=r.value))) for r in c]
+    c.close()
+    assert len(events) == 400
+    for key, e in events:
+        assert e.get_specversion() == "1.0" and e.get_id() == key.decode() and e.get_id().startswith("loadgen-")
+        assert e.get_source() == "flightwatch/loadgen" and e.get_type() == "dev.flightwatch.load"
+        assert e.get_extension("fwrun") == "ce-run" and e.get_datacontenttype() == "application/octet-stream"
+        assert isinstance(e.get_time(), datetime) and t0 - 1 < e.get_time().timestamp() < time.time()
+        assert len(e.get_data()) == 512
+    assert len({e.get_id() for _, e in events}) == 400
