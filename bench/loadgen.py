@@ -15,6 +15,8 @@ bottleneck). Kafka: an embedded Tansu broker, a 4-partition topic. For --seconds
                        each target, telemetry on: CPU µs per event (every process of the generator) and send
                        delay p99; for HTTP beside hey paced at the same rate (-q 500 a worker), as a CPU ratio,
                        and beside the raw http loop: the floor of a Python loop paced in 2 ms turns here
+  acks                 loadgen kafka at 5,000/s with --kafka-option acks=1 and acks=all (librdkafka's default):
+                       latency p99 (to the broker's ack) as a ratio
 Reported: events/s, ratio to the reference measured in the same repetition, CPU µs per event (the
 load generator's from its schedule's start, as its report gives it; hey's and the raw loop's whole).
 Medians of --repeat repetitions.
@@ -75,19 +77,21 @@ def run_hey(url: str, seconds: float, payload_file: str, rate: int = 0) -> tuple
 
 
 def run_loadgen(url: str, seconds: float, payload: int, telemetry: str | None, workdir: str, rate: int = 200_000,
-                workers: str = "2", inflight: int = 64) -> tuple[float, float, float]:
-    """(events/s completed, CPU µs per event, send delay p99 ms) of one attack."""
+                workers: str = "2", inflight: int = 64, extra: tuple = ()) -> tuple[float, float, float, float]:
+    """(events/s completed, CPU µs per event, send delay p99 ms, latency p99 ms: to the answer or the broker's ack)
+    of one attack; ``extra``: more flags."""
     out = os.path.join(workdir, f"lg-{time.time_ns()}")
     args = [sys.executable, "-m", "loadgen", "attack", "--rate", str(rate), "--duration", f"{seconds}s", "--target", url,
             "--payload", str(payload), "--workers", workers, "--max-inflight", str(inflight), "--quiet", "--out", out,
-            "--timeout", "10s"]
+            "--timeout", "10s", *extra]
     args += ["--telemetry-bootstrap", telemetry, "--telemetry-topic", f"bench-{time.time_ns()}"] if telemetry else ["--no-telemetry"]
     subprocess.run(args, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, check=True)
     with open(os.path.join(out, "report.json")) as f:
         report = json.load(f)
     rps = report["completed"] / report["duration_s"]["attack"]  # completions per second of attack
     # CPU of the parent and every worker from the schedule's start (its own accounting): start-up left out
-    return rps, report["cpu"]["us_per_event"], (report["send_delay_us"].get("p99") or 0) / 1000
+    return (rps, report["cpu"]["us_per_event"], (report["send_delay_us"].get("p99") or 0) / 1000,
+            (report["latency_us"].get("p99") or 0) / 1000)
 
 
 def raw_produce(bootstrap: str, topic: str, seconds: float, payload: int) -> None:
@@ -149,25 +153,27 @@ def raw_http_paced(url: str, seconds: float, payload: int, rate: int) -> None:
     print(json.dumps({"sent": n, "seconds": time.monotonic() - t0, "cpu_s": time.process_time() - cpu0}))
 
 
-def run_raw_http(url: str, seconds: float, payload: int, rate: int) -> tuple[float, float, float]:
+def run_raw_http(url: str, seconds: float, payload: int, rate: int) -> tuple[float, float, float, float]:
     out = subprocess.run([sys.executable, "-m", "bench.loadgen", "--raw-http", url, str(seconds), str(payload), str(rate)],
                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, check=True).stdout
     r = json.loads(out.strip().splitlines()[-1])
-    return r["sent"] / r["seconds"], r["cpu_s"] * 1e6 / r["sent"], 0.0
+    return r["sent"] / r["seconds"], r["cpu_s"] * 1e6 / r["sent"], 0.0, 0.0
 
 
-def run_raw(bootstrap: str, topic: str, seconds: float, payload: int) -> tuple[float, float, float]:
+def run_raw(bootstrap: str, topic: str, seconds: float, payload: int) -> tuple[float, float, float, float]:
     cpu0 = children_cpu_s()
     out = subprocess.run([sys.executable, "-m", "bench.loadgen", "--raw-produce", bootstrap, topic, str(seconds), str(payload)],
                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, check=True).stdout
     cpu = children_cpu_s() - cpu0
     r = json.loads(out.strip().splitlines()[-1])
-    return r["acked"] / r["seconds"], cpu * 1e6 / r["acked"], 0.0
+    return r["acked"] / r["seconds"], cpu * 1e6 / r["acked"], 0.0, 0.0
 
 
-def paced_rows(cases: dict) -> set:
-    """The paced loadgen rows: their ratio is CPU per event, not events/s."""
-    return {name for name, (ref, _) in cases.items() if ref and ref.startswith("hey -q")}
+def ratio_column(name: str, cases: dict) -> int:
+    """What a row's ratio compares: CPU per event for the paced rows (against hey's at the same rate), latency p99 for
+    acks=all (against acks=1), else events/s."""
+    ref = cases[name][0] or ""
+    return 1 if ref.startswith("hey -q") else 3 if ref.startswith("loadgen kafka") else 0
 
 
 def main(argv=None) -> int:
@@ -212,7 +218,7 @@ def main(argv=None) -> int:
     url = f"http://127.0.0.1:{port}/"
     secs, p = a.seconds, a.payload
     cases = {  # name -> (reference row or None, measure)
-        "hey -c 50 (http)": (None, lambda: (*run_hey(url, secs, payload_file), 0.0)),
+        "hey -c 50 (http)": (None, lambda: (*run_hey(url, secs, payload_file), 0.0, 0.0)),
         "loadgen http, telemetry off": ("hey -c 50 (http)", lambda: run_loadgen(url, secs, p, None, workdir)),
         "loadgen http, telemetry on": ("hey -c 50 (http)", lambda: run_loadgen(url, secs, p, bootstrap, workdir)),
         "raw produce loop (kafka)": (None, lambda: run_raw(bootstrap, "bench-sut", secs, p)),
@@ -222,12 +228,16 @@ def main(argv=None) -> int:
     for rate, workers in ((1000, "1"), (2000, "1"), (5000, "auto")):
         w = " 1 worker" if workers == "1" else ""
         ref = f"hey -q, {rate:,}/s (http)"
-        cases[ref] = (None, lambda r=rate: (*run_hey(url, secs, payload_file, r), 0.0))
+        cases[ref] = (None, lambda r=rate: (*run_hey(url, secs, payload_file, r), 0.0, 0.0))
         if workers == "1":
             cases[f"raw http loop, {rate:,}/s"] = (ref, lambda r=rate: run_raw_http(url, secs, p, r))
         cases[f"loadgen http {rate:,}/s{w}"] = (ref, lambda r=rate, n=workers: run_loadgen(url, secs, p, bootstrap, workdir, r, n, 1000))
         cases[f"loadgen kafka {rate:,}/s{w}"] = (None, lambda r=rate, n=workers: run_loadgen(kafka_url, secs, p, bootstrap, workdir,
                                                                                              r, n, 1000))
+    for acks in ("1", "all"):  # librdkafka's default (all) against the leader's ack alone: the ratio is of latency p99
+        cases[f"loadgen kafka 5,000/s acks={acks}"] = (
+            "loadgen kafka 5,000/s acks=1" if acks == "all" else None,
+            lambda a_=acks: run_loadgen(kafka_url, secs, p, bootstrap, workdir, 5000, "auto", 1000, ("--kafka-option", f"acks={a_}")))
     if a.only:
         cases = {k: v for k, v in cases.items() if a.only in k or any(a.only in name for name in (v[0] or "",))}
         cases = {k: v for k, v in cases.items() if v[0] is None or v[0] in cases}
@@ -238,24 +248,25 @@ def main(argv=None) -> int:
         for rep in range(a.repeat):
             for name, (ref, measure) in cases.items():
                 rows[name].append(measure())
-                if ref:  # paced rows: CPU per event against hey's at the same rate; the others: events/s
-                    col = 1 if name in paced_rows(cases) else 0
+                if ref:
+                    col = ratio_column(name, cases)
                     ratios[name].append(rows[name][-1][col] / rows[ref][-1][col])
             print(f"repetition {rep + 1}/{a.repeat} done", flush=True)
     finally:
         for proc in (nginx, broker):
             os.kill(proc.pid, signal.SIGTERM)
             proc.wait(10)
-    print(f"\n{'':<30} {'events/s':>9} {'ratio':>15} {'cpu µs/event':>13} {'send delay p99':>15}   (medians of {a.repeat}, "
-          f"{secs:g} s each, {p} B events, 2 cores shared with the sink)")
+    print(f"\n{'':<34} {'events/s':>9} {'ratio':>18} {'cpu µs/event':>13} {'send delay p99':>15} {'latency p99':>12}   "
+          f"(medians of {a.repeat}, {secs:g} s each, {p} B events, 2 cores shared with the sink)")
     for name, vals in rows.items():
-        rps = statistics.median(r for r, _, _ in vals)
-        cpu = statistics.median(c for _, c, _ in vals)
-        delay = statistics.median(d for _, _, d in vals)
+        rps, cpu, delay, latency = (statistics.median(v[i] for v in vals) for i in range(4))
         ref = cases[name][0]
-        ratio = (f"{statistics.median(ratios[name]):.2f}x {ref.split(' ')[0]}{' cpu' if name in paced_rows(cases) else ''}"
-                 if ref else "")
-        print(f"{name:<30} {rps:>9,.0f} {ratio:>15} {cpu:>13.1f} {f'{delay:.1f} ms' if delay else '':>15}")
+        what = {0: "", 1: " cpu", 3: " p99"}[ratio_column(name, cases)] if ref else ""
+        ratio = f"{statistics.median(ratios[name]):.2f}x {ref.split(' ')[0]}{what}" if ref else ""
+        if ref and ref.startswith("loadgen kafka"):
+            ratio = f"{statistics.median(ratios[name]):.2f}x acks=1{what}"
+        print(f"{name:<34} {rps:>9,.0f} {ratio:>18} {cpu:>13.1f} {f'{delay:.1f} ms' if delay else '':>15} "
+              f"{f'{latency:.1f} ms' if latency else '':>12}")
     print("goals: http with telemetry >= 1.0x hey; kafka with telemetry >= 0.7x raw; <= 30 µs/event paced, one worker included;"
           " paced http below hey's CPU (ratio < 1)")
     return 0

@@ -124,7 +124,12 @@ LIBRDKAFKA_KEYS = {
     "retry_backoff_ms": "retry.backoff.ms", "sasl_kerberos_service_name": "sasl.kerberos.service.name",
     "api_version_auto_timeout_ms": "api.version.request.timeout.ms",
 }
+LIBRDKAFKA_KEYS.update({"compression_type": "compression.type", "linger_ms": "linger.ms", "batch_size": "batch.size",
+                        "enable_idempotence": "enable.idempotence",
+                        "max_in_flight_requests_per_connection": "max.in.flight.requests.per.connection"})
 """kafka-python's option name (earlier releases took these) -> librdkafka's property."""
+UNDOTTED = frozenset({"acks", "retries", "debug", "partitioner"})
+"""librdkafka properties without a dot (kafka-python's ``acks`` and ``retries`` mean the same)."""
 
 
 def librdkafka(options: dict) -> dict:
@@ -132,7 +137,7 @@ def librdkafka(options: dict) -> dict:
     are mapped; ValueError on a kafka-python name with no librdkafka property."""
     out: dict = {}
     for key, value in options.items():
-        if _PROPERTY.fullmatch(key):
+        if _PROPERTY.fullmatch(key) or key in UNDOTTED:
             out[key] = str(value).lower() if isinstance(value, bool) else value
         elif key == "ssl_check_hostname":  # librdkafka checks the name when this is "https"
             out["ssl.endpoint.identification.algorithm"] = "https" if value else "none"

@@ -102,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="telemetry broker for send/ack records (default %(default)s)")
     a.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
     a.add_argument("--no-telemetry", action="store_true", help="do not write send/ack records")
+    a.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a librdkafka producer property for the Kafka target, over FLIGHTWATCH_SUT_KAFKA_OPTIONS: "
+                        "acks=all|1|0, linger.ms, batch.size, compression.type, enable.idempotence, security.protocol, "
+                        "...; repeatable. Defaults are librdkafka's (acks=all, linger.ms=5), with Nagle off; the report "
+                        "prints what took effect")
     a.add_argument("--out", help="report folder (default checkpoints/<run>/loadgen)")
     a.add_argument("--fail-on", action="append", default=[], metavar="THRESHOLD",
                    help="exit 1 when crossed: 'METRIC OP VALUE[UNIT] [for DURATION]' with METRIC p50|p90|p95|p99|max|"
@@ -157,13 +162,25 @@ def config(a: argparse.Namespace):
         raise UsageError(f"FLIGHTWATCH_KAFKA_OPTIONS: {e}") from None
     if a.telemetry_bootstrap and (problem := setting_problem(a.telemetry_bootstrap)):
         raise UsageError(problem)
+    sut_options = None
     if target.scheme == "kafka":
-        from core.kafka_options import SUT_ENV, librdkafka
+        from core.kafka_options import SUT_ENV, librdkafka, option
 
         try:
-            librdkafka(client_options(env=SUT_ENV))
+            sut_options = client_options(env=SUT_ENV)
         except (ValueError, OSError) as e:
             raise UsageError(f"{SUT_ENV}: {e}") from None
+        try:
+            for text in a.kafka_option:
+                if "=" not in text:
+                    raise ValueError(f"bad --kafka-option {text!r}: KEY=VALUE, e.g. acks=all")
+                key, value = option(*text.split("=", 1))
+                sut_options[key] = value
+            librdkafka(sut_options)
+        except (ValueError, OSError) as e:
+            raise UsageError(f"--kafka-option: {e}") from None
+    elif a.kafka_option:
+        raise UsageError("--kafka-option sets the Kafka target's producer: the target is not kafka://")
     shard, shards = parse_shard(a.shard)
     if shards > 1 and not a.run:
         raise UsageError("--shard needs --run: every shard of a run must write the same run ID")
@@ -189,7 +206,7 @@ def config(a: argparse.Namespace):
                        max_inflight=a.max_inflight, payload_bytes=a.payload, timeout_s=parse_duration_s(a.timeout),
                        telemetry_bootstrap=None if a.no_telemetry else a.telemetry_bootstrap,
                        telemetry_topic=a.telemetry_topic, sender="loadgen" if shards == 1 else f"loadgen{shard}",
-                       shard=shard, shards=shards, kafka_options=client_options())
+                       shard=shard, shards=shards, kafka_options=client_options(), sut_kafka_options=sut_options)
     out = a.out or os.path.join(CHECKPOINTS, run_id, "loadgen" if shards == 1 else f"loadgen{shard}")
     return cfg, (thresholds, aborts), out
 

@@ -45,7 +45,8 @@ class AttackConfig:
     shards: int = 1
     telemetry_bootstrap: str | None = None
     telemetry_topic: str = "flightwatch.telemetry"
-    kafka_options: dict = field(default_factory=dict)
+    kafka_options: dict = field(default_factory=dict)        # the telemetry clients' (FLIGHTWATCH_KAFKA_OPTIONS)
+    sut_kafka_options: dict | None = None                    # the Kafka target's producer (--kafka-option, env)
 
 
 def event_id(sender: str, k: int) -> str:
@@ -197,7 +198,7 @@ def _drive_polled(cfg: AttackConfig, target, book: Book, due: Due, stop) -> int:
 
 
 async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop) -> dict:
-    target = make_target(cfg.target, cfg.timeout_s, cfg.max_inflight, cfg.run_id, cfg.payload_bytes)
+    target = make_target(cfg.target, cfg.timeout_s, cfg.max_inflight, cfg.run_id, cfg.payload_bytes, cfg.sut_kafka_options)
     writer = None
     if cfg.telemetry_bootstrap:
         from core.kafka_options import telemetry_producer

@@ -169,6 +169,11 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False, me
     figs["start_ns"] = start_ns
     figs["telemetry"] = {w: r["telemetry"] for w, r in results.items()}
     figs["loadgen_bound_seconds"] = bound_seconds
+    if cfg.target.scheme == "kafka":  # what shaped its latency, as it took effect
+        from loadgen.targets import producer_config, shaping
+
+        figs["kafka_producer"] = shaping(producer_config(cfg.target, cfg.timeout_s, cfg.max_inflight,
+                                                         cfg.sut_kafka_options or {}))
     workers_cpu = sum(r.get("cpu_s", 0.0) for r in results.values())
     parent = time.process_time() - parent_cpu[0] if parent_cpu else 0.0
     figs["cpu"] = {"workers_s": workers_cpu, "parent_s": parent, "total_s": workers_cpu + parent,  # start-up excluded

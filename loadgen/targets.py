@@ -145,10 +145,36 @@ def kafka_error_cause(err) -> str:
     return err.name().lstrip("_").lower().replace("_", " ")
 
 
-LINGER_MS = 5
-"""librdkafka's default: it waits up to 5 ms to fill a batch, so at 5,000/s a request carries ~25 events.
-With 1 ms, the embedded SUT broker (Tansu, memory storage) stored 2.5x more batches, and its CPU, which grows
-with the batches it holds, reached 1.1 cores after 50 s at 5,000/s with a consumer (0.42 with 5 ms)."""
+PRODUCER_DEFAULTS = {"acks": "all", "linger.ms": 5, "batch.size": 1_000_000, "compression.type": "none",
+                     "enable.idempotence": False, "max.in.flight.requests.per.connection": 1_000_000,
+                     "socket.nagle.disable": False}
+"""librdkafka's own defaults (2.x) of the producer settings that shape latency, as the report names them. The Kafka
+target keeps them (acks=all, as the Java client does too; linger 5 ms: at 5,000/s a request carries ~25 events)
+unless ``--kafka-option`` or FLIGHTWATCH_SUT_KAFKA_OPTIONS says otherwise, with the differences below."""
+OURS = {"socket.nagle.disable": True}
+"""Where the target differs from librdkafka, and why: Nagle off, as the Java client has it (TCP_NODELAY), so that a
+small batch is not held for the previous one's ACK."""
+
+
+def producer_config(spec: TargetSpec, timeout_s: float, max_inflight: int, options: dict) -> dict:
+    """The Kafka target's producer configuration: librdkafka's defaults, ``OURS``, the send timeout (``--timeout``)
+    and room for ``--max-inflight`` sends in its queue, then the user's options (librdkafka properties) on top."""
+    from core.kafka_options import librdkafka
+
+    return {"bootstrap.servers": f"{spec.host}:{spec.port}", **OURS,
+            "queue.buffering.max.messages": max(100_000, 2 * max_inflight),
+            "message.timeout.ms": max(int(timeout_s * 1000), 1), **librdkafka(options)}
+
+
+def shaping(config: dict) -> dict:
+    """The settings that shape latency, as they take effect (librdkafka's default where the config says nothing)."""
+    aliases = {"linger.ms": "queue.buffering.max.ms", "compression.type": "compression.codec",
+               "acks": "request.required.acks"}
+    out = {}
+    for key, default in PRODUCER_DEFAULTS.items():
+        value = config.get(key, config.get(aliases.get(key, ""), default))
+        out[key] = "all" if key == "acks" and str(value) in ("-1", "all") else value
+    return out
 
 STICKY_NS = 10_000_000
 """Sends go to one partition for this long, then to the next (librdkafka's ``sticky.partitioning.linger.ms``)."""
@@ -176,12 +202,7 @@ class KafkaTarget:
             from core.kafka_options import client_options as from_env
 
             client_options = from_env(env=SUT_ENV)
-        from core.kafka_options import librdkafka
-
-        self.config = {"bootstrap.servers": f"{spec.host}:{spec.port}", "linger.ms": LINGER_MS, "acks": 1,
-                       "socket.nagle.disable": True, "queue.buffering.max.messages": max(100_000, 2 * max_inflight),
-                       "message.timeout.ms": max(int(timeout_s * 1000), 1), "enable.idempotence": False,
-                       **librdkafka(client_options)}
+        self.config = producer_config(spec, timeout_s, max_inflight, client_options)
         self.producer = None
         self.book = None
         self.partitions, self._partition, self._switch_ns = 1, 0, 0
@@ -240,6 +261,10 @@ class KafkaTarget:
             await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 5)
 
 
-def make_target(spec: TargetSpec, timeout_s: float, max_inflight: int, run_id: str = "", payload_bytes: int = 2048):
-    cls = KafkaTarget if spec.scheme == "kafka" else HttpTarget
-    return cls(spec, timeout_s, max_inflight, run_id, payload_bytes)
+def make_target(spec: TargetSpec, timeout_s: float, max_inflight: int, run_id: str = "", payload_bytes: int = 2048,
+                kafka_options: dict | None = None):
+    """The target for ``spec``; ``kafka_options``: the Kafka target's producer settings (``--kafka-option`` over
+    FLIGHTWATCH_SUT_KAFKA_OPTIONS)."""
+    if spec.scheme == "kafka":
+        return KafkaTarget(spec, timeout_s, max_inflight, run_id, payload_bytes, kafka_options)
+    return HttpTarget(spec, timeout_s, max_inflight, run_id, payload_bytes)

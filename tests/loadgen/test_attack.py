@@ -240,6 +240,11 @@ def test_a_target_that_dies_mid_run_is_reported_not_a_crash(tmp_path):
     (["--rate", "10", "--shard", "2/2", "--run", "r"], "bad --shard"),
     (["--rate", "10", "--shard", "one/two", "--run", "r"], "bad --shard"),
     (["--rate", "10", "--shard", "0/2"], "needs --run"),
+    (["--rate", "10", "--duration", "1m30"], "bad duration"),
+    (["--rate", "10", "--fail-on", "loss>1"], "a bare 1 is read as a ratio"),
+    (["--rate", "10", "--target", "kafka://127.0.0.1:9/t", "--kafka-option", "acks"], "bad --kafka-option 'acks'"),
+    (["--rate", "10", "--target", "kafka://127.0.0.1:9/t", "--kafka-option", "max_flights=3"], "not a librdkafka property"),
+    (["--rate", "10", "--target", "http://127.0.0.1:9/", "--kafka-option", "acks=1"], "the target is not kafka://"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
     proc = attack(*args, "--no-telemetry", timeout=30)
@@ -457,8 +462,16 @@ def test_kafka_records_are_cloudevents_as_the_sdk_reads_them(broker, tmp_path):
     create_topic(broker, topic)
     t0 = time.time()
     proc = attack("--rate", "200", "--duration", "2s", "--target", f"kafka://{broker}/{topic}", "--run", "ce-run",
-                  "--payload", "512", "--out", str(tmp_path), "--no-telemetry")
+                  "--payload", "512", "--out", str(tmp_path), "--no-telemetry", "--kafka-option", "compression.type=gzip",
+                  "--kafka-option", "linger_ms=10")
     assert proc.returncode == 0, proc.stderr
+    # librdkafka's defaults (acks=all), Nagle off, and what was asked for, as the report says they took effect
+    assert json.loads((tmp_path / "report.json").read_text())["kafka_producer"] == {
+        "acks": "all", "linger.ms": 10, "batch.size": 1_000_000, "compression.type": "gzip", "enable.idempotence": False,
+        "max.in.flight.requests.per.connection": 1_000_000, "socket.nagle.disable": True}
+    assert ("Producer      [acks, linger.ms, batch.size, compression.type, enable.idempotence, "
+            "max.in.flight.requests.per.connection, socket.nagle.disable]  all, 10, 1000000, gzip, false, 1000000, true"
+            in (tmp_path / "report.txt").read_text())
     c = KafkaConsumer(topic, bootstrap_servers=broker, auto_offset_reset="earliest", enable_auto_commit=False,
                       consumer_timeout_ms=5000)
     events = [(r.key, from_kafka_event(KafkaMessage(headers=dict(r.headers), key=r.key, value=r.value))) for r in c]
