@@ -5,6 +5,10 @@ all metrics, evaluated at the agent's own timestamp) for each node that a node e
 reports, and writes one ``node`` record per node and metric:
 
     cpu_util              busy share of all CPUs, 0..1 (irate over the last two scrapes)
+
+Rates (``irate``) look back over a window that holds at least two scrapes of the Prometheus asked: three
+scrape intervals of the node exporters' job, at least 5 s (``--rate-window auto``, read from Prometheus'
+targets; 5 s with flightwatch's own 1 s scrapes, 45 s against a Prometheus that scrapes every 15 s).
     mem_used_bytes        MemTotal − MemAvailable
     mem_available_bytes   MemAvailable
     net_rx_drops_per_s    receive drops, all interfaces      net_tx_drops_per_s   transmit drops
@@ -42,14 +46,16 @@ from core.cli import OneLineParser, add_wait, await_brokers, bootstrap_arg
 from core.kafka_options import telemetry_producer
 from core.procs import HOST, NODE_METRICS_PORT
 
+WINDOW = "$window"
+"""Where a query's rate window goes (``combined_query``)."""
 METRICS = {
-    "cpu_util": '1 - avg by (instance) (irate(node_cpu_seconds_total{mode="idle"}[5s]))',
+    "cpu_util": '1 - avg by (instance) (irate(node_cpu_seconds_total{mode="idle"}[$window]))',
     "mem_used_bytes": "node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes",
     "mem_available_bytes": "node_memory_MemAvailable_bytes",
-    "net_rx_drops_per_s": "sum by (instance) (irate(node_network_receive_drop_total[5s]))",
-    "net_tx_drops_per_s": "sum by (instance) (irate(node_network_transmit_drop_total[5s]))",
-    "net_rx_errors_per_s": "sum by (instance) (irate(node_network_receive_errs_total[5s]))",
-    "net_tx_errors_per_s": "sum by (instance) (irate(node_network_transmit_errs_total[5s]))",
+    "net_rx_drops_per_s": "sum by (instance) (irate(node_network_receive_drop_total[$window]))",
+    "net_tx_drops_per_s": "sum by (instance) (irate(node_network_transmit_drop_total[$window]))",
+    "net_rx_errors_per_s": "sum by (instance) (irate(node_network_receive_errs_total[$window]))",
+    "net_tx_errors_per_s": "sum by (instance) (irate(node_network_transmit_errs_total[$window]))",
     "load1": "node_load1",
     "oom_kills_total": "node_vmstat_oom_kill",
     "cpu_cores": 'count by (instance) (node_cpu_seconds_total{mode="idle"})',
@@ -64,19 +70,46 @@ LABEL = "fw_metric"
 OBSERVER_METRIC = "observer_cpu"
 
 
-def combined_query() -> str:
-    """One PromQL expression for every metric: each series labelled with its metric name."""
-    parts = [f'label_replace({q}, "{LABEL}", "{name}", "", "")' for name, q in {**METRICS, **_EXTRA}.items()]
+MIN_WINDOW_S = 5
+SCRAPES_PER_WINDOW = 3
+"""irate needs two samples in its window; three scrape intervals still hold two when a scrape is late."""
+
+
+def combined_query(window_s: int = MIN_WINDOW_S) -> str:
+    """One PromQL expression for every metric: each series labelled with its metric name; rates over ``window_s``."""
+    parts = [f'label_replace({q.replace(WINDOW, f"{window_s}s")}, "{LABEL}", "{name}", "", "")'
+             for name, q in {**METRICS, **_EXTRA}.items()]
     return " or ".join(parts)
+
+
+def rate_window_s(scrape_intervals_s) -> int:
+    """The rate window for node exporters scraped at these intervals (seconds)."""
+    import math
+
+    return max(MIN_WINDOW_S, math.ceil(SCRAPES_PER_WINDOW * max(scrape_intervals_s, default=0)))
+
+
+def node_scrape_intervals(prom) -> list[float]:
+    """The scrape intervals (s) of the jobs that scrape node exporters, from Prometheus' targets API (a job is a node
+    exporter's when its series include ``node_uname_info``)."""
+    from core.units import parse_duration_ns
+
+    jobs = {s["metric"].get("job") for s in prom.custom_query("count by (job) (node_uname_info)")}
+    targets = prom.get_targets().get("activeTargets", [])
+    return [parse_duration_ns(t["scrapeInterval"]) / 1e9 for t in targets
+            if t.get("labels", {}).get("job") in jobs and t.get("scrapeInterval")]
 
 
 class NodeMetrics:
     """Turns one query answer into node samples and vmstat OOM events (pure apart from ``query``)."""
 
-    def __init__(self, query, emit, agent: str, observer=None, kernel=None, local_nodes: tuple = ()) -> None:
+    def __init__(self, query, emit, agent: str, observer=None, kernel=None, local_nodes: tuple = (),
+                 window_s: int = MIN_WINDOW_S) -> None:
         """``observer(at_ns)``: (node, cores used by flightwatch or None) pairs, each an ``observer_cpu`` sample.
-        ``kernel`` (``agents.oom.KernelLog``): names the victims of vmstat OOM kills on ``local_nodes`` (this host)."""
+        ``kernel`` (``agents.oom.KernelLog``): names the victims of vmstat OOM kills on ``local_nodes`` (this host).
+        ``window_s``: the rates' window (``rate_window_s``), which may change between cycles."""
         self.query, self.emit, self.agent, self.observer = query, emit, agent, observer
+        self.window_s = window_s
         self.kernel, self.local_nodes = kernel, set(local_nodes)
         self.nodes: dict[str, str] = {}       # instance -> node name
         self.oom_counts: dict[str, float] = {}
@@ -104,7 +137,7 @@ class NodeMetrics:
                 self.emit(contract.NodeSample(contract.ANY_RUN, self.agent, at_ns, node=node, metric=OBSERVER_METRIC,
                                               value=cores, missing=True if cores is None else None))
         try:
-            result = self.query(combined_query(), at_ns / 1e9, timeout_s)
+            result = self.query(combined_query(self.window_s), at_ns / 1e9, timeout_s)
         except Exception:  # noqa: BLE001 - Prometheus down, slow or failing: a hole for every known node
             self.num_missing_cycles += 1
             self._missing(at_ns, self.nodes or ["prometheus"])
@@ -177,17 +210,21 @@ def promql_observer(query, promql: str):
     return observe
 
 
-def prometheus_query(url: str):
+def prometheus_query(url: str, prom=None):
     """A query function over prometheus-api-client: (promql, eval time s, timeout s) -> result list."""
-    from prometheus_api_client import PrometheusConnect
-    from urllib3.util.retry import Retry
-
-    prom = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0))
+    prom = prom or prometheus_client(url)
 
     def query(promql: str, at_s: float, timeout_s: float):
         return prom.custom_query(promql, params={"time": f"{at_s:.3f}", "timeout": f"{max(1, int(timeout_s * 1000))}ms"},
                                  timeout=timeout_s)
     return query
+
+
+def prometheus_client(url: str):
+    from prometheus_api_client import PrometheusConnect
+    from urllib3.util.retry import Retry
+
+    return PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -196,6 +233,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--prometheus", default=os.environ.get("FLIGHTWATCH_PROMETHEUS", "http://127.0.0.1:19090"),
                     help="Prometheus base URL (env FLIGHTWATCH_PROMETHEUS; default %(default)s)")
     ap.add_argument("--interval", default="1s", help="sampling interval (default %(default)s)")
+    ap.add_argument("--rate-window", default=os.environ.get("FLIGHTWATCH_RATE_WINDOW", "auto"), metavar="DURATION|auto",
+                    help="the window of the rates' irate: auto is three scrape intervals of the node exporters' job, as "
+                         "Prometheus' targets say, at least 5s (env FLIGHTWATCH_RATE_WINDOW; default %(default)s)")
     ap.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
                     type=bootstrap_arg)
     ap.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
@@ -233,6 +273,9 @@ def main(argv=None) -> int:
         interval_s = parse_duration_ns(a.interval) / 1e9
         if interval_s < 0.1:
             raise ValueError(f"--interval {a.interval!r} is too short (at least 100ms)")
+        fixed_window = None if a.rate_window == "auto" else parse_duration_ns(a.rate_window) // 10**9
+        if fixed_window is not None and fixed_window < 1:
+            raise ValueError(f"--rate-window {a.rate_window!r}: at least 1s, or auto")
         roots = list(a.cgroup)
         from agents.oom import cgroup_of_pid
 
@@ -287,10 +330,25 @@ def main(argv=None) -> int:
         threading.Thread(target=kube.run, name="kube-watch", daemon=True).start()
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    query = prometheus_query(a.prometheus)
+    prom = prometheus_client(a.prometheus)
+    query = prometheus_query(a.prometheus, prom)
     observe = promql_observer(query, a.observer_promql) if a.observer_promql else local_observer(a.node)
     metrics = NodeMetrics(query, writer.write, a.agent, observe, kernel=kernel,
-                          local_nodes=(a.node, socket.gethostname()))
+                          local_nodes=(a.node, socket.gethostname()), window_s=fixed_window or MIN_WINDOW_S)
+    window_known_at = None if fixed_window is None else float("inf")
+
+    def follow_scrape_interval() -> None:  # auto: read the node exporters' scrape interval, again every 5 minutes
+        nonlocal window_known_at
+        try:
+            intervals = node_scrape_intervals(prom)
+        except Exception:  # noqa: BLE001 - Prometheus away: asked again next cycle, the default window meanwhile
+            return
+        if intervals:  # none yet (no node exporter scraped): the default window, asked again in 5 minutes
+            window = rate_window_s(intervals)
+            if window != metrics.window_s or window_known_at is None:
+                logger.info(f"node_metrics {a.agent}: node exporters scraped every {max(intervals):g}s: rates over {window}s")
+            metrics.window_s = window
+        window_known_at = time.monotonic()
     logger.info(f"node_metrics {a.agent}: {a.prometheus} every {interval_s:g}s -> {a.telemetry_bootstrap}/{a.telemetry_topic}"
           + (f"; clock reference udp://{ref.address}" if ref else "")
           + (f"; cgroups {', '.join(roots)}" if roots else "") + ("; kubernetes pods" if kube else "")
@@ -303,6 +361,8 @@ def main(argv=None) -> int:
             stopping.wait(max(0.0, (next_at - time.time_ns()) / 1e9))
             if stopping.is_set():
                 break
+            if window_known_at is None or time.monotonic() - window_known_at > 300:
+                follow_scrape_interval()
             metrics.cycle(next_at, timeout_s=interval_s * 0.9)
             next_at += int(interval_s * 1e9)
             if next_at < time.time_ns():  # fell behind (a slow query): skip to the next slot, the hole is recorded

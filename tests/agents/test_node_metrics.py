@@ -210,3 +210,52 @@ def test_observer_cpu_from_promql_per_node_as_on_kubernetes():
     out.clear()
     m.cycle(7 * NS, 0.5)
     assert [(r.node, r.missing) for r in out if r.metric == OBSERVER_METRIC] == [("n1", True)]
+
+
+def test_rates_against_a_prometheus_that_scrapes_every_15_s(tmp_path):
+    """An ordinary Prometheus scrapes every 15-30 s: a fixed 5 s irate window then holds one sample at most, and CPU
+    and network are always missing. The agent reads the node exporters' scrape interval from Prometheus' targets and
+    looks back three intervals (45 s). A real Prometheus and node exporter, scraping every 15 s."""
+    import json
+    import shutil
+    import urllib.request
+
+    from agents.node_metrics import node_scrape_intervals, prometheus_client, rate_window_s
+    from core.procs import stop_process, wait_port
+
+    node_port, prom_port = free_port(), free_port()
+    (tmp_path / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\nscrape_configs:\n  - job_name: nodes\n"
+                                             f"    static_configs:\n      - targets: ['127.0.0.1:{node_port}']\n")
+    node = subprocess.Popen([shutil.which("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{node_port}",
+                             "--no-collector.systemd"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prom = subprocess.Popen([shutil.which("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}", f"--storage.tsdb.path={tmp_path / 'data'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{prom_port}"
+    try:
+        assert wait_port(node_port) and wait_port(prom_port, 30)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # two scrapes: a rate has its two samples
+            q = urllib.request.quote('count_over_time(up{job="nodes"}[1m])')
+            try:
+                res = json.load(urllib.request.urlopen(f"{url}/api/v1/query?query={q}", timeout=2))["data"]["result"]
+            except OSError:
+                res = []
+            if res and float(res[0]["value"][1]) >= 2:
+                break
+            time.sleep(1)
+        prom_client = prometheus_client(url)
+        assert node_scrape_intervals(prom_client) == [15.0]
+        window = rate_window_s(node_scrape_intervals(prom_client))
+        assert window == 45
+        got = {}
+        for w in (5, window):
+            samples = []
+            NodeMetrics(prometheus_query(url, prom_client), samples.append, "nm", window_s=w).cycle(time.time_ns(), 5)
+            got[w] = {s.metric: s for s in samples if isinstance(s, contract.NodeSample)}
+        assert got[5]["cpu_util"].missing and got[5]["net_rx_drops_per_s"].missing  # what a fixed 5 s window gave
+        assert not got[45]["cpu_util"].missing and 0 <= got[45]["cpu_util"].value <= 1
+        assert not got[45]["net_rx_drops_per_s"].missing and got[45]["mem_used_bytes"].value > 0
+    finally:
+        stop_process(prom)
+        stop_process(node)
