@@ -146,12 +146,15 @@ class HttpReceiver:
         yield open_
         telemetry = c.get("telemetry")
         if telemetry is not None:
-            g = GaugeMetricFamily("flightwatch_receiver_telemetry_records",
-                                  "receive records spooled and lost so far; over_budget is 1 while the spool is full",
-                                  labels=["agent", "state"])
-            for state, n in telemetry.items():
-                g.add_metric([self.agent, state], float(n))
-            yield g
+            records = CounterMetricFamily("flightwatch_receiver_telemetry_records",
+                                          "receive records spooled, and lost past the spool's budget", labels=["agent", "state"])
+            for state in ("spooled", "lost"):
+                records.add_metric([self.agent, state], float(telemetry.get(state, 0)))
+            yield records
+            full = GaugeMetricFamily("flightwatch_receiver_spool_over_budget", "1 while the telemetry spool is full",
+                                     labels=["agent"])
+            full.add_metric([self.agent], float(telemetry.get("over_budget", 0)))
+            yield full
 
     def metrics_text(self) -> bytes:
         """``GET /metrics``: Prometheus' text format, with HELP and TYPE."""

@@ -1,20 +1,24 @@
 """The job's live figures as Prometheus metrics, served by the driver (prometheus-client) on 127.0.0.1:19401 by
 default (``--metrics-listen``), for the same Grafana board as the system under test. Per run:
 
-    flightwatch_run_events_total{run,kind}            sent, received, dropped, errors (windows so far; by send
-                                                      time, received by receive time, as the window table)
+    flightwatch_run_events_total{run,kind}            sent, received, errors (windows so far; by send time,
+                                                      received by receive time, as the window table)
+    flightwatch_run_dropped{run}                      events declared dropped so far: a gauge, since a late
+                                                      delivery takes a declared drop back
     flightwatch_run_gap_windows_total{run}            windows with no delivery while events were in flight
     flightwatch_run_in_flight{run}                    events in flight at the end of the latest window
     flightwatch_run_window_start_seconds{run}         the latest settled window (its start, Unix seconds) ...
-    flightwatch_run_flight_time_us{run,quantile}      ... its flight time: quantile 0.5, 0.9, 0.99 and 1 (max)
-    flightwatch_run_send_delay_us{run,quantile}       ... and its send delay (actual - intended send time)
+    flightwatch_run_flight_time_seconds{run,quantile} ... its flight time, a summary: quantile 0.5, 0.9, 0.99
+    flightwatch_run_flight_time_max_seconds{run}      ... and its largest
+    flightwatch_run_send_delay_seconds{run,quantile}  ... its send delay (actual - intended send time)
+    flightwatch_run_send_delay_max_seconds{run}       ... and its largest
     flightwatch_run_observer_cpu_cores{run}           flightwatch's own CPU in that window, where known
     flightwatch_run_verdict{run,state}                1 for the verdict's current state, 0 for the others
     flightwatch_run_batches_total{run}                micro-batches processed
     flightwatch_run_finished{run}                     1 once the run is closed
 
 A snapshot is taken after each batch, from the live verdict's window table (``streaming.live``); a scrape reads
-the snapshot and nothing else: no cost per event.
+the snapshot and nothing else: no cost per event. Times are in seconds, as Prometheus' naming asks.
 """
 from __future__ import annotations
 
@@ -25,8 +29,9 @@ import numpy as np
 from core import output
 from streaming.table import PERCENTILES, percentile_figures
 
-QUANTILES = {f"p{p}": str(p / 100) for p in PERCENTILES} | {"max": "1"}
-"""The window table's figure names (``latency_us_p99``, ...) and the ``quantile`` label each is exported as."""
+QUANTILES = {f"p{p}": str(p / 100) for p in PERCENTILES} | {"max": "max"}
+"""The window table's figure names (``latency_us_p99``, ...) and the ``quantile`` label each is exported as (the
+largest goes to a ``_max_seconds`` gauge of its own: a quantile of 1 on a gauge cannot be aggregated)."""
 VERDICT_STATES = ("ok", "degrading", "saturated", "loadgen-bound", "observer-bound", "telemetry-incomplete")
 
 
@@ -86,7 +91,7 @@ class JobMetrics:
             self._snap = snap
 
     def collect(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
         with self._lock:
             s = self._snap
@@ -96,8 +101,12 @@ class JobMetrics:
         events = CounterMetricFamily("flightwatch_run_events", "events of the run so far, by kind (window table sums)",
                                      labels=["run", "kind"])
         for kind, n in s["events"].items():
-            events.add_metric([run, kind], n)
+            if kind != output.DROPPED:
+                events.add_metric([run, kind], n)
         yield events
+        yield _one(GaugeMetricFamily, "flightwatch_run_dropped",
+                   "events declared dropped so far (falls when a late delivery takes a declared drop back)", run,
+                   s["events"].get(output.DROPPED, 0))
         yield _one(CounterMetricFamily, "flightwatch_run_gap_windows",
                    "windows with no delivery while events were in flight", run, s["gap_windows"])
         yield _one(GaugeMetricFamily, "flightwatch_run_in_flight", "events in flight at the end of the latest window",
@@ -108,14 +117,17 @@ class JobMetrics:
             yield _one(GaugeMetricFamily, "flightwatch_run_window_start_seconds",
                        "start of the latest settled window (Unix seconds): the window of the figures below", run,
                        s["window_start_s"])
-        for name, key, text in (("flightwatch_run_flight_time_us", "flight_time_us",
-                                 "flight time (µs) in the latest settled window, by quantile (1: the max)"),
-                                ("flightwatch_run_send_delay_us", "send_delay_us",
-                                 "send delay (µs, actual - intended send time) in the latest settled window")):
-            g = GaugeMetricFamily(name, text, labels=["run", "quantile"])
+        for name, key, text in (("flightwatch_run_flight_time", "flight_time_us",
+                                 "flight time in the latest settled window"),
+                                ("flightwatch_run_send_delay", "send_delay_us",
+                                 "send delay (actual - intended send time) in the latest settled window")):
+            summary = Metric(f"{name}_seconds", f"{text}, by quantile (of that window, not cumulative)", "summary")
             for q, v in s[key].items():
-                g.add_metric([run, q], v)
-            yield g
+                if q != "max":
+                    summary.add_sample(f"{name}_seconds", {"run": run, "quantile": q}, v / 1e6)
+            yield summary
+            if "max" in s[key]:
+                yield _one(GaugeMetricFamily, f"{name}_max_seconds", f"{text}: the largest", run, s[key]["max"] / 1e6)
         if s["observer_cpu"] is not None:
             yield _one(GaugeMetricFamily, "flightwatch_run_observer_cpu_cores",
                        "cores used by flightwatch itself in the latest settled window", run, s["observer_cpu"])

@@ -138,11 +138,13 @@ def test_bad_requests_are_answered_400_counted_and_never_crash_it(broker, tmp_pa
     agent = ("agent", h["agent"])
     assert samples[("flightwatch_receiver_events_total", (agent,))] == 1
     assert samples[("flightwatch_receiver_bad_requests_total", (agent, ("reason", "missing id")))] == 1
-    assert samples[("flightwatch_receiver_telemetry_records", (agent, ("state", "over_budget")))] == 0
-    assert samples[("flightwatch_receiver_telemetry_records", (agent, ("state", "spooled")))] == 1
+    assert samples[("flightwatch_receiver_spool_over_budget", (agent,))] == 0
+    assert samples[("flightwatch_receiver_telemetry_records_total", (agent, ("state", "spooled")))] == 1
     types = {f.name: f.type for f in families}
-    assert types["flightwatch_receiver_requests"] == "counter" and types["flightwatch_receiver_telemetry_records"] == "gauge"
+    assert types["flightwatch_receiver_requests"] == "counter" and types["flightwatch_receiver_telemetry_records"] == "counter"
     assert all(f.documentation for f in families)  # HELP on every one
+    lint = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 @pytest.mark.integration

@@ -333,7 +333,8 @@ def test_the_grafana_dashboard_is_mounted_and_names_only_exported_metrics(render
     named = {m for e in exprs for m in re.findall(r"\b(flightwatch_[a-z0-9_]+)", e)}
     job = JobMetrics()
     job.publish({"run": "r", "events": {"sent": 1, "received": 1, "dropped": 0, "errors": 0}, "gap_windows": 0,
-                 "in_flight": 0, "window_start_s": 1.0, "flight_time_us": {"0.99": 1.0}, "send_delay_us": {"0.99": 1.0},
+                 "in_flight": 0, "window_start_s": 1.0, "flight_time_us": {"0.99": 1.0, "max": 2.0},
+                 "send_delay_us": {"0.99": 1.0, "max": 2.0},
                  "observer_cpu": 0.1, "state": "ok", "batches": 1, "finished": False})
     from types import SimpleNamespace
 

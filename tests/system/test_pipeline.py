@@ -48,6 +48,8 @@ def job_args(rec, out, *extra):
 
 
 SCRAPES: list[dict] = []
+LAST_TEXT: list[str] = []
+"""The last scrape's text, as the job served it (linted by promtool)."""
 """What the live job's /metrics said while it ran (``_scrape``), for the metrics test."""
 
 
@@ -67,6 +69,7 @@ def _scrape(port: int, stop: threading.Event) -> None:
             for s in family.samples:
                 scrape.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
         SCRAPES.append(scrape)
+        LAST_TEXT[:] = [text]
         time.sleep(0.05)
 
 
@@ -161,17 +164,23 @@ def test_the_jobs_prometheus_metrics_are_its_window_table(live, recorded):
     assert len(seen) >= 5, f"{len(SCRAPES)} scrapes, {len(seen)} windows"
     for window_ns, s in seen.items():
         row = w.loc[window_ns]
-        for q, col in (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"), ("1", "max")):
-            key = (("quantile", q), ("run", RUN))
-            for metric, column in (("flightwatch_run_flight_time_us", f"latency_us_{col}"),
-                                   ("flightwatch_run_send_delay_us", f"send_delay_us_{col}")):
-                want, got = row[column], s.get(metric, {}).get(key)
-                assert got == want if want == want else got is None, (window_ns, metric, q, got, want)  # none: no sample
+        for q, col in (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"), ("max", "max")):
+            for metric, column in (("flightwatch_run_flight_time", f"latency_us_{col}"),
+                                   ("flightwatch_run_send_delay", f"send_delay_us_{col}")):
+                name, key = ((f"{metric}_max_seconds", run) if q == "max" else
+                             (f"{metric}_seconds", (("quantile", q), ("run", RUN))))
+                want, got = row[column], s.get(name, {}).get(key)  # seconds, from the table's µs
+                assert got == pytest.approx(want / 1e6, rel=1e-12) if want == want else got is None, \
+                    (window_ns, name, q, got, want)  # none: no sample
         states = s["flightwatch_run_verdict"]
         assert sum(states.values()) <= 1 and set(v for v in states.values()) <= {0.0, 1.0}
         sent = s["flightwatch_run_events_total"][(("kind", "sent"), ("run", RUN))]
         assert 0 < sent <= recorded["truth"]["num_sent"]
+        assert (("kind", "dropped"), ("run", RUN)) not in s["flightwatch_run_events_total"]  # a gauge: it may fall
+        assert 0 <= s["flightwatch_run_dropped"][run] <= recorded["truth"]["num_sent"]
     assert sum(len(s.get("flightwatch_run_batches_total", {})) for s in SCRAPES) > 0
+    lint = subprocess.run(["promtool", "check", "metrics"], input=LAST_TEXT[0], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr  # Prometheus' own linter: names, units, types
 
 
 def test_a_recomputation_with_another_drop_timeout_matches_its_ground_truth(live, recorded):

@@ -1,0 +1,70 @@
+"""Every /metrics flightwatch serves, through Prometheus' own linter (``promtool check metrics``, from Debian's
+prometheus package): the job's, the receivers' (with their shippers'), the node-metrics agent's and the load
+generator's, each rendered as its server renders it (prometheus-client's registry) from real collectors with figures
+in them. Names end in their base unit (seconds, bytes) or ``_total``; counters only count."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+
+def rendered(collector) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
+def collectors(tmp_dir: str = "/tmp"):
+    from agents.http_receiver import HttpReceiver
+    from agents.node_metrics import NodeMetrics, _Exposed
+    from agents.receiver import _KafkaExposed
+    from agents.spool import Shipper
+    from loadgen.metrics import AttackMetrics
+    from loadgen.stats import Interval
+    from streaming.metrics import JobMetrics
+
+    job = JobMetrics()
+    job.publish({"run": "r", "events": {"sent": 10, "received": 9, "dropped": 1, "errors": 0}, "gap_windows": 0,
+                 "in_flight": 0, "window_start_s": 1.0, "flight_time_us": {"0.5": 900.0, "0.99": 1500.0, "max": 2100.0},
+                 "send_delay_us": {"0.5": 10.0, "max": 40.0}, "observer_cpu": 0.1, "state": "ok", "batches": 3,
+                 "finished": False})
+    spool = SimpleNamespace(counters=lambda: {"spooled": 5, "lost": 0, "over_budget": False})
+    http = HttpReceiver(spool, "receiver-http")
+    http.bad["missing id"], http.malformed["no_host"] = 1, 2
+    kafka = _KafkaExposed(SimpleNamespace(agent="receiver-kafka", num_received=3, num_unattributed=0, num_errors=0,
+                                          num_skipped=0, num_resets=0), spool)
+    writer = SimpleNamespace(counters=lambda: {"written": 4, "lost": 0, "sent": 4, "failed": 0, "retried": 0,
+                                               "buffered": 0})
+    node = _Exposed(NodeMetrics(None, None, "node-metrics"), writer, "node-metrics")
+    attack = AttackMetrics("r", "loadgen")
+    iv = Interval(0)
+    iv.add_send(1000, 2048)
+    iv.add_completion(500_000, 202, None, True)
+    attack.second(iv, 1.0, 0, False)
+    shipper = Shipper.__new__(Shipper)  # its counters alone: no spool folder, no producer
+    shipper.key, shipper.num_shipped, shipper.num_failures, shipper.dir = b"receiver-http", 5, 0, tmp_dir
+    return {"job": job, "http receiver": http, "kafka receiver": kafka, "node metrics": node, "load generator": attack,
+            "shipper": shipper}
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool comes with Debian's prometheus package (.ci/run)")
+@pytest.mark.parametrize("name", list(collectors()))
+def test_promtool_finds_nothing_to_say(name, tmp_path):
+    text = rendered(collectors(str(tmp_path))[name])
+    assert "flightwatch_" in text
+    lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), lint.stdout + lint.stderr
+
+
+def test_times_are_seconds_and_the_largest_is_a_gauge_of_its_own():
+    text = rendered(collectors()["job"])
+    assert "# TYPE flightwatch_run_flight_time_seconds summary" in text
+    assert 'flightwatch_run_flight_time_seconds{quantile="0.99",run="r"} 0.0015' in text
+    assert 'flightwatch_run_flight_time_max_seconds{run="r"} 0.0021' in text
+    assert 'quantile="1"' not in text and "_us" not in text
+    assert 'flightwatch_run_dropped{run="r"} 1.0' in text and 'kind="dropped"' not in text  # may fall: not a counter
+    assert "_us" not in rendered(collectors()["load generator"])
