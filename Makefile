@@ -2,7 +2,7 @@
 # Tunables (override on the command line: make stream RUN=r1 BOOTSTRAP=kafka:9092)
 PYTHON     ?= $(CURDIR)/.venv/bin/python
 RUN        ?= demo
-BOOTSTRAP  ?= 127.0.0.1:19092
+BOOTSTRAP  ?= $(or $(FLIGHTWATCH_BOOTSTRAP),127.0.0.1:$(or $(FLIGHTWATCH_TELEMETRY_PORT),19092))
 TOPIC      ?= flightwatch.telemetry
 RATE       ?= 5000
 DURATION   ?= 60s
@@ -12,7 +12,7 @@ PAYLOAD    ?= 2048
 WORKERS    ?= auto
 MAX_INFLIGHT ?= 1000
 TIMEOUT    ?= 30s
-UI_PORT    ?= 18501
+UI_PORT    ?= $(or $(FLIGHTWATCH_UI_PORT),18501)
 OVERLAY    ?= small
 DRY_RUN    ?=
 SPARK_WORKERS ?= 2

@@ -44,7 +44,7 @@ from core import clock, contract, logs
 from core import metrics as metrics_module
 from core.cli import OneLineParser, add_wait, await_brokers, bootstrap_arg
 from core.kafka_options import telemetry_producer
-from core.procs import HOST, NODE_METRICS_PORT
+from core.procs import HOST, NODE_METRICS_PORT, telemetry_bootstrap
 
 WINDOW = "$window"
 """Where a query's rate window goes (``combined_query``)."""
@@ -236,8 +236,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--rate-window", default=os.environ.get("FLIGHTWATCH_RATE_WINDOW", "auto"), metavar="DURATION|auto",
                     help="the window of the rates' irate: auto is three scrape intervals of the node exporters' job, as "
                          "Prometheus' targets say, at least 5s (env FLIGHTWATCH_RATE_WINDOW; default %(default)s)")
-    ap.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"),
-                    type=bootstrap_arg)
+    ap.add_argument("--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
+                    help="telemetry Kafka bootstrap (env FLIGHTWATCH_BOOTSTRAP; default %(default)s)")
     ap.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
     ap.add_argument("--agent", default=os.environ.get("FLIGHTWATCH_AGENT", "node-metrics"),
                     help="this agent's name in its records (env FLIGHTWATCH_AGENT: on Kubernetes the pod's name; "

@@ -25,7 +25,7 @@ from agents.kafka_receiver import FETCH_MAX_WAIT_MS, TOPIC_CHECK_S, KafkaReceive
 from core import clock, contract, logs, memory, metrics
 from core.cli import OneLineParser, add_wait, await_brokers, bootstrap_arg
 from core.kafka_options import SUT_ENV, client_options
-from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT
+from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap, telemetry_bootstrap
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
 
@@ -34,7 +34,7 @@ IDLE_PROGRESS_S = 600
 
 
 def _common(p: argparse.ArgumentParser, agent: str) -> None:
-    p.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg,
+    p.add_argument("--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
                    help="telemetry Kafka bootstrap (env FLIGHTWATCH_BOOTSTRAP; default %(default)s)")
     p.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
     p.add_argument("--agent", default=os.environ.get("FLIGHTWATCH_AGENT", agent),
@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(h, "receiver-http")
     k = sub.add_parser("kafka", help="consume the SUT topic", description=kafka_receiver.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    k.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_SUT_BOOTSTRAP", "127.0.0.1:29092"), type=bootstrap_arg)
+    k.add_argument("--bootstrap", default=sut_bootstrap(), type=bootstrap_arg)
     k.add_argument("--topic", default="flightwatch.sut")
     k.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", "receiver-kafka"),
                    help="where the write-ahead log, the telemetry spool (<state-dir>/spool) and the shipper's log live "

@@ -34,6 +34,7 @@ import sys
 import time
 
 from core.cli import OneLineParser, bootstrap_arg
+from core.procs import telemetry_bootstrap
 
 SEGMENT_BYTES = 64 << 20
 BUDGET_BYTES = 2 << 30
@@ -323,7 +324,7 @@ def main(argv=None) -> int:
     s = sub.add_parser("ship", help="ship a spool into the telemetry topic")
     s.add_argument("--spool-dir", required=True)
     s.add_argument("--agent", required=True, help="message key (the agent whose records these are)")
-    s.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg)
+    s.add_argument("--bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg)
     s.add_argument("--topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
     s.add_argument("--parent", type=int, default=0, help="drain and exit once this process is gone")
     try:

@@ -13,6 +13,18 @@ KAFKA_RECEIVER_METRICS_PORT = 19402
 NODE_METRICS_PORT = 19403
 LOADGEN_METRICS_PORT = 19404
 """Where each long-running process serves ``/metrics`` by default (the HTTP receiver serves it on its own port)."""
+
+
+def telemetry_bootstrap() -> str:
+    """The telemetry broker by default: FLIGHTWATCH_BOOTSTRAP, else the embedded one's port (FLIGHTWATCH_TELEMETRY_PORT,
+    19092) on loopback: moving the stack's broker moves every command's default with it."""
+    return os.environ.get("FLIGHTWATCH_BOOTSTRAP") or f"{HOST}:{os.environ.get('FLIGHTWATCH_TELEMETRY_PORT', '19092')}"
+
+
+def sut_bootstrap() -> str:
+    """The system under test's broker by default: FLIGHTWATCH_SUT_BOOTSTRAP, else the embedded SUT broker's port
+    (FLIGHTWATCH_SUT_PORT, 29092) on loopback."""
+    return os.environ.get("FLIGHTWATCH_SUT_BOOTSTRAP") or f"{HOST}:{os.environ.get('FLIGHTWATCH_SUT_PORT', '29092')}"
 """Where a streaming job serves its live figures for Prometheus by default (``streaming.metrics``)."""
 
 

@@ -24,7 +24,7 @@ from core import metrics
 from core.cli import add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
-from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable
+from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable, sut_bootstrap, telemetry_bootstrap
 from core.rundir import CHECKPOINTS
 from core.slices import setting_problem
 from core.units import parse_duration_ns
@@ -34,7 +34,7 @@ from loadgen.streamjob import start_job, wait_job
 from loadgen.targets import TargetSpec
 from loadgen.thresholds import Threshold, run_value
 
-DEFAULT_TARGET = "kafka://127.0.0.1:29092/flightwatch.sut"
+DEFAULT_TARGET = f"kafka://{sut_bootstrap()}/flightwatch.sut"
 
 WORKER_RATE = 10_000
 """Events per second one worker process is given by --workers auto. One worker sends 5,000/s at ~50 µs of CPU an
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "pace among them, each with its own sender ID; the run closes once every shard has stopped. "
                         "Needs --run (the same on every shard). Default 0/1, or JOB_COMPLETION_INDEX/FLIGHTWATCH_SHARDS "
                         "in a Kubernetes indexed Job")
-    a.add_argument("--telemetry-bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg,
+    a.add_argument("--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
                    help="telemetry broker for send/ack records (default %(default)s)")
     a.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
     a.add_argument("--no-telemetry", action="store_true", help="do not write send/ack records")

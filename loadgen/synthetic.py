@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core import contract
+from core.procs import telemetry_bootstrap
 
 NS = 1_000_000_000
 
@@ -234,7 +235,7 @@ def produce(run: SyntheticRun, bootstrap: str, topic: str, records_per_message: 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m loadgen.synthetic",
                                  description="Write a synthetic run of known truth into a telemetry topic.")
-    ap.add_argument("--bootstrap", default="127.0.0.1:19092", help="telemetry broker (default %(default)s)")
+    ap.add_argument("--bootstrap", default=telemetry_bootstrap(), help="telemetry broker (default %(default)s)")
     ap.add_argument("--topic", default="flightwatch.telemetry", help="telemetry topic (default %(default)s)")
     ap.add_argument("--run", default="synthetic", help="run ID (default %(default)s)")
     ap.add_argument("--duration", type=int, default=60, help="seconds of event time (default %(default)s)")

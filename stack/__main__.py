@@ -57,10 +57,10 @@ def _listen_port(env: str, default: int) -> int:
     return int(port) if port.isdigit() else default
 
 
-METRICS_PORTS = {
-    "kafka-receiver": int(os.environ.get("FLIGHTWATCH_KAFKA_RECEIVER_METRICS_PORT", str(KAFKA_RECEIVER_METRICS_PORT))),
-    "node-metrics": int(os.environ.get("FLIGHTWATCH_NODE_METRICS_PORT", str(NODE_METRICS_PORT))),
-    # started by `make attack`, not by the stack: where their own setting (or default) puts them
+METRICS_PORTS = {  # each where its own setting (the documented HOST:PORT one) puts it, or its default
+    "kafka-receiver": _listen_port("FLIGHTWATCH_KAFKA_RECEIVER_METRICS", KAFKA_RECEIVER_METRICS_PORT),
+    "node-metrics": _listen_port("FLIGHTWATCH_NODE_METRICS_METRICS", NODE_METRICS_PORT),
+    # started by `make attack`, not by the stack
     "job": _listen_port("FLIGHTWATCH_JOB_METRICS", JOB_METRICS_PORT),
     "loadgen": _listen_port("FLIGHTWATCH_LOADGEN_METRICS", LOADGEN_METRICS_PORT),
 }

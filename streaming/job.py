@@ -28,7 +28,7 @@ import time
 from core import memory, metrics, observer
 from core.cli import add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import client_options
-from core.procs import HOST, JOB_METRICS_PORT, servers_unreachable
+from core.procs import HOST, JOB_METRICS_PORT, servers_unreachable, telemetry_bootstrap
 from core.rundir import ROOT as PROJECT_ROOT
 from core.slices import setting_problem
 from core.units import one_line, parse_duration_ns
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument(flag, default=None if own else default, help=f"{what} (default {shown})")
         if own:
             continue
-        s.add_argument("--bootstrap", default=os.environ.get("FLIGHTWATCH_BOOTSTRAP", "127.0.0.1:19092"), type=bootstrap_arg,
+        s.add_argument("--bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
                        help="telemetry Kafka bootstrap servers (default %(default)s)")
         s.add_argument("--topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"),
                        help="telemetry topic; the job also reads its time slices, <topic>.slice-<start>-<length>, which "

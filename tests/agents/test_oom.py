@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -24,7 +24,7 @@ RECORDING = os.path.join(HERE, "data", "pod-watch-oomkilled.jsonl")
 
 
 def ns(text: str) -> int:
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()) * 10**9
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).timestamp()) * 10**9
 
 
 @pytest.fixture
