@@ -15,7 +15,7 @@ Per component: CPU in cores (CPU seconds / wall seconds) and, under load, CPU µ
 the job's JVM, Python driver and pyspark workers; each agent (the HTTP receiver with its shipper,
 the Kafka receiver, node metrics); both brokers; Prometheus and the node exporter; the UI; the load
 generator. The SUT broker is shown apart (the system under test, not flightwatch; idle here, the
-HTTP receiver being the target). Goals (issue 17) are printed beside the totals.
+HTTP receiver being the target). Goals are printed beside the totals.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ until its last drop is decided. That is 3 records an event, as `make attack` wri
 Reported per archive: records, the wall time of the whole command (Spark's start-up included), the replay's own
 time and rate from the query's start (what `make replay` prints), the rate once the first micro-batch has run
 (Spark started, the engine at work: the issue's measure), the speed-up over the run's length, peak RSS and CPU.
-Goal (issue 23): >= 300,000 records/s once Spark has started, on the 15-minute archive.
+Goal: >= 300,000 records/s once Spark has started, on the 15-minute archive.
 """
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
         print(f"{minutes:>5g} min {n:>11,} {r['wall_s']:>7.1f} {r['replay_s']:>9.1f} {r['rate']:>10,.0f} "
               f"{steady:>10} {r['first_batch_s']:>11.1f} {r['batches']:>7.0f} "
               f"{minutes * 60 / r['replay_s']:>6.1f}x {r['cpu_s']:>6.0f} {r['peak_mib']:>8,.0f}")
-    print("goal (issue 23): >= 300,000 records/s once Spark has started (after 1st), on the 15-minute archive")
+    print("goal: >= 300,000 records/s once Spark has started (after 1st), on the 15-minute archive")
     return 0
 
 

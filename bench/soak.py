@@ -39,12 +39,9 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-
-from core.procs import pid_from_file, stop_process  # noqa: E402
-from core.units import parse_duration_ns  # noqa: E402
-from stack.__main__ import PORTS, STACK_DIR  # noqa: E402
+from core.procs import pid_from_file, stop_process
+from core.units import parse_duration_ns
+from stack.__main__ import PORTS, ROOT, STACK_DIR
 
 GROWTH_LIMIT = 0.10
 CLOSE_WAIT_S = 900
@@ -126,9 +123,21 @@ class SliceWatch:
         self.seen, self.live = now, len(now)
 
 
-def main(argv=None) -> int:
-    from support.sockets import descendants
+def descendants(pids) -> set[int]:
+    """The processes and every process below them (psutil)."""
+    import psutil
 
+    out = set()
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            out |= {pid, *(c.pid for c in p.children(recursive=True))}
+        except psutil.Error:
+            continue
+    return out
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--rate", type=float, default=2000, help="events/s (default %(default)s)")

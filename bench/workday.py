@@ -10,7 +10,7 @@ a Kafka attack renews the embedded SUT broker first): HTTP at 2,000/s and 1,000/
 each twice, and a paced run (200, 350, 500/s) through a relay of capacity 400/s; between runs, idle stretches of at
 least 3 minutes (more to fill --minutes), one of them with a streaming job left live (`make stream`) all through it.
 The short day is HTTP at 2,000/s, Kafka at 5,000/s and HTTP at 2,000/s again, 30 s each, 3.5-minute idle stretches,
-the live job in the first: it spans several deletions of telemetry slices (the spin of issue 35 began with the first).
+the live job in the first: it spans several deletions of telemetry slices (a writer that spins after one would show).
 
 Every 10 s it samples each process of the stack and of the runs (psutil: CPU seconds, RSS), and the size of every
 log file. The SUT's own processes (the SUT broker, the relay) are sampled but are not flightwatch's. It checks:
