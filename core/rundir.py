@@ -3,7 +3,7 @@
     checkpoints/<run>/run.json           the run's record (load generator and job)
                       windows.parquet    the window table, summary.json its summary (when the run closed)
                       partials/<kind>/   the job's per-batch outputs (counts, hists, events)
-                      archive/ batches/ quarantine/ spark/ state/ ...   (``RunPaths.<name>``)
+                      archive/ batches/ quarantine/ state/   (``RunPaths.<name>``; spark/, the Spark checkpoint)
 """
 from __future__ import annotations
 
@@ -47,12 +47,29 @@ def ids_in(directory: str, pattern: str = "batch-*") -> list[int]:
 
 @dataclass(frozen=True)
 class RunPaths:
+    """The paths of one run folder, each named: a misspelt one is an AttributeError, not a new folder."""
+
     root: str
 
-    def __getattr__(self, name: str) -> str:  # spark, archive, partials, quarantine, batches, state
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return os.path.join(self.root, name)
+    @property
+    def archive(self) -> str:
+        """The raw telemetry the run read, batch by batch (what a replay reads)."""
+        return os.path.join(self.root, "archive")
+
+    @property
+    def batches(self) -> str:
+        """Each batch's manifest (``batch-N.json``), written when the batch is done."""
+        return os.path.join(self.root, "batches")
+
+    @property
+    def quarantine(self) -> str:
+        """Malformed telemetry records, set aside with why."""
+        return os.path.join(self.root, "quarantine")
+
+    @property
+    def state(self) -> str:
+        """The engine's state: snapshots and their deltas."""
+        return os.path.join(self.root, "state")
 
     def partial(self, kind: str) -> str:
         return os.path.join(self.root, "partials", kind)
