@@ -3,7 +3,7 @@
 Usage:
     python -m bench.verdict [--repeat 5] [--capacity 250] [--pace 100:5,200:5,300:5,400:5]
 
-Each repetition is the capacity test's run with real parts (``tests/streaming/test_saturation.py``): the load generator
+Each repetition is the capacity test's run with real parts (``bench.capacity_run``): the load generator
 paces through the steps into a CloudEvents relay that forwards at most ``--capacity`` events/s to the HTTP
 receiver agent, with the streaming job live on a fresh Tansu broker. Per repetition: the step where saturation
 was flagged, the wall-clock time from the end of the first saturated window to a live reader seeing the
@@ -19,9 +19,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "streaming")]  # support, test_saturation
 
 NS = 10**9
 
@@ -39,8 +36,7 @@ def main(argv=None) -> int:
     if a.repeat < 1 or a.capacity <= 0:
         print("bench.verdict: error: --repeat and --capacity must be positive", file=sys.stderr)
         return 2
-    from test_saturation import _saturation_run
-
+    from bench.capacity_run import capacity_run
     from core.procs import free_port, stop_process
     from stack.tansu import start_tansu
 
@@ -57,7 +53,7 @@ def main(argv=None) -> int:
                 run_dir = Path(tmp) / f"r{k}"
                 run_dir.mkdir()
                 t0 = time.monotonic()
-                s = _saturation_run(broker, run_dir, f"verdict{k}", a.pace, ["--capacity", str(a.capacity)])
+                s = capacity_run(broker, run_dir, f"verdict{k}", a.pace, ["--capacity", str(a.capacity)])
                 v = s["verdict"]
                 states = [r["state"] for r in v["steps"]]
                 false = [r["step"] for r in v["steps"] if r["step"] in below and r["state"] == "saturated"]

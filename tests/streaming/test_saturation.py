@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench.capacity_run import capacity_run
 from streaming import results, saturation
 
 NS = 1_000_000_000
@@ -176,87 +177,9 @@ def test_observer_bound_run_names_flightwatch_and_has_no_knee_there():
 
 # --- with real parts: a relay of known capacity between the load generator and the receiver -----
 
-def _saturation_run(broker, tmp_path, run_id, pace, relay_args, attack_args=(), prometheus=None):
-    """Receiver <- relay <- load generator, the streaming job live; the run's summary.
-
-    With ``prometheus``: the node-metrics agent too, which counts the receiver, the job and the load
-    generator as flightwatch's (a registry of this test's own), the relay as the system under test."""
-    import json
-    import os
-    import subprocess
-    import sys
-    import threading
-    import time
-
-    from support import ROOT, create_topic, free_port, job_command, job_env
-
-    from core.procs import stop_process, wait_port
-
-    topic = f"tel-{run_id}"
-    create_topic(broker, topic)
-    recv_port, relay_port = free_port(), free_port()
-    stack_dir = str(tmp_path / "stack")
-    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none", FLIGHTWATCH_STACK_DIR=stack_dir)
-    procs = []
-    try:
-        procs.append(subprocess.Popen([sys.executable, "-m", "agents.receiver", "http", "--listen", f"127.0.0.1:{recv_port}",
-                                       "--telemetry-bootstrap", broker, "--telemetry-topic", topic,
-                                       "--spool-dir", str(tmp_path / "spool")],
-                                      cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        if prometheus:
-            from core import observer
-
-            observer.register("http-receiver", procs[-1].pid, stack_dir=stack_dir)
-            procs.append(subprocess.Popen([sys.executable, "-m", "agents.node_metrics", "--prometheus", prometheus,
-                                           "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--clock-listen", "none"],
-                                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          start_new_session=True))
-        procs.append(subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(relay_port),
-                                       f"http://127.0.0.1:{recv_port}/", *relay_args],
-                                      cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        job_log = open(tmp_path / "job.log", "w")
-        job = subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", broker, "--topic", topic, "--checkpoints",
-                                           str(tmp_path), "--drop-timeout", "10s"),
-                               cwd=ROOT, env=dict(job_env(), FLIGHTWATCH_STACK_DIR=stack_dir), stdout=job_log, stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(job)
-        assert wait_port(recv_port, 30) and wait_port(relay_port, 30)
-        from support import wait_for_first_batch
-
-        wait_for_first_batch(broker, topic, run_id, tmp_path / run_id / "batches")
-        seen, done = {}, threading.Event()
-
-        def watch() -> None:  # what every live reader sees: the verdict the job publishes after each batch
-            from streaming.reader import RunReader
-
-            while not done.is_set():
-                v = RunReader(str(tmp_path / run_id)).verdict() or {}
-                if v.get("saturated_at") and "saturated" not in seen:
-                    seen["saturated"] = dict(v, seen_ns=time.time_ns())
-                done.wait(0.05)
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        lg = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--quiet", "--pace", pace, "--target",
-                             f"http://127.0.0.1:{relay_port}/", "--run", run_id, "--out", str(tmp_path / "lg"),
-                             "--telemetry-bootstrap", broker, "--telemetry-topic", topic, "--workers", "1", *attack_args],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
-        assert lg.returncode == 0, lg.stderr
-        assert job.wait(120) == 0
-        done.set()
-        watcher.join(10)
-        summary = json.load(open(tmp_path / run_id / "summary.json"))
-        summary["seen_live"] = seen
-        summary["job_log"] = (tmp_path / "job.log").read_text()
-        return summary
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                stop_process(p, wait_s=30, group=True)
-
-
 @pytest.mark.integration
 def test_real_sut_of_capacity_250_saturates_at_the_300_step(broker, tmp_path):
-    s = _saturation_run(broker, tmp_path, "capacity", "100:5,200:5,300:5,400:5", ["--capacity", "250"])
+    s = capacity_run(broker, tmp_path, "capacity", "100:5,200:5,300:5,400:5", ["--capacity", "250"])
     v = s["verdict"]
     steps = {r["step"]: r for r in v["steps"]}
     at = v["saturated_at"]
@@ -283,7 +206,7 @@ def test_real_sut_of_capacity_250_saturates_at_the_300_step(broker, tmp_path):
 def test_a_relay_of_capacity_400_with_flightwatch_on_the_same_machine_has_its_knee_at_350(broker, prometheus, tmp_path):
     """Issue 17: flightwatch (receiver, job, load generator, node metrics) shares the two cores with the SUT, a relay of
     capacity 400/s. It must not starve it or blame it for its own CPU: 200/s and 350/s are ok, 500/s is saturated."""
-    s = _saturation_run(broker, tmp_path, "relay400", "200:10,350:10,500:10", ["--capacity", "400"], prometheus=prometheus)
+    s = capacity_run(broker, tmp_path, "relay400", "200:10,350:10,500:10", ["--capacity", "400"], prometheus=prometheus)
     v = s["verdict"]
     states = [r["state"] for r in v["steps"]]
     assert states == ["ok", "ok", "saturated"], v
@@ -303,7 +226,7 @@ def test_a_relay_stall_of_3_s_is_one_gap_within_20_ms_of_the_relays_own_silence(
     import numpy as np
 
     log = tmp_path / "forwards.log"
-    s = _saturation_run(broker, tmp_path, "hold3", "300:10", ["--hold-at", "4", "--hold-for", "3", "--forward-log", str(log)])
+    s = capacity_run(broker, tmp_path, "hold3", "300:10", ["--hold-at", "4", "--hold-for", "3", "--forward-log", str(log)])
     forwards = np.sort(np.loadtxt(log, dtype=np.int64))
     silences = np.diff(forwards)
     i = int(np.argmax(silences))
@@ -329,7 +252,7 @@ def test_a_relay_stall_of_3_s_is_one_gap_within_20_ms_of_the_relays_own_silence(
 @pytest.mark.integration
 def test_a_generator_short_of_its_schedule_is_loadgen_bound(broker, tmp_path):
     # 4 requests in flight against 50 ms answers: the generator tops out near 80/s; the SUT keeps up
-    s = _saturation_run(broker, tmp_path, "lgbound", "40:5,200:5", ["--delay", "0.05"], ["--max-inflight", "4"])
+    s = capacity_run(broker, tmp_path, "lgbound", "40:5,200:5", ["--delay", "0.05"], ["--max-inflight", "4"])
     v = s["verdict"]
     assert v["saturated_at"] is None, v
     assert v["loadgen_bound_at"]["step"] == 2 and v["message"].startswith("loadgen-bound"), v
