@@ -76,7 +76,7 @@ def capacity_run(broker: str, tmp_path: Path, run_id: str, pace: str, relay_args
         seen, done = {}, threading.Event()
 
         def watch() -> None:  # what every live reader sees: the verdict the job publishes after each batch
-            from streaming.reader import RunReader
+            from runs.reader import RunReader
 
             while not done.is_set():
                 v = RunReader(str(tmp_path / run_id)).verdict() or {}

@@ -116,8 +116,8 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
     from core import contract
     from core.kafka_options import create_topic, telemetry_producer
     from core.procs import stop_process
-    from streaming import results
-    from streaming.reader import RunReader
+    from runs import results
+    from runs.reader import RunReader
 
     run_id, topic = f"bench-{rate}-{join_on}", f"bench-{rate}-{join_on}-{int(time.time())}"
     create_topic(bootstrap, topic, 2, {})

@@ -45,7 +45,7 @@ OVERFLOW: Final = "overflow:"       # overflow:<hist>: values above the histogra
 MAX: Final = "max:"                 # max:<name>: merged by max, all other counts by sum
 NODE: Final = "node:"               # node:<node>:<metric>: the window's mean of a node metric
 
-# Window status (``streaming.table.window_status``), exemplars and freshness.
+# Window status (``runs.table.window_status``), exemplars and freshness.
 IN_FLIGHT: Final = "in_flight"
 RECEIVE_COMPLETE: Final = "receive_complete"
 SETTLED: Final = "settled"
@@ -129,7 +129,7 @@ class Step(TypedDict):
 
 
 class Verdict(TypedDict, total=False):
-    """The saturation detector's verdict (``streaming.saturation.verdict``)."""
+    """The saturation detector's verdict (``runs.saturation.verdict``)."""
     state: str                  # ok, degrading, saturated, observer-bound, loadgen-bound, telemetry-incomplete: what
     message: str                # the message opens with
     stalls: list[dict]          # start_ns, end_ns (window edges), held: shortfalls that drained (not saturation)
@@ -143,7 +143,7 @@ class Verdict(TypedDict, total=False):
 
 
 class Summary(TypedDict, total=False):
-    """A run's summary (``streaming.results.summarize``, ``summary.json``). Before any window: run_id and state."""
+    """A run's summary (``runs.results.summarize``, ``summary.json``). Before any window: run_id and state."""
     run_id: str
     state: str                  # waiting for data, running, finished
     settings: dict[str, str]    # window, drop_timeout, watermark_delay as text
@@ -184,3 +184,10 @@ class Summary(TypedDict, total=False):
 
 SUMMARY_KEYS: Final = tuple(Summary.__annotations__)
 SUMMARY_TOTALS: Final = (SENT, RECEIVED, DROPPED, DUPLICATES, LATE, ERRORS, ORPHAN_RECEIVES, OOM_KILLS, UNACCOUNTED)
+
+
+EXEMPLARS = 5
+"""Per window, the IDs of this many slowest received events (``kind="slowest"``: at the receive, ``value`` its
+flight time in µs, ns-exact) and of the first this many dropped ones (``kind="dropped_id"``: at the send,
+``count`` +1, or -1 when a drop named is withdrawn). The top of a union of tops is the top of the union, so any time
+range merges exactly, as the histograms do."""

@@ -64,13 +64,13 @@ def wait_job(cfg, job, timeout_s: float = 120) -> output.Summary | None:
     if os.path.exists(summary_file):  # written by the job when it closed the run
         with open(summary_file) as f:
             s = json.load(f)
-    else:  # the job's command computes it (the load generator does not read run folders itself)
-        out = subprocess.run([sys.executable, "-m", "streaming", "summary", "--run", cfg.run_id, "--checkpoints", CHECKPOINTS],
-                             capture_output=True, text=True, timeout=120)
-        if out.returncode != 0:
-            print(f"streaming summary failed: {out.stderr.strip()[-300:]}")
-            return None
-        s = json.loads(out.stdout)
+    elif os.path.exists(os.path.join(run_dir, "run.json")):  # the read side computes it from the run folder
+        from runs import results
+
+        s = json.loads(json.dumps(results.summarize(run_dir), default=str))
+    else:
+        print(f"streaming job: no run folder at {run_dir}; see its job.log")
+        return None
     if s.get("state") == "waiting for data":
         print("streaming job: no windows written; see its job.log")
         return None

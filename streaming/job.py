@@ -372,7 +372,7 @@ def main(argv=None) -> int:
         a = build_parser().parse_args(argv)
         cfg = config_from_args(a)
         if cfg.command == "summary":
-            from streaming import results
+            from runs import results
 
             if not os.path.exists(os.path.join(cfg.run_dir, "run.json")):
                 raise UsageError(f"no run at {cfg.run_dir}")

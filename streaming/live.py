@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 
 from core import histogram, output
 from core.rundir import RunPaths, batch_file
-from streaming import results, table
-from streaming.reader import RunReader
+from runs import results, table
+from runs.reader import RunReader
 
 COUNTS = (output.SENT, output.RECEIVED, output.DROPPED, output.ERRORS)
 """Window counts the rules read (``saturation.assess_windows``) and the step figures sum."""

@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from core import output
-from streaming.table import PERCENTILES, percentile_figures
+from runs.table import PERCENTILES, percentile_figures
 
 QUANTILES = {f"p{p}": str(p / 100) for p in PERCENTILES} | {"max": "max"}
 """The window table's figure names (``latency_us_p99``, ...) and the ``quantile`` label each is exported as (the

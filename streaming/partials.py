@@ -6,12 +6,8 @@ import numpy as np
 import pandas as pd
 
 from core import histogram, output
+from core.output import EXEMPLARS
 
-EXEMPLARS = 5
-"""Per window, the IDs of this many slowest received events (``kind="slowest"``: at the receive, ``value`` its
-flight time in µs, ns-exact) and of the first this many dropped ones (``kind="dropped_id"``: at the send,
-``count`` +1, or -1 when a drop named is withdrawn). The top of a union of tops is the top of the union, so any time
-range merges exactly, as the histograms do."""
 
 class Collector:
     """Accumulates (window, name, value) triples (names: ``core.output``) and histogram values for one batch."""

@@ -248,7 +248,7 @@ class RunStore:
         write_json(batch_file(self.paths.batches, batch_id, "json"), info)
         self.next_batch = batch_id + 1
         if result.finished:
-            from streaming import results  # finalise: the table the UI and reports read
+            from runs import results  # finalise: the table the UI and reports read
 
             windows = results.load_windows(self.paths.root)
             summary = results.summarize(self.paths.root, windows)

@@ -20,7 +20,7 @@ if ROOT not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from streaming.reader import RunReader  # noqa: E402
+from runs.reader import RunReader  # noqa: E402
 from ui import charts, data  # noqa: E402
 
 REFRESH_S = 1.0

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from core import output
-from streaming import results, runinfo
-from streaming.reader import RunReader
+from runs import results, runinfo
+from runs.reader import RunReader
 
 NS = 1_000_000_000
 LIVE_AFTER_S = 10.0
@@ -233,7 +233,7 @@ def headline(view: RunView, now_ns: int | None = None, run: RunReader | None = N
 
 
 def saturation(view: RunView) -> tuple[str, str] | None:
-    """The saturation detector's verdict (``streaming.saturation``, as in the run's summary) for the banner:
+    """The saturation detector's verdict (``runs.saturation``, as in the run's summary) for the banner:
     (state, message), or None while all is well."""
     v = view.summary.get("verdict") or {}
     if v.get("saturated_at"):

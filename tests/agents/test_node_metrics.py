@@ -16,7 +16,7 @@ from support import ROOT, create_topic, free_port, run_job, telemetry
 from agents.node_metrics import METRICS, OBSERVER_METRIC, NodeMetrics, prometheus_query
 from core import contract, observer
 from loadgen.synthetic import NS, SyntheticSpec, generate, produce
-from streaming import results
+from runs import results
 
 pytestmark = pytest.mark.integration
 

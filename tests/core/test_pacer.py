@@ -123,7 +123,7 @@ def test_the_published_steps_are_the_schedules_in_absolute_ns_and_the_reader_tak
 
     import pandas as pd
 
-    from streaming import runinfo
+    from runs import runinfo
 
     t0 = 1_800_000_000 * S
     steps = Schedule.parse("200:15,350-500:15").steps_from(t0)

@@ -207,7 +207,8 @@ def test_a_failure_of_the_live_verdict_never_fails_a_batch_and_its_figures_come_
     batch rebuilds the figures from the files (which hold every batch so far): the verdict is the fresh reader's."""
     import json
 
-    from streaming import live, results
+    from runs import results
+    from streaming import live
     from streaming.sinks import RunStore
 
     spec = SyntheticSpec(run_id="flaky", duration_s=8, rate_per_sec=100, pause=None, oom_at_s=(), late_count=0)
@@ -265,7 +266,7 @@ def test_the_jobs_live_verdict_equals_a_fresh_readers_after_every_batch_and_afte
     a store restarted mid-run rebuilds the figures from the files and stays equal."""
     import json
 
-    from streaming import results
+    from runs import results
     from streaming.sinks import RunStore
 
     spec = SyntheticSpec(run_id="live", duration_s=24, rate_per_sec=200, pause=(15.0, 2.0), oom_at_s=(9.5,),

@@ -7,7 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadgen.synthetic import SyntheticSpec, generate, messages
-from streaming import engine, executors, join, results
+from runs import results
+from streaming import engine, executors, join
 from streaming.decode import decode_messages
 from streaming.sinks import RunStore
 

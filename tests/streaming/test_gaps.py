@@ -10,7 +10,8 @@ import pytest
 
 from core import contract as c
 from loadgen.synthetic import exact_gaps
-from streaming import engine, gaps, table
+from runs import table
+from streaming import engine, gaps
 from streaming.decode import decode_messages
 
 S = 1_800_000_000 * 10**9

@@ -167,7 +167,7 @@ def test_a_job_started_before_its_broker_waits_then_processes_the_run(tmp_path):
             stop_process(broker)
     assert job.returncode == 0, out[-3000:]
     assert f"waiting for the telemetry broker {bootstrap} (Connection refused)" in out
-    from streaming import results
+    from runs import results
 
     sent = sum(int(r.get("sent", 0)) for r in results.load_windows(str(tmp_path / "late-job")).to_dict("records"))
     assert sent == run.sent_ns.size == 500

@@ -6,7 +6,8 @@ import pyarrow as pa
 import pytest
 
 from loadgen.synthetic import SyntheticSpec, generate, messages
-from streaming import engine, join, results
+from runs import results
+from streaming import engine, join
 from streaming.decode import decode_messages
 from streaming.sinks import RunStore
 from streaming.state import JoinState

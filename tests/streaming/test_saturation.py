@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from bench.capacity_run import capacity_run
-from streaming import results, saturation
+from runs import results, saturation
 
 NS = 1_000_000_000
 

@@ -23,8 +23,8 @@ RATE, SECONDS = 400, 10
 
 @pytest.mark.integration
 def test_job_on_a_spark_standalone_cluster_with_two_loadgen_shards(broker, tmp_path):
+    from runs import results
     from stack.spark import Cluster
-    from streaming import results
 
     run_id, topic = "distributed", "tel-distributed"
     create_topic(broker, topic, partitions=4)
@@ -126,8 +126,8 @@ def test_the_job_submitted_as_the_driver_pod_runs_it_follows_the_cluster(broker,
     from support import run_job
 
     from loadgen.synthetic import SyntheticSpec, generate, produce
+    from runs import results
     from stack.spark import Cluster
-    from streaming import results
 
     run_id, topic = "submitted", "tel-submitted"
     create_topic(broker, topic, partitions=4)
@@ -181,8 +181,8 @@ def test_a_job_whose_joins_run_on_the_executors_killed_mid_run_resumes_with_the_
     from support import run_job
 
     from loadgen.synthetic import SyntheticSpec, generate, produce
+    from runs import results
     from stack.spark import Cluster
-    from streaming import results
 
     run_id, topic = "killed", "tel-killed"
     create_topic(broker, topic, partitions=2)

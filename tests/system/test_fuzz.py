@@ -217,8 +217,8 @@ def test_the_job_quarantines_10000_fuzzed_records_and_keeps_the_truth(broker, tm
     from kafka import KafkaProducer
     from support import create_topic, run_job
 
-    from streaming import results
-    from streaming.reader import RunReader
+    from runs import results
+    from runs.reader import RunReader
 
     if len(COLLECTED) < 10_000:  # run alone: draw them
         _quarantined_and_nothing_else_changes()

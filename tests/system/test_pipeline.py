@@ -21,8 +21,8 @@ import pytest
 from support import ROOT, create_topic, free_port, job_command, job_env, run_job
 
 from loadgen.synthetic import NS, SyntheticSpec, generate, produce, truth
-from streaming import results
-from streaming.reader import RunReader
+from runs import results
+from runs.reader import RunReader
 
 pytestmark = pytest.mark.integration
 

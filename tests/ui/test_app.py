@@ -24,7 +24,8 @@ from support import ROOT, create_topic, free_port, job_command, job_env, wait_fo
 
 from core.procs import wait_port
 from loadgen.synthetic import NS, SyntheticSpec, generate, messages
-from streaming import engine, results
+from runs import results
+from streaming import engine
 from streaming.decode import decode_messages
 from streaming.sinks import RunStore
 from ui import data

@@ -1,5 +1,5 @@
 """A run's results: the window table, exact merged percentiles, the verdict and the summary, read from its folder
-(``streaming.reader``) and computed by ``streaming.table``.
+(``runs.reader``) and computed by ``runs.table``.
 
 Each function takes a run folder or a ``RunReader`` of it (a reader kept for the run's life reads each file once).
 Everything here works on a live run (the job still writing) and on a finished one.
@@ -11,9 +11,9 @@ import pandas as pd
 
 from core import output
 from core.units import duration_text
-from streaming import runinfo, table
-from streaming.reader import RunReader
-from streaming.table import percentile_figures
+from runs import runinfo, table
+from runs.reader import RunReader
+from runs.table import percentile_figures
 
 
 def load_windows(run: RunReader | str, encode_hdr: bool = True) -> pd.DataFrame:
@@ -47,18 +47,18 @@ def merged_percentiles(run: RunReader | str, hist: str = output.LATENCY, start_n
 
 
 def gap_records(events: pd.DataFrame) -> list[dict]:
-    """The run's gaps (``streaming.table.gaps``) as records: start and end ns, duration, events in flight."""
+    """The run's gaps (``runs.table.gaps``) as records: start and end ns, duration, events in flight."""
     return [{"start_ns": int(g.start_ns), "end_ns": int(g.end_ns), "duration_s": float(g.duration_s),
              "in_flight": int(g.in_flight)} for g in table.gaps(events).itertuples()]
 
 
 def run_verdict(run: RunReader | str, windows: pd.DataFrame, events: pd.DataFrame, hists: pd.DataFrame | None = None,
                 cfg: dict | None = None, percentiles=None, gaps: list[dict] | None = None) -> output.Verdict:
-    """The saturation verdict and scalability profile (``streaming.saturation``) with exact per-step figures.
+    """The saturation verdict and scalability profile (``runs.saturation``) with exact per-step figures.
 
     ``percentiles(lo, hi)``: latency percentiles over the windows in [lo, hi) (default: ``merged_percentiles``
     over the histogram partials, ``hists`` if given)."""
-    from streaming import saturation
+    from runs import saturation
 
     run = RunReader.of(run)
     cfg = run.settings() if cfg is None else cfg

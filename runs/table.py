@@ -134,7 +134,7 @@ def exemplars(events: pd.DataFrame, lo: int | None = None, hi: int | None = None
     """The slowest received events and the first dropped ones (``partials.EXEMPLARS`` of each), over the windows in
     [lo, hi) or per window: (slowest: event_id, at_ns, latency_us, window_ns; dropped: event_id, at_ns, window_ns).
     A withdrawn drop (its receive came in time after all, or an error ack) nets out."""
-    from streaming.partials import EXEMPLARS
+    from core.output import EXEMPLARS
 
     empty = pd.DataFrame(columns=["event_id", "at_ns", "latency_us", "window_ns"])
     if events.empty or "event_id" not in events:
