@@ -19,7 +19,7 @@ from pathlib import Path
 
 from core.kafka_options import create_topic, telemetry_producer
 from core.procs import free_port, stop_process, wait_port
-from core.rundir import ROOT
+from core.rundir import ROOT, RunPaths
 
 
 def wait_for_first_batch(broker: str, topic: str, run_id: str, batches: Path, seconds: float = 180) -> None:
@@ -64,7 +64,7 @@ def capacity_run(broker: str, tmp_path: Path, run_id: str, pace: str, relay_args
         procs.append(subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(relay_port),
                                        f"http://127.0.0.1:{recv_port}/", *relay_args],
                                       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        job_log = open(tmp_path / "job.log", "w")
+        job_log = open(tmp_path / "job.log", "w")  # beside the run folder: the job makes that one
         job = subprocess.Popen([sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap", broker, "--topic",
                                 topic, "--checkpoints", str(tmp_path), "--drop-timeout", "10s"],
                                cwd=ROOT, env=dict(env, FLIGHTWATCH_DRIVER_MEMORY="1g"), stdout=job_log, stderr=subprocess.STDOUT,
@@ -72,7 +72,8 @@ def capacity_run(broker: str, tmp_path: Path, run_id: str, pace: str, relay_args
         procs.append(job)
         if not (wait_port(recv_port, 30) and wait_port(relay_port, 30)):
             raise RuntimeError("the receiver or the relay did not start")
-        wait_for_first_batch(broker, topic, run_id, tmp_path / run_id / "batches")
+        run = RunPaths(str(tmp_path / run_id))
+        wait_for_first_batch(broker, topic, run_id, Path(run.batches))
         seen, done = {}, threading.Event()
 
         def watch() -> None:  # what every live reader sees: the verdict the job publishes after each batch
@@ -96,7 +97,7 @@ def capacity_run(broker: str, tmp_path: Path, run_id: str, pace: str, relay_args
             raise RuntimeError(f"the streaming job failed: {(tmp_path / 'job.log').read_text()[-2000:]}")
         done.set()
         watcher.join(10)
-        summary = json.load(open(tmp_path / run_id / "summary.json"))
+        summary = json.load(open(run.summary_file))
         summary["seen_live"] = seen
         summary["job_log"] = (tmp_path / "job.log").read_text()
         return summary

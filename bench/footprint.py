@@ -108,19 +108,21 @@ def measure(seconds: float, extra_roots: dict[int, str]) -> dict:
 
 
 def start_job(run_id: str, job_args: list[str] = ()) -> subprocess.Popen:
-    run_dir = os.path.join(ROOT, "checkpoints", run_id)
-    os.makedirs(run_dir, exist_ok=True)
+    from core.rundir import RunPaths
+
+    paths = RunPaths.of_run(run_id)
+    os.makedirs(paths.root, exist_ok=True)
     job = subprocess.Popen([sys.executable, "-m", "streaming", "run", "--run", run_id, *job_args], cwd=ROOT,
-                           stdout=open(os.path.join(run_dir, "job.log"), "ab"), stderr=subprocess.STDOUT,
+                           stdout=open(paths.job_log, "ab"), stderr=subprocess.STDOUT,
                            env=dict(os.environ, PYTHONPATH=ROOT), start_new_session=True)
     deadline = time.monotonic() + 180
-    batches = os.path.join(run_dir, "batches")
+    batches = paths.batches
     while time.monotonic() < deadline and job.poll() is None:
         if os.path.isdir(batches) and os.listdir(batches):
             return job
         time.sleep(0.5)
     stop_process(job, group=True)
-    raise RuntimeError(f"the streaming job did not start; see {run_dir}/job.log")
+    raise RuntimeError(f"the streaming job did not start; see {paths.job_log}")
 
 
 def totals(cores: dict[str, float]) -> dict[str, float]:

@@ -116,6 +116,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
     from core import contract
     from core.kafka_options import create_topic, telemetry_producer
     from core.procs import stop_process
+    from core.rundir import RunPaths
     from runs import results
     from runs.reader import RunReader
 
@@ -134,7 +135,8 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
         producer.produce(topic, contract.encode([contract.RunStart(run_id, "bench", time.time_ns())]), b"bench")
         producer.flush(30)
         deadline = time.monotonic() + 120
-        while not os.path.isdir(os.path.join(out, "batches")) or not os.listdir(os.path.join(out, "batches")):
+        batches = RunPaths(out).batches
+        while not os.path.isdir(batches) or not os.listdir(batches):
             if time.monotonic() > deadline or job.poll() is not None:
                 raise RuntimeError(f"job for {run_id} did not start; see {workdir}/{run_id}.log")
             time.sleep(0.2)

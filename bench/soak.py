@@ -40,6 +40,7 @@ import sys
 import time
 
 from core.procs import pid_from_file, stop_process
+from core.rundir import RunPaths, batch_file, ids_in
 from core.units import parse_duration_ns
 from stack.__main__ import PORTS, ROOT, STACK_DIR
 
@@ -244,8 +245,8 @@ def main(argv=None) -> int:
               + ("  (in-memory broker: holds the data, not judged)" if stores else ""))
         if abs(change) > GROWTH_LIMIT and not stores:
             bad.append(f"{names[key]} ({pid}) {change:+.1%}")
-    batches = sorted(glob.glob(os.path.join(run_dir, "batches", "batch-*.json")), key=lambda p: int(p.rsplit("-", 1)[1][:-5]))
-    infos = [json.load(open(p)) for p in batches]
+    paths = RunPaths(run_dir)
+    infos = [json.load(open(batch_file(paths.batches, b, "json"))) for b in ids_in(paths.batches, "batch-*.json")]
     written = [i for i in infos if i.get("written_at_ns")]
     t_start = written[0]["written_at_ns"] if written else 0
     at_warm = [i for i in written if i["written_at_ns"] - t_start >= warmup_s * 1e9]
@@ -256,7 +257,7 @@ def main(argv=None) -> int:
               f"(bounded by the retention: rate x (drop timeout + retention))")
         if k1 > 1.1 * k0 + a.rate * 5:
             bad.append(f"engine state grew from {k0:,} to {k1:,}")
-    summary_file = os.path.join(run_dir, "summary.json")
+    summary_file = paths.summary_file
     deadline = time.monotonic() + CLOSE_WAIT_S  # a long run's close outlasts the load generator's wait for it
     while not os.path.exists(summary_file) and time.monotonic() < deadline:
         time.sleep(2)

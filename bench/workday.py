@@ -43,7 +43,7 @@ import psutil
 
 from bench.soak import SliceWatch, name_of
 from core.procs import free_port, stop_process
-from core.rundir import CHECKPOINTS, ROOT
+from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from stack.__main__ import PORTS, STACK_DIR
 
 SAMPLE_EVERY_S = 10
@@ -160,7 +160,7 @@ class Sampler:
 def log_files() -> list[str]:
     return sorted(set(glob.glob(os.path.join(STACK_DIR, "*.log")) + glob.glob(os.path.join(STACK_DIR, "*", "*.log"))
                       + glob.glob(os.path.join(STACK_DIR, "spool", "*.log"))
-                      + glob.glob(os.path.join(CHECKPOINTS, "workday-*", "job.log"))))
+                      + glob.glob(RunPaths.of_run("workday-*", CHECKPOINTS).job_log)))
 
 
 def _name(pid: int, stack_pids: dict[str, int]) -> str:
@@ -194,7 +194,7 @@ def attack(step: Step, run_id: str, log) -> dict:
     finally:
         if relay is not None:
             stop_process(relay)
-    path = os.path.join(CHECKPOINTS, run_id, "summary.json")
+    path = RunPaths.of_run(run_id, CHECKPOINTS).summary_file
     if not os.path.exists(path):
         return {"error": f"no summary ({out.stderr.strip()[-300:]})"}
     with open(path) as f:

@@ -3,7 +3,7 @@
     checkpoints/<run>/run.json           the run's record (load generator and job)
                       windows.parquet    the window table, summary.json its summary (when the run closed)
                       partials/<kind>/   the job's per-batch outputs (counts, hists, events)
-                      archive/ batches/ quarantine/ state/   (``RunPaths.<name>``; spark/, the Spark checkpoint)
+                      archive/ batches/ quarantine/ state/ spark/ verdict.json job.log   (``RunPaths.<name>``)
 """
 from __future__ import annotations
 
@@ -70,6 +70,26 @@ class RunPaths:
     def state(self) -> str:
         """The engine's state: snapshots and their deltas."""
         return os.path.join(self.root, "state")
+
+    @property
+    def spark(self) -> str:
+        """Spark's own checkpoint of the query (offsets and commits)."""
+        return os.path.join(self.root, "spark")
+
+    @property
+    def verdict_file(self) -> str:
+        """The live verdict, rewritten after each batch."""
+        return os.path.join(self.root, "verdict.json")
+
+    @property
+    def job_log(self) -> str:
+        """The streaming job's log, when a command started it (``make attack``, benchmarks)."""
+        return os.path.join(self.root, "job.log")
+
+    @classmethod
+    def of_run(cls, run_id: str, checkpoints: str | None = None) -> RunPaths:
+        """The folder of run ``run_id`` under ``checkpoints`` (``CHECKPOINTS``)."""
+        return cls(os.path.join(checkpoints or CHECKPOINTS, run_id))
 
     def partial(self, kind: str) -> str:
         return os.path.join(self.root, "partials", kind)

@@ -25,7 +25,7 @@ from core.cli import add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
 from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable, sut_bootstrap, telemetry_bootstrap
-from core.rundir import CHECKPOINTS
+from core.rundir import CHECKPOINTS, RunPaths
 from core.slices import setting_problem
 from core.units import parse_duration_ns
 from loadgen.errors import UsageError
@@ -191,7 +191,7 @@ def config(a: argparse.Namespace):
     except ValueError as e:
         raise UsageError(f"--shard {a.shard}: {e}") from None
     run_id = a.run or time.strftime("attack-%Y%m%d-%H%M%S", time.gmtime())
-    if a.stream and os.path.exists(os.path.join(CHECKPOINTS, run_id, "run.json")):
+    if a.stream and os.path.exists(RunPaths.of_run(run_id, CHECKPOINTS).run_file):
         # its job would resume the old run's checkpoint and archive and mix the two runs' records
         raise UsageError(f"run {run_id} already has results in {os.path.join(CHECKPOINTS, run_id)}: "
                          "give another --run (or remove that folder)")

@@ -9,7 +9,7 @@ import time
 
 from core import output
 from core.procs import tcp_unreachable
-from core.rundir import CHECKPOINTS, ROOT
+from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from loadgen import report
 from loadgen.errors import UsageError
 from loadgen.run import telemetry_marker
@@ -19,9 +19,10 @@ def start_job(cfg):
     """The streaming job for this run, in the background (it stops by itself once the run is closed)."""
     import subprocess
 
-    run_dir = os.path.join(CHECKPOINTS, cfg.run_id)
+    paths = RunPaths.of_run(cfg.run_id, CHECKPOINTS)
+    run_dir = paths.root
     os.makedirs(run_dir, exist_ok=True)
-    log = open(os.path.join(run_dir, "job.log"), "ab")
+    log = open(paths.job_log, "ab")
     # from the topic's end: the run has not started, and the embedded telemetry broker keeps every earlier run
     # (after five runs at 5,000/s, reading them back held the first batch for 37 s); a restarted job resumes
     # from its checkpoint, not from here
@@ -34,7 +35,7 @@ def start_job(cfg):
     from core import contract
 
     deadline = time.monotonic() + 120
-    batches = os.path.join(run_dir, "batches")
+    batches = paths.batches
     while time.monotonic() < deadline and job.poll() is None:
         telemetry_marker(cfg, contract.Heartbeat(cfg.run_id, cfg.sender, time.time_ns()))
         if os.path.isdir(batches) and os.listdir(batches):
@@ -59,12 +60,12 @@ def wait_job(cfg, job, timeout_s: float = 120) -> output.Summary | None:
     except subprocess.TimeoutExpired:
         print(f"streaming job still running (pid {job.pid}); see `make summary RUN={cfg.run_id}` later")
         return None
-    run_dir = os.path.join(CHECKPOINTS, cfg.run_id)
-    summary_file = os.path.join(run_dir, "summary.json")
+    paths = RunPaths.of_run(cfg.run_id, CHECKPOINTS)
+    run_dir, summary_file = paths.root, paths.summary_file
     if os.path.exists(summary_file):  # written by the job when it closed the run
         with open(summary_file) as f:
             s = json.load(f)
-    elif os.path.exists(os.path.join(run_dir, "run.json")):  # the read side computes it from the run folder
+    elif os.path.exists(paths.run_file):  # the read side computes it from the run folder
         from runs import results
 
         s = json.loads(json.dumps(results.summarize(run_dir), default=str))

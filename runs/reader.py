@@ -80,7 +80,7 @@ class RunReader:
     def verdict(self) -> dict | None:
         """The verdict the streaming job last published for this run (``verdict.json``), if any."""
         try:
-            return read_json(os.path.join(self.root, "verdict.json"))
+            return read_json(self.paths.verdict_file)
         except (OSError, ValueError):
             return None
 

@@ -8,9 +8,7 @@ mode the read tasks hand the driver only the files' paths (``pathsOnly``) and th
 from __future__ import annotations
 
 import gc
-import glob
 import os
-import re
 import sys
 import time
 from collections.abc import Iterator
@@ -20,17 +18,12 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-_BATCH_FILE = re.compile(r"batch-(\d+)\.parquet$")
+from core.rundir import RunPaths, batch_file, ids_in
 
 
 def archived_batches(archive_dir: str) -> list[int]:
     """Batch IDs in an archive, in processing order."""
-    ids = []
-    for path in glob.glob(os.path.join(archive_dir, "batch-*.parquet")):
-        m = _BATCH_FILE.search(path)
-        if m:
-            ids.append(int(m.group(1)))
-    return sorted(ids)
+    return ids_in(archive_dir, "batch-*.parquet")
 
 
 class _ArchivePartition(InputPartition):
@@ -114,7 +107,7 @@ def _paths_only(options) -> bool:
 
 
 def batch_path(archive_dir: str, batch_id: int) -> str:
-    return os.path.join(archive_dir, f"batch-{batch_id:08d}.parquet")
+    return batch_file(archive_dir, batch_id)
 
 
 def archived_rows(path: str) -> int:
@@ -169,7 +162,7 @@ def run_length_s(run_dir: str | None) -> float | None:
     import json
 
     try:
-        with open(os.path.join(run_dir, "summary.json")) as f:
+        with open(RunPaths(run_dir).summary_file) as f:
             s = json.load(f)
         return (s["stopped_at_ns"] - s["started_at_ns"]) / 1e9
     except (OSError, TypeError, KeyError, ValueError):

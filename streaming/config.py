@@ -5,6 +5,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from core.rundir import RunPaths
 from core.units import duration_text
 from streaming.state import EngineConfig
 
@@ -38,11 +39,11 @@ class JobConfig:
 
     @property
     def spark_checkpoint(self) -> str:
-        return os.path.join(self.run_dir, "spark")
+        return RunPaths(self.run_dir).spark
 
     @property
     def archive_dir(self) -> str:
-        return os.path.join(self.source_dir or self.run_dir, "archive")
+        return RunPaths(self.source_dir or self.run_dir).archive
 
     source_dir: str | None = None
 
@@ -99,5 +100,5 @@ def engine_problem(eng: EngineConfig) -> str | None:
 def _read_run_config(run_dir: str) -> dict:
     import json
 
-    with open(os.path.join(run_dir, "run.json")) as f:
+    with open(RunPaths(run_dir).run_file) as f:
         return json.load(f)

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from core.rundir import batch_file, ids_in, write_json
+from core.rundir import RunPaths, batch_file, ids_in, write_json
 from streaming import engine, join
 from streaming.decode import DECODED_SCHEMA
 from streaming.sinks import RunStore, join_state
@@ -94,9 +94,9 @@ def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> JoinS
     snaps = [s for s in ids_in(_joins_dir(root, jp), "snap-*") if s < batch_id]
     state = _load_snapshot(root, jp, snaps[-1]) if snaps else JoinState()
     for b in range(snaps[-1] + 1 if snaps else 0, batch_id):
-        with open(batch_file(os.path.join(root, "batches"), b, "json")) as f:
+        with open(batch_file(RunPaths(root).batches, b, "json")) as f:
             v = join.Verdicts(**json.load(f)["verdicts"])
-        part = os.path.join(batch_file(os.path.join(root, "archive"), b), f"p-{jp}.parquet")
+        part = os.path.join(batch_file(RunPaths(root).archive, b), f"p-{jp}.parquet")
         records = pq.read_table(part).cast(DECODED_SCHEMA) if os.path.exists(part) else DECODED_SCHEMA.empty_table()
         settled, _ = join.step(state, records, cfg, v)
         state = settled.state
@@ -104,7 +104,7 @@ def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> JoinS
 
 
 def _joins_dir(root: str, jp: int) -> str:
-    return os.path.join(root, "state", "joins", f"p-{jp}")
+    return os.path.join(RunPaths(root).state, "joins", f"p-{jp}")
 
 
 def _save_snapshot(root: str, jp: int, batch_id: int, state: JoinState) -> None:
@@ -127,7 +127,7 @@ def _load_snapshot(root: str, jp: int, batch_id: int) -> JoinState:
 
 def _write_part(root: str, batch_id: int, name, table: pa.Table) -> None:
     """One part of an archived batch's folder, through a hidden temporary file (Arrow skips those)."""
-    d = batch_file(os.path.join(root, "archive"), batch_id)
+    d = batch_file(RunPaths(root).archive, batch_id)
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"{name}.parquet" if isinstance(name, str) else f"p-{name}.parquet")
     tmp = os.path.join(d, f".{os.path.basename(path)}.tmp-{os.getpid()}")
@@ -222,7 +222,7 @@ def cluster_sink(spark, store, cfg, log):
 def check_layout(root: str, on_executors: bool, num_partitions: int) -> str | None:
     """A run's join state lives where it started (in the driver's snapshots, or on the executors split in P
     partitions): a run resumed the other way, or on the executors with another P, is refused (one line)."""
-    path = os.path.join(root, "state", "joins.json")
+    path = os.path.join(RunPaths(root).state, "joins.json")
     where = "executors" if on_executors else "driver"
     if os.path.exists(path):
         with open(path) as f:
@@ -233,7 +233,7 @@ def check_layout(root: str, on_executors: bool, num_partitions: int) -> str | No
             return (f"this run's joins ran in {had['join_partitions']} partitions on the executors: resume it with "
                     f"--join-partitions {had['join_partitions']}")
         return None
-    if on_executors and ids_in(os.path.join(root, "state"), "snap-*"):  # a run from before this file: the driver's
+    if on_executors and ids_in(RunPaths(root).state, "snap-*"):  # a run from before this file: the driver's
         return "this run's joins ran in the driver: resume it with --join-on driver"
     write_json(path, {"on": where, "join_partitions": num_partitions})
     return None

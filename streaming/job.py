@@ -30,6 +30,7 @@ from core.cli import add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import client_options
 from core.procs import HOST, JOB_METRICS_PORT, servers_unreachable, telemetry_bootstrap
 from core.rundir import ROOT as PROJECT_ROOT
+from core.rundir import RunPaths
 from core.slices import setting_problem
 from core.units import one_line, parse_duration_ns
 from streaming import engine, session
@@ -374,13 +375,13 @@ def main(argv=None) -> int:
         if cfg.command == "summary":
             from runs import results
 
-            if not os.path.exists(os.path.join(cfg.run_dir, "run.json")):
+            if not os.path.exists(RunPaths(cfg.run_dir).run_file):
                 raise UsageError(f"no run at {cfg.run_dir}")
             print(json.dumps(results.summarize(cfg.run_dir), indent=1, default=str))
             return 0
         if cfg.command == "replay":
             source_dir = cfg.run_dir
-            if not os.path.isdir(os.path.join(source_dir, "archive")):
+            if not os.path.isdir(RunPaths(source_dir).archive):
                 raise UsageError(f"no archive at {source_dir}/archive: nothing to replay")
             cfg = cfg.for_replay()
             if problem := engine_problem(cfg.engine):

@@ -80,7 +80,7 @@ class LiveVerdict:
 
     def __init__(self, root: str, log=print) -> None:
         self.root, self.log = root, log
-        self.path = os.path.join(root, "verdict.json")
+        self.path = RunPaths(root).verdict_file
         self._said: tuple | None = None
         self.windows = None  # streaming.live.LiveWindows (it reads results, which reads this module)
         self.metrics = None  # streaming.metrics.JobMetrics, when the job serves them

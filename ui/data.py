@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from core import output
+from core.rundir import RunPaths
 from runs import results, runinfo
 from runs.reader import RunReader
 
@@ -39,7 +40,7 @@ class RunInfo:
 
 def _newest_batch(path: str) -> tuple[int, float]:
     """(number of batch files, mtime of the newest) in a run folder's batches/."""
-    d = os.path.join(path, "batches")
+    d = RunPaths(path).batches
     try:
         names = [n for n in os.listdir(d) if n.startswith("batch-") and n.endswith(".json")]
     except OSError:
@@ -58,13 +59,13 @@ def run_name(path: str) -> str:
     """A run's name here: its folder's; a replay or recomputation in a run's folder is ``run/replay-drop10s``."""
     path = os.path.normpath(path)
     parent, name = os.path.split(path)
-    return f"{os.path.basename(parent)}/{name}" if os.path.isfile(os.path.join(parent, "run.json")) else name
+    return f"{os.path.basename(parent)}/{name}" if os.path.isfile(RunPaths(parent).run_file) else name
 
 
 def run_info(path: str) -> RunInfo:
     n, mtime = _newest_batch(path)
-    return RunInfo(run_name(path), path, mtime or os.path.getmtime(os.path.join(path, "run.json")),
-                   os.path.exists(os.path.join(path, "summary.json")))
+    paths = RunPaths(path)
+    return RunInfo(run_name(path), path, mtime or os.path.getmtime(paths.run_file), os.path.exists(paths.summary_file))
 
 
 def is_live(path: str) -> bool:
@@ -80,11 +81,11 @@ def list_runs(checkpoints: str) -> list[RunInfo]:
         return []
     for name in names:
         path = os.path.join(checkpoints, name)
-        if not os.path.isfile(os.path.join(path, "run.json")):
+        if not os.path.isfile(RunPaths(path).run_file):
             continue
         out.append(run_info(path))
         out += [run_info(os.path.join(path, sub)) for sub in sorted(os.listdir(path))
-                if sub.startswith("replay") and os.path.isfile(os.path.join(path, sub, "run.json"))]
+                if sub.startswith("replay") and os.path.isfile(RunPaths(os.path.join(path, sub)).run_file)]
     return sorted(out, key=lambda r: r.updated_s, reverse=True)
 
 
