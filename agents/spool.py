@@ -40,6 +40,10 @@ SEGMENT_BYTES = 64 << 20
 BUDGET_BYTES = 2 << 30
 """Disk the spool may hold while the broker is away: ~14M receive records."""
 SUFFIX = ".ndjson"
+MAPPED_BYTES = 4 << 20
+"""How much of the segment's written part the writer keeps mapped: the rest is handed back (``MADV_DONTNEED``; the
+lines stay in the file and the page cache). Without it the receiver's resident memory grew with its segment, by up
+to 64 MiB (+38 MiB over a day of 360,000 receives), all of it file pages no one in it reads again."""
 SHIPPER_NICE = 10
 """The shipper lowers its CPU priority by this: catching up after a telemetry outage never takes CPU from the
 receiver that stamps the receive times."""
@@ -74,7 +78,8 @@ class SpoolWriter:
     An append is a copy into the page cache, no system call: the line is in the file, for
     the shipper to read and for any later process, as soon as ``append`` returns. A segment
     is created at its full size (sparse) and cut to what it holds when the writer moves on;
-    readers stop at the first NUL byte (the unwritten part).
+    readers stop at the first NUL byte (the unwritten part). Whole pages written more than
+    ``MAPPED_BYTES`` ago are unmapped from the writer (one ``madvise`` each ``MAPPED_BYTES``).
     """
 
     def __init__(self, spool_dir: str, segment_bytes: int = SEGMENT_BYTES, budget_bytes: int = BUDGET_BYTES,
@@ -104,7 +109,7 @@ class SpoolWriter:
             self.mm = mmap.mmap(fd, self.segment_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
-        self.pos = 0
+        self.pos = self.released = 0
 
     def append(self, line: str) -> bool:
         if self._over_budget:
@@ -127,6 +132,10 @@ class SpoolWriter:
             end = len(data)
         self.mm[self.pos:end] = data
         self.pos = end
+        if end - self.released >= 2 * MAPPED_BYTES:  # hand back what was written before the last MAPPED_BYTES
+            upto = (end - MAPPED_BYTES) // mmap.PAGESIZE * mmap.PAGESIZE
+            self.mm.madvise(mmap.MADV_DONTNEED, self.released, upto - self.released)
+            self.released = upto
 
     def _lose(self) -> bool:
         self.num_lost += 1
