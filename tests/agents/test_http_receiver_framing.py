@@ -274,7 +274,7 @@ def test_slow_clients_are_closed_at_their_deadline_and_starve_no_one():
             time.sleep(max(0.0, 0.01 - (time.perf_counter() - t0)))
         conn.close()
 
-    head = b"POST / HTTP/1.1\r\nHost: r\r\nHost: x\r\nce-id: s\r\nce-source: t\r\nce-type: t\r\nce-specversion: 1.0\r\n"
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nce-id: s\r\nce-source: t\r\nce-type: t\r\nce-specversion: 1.0\r\n"
 
     async def trickler(in_body: bool):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
