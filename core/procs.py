@@ -46,7 +46,8 @@ def pid_from_file(path: str) -> int | None:
     try:
         pid_text, started, name = open(path).read().split(maxsplit=2)
         p = psutil.Process(int(pid_text))
-        if abs(p.create_time() - float(started)) < 0.01 and p.name() == name.strip():
+        # the kernel's name is 15 characters; psutil completes a longer one from the command line once it can read it
+        if abs(p.create_time() - float(started)) < 0.01 and p.name()[:15] == name.strip()[:15]:
             return p.pid
     except (OSError, ValueError, psutil.Error):
         pass

@@ -81,3 +81,25 @@ def test_clean_is_refused_while_the_stack_runs_and_removes_its_state_after(tmp_p
     r = _stack(tmp_path, "clean")
     assert r.returncode == 0 and not run.exists() and not (tmp_path / "stack").exists(), r.stderr
     assert (tmp_path / "checkpoints").exists()  # the folder stays, its runs go
+
+
+def test_a_long_named_program_is_known_from_its_first_moment(tmp_path):
+    """The kernel keeps 15 characters of a name; psutil completes a longer one from the command line, but right after
+    the start it gave the short one for the node exporter (``prometheus-node``), so the second `make up` did not
+    know it again ("port taken"). The stack's node exporter, recorded at once, as `up` records it."""
+    import shutil
+
+    from core.procs import free_port
+
+    p = subprocess.Popen([shutil.which("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{free_port()}",
+                          "--no-collector.systemd"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        write_pid_file(str(tmp_path / "x.pid"), p.pid)
+        time.sleep(1)
+        assert pid_from_file(str(tmp_path / "x.pid")) == p.pid
+        pid, started, name = (tmp_path / "x.pid").read_text().split()
+        (tmp_path / "x.pid").write_text(f"{pid} {started} {name[:15]}\n")  # as recorded in the first moment
+        assert name.startswith("prometheus-node") and pid_from_file(str(tmp_path / "x.pid")) == p.pid
+    finally:
+        p.kill()
+        p.wait()

@@ -203,8 +203,10 @@ def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
     from confluent_kafka import Producer
 
     Producer({"bootstrap.servers": "127.0.0.1:1", **rd})  # raises KafkaException on a property it does not know
-    with pytest.raises(ValueError, match="max_in_flight_requests_per_connection"):
-        ko.librdkafka({"max_in_flight_requests_per_connection": 1})  # refused by name, not dropped
+    with pytest.raises(ValueError, match="api_version"):
+        ko.librdkafka({"api_version": "2.8"})  # a kafka-python name with no librdkafka property: refused, not dropped
+    assert ko.librdkafka({"max_in_flight_requests_per_connection": 1, "acks": "all"}) == {
+        "max.in.flight.requests.per.connection": 1, "acks": "all"}  # mapped, and acks taken as librdkafka has it
     # a value @PATH is read from the file, on the command line as in the environment; a missing file is one line
     assert ko.option("sasl_plain_password", f"@{tmp_path / 'pw'}") == ("sasl_plain_password", SECRET)
     assert ko.option("request_timeout_ms", "40000") == ("request_timeout_ms", 40000)
