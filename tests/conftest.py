@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -35,9 +34,9 @@ def prometheus(tmp_path_factory):
     Both come from Debian's packages (`.ci/run` installs them); the URL is answered once the
     node exporter has been scraped twice (rates need two samples).
     """
-    import json
     import shutil
-    import urllib.request
+
+    from support import wait_for_scrapes
 
     from core.procs import wait_port
     from stack.__main__ import prometheus_config
@@ -56,16 +55,7 @@ def prometheus(tmp_path_factory):
     url = f"http://127.0.0.1:{prom_port}"
     try:
         assert wait_port(node_port) and wait_port(prom_port, 30), (d / "log").read_text()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            q = urllib.request.quote('count_over_time(up{job="node"}[10s])')
-            try:
-                res = json.load(urllib.request.urlopen(f"{url}/api/v1/query?query={q}", timeout=2))["data"]["result"]
-            except OSError:
-                res = []
-            if res and float(res[0]["value"][1]) >= 3:
-                break
-            time.sleep(0.5)
+        wait_for_scrapes(url, "node", 3, "10s", seconds=30, poll_s=0.5)
         yield url
     finally:
         stop_process(prom)

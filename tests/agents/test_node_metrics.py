@@ -216,9 +216,9 @@ def test_rates_against_a_prometheus_that_scrapes_every_15_s(tmp_path):
     """An ordinary Prometheus scrapes every 15-30 s: a fixed 5 s irate window then holds one sample at most, and CPU
     and network are always missing. The agent reads the node exporters' scrape interval from Prometheus' targets and
     looks back three intervals (45 s). A real Prometheus and node exporter, scraping every 15 s."""
-    import json
     import shutil
-    import urllib.request
+
+    from support import wait_for_scrapes
 
     from agents.node_metrics import node_scrape_intervals, prometheus_client, rate_window_s
     from core.procs import stop_process, wait_port
@@ -234,19 +234,11 @@ def test_rates_against_a_prometheus_that_scrapes_every_15_s(tmp_path):
     url = f"http://127.0.0.1:{prom_port}"
     try:
         assert wait_port(node_port) and wait_port(prom_port, 30)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # two scrapes: a rate has its two samples
-            q = urllib.request.quote('count_over_time(up{job="nodes"}[1m])')
-            try:
-                res = json.load(urllib.request.urlopen(f"{url}/api/v1/query?query={q}", timeout=2))["data"]["result"]
-            except OSError:
-                res = []
-            if res and float(res[0]["value"][1]) >= 2:
-                break
-            time.sleep(1)
+        wait_for_scrapes(url, "nodes", 2, "1m", seconds=60, poll_s=1)  # two scrapes: a rate has its two samples
         prom_client = prometheus_client(url)
-        assert node_scrape_intervals(prom_client) == [15.0]
-        window = rate_window_s(node_scrape_intervals(prom_client))
+        intervals = node_scrape_intervals(prom_client)
+        assert intervals == [15.0]
+        window = rate_window_s(intervals)
         assert window == 45
         got = {}
         for w in (5, window):

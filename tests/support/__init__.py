@@ -100,6 +100,21 @@ def wait_for_first_batch(broker, topic, run_id, batches, seconds=180):
     producer.close()
 
 
+def wait_for_scrapes(url: str, job: str, scrapes: int, window: str, seconds: float, poll_s: float) -> None:
+    """Until Prometheus at ``url`` has scraped ``job`` ``scrapes`` times within ``window`` (a rate needs two samples),
+    or ``seconds`` have passed (the test's own assertions then say what is missing)."""
+    q = urllib.request.quote(f'count_over_time(up{{job="{job}"}}[{window}])')
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            res = json.load(urllib.request.urlopen(f"{url}/api/v1/query?query={q}", timeout=2))["data"]["result"]
+        except OSError:
+            res = []
+        if res and float(res[0]["value"][1]) >= scrapes:
+            return
+        time.sleep(poll_s)
+
+
 def stop_receiver(proc) -> None:
     """SIGTERM, as a deployment stops it, and wait for its exit (it ships what it spooled first)."""
     os.kill(proc.pid, signal.SIGTERM)
