@@ -17,10 +17,14 @@ OVERLAY    ?= small
 DRY_RUN    ?=
 SPARK_WORKERS ?= 2
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 3
 SOAK_ARGS  ?=
+SCENARIO   ?=
+BASELINE   ?=
+GATE       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo lint test test-fast bench clean attack deploy undeploy image spark-cluster test-faults soak workday
+.PHONY: help install up down status ui stream replay summary demo lint test test-fast bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,26 +65,34 @@ demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --no-heartbeat --available-now
 	$(PYTHON) -m streaming summary --run $(RUN)
 
-attack: install ## attack the target (default: the embedded SUT broker, restarted empty first) at RATE for DURATION, or PACE; streams the run
+attack: install ## attack the target (default: the embedded SUT broker, restarted empty first) at RATE for DURATION, or PACE; streams the run (BASELINE=run: then compares with it; SCENARIO=name: a series for `make history`)
 	$(PYTHON) -m stack $(if $(TARGET),up,renew-sut)
 	$(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) \
 	  $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
 	  --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
-	  $(if $(filter command line,$(origin RUN)),--run $(RUN))
+	  $(if $(filter command line,$(origin RUN)),--run $(RUN)) $(if $(SCENARIO),--scenario '$(SCENARIO)') \
+	  $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)')
+
+compare: install ## is RUN worse than BASELINE beyond the noise? per figure and pace step, with 95% intervals (GATE='p99>+10%': exit 1 past it)
+	$(PYTHON) -m runs compare $(BASELINE) $(RUN) $(if $(GATE),--fail-on-regression '$(GATE)')
+
+history: install ## a scenario's runs, their p50/p99/throughput and change points (SCENARIO=name; without it, the series there are)
+	$(PYTHON) -m runs history $(if $(SCENARIO),'$(SCENARIO)')
 
 lint: install ## the layers (import-linter contracts in pyproject.toml), ruff, and the CI workflows (actionlint)
 	$(CURDIR)/.venv/bin/lint-imports --no-cache
 	$(CURDIR)/.venv/bin/ruff check --no-cache .
 	$(CURDIR)/.venv/bin/actionlint .github/workflows/*.yml
 
-test: install lint ## the layers and lint, then the whole test suite (real broker, real Spark)
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+test: install lint ## the layers and lint, then the whole test suite (real broker, real Spark): TEST_WORKERS at once, then the tests that need the machine to themselves
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) -m "not serial" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m serial $(PYTEST_ARGS) || test $$? -eq 5
 
 test-faults: install ## the fault suite alone: kill -9 of job, receivers and load generator, broker away, fuzzing
 	$(PYTHON) -m pytest -m faults $(PYTEST_ARGS)
 
 test-fast: install ## the tests that need neither broker nor Spark
-	$(PYTHON) -m pytest -m "not integration" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) -m "not integration" $(PYTEST_ARGS)
 
 soak: up ## 15 minutes at 2,000 events/s through the stack (MINUTES=30 RATE=5000, or SOAK_ARGS); memory of every process, engine state, completeness
 	$(PYTHON) -m bench.soak $(if $(MINUTES),--minutes $(MINUTES)) $(if $(filter command line,$(origin RATE)),--rate $(RATE)) $(SOAK_ARGS)

@@ -16,8 +16,9 @@ Every 10 s it samples each process of the stack and of the runs (psutil: CPU sec
 log file. The SUT's own processes (the SUT broker, the relay) are sampled but are not flightwatch's. It checks:
   idle      in every idle stretch, from its second minute on, flightwatch's processes together use <= 0.15 core
   verdict   every fixed-rate run is judged ok; the paced run's knee is within one step of the relay's capacity
-  repeat    every run's flight-time p50 and p99 are within ±15% of its first repetition (or 2 ms: one turn of the
-            load generator, below which the difference is the machine's scheduling)
+  repeat    no repetition of a run is a regression of its first in flight-time p50, p90 or p99, as `runs compare`
+            judges it (95% intervals from a block bootstrap over windows; within noise: ±5%, or ±1 ms, the machine's
+            own jitter between repeats)
   memory    every long-lived flightwatch process's RSS in the last idle stretch is within ±10% of the first's
             (medians, each from its second minute on); the embedded telemetry broker is shown, not judged: it holds
             the time slices of telemetry the last run's job has not deleted yet (the next job deletes them), so its
@@ -44,15 +45,12 @@ import psutil
 from bench.soak import SliceWatch, name_of
 from core.procs import free_port, stop_process
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
+from runs.compare import RunSample, compare
 from stack.__main__ import PORTS, STACK_DIR
 
 SAMPLE_EVERY_S = 10
 IDLE_CORES = 0.15
-REPEAT_TOLERANCE = 0.15
-REPEAT_FLOOR_US = 2_000
-"""Below this, a difference between repetitions is the machine's scheduling, not the product: one turn of the load
-generator (``loadgen.attack.TURN_NS``). HTTP flight times into the stack's receiver are ~0.1 ms at p50 and 1-4 ms
-at p99, so ±15% of them is tens of µs."""
+REPEAT_JUDGED = ("p50", "p90", "p99")
 RSS_TOLERANCE = 0.10
 LOG_BYTES_PER_HOUR = 1 << 20
 SETTLE_S = 60
@@ -270,10 +268,15 @@ def judge(steps: list[Step], samples: list[dict]) -> tuple[list[tuple[str, str]]
             bad.append(("verdict", f"{st.name} ({st.run_id}): verdict {row['message']!r}"))
         ref = first.setdefault(st.name, row)
         if ref is not row:
-            for k in ("p50_us", "p99_us"):
-                if ref[k] and row[k] and abs(row[k] - ref[k]) > max(REPEAT_TOLERANCE * ref[k], REPEAT_FLOOR_US):
-                    bad.append(("repeat", f"{st.name} ({st.run_id}): {k[:3]} {row[k] / 1000:.1f} ms vs "
-                                          f"{ref[k] / 1000:.1f} ms the first time ({row[k] / ref[k] - 1:+.0%})"))
+            try:
+                rep = compare(RunSample.load(RunPaths.of_run(ref["run"]).root), RunSample.load(RunPaths.of_run(row["run"]).root))
+            except ValueError as e:
+                bad.append(("repeat", f"{st.name} ({st.run_id}): not compared with {ref['run']}: {e}"))
+                continue
+            row["compared"] = rep["headline"]
+            worse = [r for r in rep["whole_run"] if r["metric"] in REPEAT_JUDGED and r["verdict"] == "regression"]
+            if worse:
+                bad.append(("repeat", f"{st.name} ({st.run_id}) against its first run {ref['run']}: {rep['headline']}"))
     if len(idles) >= 2:
         a = between(samples, idles[0].started_s + SETTLE_S, idles[0].ended_s)
         b = between(samples, idles[-1].started_s + SETTLE_S, idles[-1].ended_s)
@@ -317,6 +320,8 @@ def report(fig: dict) -> None:
         ms = lambda us: f"{us / 1000:.1f}ms" if us else "-"  # noqa: E731
         print(f"  {r['name']:<12} {r['run']:<12} {r['sent'] or 0:>9,} {r['received'] or 0:>9,} {r['dropped'] or 0:>8,} "
               f"{ms(r['p50_us']):>8} {ms(r['p99_us']):>8}  {r['message']}")
+        if r.get("compared"):
+            print(f"  {'':<12} against its first run: {r['compared']}")
     print(f"\nmemory (RSS, first idle stretch -> last; ±{RSS_TOLERANCE:.0%})")
     for r in sorted(fig["memory"], key=lambda r: r["name"]):
         print(f"  {r['name']:<32} {r['first_mib']:8.1f} -> {r['last_mib']:8.1f} MiB  {r['change']:+6.1%}"

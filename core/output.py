@@ -146,6 +146,7 @@ class Summary(TypedDict, total=False):
     """A run's summary (``runs.results.summarize``, ``summary.json``). Before any window: run_id and state."""
     run_id: str
     state: str                  # waiting for data, running, finished
+    attack: dict                # the load generator's configuration: target, pace, steps, scenario, ...
     settings: dict[str, str]    # window, drop_timeout, watermark_delay as text
     started_at_ns: int | None
     stopped_at_ns: int | None

@@ -3,7 +3,7 @@
     checkpoints/<run>/run.json           the run's record (load generator and job)
                       windows.parquet    the window table, summary.json its summary (when the run closed)
                       partials/<kind>/   the job's per-batch outputs (counts, hists, events)
-                      archive/ batches/ quarantine/ state/ spark/ verdict.json job.log   (``RunPaths.<name>``)
+                      archive/ batches/ quarantine/ state/ spark/ verdict.json job.log compare.json   (``RunPaths.<name>``)
 """
 from __future__ import annotations
 
@@ -101,6 +101,11 @@ class RunPaths:
     @property
     def summary_file(self) -> str:
         return os.path.join(self.root, "summary.json")
+
+    @property
+    def compare_file(self) -> str:
+        """The comparison with a baseline run (``python -m runs compare``), when one was made."""
+        return os.path.join(self.root, "compare.json")
 
     @property
     def run_file(self) -> str:

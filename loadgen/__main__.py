@@ -12,6 +12,8 @@ Exit codes: 0 ok; 1 a --fail-on threshold was crossed or the attack failed; 2 ba
 (flags, rate, pace, unreachable target); 3 stopped early by an --abort-on threshold; 130 interrupted (Ctrl-C).
 Thresholds: 'METRIC OP VALUE[UNIT] [for DURATION]' (loadgen/thresholds.py), e.g.
 --fail-on 'p99>500ms for 10s' --fail-on 'loss>0.1%' --abort-on 'p99>2s for 5s'.
+With --stream --baseline RUN, the run is compared with RUN once it closes (``python -m runs compare``), and
+--fail-on-regression 'p99>+10%' exits 1 when the change's 95% interval lies wholly beyond the limit.
 """
 from __future__ import annotations
 
@@ -124,7 +126,39 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
                         "summary once it has closed the run")
+    a.add_argument("--scenario", metavar="NAME",
+                   help="the series this run belongs to: `python -m runs history NAME` shows the series' runs and "
+                        "change points (default: the series of its target kind and schedule)")
+    a.add_argument("--baseline", metavar="RUN",
+                   help="with --stream: once the run has closed, compare it with this finished run of the same schedule "
+                        "and target kind (`python -m runs compare RUN <this run>`), written to its compare.json")
+    a.add_argument("--fail-on-regression", action="append", default=[], metavar="GATE",
+                   help="with --baseline: exit 1 when a change's 95%% interval lies wholly beyond the limit, e.g. "
+                        "'p99>+10%%', 'delivered<-5%%' (repeatable; `python -m runs compare --help`)")
     return p
+
+
+def check_baseline(a: argparse.Namespace, cfg) -> None:
+    """``--baseline``: a finished run of the same schedule and target kind, checked before the attack starts."""
+    if a.fail_on_regression and not a.baseline:
+        raise UsageError("--fail-on-regression needs --baseline RUN")
+    if not a.baseline:
+        return
+    if not a.stream:
+        raise UsageError("--baseline needs --stream (the comparison reads the run's results)")
+    from runs.__main__ import run_folder
+    from runs.compare import Gate, RunSample
+
+    try:
+        for g in a.fail_on_regression:
+            Gate.parse(g)
+        base = RunSample.load(run_folder(a.baseline, CHECKPOINTS))
+    except ValueError as e:  # Incomparable is one
+        raise UsageError(f"--baseline: {e}") from None
+    kind, pace = cfg.target.scheme, (cfg.schedule.share(1.0 / cfg.shards) if cfg.shards > 1 else cfg.schedule).describe()
+    if base.target_kind != kind or base.pace != pace:
+        raise UsageError(f"--baseline {a.baseline} is another test: it attacked {base.target_kind}:// paced {base.pace}, "
+                         f"this run attacks {kind}:// paced {pace}")
 
 
 def config(a: argparse.Namespace):
@@ -206,7 +240,9 @@ def config(a: argparse.Namespace):
                        max_inflight=a.max_inflight, payload_bytes=a.payload, timeout_s=parse_duration_s(a.timeout),
                        telemetry_bootstrap=None if a.no_telemetry else a.telemetry_bootstrap,
                        telemetry_topic=a.telemetry_topic, sender="loadgen" if shards == 1 else f"loadgen{shard}",
-                       shard=shard, shards=shards, kafka_options=client_options(), sut_kafka_options=sut_options)
+                       shard=shard, shards=shards, kafka_options=client_options(), sut_kafka_options=sut_options,
+                       scenario=a.scenario)
+    check_baseline(a, cfg)
     out = a.out or os.path.join(CHECKPOINTS, run_id, "loadgen" if shards == 1 else f"loadgen{shard}")
     return cfg, (thresholds, aborts), out
 
@@ -245,6 +281,13 @@ def main(argv=None) -> int:
             print(f"threshold crossed: {t.text} (loss {run_value(t, {}, summary) if summary else 'unknown'})", file=sys.stderr)
         if crossed and code == 0:
             code = 1
+        if a.baseline and summary is not None:
+            from runs.__main__ import run_compare
+
+            print()
+            compared = run_compare(a.baseline, cfg.run_id, a.fail_on_regression)
+            if compared == 1 and code == 0:
+                code = 1
     return code
 
 

@@ -47,6 +47,7 @@ class AttackConfig:
     telemetry_topic: str = "flightwatch.telemetry"
     kafka_options: dict = field(default_factory=dict)        # the telemetry clients' (FLIGHTWATCH_KAFKA_OPTIONS)
     sut_kafka_options: dict | None = None                    # the Kafka target's producer (--kafka-option, env)
+    scenario: str | None = None     # the series the run belongs to (``runs history``)
 
 
 def event_id(sender: str, k: int) -> str:

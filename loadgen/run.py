@@ -81,6 +81,8 @@ def attack(cfg, fail_on: list, abort_on: list, out: str, quiet: bool = False, me
           f"({cfg.schedule.total_hits:,} events, {cfg.workers} workers)", flush=True)
     run_config = {"target": str(cfg.target), "pace": cfg.schedule.describe(), "workers": cfg.workers,
                   "payload_bytes": cfg.payload_bytes, "max_inflight": cfg.max_inflight}
+    if cfg.scenario:
+        run_config["scenario"] = cfg.scenario
     if cfg.shards > 1:  # the run's pace is the sum of the shards'; the job waits for every shard's stop
         run_config.update(pace=cfg.schedule.share(1.0 / cfg.shards).describe(), shard=cfg.shard, shards=cfg.shards,
                           shard_pace=cfg.schedule.describe())

@@ -37,6 +37,8 @@ class SyntheticSpec:
     drop_timeout_s: int = 30
     seed: int = 7
     heartbeat_until_s: float | None = None  # default: duration + drop timeout + 10 s
+    wobble: float = 0.0  # sd of a per-second latency factor (AR(1), 0.6 from one second to the next, as real runs' window p50s): slow stretches
+    config: dict | None = None  # more of the run_start's config (target, pace, scenario, ...)
 
 
 @dataclass
@@ -61,6 +63,12 @@ def generate(spec: SyntheticSpec) -> SyntheticRun:
     send_delay = rng.exponential(30_000, n).astype(np.int64)  # ~30 µs behind schedule
     sent = intended + send_delay
     latency_ns = (rng.lognormal(np.log(spec.latency_median_us), spec.latency_sigma, n) * 1000).astype(np.int64)
+    if spec.wobble:
+        shocks = rng.normal(0, spec.wobble * np.sqrt(1 - 0.6 ** 2), spec.duration_s)
+        level = np.zeros(spec.duration_s)
+        for s in range(spec.duration_s):
+            level[s] = (0.6 * level[s - 1] if s else rng.normal(0, spec.wobble)) + (shocks[s] if s else 0)
+        latency_ns = (latency_ns * np.exp(level[seq // spec.rate_per_sec])).astype(np.int64)
     recv = sent + latency_ns
     if spec.pause:
         p0 = spec.start_ns + int(spec.pause[0] * NS)
@@ -82,7 +90,8 @@ def generate(spec: SyntheticSpec) -> SyntheticRun:
     agent_delay = 50_000_000  # records reach the topic ~50 ms after their event time
     rec = run.records
     rid = spec.run_id
-    rec.append((spec.start_ns - NS, contract.RunStart(rid, "loadgen", spec.start_ns - NS, config=json.dumps({"rate": spec.rate_per_sec})).to_dict()))
+    rec.append((spec.start_ns - NS, contract.RunStart(rid, "loadgen", spec.start_ns - NS, config=json.dumps(
+        {"rate": spec.rate_per_sec, **(spec.config or {})})).to_dict()))
     for i in range(n):
         rec.append((int(sent[i]) + agent_delay, {"v": 1, "kind": "send", "run_id": rid, "agent": "sender-0", "at_ns": int(sent[i]),
                                                  "event_id": ids[i], "intended_at_ns": int(intended[i]), "bytes_out": 2048, "worker": 0}))

@@ -116,6 +116,7 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
     return {
         "run_id": cfg["run_id"],
         "state": "finished" if finished else "running",
+        "attack": runinfo.attack_config(events),
         "settings": {key[:-3]: duration_text(cfg[key]) for key in ("window_ns", "drop_timeout_ns", "watermark_delay_ns")},
         "started_at_ns": int(min(starts)) if len(starts) else None,
         "stopped_at_ns": int(max(stops)) if len(stops) else None,

@@ -45,6 +45,31 @@ def cached_run(path: str, version: tuple) -> data.RunView:
     return data.load_run(path, reader(path))
 
 
+@st.cache_data(max_entries=8, show_spinner="comparing (block bootstrap) ...")
+def cached_comparison(baseline: str, candidate: str, v1: tuple, v2: tuple) -> dict:
+    return data.comparison(baseline, candidate)
+
+
+def history_view(folder: str) -> None:
+    """A scenario's finished runs in order, with the change points of p50, p99 and throughput."""
+    from runs import history
+
+    series = history.series_list(folder)
+    st.subheader("Scenario history")
+    if not series:
+        st.info("no finished runs yet: a series is the runs of one --scenario (or of one target kind and schedule)")
+        return
+    name = st.selectbox("series", sorted(series), format_func=lambda s: f"{s}  ({series[s]} runs)", key="series")
+    h = history.history(name, folder)
+    if h["change_points"]:
+        for c in h["change_points"]:
+            st.warning(f"change point: {c['metric']} {c['change']:+.0%} from run {c['first_run']}")
+    else:
+        st.info("no change points" + (" (a change point needs two runs on each side)" if len(h["runs"]) < 4 else ""))
+    st.plotly_chart(charts.history(h), key="history", width="stretch", config=charts.png_config("flightwatch-history"))
+    st.dataframe(data.history_table(h), hide_index=True)
+
+
 def current(path: str) -> data.RunView:
     return cached_run(path, data.version(path))
 
@@ -131,8 +156,15 @@ def after_run(view: data.RunView, runs: list[data.RunInfo]) -> None:
     others = [r.run_id for r in runs if r.run_id != view.run_id]
     other = st.selectbox("compare with", ["(none)"] + others, key="compare")
     if other != "(none)":
-        ov = current(next(r.path for r in runs if r.run_id == other))
+        other_path = next(r.path for r in runs if r.run_id == other)
+        ov = current(other_path)
         if ov.ready:
+            report = cached_comparison(other_path, view.path, data.version(other_path), data.version(view.path))
+            kind, text = data.banner(report)
+            getattr(st, kind)(text)  # this run is the candidate, the chosen one its baseline
+            if "refused" not in report:
+                with st.expander("every figure, for the whole run and each step, with its 95% interval"):
+                    st.dataframe(data.comparison_table(report), hide_index=True)
             st.plotly_chart(charts.comparison(view, ov), key="comparison", width="stretch",
                             config=charts.png_config(f"flightwatch-{view.run_id}-vs-{other}"))
             if len(steps) or ov.steps:
@@ -181,6 +213,9 @@ def main() -> None:
     folder = checkpoints_dir()
     runs = data.list_runs(folder)
     st.sidebar.title("flightwatch")
+    if runs and st.sidebar.toggle("scenario history", key="history-mode"):
+        history_view(folder)
+        return
     if not runs:
         st.info(f"waiting for data: no runs in {folder} yet. Start one with `make attack RATE=5000`.")
 

@@ -189,3 +189,21 @@ def profile(verdict: dict, height: int = 420) -> go.Figure:
     fig.update_yaxes(title_text="p99 (ms)", secondary_y=True, type="log")
     fig.update_layout(height=height, margin=dict(l=60, r=60, t=40, b=40), legend=dict(orientation="h", y=1.12))
     return fig
+
+
+def history(h: dict, height: int = 520) -> go.Figure:
+    """A series' runs in order: p50 and p99 (ms) above, delivered throughput below; each change point a dashed
+    line before the first run after it, labelled with the figure and the change."""
+    runs = h["runs"]
+    x = [r["run_id"] for r in runs]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=("flight time (ms)", "delivered/s"))
+    for name in ("p50", "p99"):
+        _line(fig, x, [None if r[f"{name}_us"] is None else r[f"{name}_us"] / 1000 for r in runs], name, 1, COLORS[name])
+    _line(fig, x, [r["delivered_per_s"] for r in runs], "delivered/s", 2, COLORS["received"])
+    for c in h["change_points"]:
+        fig.add_vline(x=c["index"] - 0.5, line=dict(color=OOM_COLOR, dash="dash", width=1.5))
+        fig.add_annotation(x=c["index"] - 0.5, y=1.02, yref="paper", showarrow=False, font=dict(color=OOM_COLOR),
+                           text=html.escape(f"{c['metric']} {c['change']:+.0%} from {c['first_run']}"))
+    fig.update_xaxes(type="category")
+    fig.update_layout(height=height, margin=dict(t=60, b=40, l=60, r=20), legend=dict(orientation="h"))
+    return fig

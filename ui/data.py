@@ -347,3 +347,49 @@ def windows_csv(view: RunView) -> bytes:
 
 def summary_json(view: RunView) -> bytes:
     return json.dumps(view.summary, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)).encode()
+
+
+def comparison(baseline_path: str, candidate_path: str) -> dict:
+    """The comparison of a run with a baseline (``runs.compare``): its report, or ``{"refused": reason}`` when the
+    two are not the same test or one is not finished."""
+    from runs import compare
+
+    try:
+        return compare.compare(compare.RunSample.load(baseline_path), compare.RunSample.load(candidate_path))
+    except compare.Incomparable as e:
+        return {"refused": str(e)}
+
+
+def banner(report: dict) -> tuple[str, str]:
+    """(kind, text) of a comparison's banner: error for a regression, success for an improvement, info otherwise."""
+    if "refused" in report:
+        return "warning", f"not compared: {report['refused']}"
+    h = report["headline"]
+    kind = "error" if h.startswith("regression") else "success" if h.startswith("improvement") else "info"
+    return kind, f"{h} (candidate {report['candidate']} against baseline {report['baseline']})"
+
+
+def comparison_table(report: dict) -> pd.DataFrame:
+    """The whole run's and each step's changes, one row each."""
+    from runs.compare import BY_NAME, signed
+
+    rows = []
+    for scope, changes in [("whole run", report["whole_run"])] + [
+            (f"step {s['step']} ({s['rate']:,.0f}/s)", s["changes"]) for s in report["steps"]]:
+        for r in changes:
+            m = BY_NAME[r["metric"]]
+            rows.append({"scope": scope, "figure": r["label"], "baseline": r["baseline"], "candidate": r["candidate"],
+                         "change": signed(r["change"], m) if r["change"] is not None else "",
+                         "95% CI": f"{signed(r['ci_low'], m)} … {signed(r['ci_high'], m)}" if r["ci_low"] is not None else "",
+                         "verdict": r["verdict"]})
+    return pd.DataFrame(rows)
+
+
+def history_table(h: dict) -> pd.DataFrame:
+    """A series' runs, oldest first, with the change points marked on the first run after each."""
+    marks: dict[int, list[str]] = {}
+    for c in h["change_points"]:
+        marks.setdefault(c["index"], []).append(f"{c['metric']} {c['change']:+.0%}")
+    return pd.DataFrame([{"run": r["run_id"], "p50_ms": _ms(r["p50_us"]), "p99_ms": _ms(r["p99_us"]),
+                          "delivered_per_s": r["delivered_per_s"], "change point": ", ".join(marks.get(i, []))}
+                         for i, r in enumerate(h["runs"])])

@@ -203,6 +203,7 @@ def test_real_sut_of_capacity_250_saturates_at_the_300_step(broker, tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.serial
 def test_a_relay_of_capacity_400_with_flightwatch_on_the_same_machine_has_its_knee_at_350(broker, prometheus, tmp_path):
     """Issue 17: flightwatch (receiver, job, load generator, node metrics) shares the two cores with the SUT, a relay of
     capacity 400/s. It must not starve it or blame it for its own CPU: 200/s and 350/s are ok, 500/s is saturated."""

@@ -80,6 +80,7 @@ def _flight(s: dict) -> dict:
     return {k: s["latency_us"][k] for k in ("p50", "p99", "max")}
 
 
+@pytest.mark.serial
 def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_saturation(broker, tmp_path):
     """kill -9 of the telemetry broker 8 s into a 2,000/s Kafka-target attack, started again (empty) 10 s later. The
     Kafka receiver never waits on telemetry (its receive records go to its disk spool), so flight time is the SUT's:
@@ -113,9 +114,16 @@ def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_satur
           f"(undisturbed {calm_rx:,}); {len(after):,} receive records written after the kill; verdict {v['message']!r}")
     assert calm_rx == calm["sent"] == calm["received"] and calm["dropped"] == 0
     assert hit_rx >= RATE * SECONDS * 0.98  # the receiver consumed on through the outage
-    # flight time is the SUT's, not flightwatch's outage (before, the receiver stopped consuming: p99 4.9 s, max 5.3 s)
-    for k, bound in (("p50", 0.10), ("p99", 0.10)):
-        assert abs(hit["latency_us"][k] - calm["latency_us"][k]) <= bound * calm["latency_us"][k], (k, _flight(hit), _flight(calm))
+    # flight time is the SUT's, not flightwatch's outage (before, the receiver stopped consuming: p99 4.9 s, max 5.3 s):
+    # compared with the undisturbed run as `runs compare` does, no percentile is worse beyond the noise
+    from runs.compare import RunSample, compare, text
+
+    rep = compare(RunSample.load(str(tmp_path / "calm" / "calm")), RunSample.load(str(tmp_path / "outage" / "outage")))
+    print(text(rep))
+    for r in rep["whole_run"]:
+        if r["metric"] in ("p50", "p90", "p99"):
+            assert r["verdict"] != "regression", text(rep)
+    assert rep["windows_left_out"]["baseline"] == 0 < rep["windows_left_out"]["candidate"] <= 12
     # the max is one event's: three undisturbed runs gave 29.8, 32.2 and 40.3 ms, so two of them differ by up to a third;
     # within 20%, or within that noise floor (MAX_NOISE_US) of the undisturbed run
     assert hit["latency_us"]["max"] <= max(1.2 * calm["latency_us"]["max"], calm["latency_us"]["max"] + MAX_NOISE_US), (

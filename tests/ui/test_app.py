@@ -361,3 +361,49 @@ def test_integrity_notes_show_a_telemetry_reset():
         "windows_incomplete": 9, "unaccounted": 61})
     assert data.integrity_notes(view) == [f"telemetry broker lost its data ({data.plain('the topic was recreated (ID a -> b)')}): "
                                           "9 windows are incomplete and not judged; 61 sends are unaccounted, not counted as dropped"]
+
+
+def test_comparison_banner_says_whether_it_is_a_regression(app, tmp_path):
+    """The comparison view of a run with p99 +30% over its baseline opens with the regression and its interval, as
+    ``runs compare`` words it; the other way round it is an improvement; another schedule is refused in a line."""
+    from bench.compare import build_run as build
+    from bench.compare import spec_for
+
+    build(str(tmp_path / "base"), spec_for("base", 1, 20, 500))
+    build(str(tmp_path / "worse"), spec_for("worse", 2, 20, 500, 0.30))
+    build(str(tmp_path / "other"), _with_pace(spec_for("other", 3, 20, 500), "250:20"))
+    expected = data.comparison(str(tmp_path / "base"), str(tmp_path / "worse"))["headline"]
+    assert expected.startswith("regression: ") and "p99 +" in expected
+    at = app(tmp_path)
+    at.selectbox(key="run").set_value("worse").run()
+    at.selectbox(key="compare").set_value("base").run()
+    assert not at.exception
+    assert at.error[0].value == f"{expected} (candidate worse against baseline base)"
+    at.selectbox(key="run").set_value("base").run()
+    at.selectbox(key="compare").set_value("worse").run()
+    assert at.success[0].value.startswith("improvement: ") and "p99 -" in at.success[0].value
+    at.selectbox(key="compare").set_value("other").run()
+    assert at.warning[0].value.startswith("not compared: different schedules: other paced 250:20, base paced 500:20")
+
+
+def _with_pace(spec, pace):
+    spec.config = dict(spec.config, pace=pace)
+    return spec
+
+
+def test_history_view_marks_the_change_point(app, tmp_path):
+    from bench.compare import build_run as build
+    from bench.compare import spec_for
+
+    for i in range(6):
+        s = spec_for(f"n{i}", 40 + i, 10, 300, 0.5 if i >= 3 else 0.0, wobble=0.02)
+        s.start_ns = (1_800_000_000 + 100 * i) * NS
+        s.config = dict(s.config, scenario="nightly", pace="300:10", schedule_start_ns=s.start_ns)
+        build(str(tmp_path / f"n{i}"), s)
+    at = app(tmp_path)
+    at.sidebar.toggle(key="history-mode").set_value(True).run()
+    assert not at.exception
+    assert at.selectbox(key="series").value == "nightly"
+    assert [w.value for w in at.warning] == [next(w.value for w in at.warning if "p99" in w.value)]
+    assert at.warning[0].value.startswith("change point: p99 +") and at.warning[0].value.endswith("from run n3")
+    assert list(at.dataframe[0].value["run"]) == [f"n{i}" for i in range(6)]
