@@ -85,7 +85,7 @@ lint: install ## the layers (import-linter contracts in pyproject.toml), ruff, a
 	$(CURDIR)/.venv/bin/actionlint .github/workflows/*.yml
 
 test: install lint ## the layers and lint, then the whole test suite (real broker, real Spark): TEST_WORKERS at once, then the tests that need the machine to themselves
-	$(PYTHON) -m pytest -n $(TEST_WORKERS) -m "not serial" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial" $(PYTEST_ARGS)
 	$(PYTHON) -m pytest -m serial $(PYTEST_ARGS) || test $$? -eq 5
 
 test-faults: install ## the fault suite alone: kill -9 of job, receivers and load generator, broker away, fuzzing

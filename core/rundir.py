@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import re
+import uuid
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +25,7 @@ _ID = re.compile(r"(\d+)")
 def atomic(path: str, write) -> None:
     """Write ``path`` through a temporary file and a rename: a reader sees the old file or the new, whole."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"  # unique across processes, containers and hosts sharing the folder
     write(tmp)
     os.replace(tmp, path)
 

@@ -16,28 +16,26 @@ its own outage) are left out, as the saturation verdict leaves them unjudged. A 
 noise floor on the bad side (``noise``, default ±5%; for a time also ±``floor_us``, default 1 ms; loss ±0.1 points),
 an improvement when it lies beyond it on the good side, and within noise otherwise. The maximum and the knee are single values: shown, never judged.
 
-The bootstrap sums histogram buckets eight at a time (HDR precision 1/256 instead of 1/2048): the interval is good to
-under 1%, at an eighth of the work; the figures themselves are exact.
+The resampling is ``runs.bootstrap``.
 """
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
 
-from core import histogram, output
+from core import output
 from core.rundir import RunPaths
 from runs import runinfo
+from runs.bootstrap import LEVEL, Scope, block_weights, figures, interval
 from runs.reader import RunReader, read_json
 
 BLOCK_S = 5
 """Windows a bootstrap block strings together: several seconds, as long as a typical stall."""
 RESAMPLES = 2000
-LEVEL = 0.95
 NOISE = 0.05
 """Relative changes whose interval reaches inside ±5% are within noise."""
 LOSS_NOISE_POINTS = 0.1
@@ -45,7 +43,6 @@ LOSS_NOISE_POINTS = 0.1
 FLOOR_US = 1000.0
 """Changes of a time smaller than 1 ms are within noise: on a shared 2-core machine, repeats of one HTTP run at
 2,000/s differed by 20 µs at p50 and 400 µs at p99 (+22%, +41%) with nothing changed but the machine's state."""
-_COARSE_BITS = 3  # buckets summed 8 at a time in the bootstrap (never across a power of two: 1024 sub-buckets each)
 
 
 @dataclass(frozen=True)
@@ -70,28 +67,8 @@ METRICS = (
     Metric("loss", "loss", True, points=True),
     Metric("knee", "knee /s", False, judged=False))
 BY_NAME = {m.name: m for m in METRICS}
-_PERCENTILE_OF = {"p50": (output.LATENCY, 50), "p90": (output.LATENCY, 90), "p99": (output.LATENCY, 99),
-                  "send_delay_p50": (output.SEND_DELAY, 50), "send_delay_p99": (output.SEND_DELAY, 99)}
-
-
 class Incomparable(ValueError):
     """Two runs that cannot be compared (not finished, another schedule or target kind): the one-line reason."""
-
-
-@dataclass
-class Scope:
-    """The windows of a run (or of one pace step) a comparison resamples: per window its sent, received and dropped
-    counts, and its flight-time and send-delay histograms as (window row, bucket, count) triples."""
-
-    window_s: float
-    sent: np.ndarray
-    received: np.ndarray
-    dropped: np.ndarray
-    hists: dict[str, pd.DataFrame] = field(default_factory=dict)
-
-    @property
-    def n(self) -> int:
-        return len(self.sent)
 
 
 @dataclass
@@ -181,60 +158,6 @@ def comparable(base: RunSample, cand: RunSample) -> None:
                            "(RATE:SECONDS,...)")
 
 
-# --- the bootstrap
-
-def block_weights(n: int, block: int, reps: int, rng: np.random.Generator) -> np.ndarray:
-    """(reps × n) how often each of n windows is drawn in each circular-block resample of n windows: blocks of
-    ``block`` consecutive windows, the run's end wrapping to its start, so that every window is as likely as any."""
-    block = max(1, min(block, n))
-    k = math.ceil(n / block)
-    starts = rng.integers(0, n, size=(reps, k))
-    idx = ((starts[:, :, None] + np.arange(block)) % n).reshape(reps, -1)[:, :n]
-    flat = (np.arange(reps)[:, None] * n + idx).ravel()
-    return np.bincount(flat, minlength=reps * n).reshape(reps, n).astype(np.float64)
-
-
-def _percentile_of_rows(sums: np.ndarray, highs: np.ndarray, p: float) -> np.ndarray:
-    """Per row of bucket counts (columns in bucket order): the value at percentile p by nearest rank."""
-    cum = np.cumsum(sums, axis=1)
-    total = cum[:, -1] if cum.shape[1] else np.zeros(len(sums))
-    target = np.maximum(np.ceil(p / 100 * total - 1e-9), 1)
-    col = (cum < target[:, None]).sum(axis=1)
-    out = highs[np.minimum(col, len(highs) - 1)].astype(np.float64) if len(highs) else np.full(len(sums), np.nan)
-    return np.where(total > 0, out, np.nan)
-
-
-def figures(scope: Scope, weights: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The judged figures of a scope, per row of ``weights`` (window draw counts; None: the scope itself, exact)."""
-    exact = weights is None
-    w = np.ones((1, scope.n)) if exact else weights
-    n = w.sum(axis=1)
-    sent, received, dropped = w @ scope.sent, w @ scope.received, w @ scope.dropped
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = {"achieved": sent / (n * scope.window_s), "delivered": received / (n * scope.window_s),
-               "loss": np.where(sent > 0, dropped / sent * 100, np.nan)}
-    for name, (hist, p) in _PERCENTILE_OF.items():
-        out[name] = _hist_percentile(scope.hists[hist], w, p, exact, scope.n)
-    if exact:
-        h = scope.hists[output.LATENCY]
-        out["max"] = np.array([histogram.max_value(h["bucket"].to_numpy(), h["count"].to_numpy()) or np.nan], float)
-    return out
-
-
-def _hist_percentile(h: pd.DataFrame, w: np.ndarray, p: float, exact: bool, n: int) -> np.ndarray:
-    if h.empty:
-        return np.full(len(w), np.nan)
-    bucket = h["bucket"].to_numpy(np.int64) if exact else h["bucket"].to_numpy(np.int64) >> _COARSE_BITS
-    cols, col_of = np.unique(bucket, return_inverse=True)
-    highs = histogram.bucket_high(cols if exact else (cols << _COARSE_BITS) + (1 << _COARSE_BITS) - 1)
-    dense = np.zeros((n, len(cols)))
-    np.add.at(dense, (h["row"].to_numpy(np.int64), col_of), h["count"].to_numpy(np.float64))
-    out = np.empty(len(w))
-    for lo in range(0, len(w), 250):  # (resamples × buckets) in slices: a long run's matrix stays small
-        out[lo:lo + 250] = _percentile_of_rows(w[lo:lo + 250] @ dense, highs, p)
-    return out
-
-
 @dataclass
 class Change:
     """One figure of the baseline and the candidate, the change and its interval (None where not judged)."""
@@ -311,28 +234,9 @@ def compare_scopes(base: Scope, cand: Scope, block_s: float = BLOCK_S, reps: int
             b, c = _finite(bx[m.name][0]), _finite(cx[m.name][0])
         ch, lo, hi = _change(m, b, c), None, None
         if m.judged and ch is not None:
-            lo, hi = interval(m, ch, bb[m.name], cb[m.name], min(base.n, cand.n) / block)
+            lo, hi = interval(ch, bb[m.name], cb[m.name], min(base.n, cand.n) / block, m.points)
         out.append(Change(m, b, c, ch, lo, hi, judge(m, ch, lo, hi, noise, b, floor_us)))
     return out
-
-
-def interval(m: Metric, change: float, base: np.ndarray, cand: np.ndarray, blocks: float) -> tuple[float | None, float | None]:
-    """The 95% interval of a change from the two runs' resampled figures: the change's standard error from the
-    resamples (of the log ratio; of the difference for loss), times Student's t for as many degrees of freedom as the
-    shorter run has blocks, less one. A run of a few blocks says little, and its interval says so: the plain
-    percentile interval held a same-distribution pair's true change in 78% of 20 s runs, this one in 95% (``bench.compare``)."""
-    from scipy.stats import t as student
-
-    with np.errstate(invalid="ignore", divide="ignore"):
-        d = cand - base if m.points else np.log(cand / base)
-    d = d[np.isfinite(d)]
-    if len(d) < len(base) // 2:
-        return None, None
-    half = float(student.ppf(0.5 + LEVEL / 2, max(math.ceil(blocks) - 1, 1)) * np.std(d, ddof=1))
-    if m.points:
-        return change - half, change + half
-    centre = math.log1p(change)
-    return math.expm1(centre - half), math.expm1(centre + half)
 
 
 def _finite(x) -> float | None:

@@ -11,12 +11,20 @@ When Spark has a cluster (a master that is not ``local``), a micro-batch takes t
    (counts and histogram buckets per window, exemplars) and its new send and receive stamps for the gap rule;
    the driver merges them (``engine.finish``).
 
-State: a task keeps its partition's state in its Python worker (reused from task to task) and snapshots it
-under the run folder every ``SNAPSHOT_EVERY_BATCHES`` batches (``state/joins/p-<jp>/snap-N``). A task that finds
+State: a task keeps its partition's state in its Python worker (reused from task to task; a worker keeps only the
+partitions of one run) and snapshots it under the run folder every ``SNAPSHOT_EVERY_BATCHES`` batches
+(``state/joins/p-<jp>/snap-N``). A task that finds
 no state of the batch before (another worker, an executor lost, a restarted job) takes the partition's latest
 snapshot before the batch and redoes the batches after it from the archive, with each batch's verdicts kept in
 ``batches/batch-N.json``: a batch redone gives the same output, so a kill -9 anywhere counts nothing twice. The run
 folder must be on storage that the driver and the executors share (a ReadWriteMany claim on Kubernetes).
+
+Shared storage, several attempts: two attempts of one task (speculation, a zombie task, a stage retry) may run at
+once, in containers whose process IDs repeat. So every temporary name is unique (``uuid4``), a snapshot is written
+once (an attempt that finds the batch's snapshot there already drops its own: a batch redone gives the same state),
+and every partition's part of every batch is written, empty or not, also in a replay: a part that is missing when a
+task rebuilds its state is an error that names it (storage not shared, or a file not yet visible: Spark retries the
+task), never an empty batch that would make false drops.
 
 Archive: a batch is a folder ``archive/batch-N.parquet/`` holding the driver's records (``run.parquet``) and each
 partition's (``p-<jp>.parquet``); Arrow reads it as one table, as it reads a local run's single file.
@@ -27,7 +35,9 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 import time
+import uuid
 
 import numpy as np
 import pyarrow as pa
@@ -70,20 +80,27 @@ def summarize_batches(run_id: str):
     return summarize
 
 
-def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.Verdicts, archive: bool):
+def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.Verdicts):
     """``applyInArrow`` keyed by join partition: the partition's step of batch ``batch_id``."""
     def run(key, table):  # no annotations: pyspark infers the UDF type from them, and fails on strings
         jp = int(key[0].as_py())
         records = table.filter(table["kind"].is_valid()).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)  # no ticks
         state = _state_before(root, cfg, jp, batch_id)
-        if archive and records.num_rows:
-            _write_part(root, batch_id, jp, records)
+        _write_part(root, batch_id, jp, records)  # every batch, empty or not, a replay's too: what a rebuild reads
         settled, report = join.step(state, records, cfg, verdicts)
-        _STATES[(root, jp)] = (batch_id, settled.state)
+        keep(root, jp, batch_id, settled.state)
         if batch_id % SNAPSHOT_EVERY_BATCHES == 0:
             _save_snapshot(root, jp, batch_id, settled.state)
         return _output(jp, settled, report)
     return run
+
+
+def keep(root: str, jp: int, batch_id: int, state: JoinState) -> None:
+    """Keep a partition's state in this worker, and only this run's: a worker reused by another run's job drops the
+    states of the run before."""
+    for key in [k for k in _STATES if k[0] != root]:
+        del _STATES[key]
+    _STATES[(root, jp)] = (batch_id, state)
 
 
 def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> JoinState:
@@ -95,9 +112,16 @@ def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> JoinS
     state = _load_snapshot(root, jp, snaps[-1]) if snaps else JoinState()
     for b in range(snaps[-1] + 1 if snaps else 0, batch_id):
         with open(batch_file(RunPaths(root).batches, b, "json")) as f:
-            v = join.Verdicts(**json.load(f)["verdicts"])
+            manifest = json.load(f)
+        v = join.Verdicts(**manifest["verdicts"])
         part = os.path.join(batch_file(RunPaths(root).archive, b), f"p-{jp}.parquet")
-        records = pq.read_table(part).cast(DECODED_SCHEMA) if os.path.exists(part) else DECODED_SCHEMA.empty_table()
+        if os.path.exists(part):
+            records = pq.read_table(part).cast(DECODED_SCHEMA)
+        elif manifest.get("archive_parts"):  # written for every partition: missing is not empty
+            raise FileNotFoundError(f"join partition {jp} cannot be rebuilt: batch {b}'s part {part} is missing (is the "
+                                    "run folder on storage every executor shares, and is the file visible yet?)")
+        else:  # a run from before every part was written: a partition without records had none
+            records = DECODED_SCHEMA.empty_table()
         settled, _ = join.step(state, records, cfg, v)
         state = settled.state
     return state
@@ -109,13 +133,17 @@ def _joins_dir(root: str, jp: int) -> str:
 
 def _save_snapshot(root: str, jp: int, batch_id: int, state: JoinState) -> None:
     d = os.path.join(_joins_dir(root, jp), f"snap-{batch_id:08d}")
-    tmp = f"{d}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = unique_tmp(d)
     os.makedirs(tmp)
     pq.write_table(pa.Table.from_pandas(state.known.reset_index(), preserve_index=False), os.path.join(tmp, "known.parquet"))
     pq.write_table(pa.Table.from_pandas(state.orphans, preserve_index=False), os.path.join(tmp, "orphans.parquet"))
-    shutil.rmtree(d, ignore_errors=True)
-    os.replace(tmp, d)
+    try:
+        os.rename(tmp, d)  # never over a snapshot another attempt wrote: a reader may be reading it
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not os.path.isdir(d):
+            raise
+        return  # the batch's snapshot is there (another attempt of this task): the same state
     for old in ids_in(_joins_dir(root, jp), "snap-*")[:-KEEP_SNAPSHOTS]:
         shutil.rmtree(os.path.join(_joins_dir(root, jp), f"snap-{old:08d}"), ignore_errors=True)
 
@@ -130,9 +158,19 @@ def _write_part(root: str, batch_id: int, name, table: pa.Table) -> None:
     d = batch_file(RunPaths(root).archive, batch_id)
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"{name}.parquet" if isinstance(name, str) else f"p-{name}.parquet")
-    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    tmp = unique_tmp(os.path.join(d, f".{os.path.basename(path)}"))
     pq.write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
+
+
+def unique_tmp(path: str) -> str:
+    """A temporary name beside ``path`` that no other attempt, container or host picks (a PID repeats across them)."""
+    return f"{path}.tmp-{uuid.uuid4().hex}"
+
+
+def executor_name() -> str:
+    """Where a task ran: its host (a pod's name on Kubernetes) and its executor's folder."""
+    return f"{socket.gethostname()}:{os.getcwd()}"
 
 
 def _rows(jp: int, part: str, columns: dict, n: int) -> pa.Table:
@@ -149,7 +187,7 @@ def _output(jp: int, settled: join.Settled, report: join.Report) -> pa.Table:
     c, h = settled.counts, settled.hists
     ex = (pd.concat(settled.exemplars, ignore_index=True) if settled.exemplars else pd.DataFrame()).reindex(
         columns=["kind", "at_ns", "value", "count", "event_id"])
-    meta = {"sizes": settled.sizes, "waiting": list(report.waiting), "cwd": os.getcwd()}
+    meta = {"sizes": settled.sizes, "waiting": list(report.waiting), "executor": executor_name()}
     parts = [
         _rows(jp, "counts", {"window_ns": c.get("window_ns", []), "name": c.get("name", []), "value": c.get("value", [])}, len(c)),
         _rows(jp, "hists", {k: h.get(k, []) for k in ("window_ns", "hist", "bucket", "count")}, len(h)),
@@ -178,7 +216,7 @@ def outputs(table: pa.Table) -> tuple[list[join.Settled], list[join.Report], dic
     waiting = engine.summed_waiting([tuple(m["waiting"]) for m in metas])
     ran: dict[str, int] = {}
     for m in metas:
-        ran[m["cwd"]] = ran.get(m["cwd"], 0) + 1
+        ran[m["executor"]] = ran.get(m["executor"], 0) + 1
     settled = join.Settled(None, counts, hists, [ex] if len(ex) else [], sizes)
     report = join.Report(waiting, of("send", ["at_ns"])["at_ns"].to_numpy(), of("recv", ["at_ns"])["at_ns"].to_numpy())
     return [settled], [report], ran
@@ -203,7 +241,7 @@ def cluster_sink(spark, store, cfg, log):
         plan = store.plan_batch(summary, batch_id)
         t2 = time.time()
         data = batch_df.where(mine).withColumn(PARTITION, F.pmod(F.xxhash64("event_id"), F.lit(num_partitions)).cast("int"))
-        task = partition_task(store.paths.root, cfg.engine, batch_id, plan.verdicts, store.archive)
+        task = partition_task(store.paths.root, cfg.engine, batch_id, plan.verdicts)
         # a task per partition (range: no two partitions share a task, as a hash of 0..P-1 could make them)
         out = (data.unionByName(ticks, allowMissingColumns=True).repartitionByRange(num_partitions, PARTITION)
                .groupBy(PARTITION).applyInArrow(task, output_type).toArrow())
@@ -262,10 +300,10 @@ def _plan_batch(store, summary: pa.Table, batch_id: int) -> engine.Plan:
         if not store.archive and batch_id > 0:
             raise RuntimeError(f"batch {batch_id} cannot be resumed without an archive: start the replay again")
         store._recover(batch_id)
-    if store.archive:
-        shutil.rmtree(batch_file(store.paths.archive, batch_id), ignore_errors=True)  # a batch redone: afresh
-        own = summary.filter(summary[join.NUM_RECORDS].is_null()).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
-        _write_part(store.paths.root, batch_id, "run", own)
+    # the archive is written on executors in a replay too (the tasks rebuild their state from it)
+    shutil.rmtree(batch_file(store.paths.archive, batch_id), ignore_errors=True)  # a batch redone: afresh
+    own = summary.filter(summary[join.NUM_RECORDS].is_null()).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
+    _write_part(store.paths.root, batch_id, "run", own)
     return engine.plan(store.state, summary, store.cfg)
 
 
@@ -275,7 +313,8 @@ def _finish_batch(store, plan: engine.Plan, out: pa.Table, batch_id: int, t0: fl
     state.joins = []  # on the executors
     store.state = state
     result.info["join_tasks"] = ran
-    return store.conclude(result, batch_id, t0, verdicts=dataclasses.asdict(plan.verdicts), **info)
+    return store.conclude(result, batch_id, t0, verdicts=dataclasses.asdict(plan.verdicts),
+                          archive_parts=store.cfg.join_partitions, **info)
 
 
 def _recover_driver(store, batch_id: int) -> None:

@@ -36,6 +36,7 @@ def stop(proc):
     proc.wait(30)
 
 
+@pytest.mark.serial  # a CPU burner shows only on a machine not already busy
 def test_samples_every_second_and_a_cpu_burner_shows_within_3_s(prometheus, broker):
     topic = "tel-node-metrics"
     create_topic(broker, topic)
@@ -78,6 +79,7 @@ while True:  # busy 20 ms, asleep 20 ms: about half a core
 """
 
 
+@pytest.mark.serial  # a CPU burner shows only on a machine not already busy
 def test_a_process_registered_as_flightwatch_shows_in_observer_cpu(prometheus, broker, tmp_path):
     """A process in the observer registry that burns about half a core: ``observer_cpu`` matches its own CPU
     (read from /proc over the same seconds) within 0.1 core, and falls to ~0 once it is gone."""

@@ -245,9 +245,31 @@ def test_a_target_that_dies_mid_run_is_reported_not_a_crash(tmp_path):
     (["--rate", "10", "--target", "kafka://127.0.0.1:9/t", "--kafka-option", "acks"], "bad --kafka-option 'acks'"),
     (["--rate", "10", "--target", "kafka://127.0.0.1:9/t", "--kafka-option", "max_flights=3"], "not a librdkafka property"),
     (["--rate", "10", "--target", "http://127.0.0.1:9/", "--kafka-option", "acks=1"], "the target is not kafka://"),
+    (["--rate", "10", "--fail-on-regression", "p99>+10%"], "--fail-on-regression needs --baseline RUN"),
+    (["--rate", "10", "--baseline", "some-run"], "--baseline needs --stream"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
     proc = attack(*args, "--no-telemetry", timeout=30)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--baseline", "base"], "--baseline base is another test: it attacked kafka:// paced 100:10, this run attacks "
+                             "kafka:// paced 10:10"),
+    (["--baseline", "nope"], "--baseline: no run 'nope'"),
+    (["--baseline", "base", "--fail-on-regression", "p99>10ms"], "bad --fail-on-regression 'p99>10ms'"),
+])
+def test_a_baseline_that_cannot_be_compared_is_refused_before_the_attack(tmp_path, args, words):
+    """``--baseline`` is checked before anything starts: a finished run of the same schedule and target kind."""
+    from bench.compare import build_run, spec_for
+
+    if not (tmp_path / "base").exists():
+        build_run(str(tmp_path / "base"), spec_for("base", 1, 10, 100))  # kafka://, paced 100:10
+    proc = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "10s", "--stream",
+                           "--no-telemetry", *args], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CHECKPOINTS=str(tmp_path)),
+                          capture_output=True, text=True, timeout=60)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
 
@@ -422,7 +444,8 @@ def test_the_clients_answers_are_framed_by_llhttp(tmp_path, answer, codes, error
     as ``malformed response`` (it was counted as a connection reset) and the run goes on."""
     port, stop = _raw_server(answer)
     try:
-        proc = attack("--rate", "100", "--duration", "1s", "--target", f"http://127.0.0.1:{port}/", "--no-telemetry",
+        # 20 ms apart: a failed answer closes the connection, and a busy machine's reconnects stay within it
+        proc = attack("--rate", "50", "--duration", "2s", "--target", f"http://127.0.0.1:{port}/", "--no-telemetry",
                       "--out", str(tmp_path / "r"), "--timeout", "5s")
     finally:
         stop.set()

@@ -14,7 +14,7 @@ import pytest
 
 from bench.compare import build_run, spec_for
 from loadgen.synthetic import generate
-from runs import compare, history
+from runs import bootstrap, compare, history
 from runs.compare import Gate, Incomparable, RunSample
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,7 +50,7 @@ def test_figures_are_exact_against_the_injected_data(folder):
     ok = (run.recv_ns > 0) & (run.recv_ns - run.sent_ns <= spec.drop_timeout_s * NS)
     inside = ok & (run.recv_ns >= first) & (run.recv_ns < last)
     lat_us = (run.recv_ns[inside] - run.sent_ns[inside]) // 1000
-    fig = compare.figures(sample.scope)
+    fig = bootstrap.figures(sample.scope)
     for p in (50, 90, 99):
         truth = nearest_rank(lat_us, p)
         assert truth <= fig[f"p{p}"][0] <= truth * (1 + 1 / 1024) + 1, p  # HDR: the bucket's highest value
@@ -65,7 +65,7 @@ def test_figures_are_exact_against_the_injected_data(folder):
 
 
 def test_block_weights_draw_whole_blocks_of_consecutive_windows():
-    w = compare.block_weights(23, 5, 300, np.random.default_rng(0))
+    w = bootstrap.block_weights(23, 5, 300, np.random.default_rng(0))
     assert w.shape == (300, 23) and (w.sum(axis=1) == 23).all()
     assert w.min() >= 0 and w.max() <= 5  # a window is in at most 5 blocks
     # a window's neighbours come with it: draws of neighbours correlate, of far windows they do not

@@ -1,5 +1,7 @@
 """The join on the executors (``streaming.executors``), its tasks called here as Spark's would call them: the same
 run gives the local job's windows and summary, also when every task's state is lost and the driver restarts."""
+import os
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -32,7 +34,7 @@ def _cluster_batch(store, table, batch_id):
     plan = store.plan_batch(summary, batch_id)
     _, data = join.summarize(table, SPEC.run_id)
     jp = join.partition_of(engine.rules.id_hash(data["event_id"].to_numpy(zero_copy_only=False)), P)
-    task = executors.partition_task(store.paths.root, store.cfg, batch_id, plan.verdicts, store.archive)
+    task = executors.partition_task(store.paths.root, store.cfg, batch_id, plan.verdicts)
     out = pa.concat_tables([task((pa.scalar(i, pa.int32()),), data.filter(pa.array(jp == i))) for i in range(P)])
     return store.finish_batch(plan, out, batch_id, 0.0)
 
@@ -85,3 +87,104 @@ def test_a_run_resumed_another_way_is_refused_in_one_line(tmp_path):
     old = tmp_path / "old"  # a run folder from before: a driver snapshot and no layout file
     (old / "state" / "snap-00000010").mkdir(parents=True)
     assert "--join-on driver" in executors.check_layout(str(old), True, 4)
+
+
+def _run_cluster(root, batches, replay=False, restart_at=()):
+    cfg = engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P)
+    store = executors.ClusterRunStore(root, cfg, archive=not replay)
+    executors._STATES.clear()
+    result = None
+    for i, t in enumerate(batches):
+        if i in restart_at:
+            executors._STATES.clear()  # every worker lost: the tasks rebuild from snapshots and the archive's parts
+        result = _cluster_batch(store, t, i)
+    return result
+
+
+def test_a_replay_on_executors_whose_workers_lose_their_state_gives_the_local_results(tmp_path, local):
+    """A replay (no archive of its own in the driver) on a cluster: a task on a worker without the partition's state
+    rebuilds it from the parts every task writes, empty ones too; before, a missing part read as an empty batch."""
+    root = str(tmp_path / "x")
+    assert _run_cluster(root, _batches(23), replay=True, restart_at=(5, 12, 13, 21)).finished
+    windows, summary = _figures(root)
+    pd.testing.assert_frame_equal(windows, local[0])
+    assert summary == local[1]
+    for b in range(23):  # a part per partition per batch, records or not
+        assert sorted(os.listdir(f"{root}/archive/batch-{b:08d}.parquet")) == ["p-0.parquet", "p-1.parquet", "p-2.parquet",
+                                                                           "run.parquet"]
+
+
+def test_a_missing_part_is_an_error_that_names_it_not_an_empty_batch(tmp_path):
+    root = str(tmp_path / "x")
+    batches = _batches(23)
+    cfg = engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P)
+    store = executors.ClusterRunStore(root, cfg)
+    executors._STATES.clear()
+    for i, t in enumerate(batches[:14]):
+        _cluster_batch(store, t, i)
+    os.remove(f"{root}/archive/batch-00000012.parquet/p-1.parquet")  # not shared, or not visible yet (NFS)
+    executors._STATES.clear()
+    with pytest.raises(FileNotFoundError, match=r"join partition 1 cannot be rebuilt: batch 12's part .*p-1.parquet is "
+                                                r"missing \(is the run folder on storage every executor shares"):
+        _cluster_batch(store, batches[14], 14)
+
+
+def test_two_attempts_of_a_task_neither_remove_nor_overwrite_each_others_files(tmp_path, monkeypatch):
+    """Speculation or a zombie task: two attempts of one partition's step, in containers whose PIDs are the same,
+    write the same batch's snapshot and part at once. Both finish; the snapshot is one attempt's, whole; no
+    temporary file is left; a task that loads the snapshot meanwhile never finds it missing."""
+    import threading
+
+    from streaming.state import JoinState
+
+    monkeypatch.setattr(os, "getpid", lambda: 1)  # the same PID in every container
+    root = str(tmp_path / "x")
+    state = JoinState()
+    table = _batches(3)[0]
+    errors, loaded = [], []
+    stop = threading.Event()
+
+    def attempt():
+        try:
+            for _ in range(20):
+                executors._save_snapshot(root, 0, 10, state)
+                executors._write_part(root, 10, 0, table)
+        except Exception as e:  # noqa: BLE001 - what the test looks for
+            errors.append(e)
+
+    def reader():
+        while not stop.is_set():
+            if os.path.isdir(executors._joins_dir(root, 0) + "/snap-00000010"):
+                loaded.append(executors._load_snapshot(root, 0, 10))
+
+    threads = [threading.Thread(target=attempt) for _ in range(2)]
+    r = threading.Thread(target=reader)
+    r.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    r.join()
+    assert not errors, errors
+    assert loaded  # read while the attempts wrote, never missing
+    assert sorted(os.listdir(executors._joins_dir(root, 0))) == ["snap-00000010"]
+    assert sorted(os.listdir(f"{root}/archive/batch-00000010.parquet")) == ["p-0.parquet"]
+    assert pq.read_table(f"{root}/archive/batch-00000010.parquet/p-0.parquet").num_rows == table.num_rows
+
+
+def test_a_worker_keeps_only_its_current_runs_states():
+    from streaming.state import JoinState
+
+    executors._STATES.clear()
+    executors.keep("/runs/a", 0, 5, JoinState())
+    executors.keep("/runs/a", 1, 5, JoinState())
+    executors.keep("/runs/b", 0, 0, JoinState())  # the same worker, the next run's job
+    assert set(executors._STATES) == {("/runs/b", 0)}
+
+
+def test_a_task_names_its_host_and_executor_folder():
+    """Every executor pod has the same working folder: the host (the pod's name) tells them apart."""
+    import socket
+
+    assert executors.executor_name() == f"{socket.gethostname()}:{os.getcwd()}"

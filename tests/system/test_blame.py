@@ -84,7 +84,8 @@ def _flight(s: dict) -> dict:
 def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_saturation(broker, tmp_path):
     """kill -9 of the telemetry broker 8 s into a 2,000/s Kafka-target attack, started again (empty) 10 s later. The
     Kafka receiver never waits on telemetry (its receive records go to its disk spool), so flight time is the SUT's:
-    p50 and p99 within 10%, max within 20%, of an undisturbed run of the same schedule. No event is counted as
+    against an undisturbed run of the same schedule, `runs compare` finds no percentile worse beyond the noise, and the
+    max is within 20%. No event is counted as
     dropped because the broker lost its records, none twice; the verdict is not saturated and names the outage."""
     tel_port = free_port()
     tel_broker = start_tansu(tel_port, open(tmp_path / "tel-1.log", "wb"), "flightwatch-tel")
