@@ -112,11 +112,15 @@ class RunSample:
         holes = (span[output.TELEMETRY_INCOMPLETE] > 0 if output.TELEMETRY_INCOMPLETE in span
                  else pd.Series(False, index=span.index))
         span = span[~holes]
+        paced = runinfo.pace_steps(events)
+
+        def inside(lo: int, hi: int) -> pd.DataFrame:  # a window wholly inside [lo, hi): one the schedule covers in
+            # part (its first and last, a step's edges) holds part of a second, and would make a paced rate look noisy
+            return span[(span["window_ns"] >= lo) & (span["window_ns"] + window_ns <= hi)]
+        if paced:
+            span = inside(paced[0]["start_ns"], paced[-1]["end_ns"])
         run_scope = _scope(span, hists, window_ns)
-        steps = []
-        for s in runinfo.pace_steps(events):  # a window belongs to the step its middle lies in, as the verdict has it
-            mid = span["window_ns"] + window_ns // 2
-            steps.append((s, _scope(span[(mid >= s["start_ns"]) & (mid < s["end_ns"])], hists, window_ns)))
+        steps = [(s, _scope(inside(s["start_ns"], s["end_ns"]), hists, window_ns)) for s in paced]
         return cls(run_id=str(cfg.get("run_id", _name(root))), root=root, target_kind=_kind(attack.get("target")),
                    pace=str(attack.get("pace", "")), scenario=attack.get("scenario"), summary=summary,
                    window_ns=window_ns, windows=span["window_ns"].to_numpy(np.int64), scope=run_scope, steps=steps,

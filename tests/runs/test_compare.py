@@ -115,7 +115,7 @@ def test_each_pace_step_is_compared(folder):
     rep = compare.compare(a, b)
     assert [(s["step"], s["rate"]) for s in rep["steps"]] == [(1, 150.0), (2, 300.0)]
     for s, scope in zip(rep["steps"], a.steps):
-        assert scope[1].n == 30  # the windows whose middle lies in the step
+        assert scope[1].n == 30  # the windows wholly inside the step
         assert next(r for r in s["changes"] if r["metric"] == "p99")["change"] > 0.1
     assert "step 2 (300/s)" in compare.text(rep)
 
