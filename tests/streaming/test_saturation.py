@@ -251,6 +251,7 @@ def test_a_relay_stall_of_3_s_is_one_gap_within_20_ms_of_the_relays_own_silence(
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # 50 ms answers at 40/s: on a busy machine the generator falls short in step 1 too
 def test_a_generator_short_of_its_schedule_is_loadgen_bound(broker, tmp_path):
     # 4 requests in flight against 50 ms answers: the generator tops out near 80/s; the SUT keeps up
     s = capacity_run(broker, tmp_path, "lgbound", "40:5,200:5", ["--delay", "0.05"], ["--max-inflight", "4"])

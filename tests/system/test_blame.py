@@ -21,7 +21,7 @@ from core.procs import free_port, stop_process
 from stack.tansu import start_tansu
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
-RATE, SECONDS = 2000, 30
+RATE, SECONDS = 2000, 20
 MAX_NOISE_US = 12_000
 """How far apart the flight-time max of two undisturbed runs of this test fell (29.8 to 40.3 ms, three runs)."""
 
@@ -82,7 +82,7 @@ def _flight(s: dict) -> dict:
 
 @pytest.mark.serial
 def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_saturation(broker, tmp_path):
-    """kill -9 of the telemetry broker 8 s into a 2,000/s Kafka-target attack, started again (empty) 10 s later. The
+    """kill -9 of the telemetry broker 5 s into a 2,000/s Kafka-target attack, started again (empty) 10 s later. The
     Kafka receiver never waits on telemetry (its receive records go to its disk spool), so flight time is the SUT's:
     against an undisturbed run of the same schedule, `runs compare` finds no percentile worse beyond the noise, and the
     max is within 20%. No event is counted as
@@ -92,7 +92,7 @@ def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_satur
     state = {"broker": tel_broker}
 
     def kill_and_restart(lg) -> None:
-        time.sleep(8)
+        time.sleep(5)
         os.kill(state["broker"].pid, signal.SIGKILL)  # by its PID: everything it held is gone
         state["broker"].wait()
         state["killed_ns"] = time.time_ns()
