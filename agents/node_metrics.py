@@ -40,6 +40,14 @@ import sys
 import threading
 import time
 
+from agents.promql import (
+    MIN_WINDOW_S,
+    node_scrape_intervals,
+    prometheus_client,
+    prometheus_query,
+    promql_observer,
+    rate_window_s,
+)
 from core import clock, contract, logs
 from core import metrics as metrics_module
 from core.cli import OneLineParser, add_wait, await_brokers, bootstrap_arg
@@ -70,34 +78,11 @@ LABEL = "fw_metric"
 OBSERVER_METRIC = "observer_cpu"
 
 
-MIN_WINDOW_S = 5
-SCRAPES_PER_WINDOW = 3
-"""irate needs two samples in its window; three scrape intervals still hold two when a scrape is late."""
-
-
 def combined_query(window_s: int = MIN_WINDOW_S) -> str:
     """One PromQL expression for every metric: each series labelled with its metric name; rates over ``window_s``."""
     parts = [f'label_replace({q.replace(WINDOW, f"{window_s}s")}, "{LABEL}", "{name}", "", "")'
              for name, q in {**METRICS, **_EXTRA}.items()]
     return " or ".join(parts)
-
-
-def rate_window_s(scrape_intervals_s) -> int:
-    """The rate window for node exporters scraped at these intervals (seconds)."""
-    import math
-
-    return max(MIN_WINDOW_S, math.ceil(SCRAPES_PER_WINDOW * max(scrape_intervals_s, default=0)))
-
-
-def node_scrape_intervals(prom) -> list[float]:
-    """The scrape intervals (s) of the jobs that scrape node exporters, from Prometheus' targets API (a job is a node
-    exporter's when its series include ``node_uname_info``)."""
-    from core.units import parse_duration_ns
-
-    jobs = {s["metric"].get("job") for s in prom.custom_query("count by (job) (node_uname_info)")}
-    targets = prom.get_targets().get("activeTargets", [])
-    return [parse_duration_ns(t["scrapeInterval"]) / 1e9 for t in targets
-            if t.get("labels", {}).get("job") in jobs and t.get("scrapeInterval")]
 
 
 class NodeMetrics:
@@ -199,34 +184,6 @@ def local_observer(node: str, stack_dir: str | None = None):
     return observe
 
 
-def promql_observer(query, promql: str):
-    """``observer`` for ``NodeMetrics`` from Prometheus: ``promql`` gives cores per ``node`` (or ``instance``) label."""
-    def observe(at_ns: int) -> list[tuple[str, float | None]]:
-        out = []
-        for series in query(promql, at_ns / 1e9, 0.5):
-            labels = series["metric"]
-            out.append((labels.get("node") or labels.get("instance", "?"), float(series["value"][1])))
-        return out
-    return observe
-
-
-def prometheus_query(url: str, prom=None):
-    """A query function over prometheus-api-client: (promql, eval time s, timeout s) -> result list."""
-    prom = prom or prometheus_client(url)
-
-    def query(promql: str, at_s: float, timeout_s: float):
-        return prom.custom_query(promql, params={"time": f"{at_s:.3f}", "timeout": f"{max(1, int(timeout_s * 1000))}ms"},
-                                 timeout=timeout_s)
-    return query
-
-
-def prometheus_client(url: str):
-    from prometheus_api_client import PrometheusConnect
-    from urllib3.util.retry import Retry
-
-    return PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0))
-
-
 def _parser() -> argparse.ArgumentParser:
     ap = OneLineParser(prog="python -m agents.node_metrics", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
@@ -265,41 +222,106 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
+def _settings(argv) -> tuple[argparse.Namespace, float, int | None, list[str]]:
+    """The flags, the sampling interval (s), the fixed rate window (s; None: auto) and the cgroups to watch;
+    ValueError with what is wrong."""
+    from agents.oom import cgroup_of_pid
     from core.units import parse_duration_ns
 
-    try:
-        a = _parser().parse_args(argv)
-        interval_s = parse_duration_ns(a.interval) / 1e9
-        if interval_s < 0.1:
-            raise ValueError(f"--interval {a.interval!r} is too short (at least 100ms)")
-        fixed_window = None if a.rate_window == "auto" else parse_duration_ns(a.rate_window) // 10**9
-        if fixed_window is not None and fixed_window < 1:
-            raise ValueError(f"--rate-window {a.rate_window!r}: at least 1s, or auto")
-        roots = list(a.cgroup)
-        from agents.oom import cgroup_of_pid
+    a = _parser().parse_args(argv)
+    interval_s = parse_duration_ns(a.interval) / 1e9
+    if interval_s < 0.1:
+        raise ValueError(f"--interval {a.interval!r} is too short (at least 100ms)")
+    fixed_window = None if a.rate_window == "auto" else parse_duration_ns(a.rate_window) // 10**9
+    if fixed_window is not None and fixed_window < 1:
+        raise ValueError(f"--rate-window {a.rate_window!r}: at least 1s, or auto")
+    roots = list(a.cgroup)
+    for pid in a.pid:
+        try:
+            roots.append(cgroup_of_pid(pid))
+        except OSError:
+            raise ValueError(f"--pid {pid}: no such process") from None
+    for r in roots:
+        if not os.path.isdir(r):
+            raise ValueError(f"--cgroup {r!r}: not a directory")
+    return a, interval_s, fixed_window, roots
 
-        for pid in a.pid:
-            try:
-                roots.append(cgroup_of_pid(pid))
-            except OSError:
-                raise ValueError(f"--pid {pid}: no such process") from None
-        for r in roots:
-            if not os.path.isdir(r):
-                raise ValueError(f"--cgroup {r!r}: not a directory")
+
+def _oom_watchers(a, roots: list[str], write, kernel) -> list:
+    """The cgroup and Kubernetes OOM watchers the flags ask for, started (each has ``stop``)."""
+    from agents.oom import CgroupWatcher, KubeWatcher
+
+    watchers = [CgroupWatcher(roots, write, a.node, a.agent, kernel=kernel).start()] if roots else []
+    if a.kubernetes:
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        kube = KubeWatcher(client.CoreV1Api(), write, a.agent, a.namespace)
+        threading.Thread(target=kube.run, name="kube-watch", daemon=True).start()
+        watchers.append(kube)
+    return watchers
+
+
+class _Sampling:
+    """The agent's loop: a cycle of queries every interval on the second's grid, the rate window following the
+    node exporters' scrape interval (``--rate-window auto``: read again every 5 minutes), a progress line every 30 s."""
+
+    def __init__(self, metrics: NodeMetrics, prom, interval_s: float, fixed_window: int | None, logger, agent: str):
+        self.metrics, self.prom, self.interval_s, self.logger, self.agent = metrics, prom, interval_s, logger, agent
+        self.window_known_at = None if fixed_window is None else float("inf")
+
+    def follow_scrape_interval(self) -> None:
+        try:
+            intervals = node_scrape_intervals(self.prom)
+        except Exception:  # noqa: BLE001 - Prometheus away: asked again next cycle, the default window meanwhile
+            return
+        if intervals:  # none yet (no node exporter scraped): the default window, asked again in 5 minutes
+            window = rate_window_s(intervals)
+            if window != self.metrics.window_s or self.window_known_at is None:
+                self.logger.info(f"node_metrics {self.agent}: node exporters scraped every {max(intervals):g}s: "
+                                 f"rates over {window}s")
+            self.metrics.window_s = window
+        self.window_known_at = time.monotonic()
+
+    def run(self, stopping: threading.Event) -> None:
+        m, step_ns = self.metrics, int(self.interval_s * 1e9)
+        next_at = (time.time_ns() // 10**9 + 1) * 10**9
+        last_log = time.monotonic()
+        while not stopping.is_set():
+            stopping.wait(max(0.0, (next_at - time.time_ns()) / 1e9))
+            if stopping.is_set():
+                break
+            if self.window_known_at is None or time.monotonic() - self.window_known_at > 300:
+                self.follow_scrape_interval()
+            m.cycle(next_at, timeout_s=self.interval_s * 0.9)
+            next_at += step_ns
+            if next_at < time.time_ns():  # fell behind (a slow query): skip to the next slot, the hole is recorded
+                next_at = (time.time_ns() // step_ns + 1) * step_ns
+            if time.monotonic() - last_log >= 30:
+                self.logger.info(f"node_metrics {self.agent}: {m.num_cycles:,} cycles ({m.num_missing_cycles:,} failed), "
+                                 f"nodes {sorted(set(m.nodes.values()))}")
+                last_log = time.monotonic()
+
+
+def main(argv=None) -> int:
+    try:
+        a, interval_s, fixed_window, roots = _settings(argv)
     except SystemExit as e:
         return 2 if e.code else 0
     except ValueError as e:
         print(f"node_metrics: error: {e}", file=sys.stderr)
         return 2
-    from agents.oom import CgroupWatcher, KernelLog, KubeWatcher
+    from confluent_kafka import KafkaException
+
+    from agents.oom import KernelLog
     from core.slices import TelemetryTopic
     from core.telemetry import TelemetryWriter
 
     if not await_brokers("node_metrics", {"telemetry": a.telemetry_bootstrap}, a.wait):  # Prometheus is not waited
         return 2  # for: while it is away each sample is a visible hole
-    from confluent_kafka import KafkaException
-
     try:
         topic = TelemetryTopic.for_broker(a.telemetry_topic, a.telemetry_bootstrap)
         producer = telemetry_producer(a.telemetry_bootstrap, **topic.producer_settings())
@@ -315,19 +337,7 @@ def main(argv=None) -> int:
         except (OSError, ValueError) as e:
             logger.warning("node_metrics: clock reference not served on %s: %s", a.clock_listen, e)
     kernel = KernelLog.open()  # names what the kernel killed, where its log is readable (root on the node)
-    watchers = []
-    if roots:
-        watchers.append(CgroupWatcher(roots, writer.write, a.node, a.agent, kernel=kernel).start())
-    kube = None
-    if a.kubernetes:
-        from kubernetes import client, config
-
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-        kube = KubeWatcher(client.CoreV1Api(), writer.write, a.agent, a.namespace)
-        threading.Thread(target=kube.run, name="kube-watch", daemon=True).start()
+    watchers = _oom_watchers(a, roots, writer.write, kernel)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     prom = prometheus_client(a.prometheus)
@@ -335,48 +345,17 @@ def main(argv=None) -> int:
     observe = promql_observer(query, a.observer_promql) if a.observer_promql else local_observer(a.node)
     metrics = NodeMetrics(query, writer.write, a.agent, observe, kernel=kernel,
                           local_nodes=(a.node, socket.gethostname()), window_s=fixed_window or MIN_WINDOW_S)
-    window_known_at = None if fixed_window is None else float("inf")
-
-    def follow_scrape_interval() -> None:  # auto: read the node exporters' scrape interval, again every 5 minutes
-        nonlocal window_known_at
-        try:
-            intervals = node_scrape_intervals(prom)
-        except Exception:  # noqa: BLE001 - Prometheus away: asked again next cycle, the default window meanwhile
-            return
-        if intervals:  # none yet (no node exporter scraped): the default window, asked again in 5 minutes
-            window = rate_window_s(intervals)
-            if window != metrics.window_s or window_known_at is None:
-                logger.info(f"node_metrics {a.agent}: node exporters scraped every {max(intervals):g}s: rates over {window}s")
-            metrics.window_s = window
-        window_known_at = time.monotonic()
     logger.info(f"node_metrics {a.agent}: {a.prometheus} every {interval_s:g}s -> {a.telemetry_bootstrap}/{a.telemetry_topic}"
-          + (f"; clock reference udp://{ref.address}" if ref else "")
-          + (f"; cgroups {', '.join(roots)}" if roots else "") + ("; kubernetes pods" if kube else "")
-          + ("" if kernel else "; OOM victims unnamed (/dev/kmsg not readable)"))
+                + (f"; clock reference udp://{ref.address}" if ref else "")
+                + (f"; cgroups {', '.join(roots)}" if roots else "") + ("; kubernetes pods" if a.kubernetes else "")
+                + ("" if kernel else "; OOM victims unnamed (/dev/kmsg not readable)"))
     server = metrics_module.serve(_Exposed(metrics, writer, a.agent), a.metrics_listen, log=logs.printer(logger))
-    next_at = (time.time_ns() // 10**9 + 1) * 10**9
-    last_log = time.monotonic()
     try:
-        while not stopping.is_set():
-            stopping.wait(max(0.0, (next_at - time.time_ns()) / 1e9))
-            if stopping.is_set():
-                break
-            if window_known_at is None or time.monotonic() - window_known_at > 300:
-                follow_scrape_interval()
-            metrics.cycle(next_at, timeout_s=interval_s * 0.9)
-            next_at += int(interval_s * 1e9)
-            if next_at < time.time_ns():  # fell behind (a slow query): skip to the next slot, the hole is recorded
-                next_at = (time.time_ns() // int(interval_s * 1e9) + 1) * int(interval_s * 1e9)
-            if time.monotonic() - last_log >= 30:
-                logger.info(f"node_metrics {a.agent}: {metrics.num_cycles:,} cycles ({metrics.num_missing_cycles:,} failed), "
-                      f"nodes {sorted(set(metrics.nodes.values()))}")
-                last_log = time.monotonic()
+        _Sampling(metrics, prom, interval_s, fixed_window, logger, a.agent).run(stopping)
     except KeyboardInterrupt:
         pass
     for w in watchers:
         w.stop()
-    if kube:
-        kube.stop()
     if ref:
         ref.close()
     metrics_module.stop(server)

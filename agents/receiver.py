@@ -21,10 +21,10 @@ import sys
 import time
 
 from agents import http_receiver, kafka_receiver
-from agents.kafka_receiver import FETCH_MAX_WAIT_MS, TOPIC_CHECK_S, KafkaReceiver
+from agents.kafka_agent import main_kafka
+from agents.kafka_receiver import FETCH_MAX_WAIT_MS
 from core import clock, contract, logs, memory, metrics
-from core.cli import OneLineParser, add_wait, await_brokers, bootstrap_arg
-from core.kafka_options import SUT_ENV, client_options
+from core.cli import OneLineParser, add_wait, bootstrap_arg
 from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap, telemetry_bootstrap
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
@@ -96,17 +96,6 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _report_clock(write, agent: str, reference: str, log) -> None:
-    """Estimate this host's clock offset against the reference; ``write`` the clock record (or log why not)."""
-    if reference == "none":
-        return
-    rec = clock.estimate_record(reference, agent)
-    if rec is None:
-        log(f"{agent}: clock reference {reference} not answering; clock offset not reported", flush=True)
-    else:
-        write(rec)
-
-
 def _positive_s(text: str, flag: str) -> float:
     try:
         ns = parse_duration_ns(text)
@@ -171,7 +160,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
         pass
 
     def report_clock() -> None:
-        _report_clock(lambda rec: spool.append(contract.encode([rec]).decode()), agent, a.clock_reference, log)
+        clock.report(lambda rec: spool.append(contract.encode([rec]).decode()), agent, a.clock_reference, log)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -253,143 +242,6 @@ def _serve_workers(a, host: str, port: int) -> int:
     for p in procs:
         p.join()
     return max((p.exitcode or 0) for p in procs)
-
-
-class _KafkaExposed:
-    """The Kafka receiver's counters as Prometheus metrics, read at scrape time, with its shipper's (``shared``)."""
-
-    def __init__(self, receiver: KafkaReceiver, spool) -> None:
-        self.receiver, self.spool = receiver, spool
-        self.shared = None  # core.metrics.Shared: the shipper process's counters
-
-    def collect(self):
-        return self.own() if self.shared is None else self.shared.collect(self.own())
-
-    def own(self):
-        r, agent = self.receiver, self.receiver.agent
-        for name, value, text in (("events", r.num_received, "events received from the SUT topic and recorded"),
-                                  ("unattributed", r.num_unattributed, "messages without a run or event ID, not recorded"),
-                                  ("consumer_errors", r.num_errors, "errors the consumer reported (a broker away, ...)"),
-                                  ("skipped_offsets", r.num_skipped, "offsets the broker never served: a later one "
-                                   "came first, and the consumer moved on (their events count as dropped)"),
-                                  ("topic_resets", r.num_resets, "times the SUT topic came back under a new ID (its log "
-                                   "lost) and was read again from its start")):
-            yield metrics.family("counter", f"flightwatch_kafka_receiver_{name}", text, ["agent"], [((agent,), value)])
-        c = self.spool.counters()
-        yield metrics.family("counter", "flightwatch_kafka_receiver_spooled_records", "receive records put in the "
-                             "telemetry spool (the shipper sends them on)", ["agent"], [((agent,), c["spooled"])])
-        yield metrics.family("counter", "flightwatch_kafka_receiver_spool_lost_records", "receive records refused: the "
-                             "spool was over its budget (the telemetry broker away for long)", ["agent"],
-                             [((agent,), c["lost"])])
-        yield metrics.family("gauge", "flightwatch_kafka_receiver_spool_over_budget", "1 while the spool is over its "
-                             "budget", ["agent"], [((agent,), int(c["over_budget"]))])
-
-
-def main_kafka(a) -> int:
-    from confluent_kafka import Consumer, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from agents.spool import DRAIN_WAIT_S, SpoolWriter, start_shipper
-    from core.kafka_options import librdkafka
-
-    if not 1 <= a.fetch_wait_ms <= 300_000:
-        print(f"receiver: error: --fetch-wait-ms {a.fetch_wait_ms}: give 1 to 300000 ms", file=sys.stderr)
-        return 2
-    try:
-        budget_bytes = parse_size(a.spool_budget)
-    except ValueError as e:
-        print(f"receiver: error: --spool-budget: {e}", file=sys.stderr)
-        return 2
-    if not await_brokers("receiver", {"SUT": a.bootstrap, "telemetry": a.telemetry_bootstrap}, a.wait):
-        return 2
-    try:
-        sut_options = client_options(env=SUT_ENV)
-        consumer_config = {"bootstrap.servers": a.bootstrap, "group.id": f"flightwatch-{a.agent}",
-                           "enable.auto.commit": False, "enable.auto.offset.store": False,
-                           "fetch.wait.max.ms": a.fetch_wait_ms, "fetch.error.backoff.ms": 100,
-                           # a position past the log's end (a SUT broker that lost its data): its new log from the start
-                           "auto.offset.reset": "earliest",
-                           "queued.max.messages.kbytes": 65536, "logger": logs.setup("librdkafka"),
-                           **librdkafka(sut_options)}
-        librdkafka(client_options())  # the shipper's: a bad one is refused here, in one line
-    except (ValueError, OSError) as e:
-        print(f"receiver: error: Kafka options: {e}", file=sys.stderr)
-        return 2
-    try:
-        sut_admin = AdminClient({"bootstrap.servers": a.bootstrap, **librdkafka(sut_options)})
-        if a.topic not in sut_admin.list_topics(timeout=10).topics:
-            try:
-                sut_admin.create_topics([NewTopic(a.topic, a.create_topic, 1)])[a.topic].result(10)
-            except KafkaException as e:
-                if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                    raise
-        consumer = Consumer(consumer_config)
-    except KafkaException as e:
-        print(f"receiver: error: cannot reach the SUT broker {a.bootstrap}: {e}", file=sys.stderr)
-        return 2
-    metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)  # the shipper's counters too
-    spool_dir = os.path.join(a.state_dir, "spool")
-    spool = SpoolWriter(spool_dir, budget_bytes=budget_bytes, agent=a.agent)
-    shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, a.agent,
-                            log_path=os.path.join(a.state_dir, "shipper.log"))
-    logger = logs.setup(a.agent)
-    log = logs.printer(logger)
-    receiver = KafkaReceiver(consumer, spool, a.topic, a.state_dir, a.agent, log=log,
-                             warn=logs.printer(logger, logs.WARNING), admin=sut_admin)
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    try:
-        offsets = receiver.start()
-    except RuntimeError as e:
-        print(f"receiver: error: {e}", file=sys.stderr)
-        spool.close()
-        shipper.terminate()
-        return 2
-    log(f"receiver {a.agent}: {a.bootstrap}/{a.topic} -> spool {spool_dir} -> {a.telemetry_bootstrap}/{a.telemetry_topic}")
-    exposed = _KafkaExposed(receiver, spool)
-    exposed.shared = metrics.Shared()
-    server = metrics.serve(exposed, a.metrics_listen, log=log)
-    last = last_check = last_second = time.monotonic()
-    last_clock = said_at = 0.0
-    said = None
-    receiver.check_topic(offsets)  # learns the topic's ID
-    try:
-        while not stopping:
-            receiver.poll_once(offsets)
-            now = time.monotonic()
-            if now - last_second >= 1.0:  # once a second, not per batch
-                spool.report_lost()
-                exposed.shared.sync(exposed.own())
-                last_second = now
-            if now - last_check >= TOPIC_CHECK_S:
-                receiver.check_topic(offsets)
-                last_check = now
-            if now - last_clock >= 30:
-                _report_clock(lambda rec: spool.append(contract.encode([rec]).decode().rstrip("\n")), a.agent,
-                              a.clock_reference, logs.printer(logger, logs.WARNING))
-                last_clock = now
-            if now - last >= 10:  # every 10 s while anything changes, every 10 minutes at idle
-                c = spool.counters()
-                line = (f"receiver {a.agent}: {receiver.num_received:,} received, {receiver.num_unattributed:,} without "
-                        f"run/event ID, {receiver.num_errors:,} consumer errors, {receiver.num_skipped:,} offsets never "
-                        f"served, {receiver.num_resets} topic resets; telemetry spooled {c['spooled']:,} lost {c['lost']:,}")
-                if line != said or now - said_at >= IDLE_PROGRESS_S:
-                    log(line, flush=True)
-                    said, said_at = line, now
-                last = now
-    except KeyboardInterrupt:
-        pass
-    metrics.stop(server)
-    consumer.close()
-    spool.report_lost()
-    spool.close()
-    exposed.shared.close()
-    shipper.terminate()  # it drains the spool, then exits
-    try:
-        shipper.wait(DRAIN_WAIT_S)
-    except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
-        pass
-    return 0
 
 
 def main(argv=None) -> int:

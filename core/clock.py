@@ -111,3 +111,14 @@ def estimate_record(reference: str, agent: str, samples: int = 8, timeout_s: flo
     offset_ns, rtt_ns = est
     return contract.ClockOffset(contract.ANY_RUN, agent, time.time_ns(), reference=reference,
                                 offset_us=offset_ns / 1e3, rtt_us=rtt_ns / 1e3)
+
+
+def report(write, agent: str, reference: str, log) -> None:
+    """Estimate this host's clock offset against the reference; ``write`` the clock record (or log why not)."""
+    if reference == "none":
+        return
+    rec = estimate_record(reference, agent)
+    if rec is None:
+        log(f"{agent}: clock reference {reference} not answering; clock offset not reported", flush=True)
+    else:
+        write(rec)

@@ -129,7 +129,7 @@ class Step(TypedDict):
 
 
 class Verdict(TypedDict, total=False):
-    """The saturation detector's verdict (``runs.saturation.verdict``)."""
+    """The saturation detector's verdict (``runs.verdict.verdict``)."""
     state: str                  # ok, degrading, saturated, observer-bound, loadgen-bound, telemetry-incomplete: what
     message: str                # the message opens with
     stalls: list[dict]          # start_ns, end_ns (window edges), held: shortfalls that drained (not saturation)

@@ -161,6 +161,31 @@ def check_baseline(a: argparse.Namespace, cfg) -> None:
                          f"this run attacks {kind}:// paced {pace}")
 
 
+def sut_kafka_options(texts: list[str], target: TargetSpec) -> dict | None:
+    """The Kafka target's producer settings: FLIGHTWATCH_SUT_KAFKA_OPTIONS, then each ``--kafka-option KEY=VALUE``
+    (None for an HTTP target, which takes none)."""
+    if target.scheme != "kafka":
+        if texts:
+            raise UsageError("--kafka-option sets the Kafka target's producer: the target is not kafka://")
+        return None
+    from core.kafka_options import SUT_ENV, librdkafka, option
+
+    try:
+        options = client_options(env=SUT_ENV)
+    except (ValueError, OSError) as e:
+        raise UsageError(f"{SUT_ENV}: {e}") from None
+    try:
+        for text in texts:
+            if "=" not in text:
+                raise ValueError(f"bad --kafka-option {text!r}: KEY=VALUE, e.g. acks=all")
+            key, value = option(*text.split("=", 1))
+            options[key] = value
+        librdkafka(options)
+    except (ValueError, OSError) as e:
+        raise UsageError(f"--kafka-option: {e}") from None
+    return options
+
+
 def config(a: argparse.Namespace):
     from loadgen.attack import AttackConfig
 
@@ -196,25 +221,7 @@ def config(a: argparse.Namespace):
         raise UsageError(f"FLIGHTWATCH_KAFKA_OPTIONS: {e}") from None
     if a.telemetry_bootstrap and (problem := setting_problem(a.telemetry_bootstrap)):
         raise UsageError(problem)
-    sut_options = None
-    if target.scheme == "kafka":
-        from core.kafka_options import SUT_ENV, librdkafka, option
-
-        try:
-            sut_options = client_options(env=SUT_ENV)
-        except (ValueError, OSError) as e:
-            raise UsageError(f"{SUT_ENV}: {e}") from None
-        try:
-            for text in a.kafka_option:
-                if "=" not in text:
-                    raise ValueError(f"bad --kafka-option {text!r}: KEY=VALUE, e.g. acks=all")
-                key, value = option(*text.split("=", 1))
-                sut_options[key] = value
-            librdkafka(sut_options)
-        except (ValueError, OSError) as e:
-            raise UsageError(f"--kafka-option: {e}") from None
-    elif a.kafka_option:
-        raise UsageError("--kafka-option sets the Kafka target's producer: the target is not kafka://")
+    sut_options = sut_kafka_options(a.kafka_option, target)
     shard, shards = parse_shard(a.shard)
     if shards > 1 and not a.run:
         raise UsageError("--shard needs --run: every shard of a run must write the same run ID")

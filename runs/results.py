@@ -59,6 +59,7 @@ def run_verdict(run: RunReader | str, windows: pd.DataFrame, events: pd.DataFram
     ``percentiles(lo, hi)``: latency percentiles over the windows in [lo, hi) (default: ``merged_percentiles``
     over the histogram partials, ``hists`` if given)."""
     from runs import saturation
+    from runs import verdict as verdicts
 
     run = RunReader.of(run)
     cfg = run.settings() if cfg is None else cfg
@@ -77,8 +78,8 @@ def run_verdict(run: RunReader | str, windows: pd.DataFrame, events: pd.DataFram
         return {**saturation.step_counts(counts[(counts.index >= lo) & (counts.index < hi)]), output.LATENCY: percentiles(lo, hi)}
     outages = runinfo.records(events, "reset", ["at_ns", "reason"]) if not events.empty else []
     gaps = gap_records(events) if gaps is None else gaps
-    return saturation.verdict(windows, steps, cfg["window_ns"], figures,
-                              cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US), outages=outages, gaps=gaps)
+    return verdicts.verdict(windows, steps, cfg["window_ns"], figures,
+                            cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US), outages=outages, gaps=gaps)
 
 
 def live_verdict(run: RunReader | str) -> output.Verdict | None:

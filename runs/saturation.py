@@ -35,8 +35,6 @@ share with the 1 s windows does not count as a loss) with p99 ≤ the latency bo
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 
@@ -188,10 +186,8 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
     return pd.concat([judged, rest]).sort_values("window_ns").reset_index(drop=True) if len(judged) else rest
 
 
-def assess_complete(w: pd.DataFrame, steps: list[dict], window_ns: int) -> pd.DataFrame:
-    """``assess_windows`` over windows whose telemetry is complete."""
-    if w.empty:
-        return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
+def _signals(w: pd.DataFrame, steps: list[dict], window_ns: int) -> dict[str, np.ndarray]:
+    """The per-window signals of the module's docstring, as arrays over the windows of ``w``."""
     t = w["window_ns"].to_numpy()
     n = len(w)
     step = step_of(t, steps, window_ns)
@@ -207,7 +203,6 @@ def assess_complete(w: pd.DataFrame, steps: list[dict], window_ns: int) -> pd.Da
     # only windows wholly inside a step are judged for the generator (the others are partly another step)
     first_or_last = np.array([i < 0 or t_ < steps[i]["start_ns"] or t_ + window_ns > steps[i]["end_ns"]
                               for i, t_ in zip(step, t)], bool)
-    loadgen_short = ~first_or_last & (sent < LOADGEN_SHORT * sched)
     p99_col = output.percentile_column(output.LATENCY, 99)
     p99 = w[p99_col].to_numpy(float) if p99_col in w else np.full(n, np.nan)
     base = np.full(n, np.nan)
@@ -216,73 +211,80 @@ def assess_complete(w: pd.DataFrame, steps: list[dict], window_ns: int) -> pd.Da
         prev = prev[~np.isnan(prev)]
         if len(prev):
             base[step == i] = np.median(prev)
-    with np.errstate(invalid="ignore"):
-        p99_jump = p99 >= P99_JUMP * base
     cpu = _node_max(w, "cpu_util").to_numpy(float, copy=True)
-    mem_share = _mem_min_share(w).to_numpy(float)
-    net_drops = (_node_max(w, "net_rx_drops_per_s").fillna(0) + _node_max(w, "net_tx_drops_per_s").fillna(0)).to_numpy(float)
     observer_bound, observer_why = _observer_bound(w)
     observer_bound = observer_bound.copy()
     starting = t < t[0] + window_ns  # the run's first window: flightwatch's own start-up shares the node
     cpu[starting] = np.nan
     observer_bound[starting] = False
-    gap_col = w["gap"].fillna(False).to_numpy(bool) if "gap" in w else np.zeros(n, bool)
-    oom = w[output.OOM_KILLS].fillna(0).to_numpy() if output.OOM_KILLS in w else np.zeros(n)
-    short = (ratio < SATURATED_RATIO) | grown | gap_col
-    lost = sum((w[c].fillna(0).to_numpy(float) for c in (output.DROPPED, output.ERRORS) if c in w), np.zeros(n))
-    episode_of: list[dict | None] = [None] * n
-    for e in episodes(short, gap_col, sent, recv, lost):
+    with np.errstate(invalid="ignore"):
+        p99_jump = p99 >= P99_JUMP * base
+    return {"step": step, "sent": sent, "recv": recv, "ratio": ratio, "inflight": inflight, "grown": grown,
+            "sched": sched, "loadgen_short": ~first_or_last & (sent < LOADGEN_SHORT * sched), "p99": p99, "base": base,
+            "p99_jump": p99_jump, "cpu": cpu, "mem_share": _mem_min_share(w).to_numpy(float),
+            "net_drops": (_node_max(w, "net_rx_drops_per_s").fillna(0) + _node_max(w, "net_tx_drops_per_s").fillna(0)).to_numpy(float),
+            "observer_bound": observer_bound, "observer_why": observer_why,
+            "gap": w["gap"].fillna(False).to_numpy(bool) if "gap" in w else np.zeros(n, bool),
+            "oom": w[output.OOM_KILLS].fillna(0).to_numpy() if output.OOM_KILLS in w else np.zeros(n),
+            "lost": sum((w[c].fillna(0).to_numpy(float) for c in (output.DROPPED, output.ERRORS) if c in w), np.zeros(n))}
+
+
+def _judge(k: int, s: dict[str, np.ndarray], e: dict | None) -> tuple[str, list[str]]:
+    """Window ``k``'s state and the reasons for it, from the signals and the shortfall episode it is in."""
+    why = []
+    ratio, gap, grown, loadgen_short = s["ratio"][k], bool(s["gap"][k]), s["grown"][k], s["loadgen_short"][k]
+    if e is not None and e["kind"] == "stall":
+        why.append(f"stall: {e['held']:,.0f} events held, drained")
+    elif e is not None and e["lost"] and k == e["first"]:
+        why.append(f"{e['lost']:,.0f} sent in it lost or failed")
+    elif e is not None and e["kind"] == "open":
+        why.append(f"shortfall: {e['held']:,.0f} events held, not drained yet")
+    if ratio < SATURATED_RATIO:
+        why.append(f"received/sent {ratio:.2f}")
+    if grown:
+        why.append(f"in flight growing ({s['inflight'][k]:,.0f})")
+    if gap:
+        why.append("gap: no deliveries")
+    if loadgen_short:
+        why.append(f"loadgen sent {s['sent'][k]:,.0f}/s of {s['sched'][k]:,.0f}/s")
+    if s["p99_jump"][k]:
+        why.append(f"p99 {_fmt_us(s['base'][k])} → {_fmt_us(s['p99'][k])}")
+    if s["cpu"][k] >= CPU_HIGH:
+        why.append(f"node cpu {s['cpu'][k]:.0%}")
+    if s["mem_share"][k] < MEM_LOW:
+        why.append(f"memory available {s['mem_share'][k]:.0%}")
+    if s["net_drops"][k] > 0:
+        why.append(f"network drops {s['net_drops'][k]:,.0f}/s")
+    if s["oom"][k]:
+        why.append(f"OOM kills {s['oom'][k]}")
+    if s["observer_bound"][k]:  # flightwatch's own CPU: nothing else this window shows is the SUT's fault
+        return "observer-bound", why + [s["observer_why"][k]]
+    if loadgen_short and ratio >= DEGRADING_RATIO and not grown and not gap:
+        return "loadgen-bound", why
+    if e is not None and e["kind"] == "saturated":
+        return "saturated", why
+    if why or ratio < DEGRADING_RATIO:
+        if ratio < DEGRADING_RATIO and not any(x.startswith("received/sent") for x in why):
+            why.insert(0, f"received/sent {ratio:.2f}")
+        return "degrading", why
+    return "ok", why
+
+
+def assess_complete(w: pd.DataFrame, steps: list[dict], window_ns: int) -> pd.DataFrame:
+    """``assess_windows`` over windows whose telemetry is complete."""
+    if w.empty:
+        return pd.DataFrame(columns=["window_ns", "step", "state", "reasons"])
+    s = _signals(w, steps, window_ns)
+    short = (s["ratio"] < SATURATED_RATIO) | s["grown"] | s["gap"]
+    episode_of: list[dict | None] = [None] * len(w)
+    for e in episodes(short, s["gap"], s["sent"], s["recv"], s["lost"]):
         for k in range(e["first"], e["last"] + 1):
             episode_of[k] = e
-    states, reasons = [], []
-    for k in range(n):
-        why = []
-        gap = bool(gap_col[k])
-        e = episode_of[k]
-        sat = e is not None and e["kind"] == "saturated"
-        if e is not None and e["kind"] == "stall":
-            why.append(f"stall: {e['held']:,.0f} events held, drained")
-        elif e is not None and e["lost"] and k == e["first"]:
-            why.append(f"{e['lost']:,.0f} sent in it lost or failed")
-        elif e is not None and e["kind"] == "open":
-            why.append(f"shortfall: {e['held']:,.0f} events held, not drained yet")
-        if ratio[k] < SATURATED_RATIO:
-            why.append(f"received/sent {ratio[k]:.2f}")
-        if grown[k]:
-            why.append(f"in flight growing ({inflight[k]:,.0f})")
-        if gap:
-            why.append("gap: no deliveries")
-        if loadgen_short[k]:
-            why.append(f"loadgen sent {sent[k]:,.0f}/s of {sched[k]:,.0f}/s")
-        if p99_jump[k]:
-            why.append(f"p99 {_fmt_us(base[k])} → {_fmt_us(p99[k])}")
-        if cpu[k] >= CPU_HIGH:
-            why.append(f"node cpu {cpu[k]:.0%}")
-        if mem_share[k] < MEM_LOW:
-            why.append(f"memory available {mem_share[k]:.0%}")
-        if net_drops[k] > 0:
-            why.append(f"network drops {net_drops[k]:,.0f}/s")
-        if oom[k]:
-            why.append(f"OOM kills {oom[k]}")
-        if observer_bound[k]:  # flightwatch's own CPU: nothing else this window shows is the SUT's fault
-            why.append(observer_why[k])
-            state = "observer-bound"
-        elif loadgen_short[k] and ratio[k] >= DEGRADING_RATIO and not grown[k] and not gap:
-            state = "loadgen-bound"
-        elif sat:
-            state = "saturated"
-        elif why or ratio[k] < DEGRADING_RATIO:
-            state = "degrading"
-            if ratio[k] < DEGRADING_RATIO and not any(x.startswith("received/sent") for x in why):
-                why.insert(0, f"received/sent {ratio[k]:.2f}")
-        else:
-            state = "ok"
-        states.append(state)
-        reasons.append(why)
-    signals = pd.DataFrame({"step": step, "ratio": ratio, "backlog": grown, "loadgen_short": loadgen_short, "p99_base": base,
-                            "p99_jump": p99_jump, "cpu": cpu, "mem_share": mem_share, "net_drops": net_drops,
-                            "observer_bound": observer_bound, "state": states, "reasons": reasons,
-                            "episode": [e["kind"] if e else None for e in episode_of],
+    states, reasons = zip(*(_judge(k, s, episode_of[k]) for k in range(len(w))))
+    signals = pd.DataFrame({"step": s["step"], "ratio": s["ratio"], "backlog": s["grown"], "loadgen_short": s["loadgen_short"],
+                            "p99_base": s["base"], "p99_jump": s["p99_jump"], "cpu": s["cpu"], "mem_share": s["mem_share"],
+                            "net_drops": s["net_drops"], "observer_bound": s["observer_bound"], "state": list(states),
+                            "reasons": list(reasons), "episode": [e["kind"] if e else None for e in episode_of],
                             "held": [e["held"] if e else 0.0 for e in episode_of]}, index=w.index)
     return pd.concat([w.drop(columns=[c for c in signals.columns if c in w]), signals], axis=1)
 
@@ -296,166 +298,7 @@ def step_counts(w: pd.DataFrame) -> dict:
     return out
 
 
-def _step_state(states: list[str]) -> str | None:
-    """A step's state: the worst that at least ``CONFIRM_WINDOWS`` of its windows reach (one busy second at
-    start-up or one p99 blip is noise, not the step's state); a lone saturated window (a gap) still shows as
-    degrading."""
-    if not states:
-        return None
-    sev = np.array([STATES.index(x) for x in states])
-    for level in range(len(STATES) - 1, 0, -1):
-        if (sev >= level).sum() >= CONFIRM_WINDOWS:
-            return STATES[level]
-    return "degrading" if sev.max() == STATES.index("saturated") else "ok"
-
-
 def _fmt_us(us) -> str:
     if us is None or us != us:
         return "–"
     return f"{us / 1000:.0f} ms" if us >= 10_000 else f"{us / 1000:.1f} ms"
-
-
-def _outside_steps(window_ns: int, steps: list[dict]) -> str:
-    """Where a window outside every pace step lies: before or after the schedule, at its UTC time."""
-    at = time.strftime("%H:%M:%S UTC", time.gmtime(window_ns / 1e9))
-    if steps and window_ns < steps[0]["start_ns"]:
-        return f"{at}, before step 1"
-    if steps and window_ns >= steps[-1]["end_ns"] - 1_000_000_000:
-        return f"{at}, after the schedule's end"
-    return at
-
-
-def _clock(ns: int) -> str:
-    return time.strftime("%H:%M:%S", time.gmtime(ns / 1e9))
-
-
-def _stalls(a: pd.DataFrame, window_ns: int, gaps: list[dict]) -> list[dict]:
-    """The stalls that drained, from the assessed windows: their interval and the events they held. Where the run's
-    gaps (``streaming.gaps``: receive silences, ns edges) lie within a stall's windows, its interval is theirs and
-    ``held`` the most in flight at their start; else the window edges and the deficit at a window's end."""
-    out: list[dict] = []
-    rows = a[a["episode"] == "stall"]
-    for t, held in zip(rows["window_ns"].tolist(), rows["held"].tolist()):
-        if out and t == out[-1]["end_ns"]:
-            out[-1]["end_ns"] = t + window_ns
-            out[-1]["held"] = max(out[-1]["held"], int(held))
-        else:
-            out.append({"start_ns": int(t), "end_ns": int(t + window_ns), "held": int(held)})
-    for s in out:
-        inside = [g for g in gaps if g["end_ns"] > s["start_ns"] and g["start_ns"] < s["end_ns"]]
-        if inside:
-            s.update(start_ns=int(min(g["start_ns"] for g in inside)), end_ns=int(max(g["end_ns"] for g in inside)),
-                     held=max(s["held"], *(int(g.get("in_flight") or 0) for g in inside)))
-    merged: list[dict] = []  # two episodes within one silence (a window between them that looked fine) are one stall
-    for s in sorted(out, key=lambda s: s["start_ns"]):
-        if merged and s["start_ns"] < merged[-1]["end_ns"]:
-            merged[-1].update(end_ns=max(merged[-1]["end_ns"], s["end_ns"]), held=max(merged[-1]["held"], s["held"]))
-        else:
-            merged.append(s)
-    return merged
-
-
-def _outage(lost: pd.DataFrame, steps: list[dict], first_ns: int, outages: list[dict]) -> str:
-    """One sentence on flightwatch's own telemetry outage: when (seconds into the run: the reset's hole, else the first
-    incomplete window), why, windows not judged."""
-    if lost.empty:
-        return ""
-    start = steps[0]["start_ns"] if steps else first_ns
-    at_ns = int(outages[0]["at_ns"]) if outages and outages[0].get("at_ns") else int(lost["window_ns"].iloc[0])
-    why = "lost its data" if not outages else {"deleted": "lost the topic"}.get(
-        str(outages[0].get("reason")), "restarted empty" if "recreated" in str(outages[0].get("reason")) else
-        f"lost records ({outages[0].get('reason')})")
-    n = len(lost)
-    return (f"flightwatch's telemetry broker {why} at {max(at_ns - start, 0) / 1e9:.0f} s: {n} window{'s' if n > 1 else ''} "
-            "incomplete, not judged")
-
-
-def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, step_figures=None,
-            latency_bound_us: float = DEFAULT_LATENCY_BOUND_US, outages: list[dict] | None = None,
-            gaps: list[dict] | None = None) -> output.Verdict:
-    """The run's verdict: its state (the one its message opens with), where saturation began (with evidence), the
-    stalls that drained, flightwatch's own telemetry outages, per-step profile and knee.
-
-    ``step_figures(start_ns, end_ns)`` gives exact figures over a step (counts and merged percentiles);
-    without it the step table is built from the windows. ``outages``: the run's telemetry resets (``at_ns``,
-    ``reason``), to name them; ``gaps``: its receive silences (``start_ns``, ``end_ns``, ``in_flight``), to give a
-    stall its exact interval.
-    """
-    everything = assess_windows(w, steps, window_ns)
-    out: output.Verdict = {"state": "ok", "saturated_at": None, "knee": None, "steps": [], "stalls": [],
-                           "message": "no settled windows yet" if everything.empty else "", "latency_bound_us": latency_bound_us}
-    if everything.empty:
-        return out
-    lost = everything["state"] == INCOMPLETE
-    a = everything[~lost].reset_index(drop=True)
-    out["telemetry_incomplete_windows"] = int(lost.sum())
-    outage = _outage(everything[lost], steps, everything["window_ns"].iloc[0], outages or [])
-    if a.empty:
-        out.update(state=INCOMPLETE, message=f"{INCOMPLETE}: {outage}")
-        return out
-    out["stalls"] = _stalls(a, window_ns, gaps or [])
-    sat = (a["state"] == "saturated").to_numpy()
-    run = np.convolve(sat.astype(int), np.ones(CONFIRM_WINDOWS, int), "valid") == CONFIRM_WINDOWS
-    first = int(np.flatnonzero(run)[0]) if run.any() else None
-    if first is not None:
-        r = a.iloc[first]
-        step = int(r["step"])
-        ev = list(r["reasons"])
-        out["saturated_at"] = {"window_ns": int(r["window_ns"]), "step": step + 1 if step >= 0 else None,
-                               "rate": steps[step]["rate"] if step >= 0 else None, "evidence": ev}
-        where = f"step {step + 1} ({steps[step]['rate']:,.0f}/s)" if step >= 0 else _outside_steps(int(r["window_ns"]), steps)
-        out["message"] = f"saturated at {where}: " + ", ".join(ev)
-    elif (a["state"] == "observer-bound").sum() >= CONFIRM_WINDOWS:
-        ob = a[a["state"] == "observer-bound"].iloc[0]
-        out["message"] = ("observer-bound: " + ", ".join(ob["reasons"])
-                          + " (flightwatch itself, not the SUT, is the limit: run it on another machine)")
-    elif (a["state"] == "loadgen-bound").sum() >= CONFIRM_WINDOWS:
-        lb = a[a["state"] == "loadgen-bound"].iloc[0]
-        out["message"] = "loadgen-bound: " + ", ".join(lb["reasons"]) + " (the generator, not the SUT, is the limit)"
-        out["loadgen_bound_at"] = {"window_ns": int(lb["window_ns"]), "step": int(lb["step"]) + 1 if lb["step"] >= 0 else None}
-    else:
-        now = a["state"].iloc[-1]
-        out["message"] = "degrading: " + ", ".join(a["reasons"].iloc[-1]) if now == "degrading" else "ok"
-    out["state"] = next((s for s in ("saturated", "observer-bound", "loadgen-bound", "degrading", "ok")
-                         if out["message"].startswith(s)), "ok")  # the state is what the message says
-    if out["stalls"]:
-        st = out["stalls"]
-        out["message"] += (f"; {len(st)} stall{'s' if len(st) > 1 else ''} that drained (the SUT paused and caught up): "
-                           + ", ".join(f"{_clock(s['start_ns'])} for {(s['end_ns'] - s['start_ns']) / 1e9:.1f} s, "
-                                       f"{s['held']:,} events held" for s in st[:3]) + (", ..." if len(st) > 3 else ""))
-    if outage:
-        out["message"] += f"; {outage}"
-    observer = a[a["state"] == "observer-bound"]
-    out["observer_bound_windows"] = int(len(observer))
-    if len(observer) >= CONFIRM_WINDOWS:
-        ob = observer.iloc[0]
-        out["observer_bound_at"] = {"window_ns": int(ob["window_ns"]), "step": int(ob["step"]) + 1 if ob["step"] >= 0 else None}
-        if not out["message"].startswith("observer-bound"):
-            out["message"] += f"; flightwatch itself was the limit in {len(observer)} windows"
-    sat_step = out["saturated_at"]["step"] if out["saturated_at"] else None
-    for i, s in enumerate(steps):
-        in_step = a[a["step"] == i]
-        if step_figures is not None:
-            f = step_figures(s["start_ns"], s["end_ns"])
-        else:
-            f = {**step_counts(in_step),
-                 "latency_us": {"p50": None, "p99": float(in_step["latency_us_p99"].median()) if len(in_step) else None}}
-        secs = (s["end_ns"] - s["start_ns"]) / 1e9
-        # a window across the step's edge carries the next step's load too: the state is its whole windows' (all of
-        # its windows if it has too few whole ones)
-        whole = in_step[(in_step["window_ns"] >= s["start_ns"]) & (in_step["window_ns"] + window_ns <= s["end_ns"])]
-        state = _step_state((whole if len(whole) >= CONFIRM_WINDOWS else in_step)["state"].tolist())
-        lost = f.get("failed", f["sent"] - f["received"])  # by send time when known: a late delivery is no loss
-        row = {"step": i + 1, "rate": s["rate"], "start_ns": s["start_ns"], "end_ns": s["end_ns"],
-               "sent_per_s": f["sent"] / secs, "received_per_s": f["received"] / secs,
-               "success_ratio": (f["sent"] - lost) / f["sent"] if f["sent"] else None,
-               "p50_us": f["latency_us"].get("p50"), "p99_us": f["latency_us"].get("p99"), "state": state}
-        out["steps"].append(row)
-    for row in out["steps"]:
-        if sat_step is not None and row["step"] >= sat_step:
-            break
-        if row["success_ratio"] is not None and row["success_ratio"] >= KNEE_RATIO and row["p99_us"] is not None \
-                and row["p99_us"] <= latency_bound_us and row["state"] in ("ok", "degrading") \
-                and (out["knee"] is None or row["rate"] > out["knee"]["rate"]):
-            out["knee"] = {"step": row["step"], "rate": row["rate"], "p99_us": row["p99_us"]}
-    return out

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from support import ROOT, create_topic, free_port, run_job, telemetry
 
-from agents.node_metrics import METRICS, OBSERVER_METRIC, NodeMetrics, prometheus_query
+from agents.node_metrics import METRICS, OBSERVER_METRIC, NodeMetrics
+from agents.promql import prometheus_query
 from core import contract, observer
 from loadgen.synthetic import NS, SyntheticSpec, generate, produce
 from runs import results
@@ -195,7 +196,7 @@ def test_real_oom_kill_reaches_the_topic_and_the_jobs_output(prometheus, broker,
 def test_observer_cpu_from_promql_per_node_as_on_kubernetes():
     """``--observer-promql``: each series' ``node`` label gives one ``observer_cpu`` sample (a recorded answer: no
     cluster here); a failed query is a hole for every known node, not a dead agent."""
-    from agents.node_metrics import promql_observer
+    from agents.promql import promql_observer
 
     def query(promql, at_s, timeout_s):
         if promql != "OBS":
@@ -222,7 +223,7 @@ def test_rates_against_a_prometheus_that_scrapes_every_15_s(tmp_path):
 
     from support import wait_for_scrapes
 
-    from agents.node_metrics import node_scrape_intervals, prometheus_client, rate_window_s
+    from agents.promql import node_scrape_intervals, prometheus_client, rate_window_s
     from core.procs import stop_process, wait_port
 
     node_port, prom_port = free_port(), free_port()

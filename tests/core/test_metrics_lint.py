@@ -20,8 +20,8 @@ def rendered(collector) -> str:
 
 def collectors(tmp_dir: str = "/tmp"):
     from agents.http_receiver import HttpReceiver
+    from agents.kafka_agent import KafkaExposed
     from agents.node_metrics import NodeMetrics, _Exposed
-    from agents.receiver import _KafkaExposed
     from agents.spool import Shipper
     from loadgen.metrics import AttackMetrics
     from loadgen.stats import Interval
@@ -35,7 +35,7 @@ def collectors(tmp_dir: str = "/tmp"):
     spool = SimpleNamespace(counters=lambda: {"spooled": 5, "lost": 0, "over_budget": False})
     http = HttpReceiver(spool, "receiver-http")
     http.bad["missing id"], http.malformed["no_host"] = 1, 2
-    kafka = _KafkaExposed(SimpleNamespace(agent="receiver-kafka", num_received=3, num_unattributed=0, num_errors=0,
+    kafka = KafkaExposed(SimpleNamespace(agent="receiver-kafka", num_received=3, num_unattributed=0, num_errors=0,
                                           num_skipped=0, num_resets=0), spool)
     writer = SimpleNamespace(counters=lambda: {"written": 4, "lost": 0, "sent": 4, "failed": 0, "retried": 0,
                                                "buffered": 0})

@@ -9,6 +9,7 @@ import pytest
 
 from bench.capacity_run import capacity_run
 from runs import results, saturation
+from runs import verdict as verdicts
 
 NS = 1_000_000_000
 
@@ -32,7 +33,7 @@ def test_capacity_250_saturates_at_the_300_step_and_the_knee_is_200():
     steps = steps_of([100, 200, 300, 400])
     sent = np.repeat([100, 200, 300, 400], 4)
     recv = np.minimum(sent, 250)
-    v = saturation.verdict(windows(sent, recv), steps + [], NS)
+    v = verdicts.verdict(windows(sent, recv), steps + [], NS)
     at = v["saturated_at"]
     assert at["step"] == 3 and at["rate"] == 300 and 8 * NS <= at["window_ns"] <= 11 * NS
     assert "received/sent 0.83" in at["evidence"] and v["message"].startswith("saturated at step 3 (300/s): ")
@@ -48,13 +49,13 @@ def test_a_step_edge_inside_a_window_is_no_loss_for_the_knee():
     sent = np.array([51] + [100] * 4 + [149] + [200] * 4 + [249] + [300] * 4, float)  # step 2: windows 6-10
     recv = np.minimum(sent, 238)
     w = windows(sent, recv).assign(dropped=0, errors=0)
-    v = saturation.verdict(w, steps, NS)
+    v = verdicts.verdict(w, steps, NS)
     assert v["steps"][1]["received_per_s"] / v["steps"][1]["sent_per_s"] < 0.99  # the windows' count: short
     assert v["steps"][1]["success_ratio"] == 1.0 and v["knee"]["rate"] == 200
     lost = w.assign(dropped=[0] * 6 + [0, 0, 3, 0, 0] + [0] * 4)  # 3 of 1,049 dropped: still ≥ 99%
-    assert saturation.verdict(lost, steps, NS)["knee"]["rate"] == 200
+    assert verdicts.verdict(lost, steps, NS)["knee"]["rate"] == 200
     lost = w.assign(dropped=[0] * 6 + [0, 0, 8, 0, 0] + [0] * 4, errors=[0] * 7 + [4] + [0] * 7)  # 12: < 99%
-    v = saturation.verdict(lost, steps, NS)
+    v = verdicts.verdict(lost, steps, NS)
     assert v["steps"][1]["success_ratio"] == pytest.approx(1 - 12 / 1049) and v["knee"]["rate"] == 100
 
 
@@ -69,7 +70,7 @@ def test_a_step_edge_inside_a_window_is_no_loss_for_the_knee():
     (["observer-bound"] + ["ok"] * 5, "ok"),
 ])
 def test_a_steps_state_is_the_worst_that_two_of_its_windows_reach(states, step):
-    assert saturation._step_state(states) == step
+    assert verdicts._step_state(states) == step
 
 
 def test_the_window_across_a_step_edge_does_not_decide_the_steps_state():
@@ -83,7 +84,7 @@ def test_the_window_across_a_step_edge_does_not_decide_the_steps_state():
     recv = [0] + [200] * 10 + [350] * 9 + [388] + [400] * 10  # the window across 350 -> 500 (as measured)
     p99 = [20.0] * 31
     p99[13] = 83.0  # a lone blip inside the 350/s step
-    v = saturation.verdict(windows(sent, recv, p99_ms=p99), steps, NS)
+    v = verdicts.verdict(windows(sent, recv, p99_ms=p99), steps, NS)
     assert saturation.step_of(np.array([20 * NS]), steps, NS)[0] == 1  # it belongs to the 350/s step
     a = saturation.assess_windows(windows(sent, recv, p99_ms=p99), steps, NS).set_index("window_ns")
     assert a.loc[20 * NS, "state"] == "degrading" and a.loc[13 * NS, "state"] == "degrading"
@@ -100,7 +101,7 @@ def test_nothing_before_the_crossing_step():
 def test_loadgen_short_of_its_schedule_is_loadgen_bound_not_saturation():
     steps = steps_of([1000, 2000], seconds=6)
     sent = np.repeat([1000, 1200], 6)  # the generator cannot do 2,000/s
-    v = saturation.verdict(windows(sent, sent), steps, NS)
+    v = verdicts.verdict(windows(sent, sent), steps, NS)
     assert v["saturated_at"] is None and v["message"].startswith("loadgen-bound: loadgen sent 1,200/s of 2,000/s")
     assert v["steps"][1]["state"] == "loadgen-bound" and v["knee"]["rate"] == 1000
 
@@ -125,12 +126,12 @@ def test_unsettled_windows_are_not_judged():
     steps = steps_of([100], seconds=10)
     sent = [100] * 10
     recv = [100] * 8 + [10, 10]  # the last two are still arriving
-    v = saturation.verdict(windows(sent, recv), steps, NS)
+    v = verdicts.verdict(windows(sent, recv), steps, NS)
     assert v["state"] == "ok" and v["saturated_at"] is None
 
 
 def test_empty_is_no_verdict_yet():
-    assert saturation.verdict(pd.DataFrame(), [], NS)["message"] == "no settled windows yet"
+    assert verdicts.verdict(pd.DataFrame(), [], NS)["message"] == "no settled windows yet"
 
 
 @pytest.mark.parametrize("ratio,state", [(1.0, "ok"), (0.98, "ok"), (0.95, "degrading"), (0.85, "saturated")])
@@ -164,12 +165,12 @@ def test_observer_bound_run_names_flightwatch_and_has_no_knee_there():
     sent = np.repeat([200.0, 350, 500], 6)
     cpu = np.repeat([0.5, 0.99, 0.99], 6)
     observer = np.repeat([0.3, 1.6, 0.3], 6)  # step 2: flightwatch takes the machine; step 3: the SUT saturates
-    v = saturation.verdict(windows(sent, np.minimum(sent, 400), cpu_util=cpu, cpu_cores=2.0, observer_cpu=observer), steps, NS)
+    v = verdicts.verdict(windows(sent, np.minimum(sent, 400), cpu_util=cpu, cpu_cores=2.0, observer_cpu=observer), steps, NS)
     assert [s["state"] for s in v["steps"]] == ["ok", "observer-bound", "saturated"]
     assert v["saturated_at"]["step"] == 3 and v["knee"]["rate"] == 200  # an observer-bound step is no knee
     assert v["observer_bound_at"]["step"] == 2 and v["observer_bound_windows"] == 6
     assert v["message"].endswith("flightwatch itself was the limit in 6 windows")
-    alone = saturation.verdict(windows(sent[:12], sent[:12], cpu_util=cpu[:12], cpu_cores=2.0, observer_cpu=observer[:12]),
+    alone = verdicts.verdict(windows(sent[:12], sent[:12], cpu_util=cpu[:12], cpu_cores=2.0, observer_cpu=observer[:12]),
                                steps[:2], NS)
     assert alone["saturated_at"] is None and alone["message"].startswith(
         "observer-bound: node cpu 99%, flightwatch 1.60 of 1.98 busy cores on n1"), alone["message"]
@@ -346,7 +347,7 @@ def test_a_stall_that_drains_is_a_stall_not_saturation(rate, stall_from_s, stall
     steps = steps_of([rate], seconds=30)
     w = _stalled(rate, 30, stall_from_s, stall_s)
     gaps = [{"start_ns": int(stall_from_s * NS), "end_ns": int((stall_from_s + stall_s) * NS), "in_flight": held}]
-    v = saturation.verdict(w, steps, NS, gaps=gaps)
+    v = verdicts.verdict(w, steps, NS, gaps=gaps)
     assert v["saturated_at"] is None and v["state"] in ("ok", "degrading")
     assert v["message"].startswith(v["state"])  # the state is what the message says
     (stall,) = v["stalls"]
@@ -362,7 +363,7 @@ def test_a_sustained_shortfall_of_20_percent_is_saturation():
     steps = steps_of([5000], seconds=30)
     sent = np.full(30, 5000.0)
     recv = np.where(np.arange(30) >= 10, 4000.0, 5000.0)  # from 10 s on, the SUT delivers 80%
-    v = saturation.verdict(windows(sent, recv), steps, NS)
+    v = verdicts.verdict(windows(sent, recv), steps, NS)
     assert v["state"] == "saturated" and v["message"].startswith("saturated at step 1 (5,000/s): received/sent 0.8")
     assert 10 * NS <= v["saturated_at"]["window_ns"] <= 11 * NS and v["stalls"] == []
 
@@ -376,9 +377,9 @@ def test_a_stall_that_never_drains_is_saturation_and_an_open_one_waits():
     recv[10:13] = 0  # 3 s without deliveries, those events lost for good; deliveries resume at 13 s
     gap = np.zeros(30, bool)
     gap[10:13] = True
-    v = saturation.verdict(windows(sent, recv, gap=gap), steps, NS)
+    v = verdicts.verdict(windows(sent, recv, gap=gap), steps, NS)
     assert v["state"] == "saturated" and v["saturated_at"]["window_ns"] == 10 * NS and v["stalls"] == []
-    early = saturation.verdict(windows(sent[:16], recv[:16], gap=gap[:16]), steps, NS)  # 13, 14 settled: too soon
+    early = verdicts.verdict(windows(sent[:16], recv[:16], gap=gap[:16]), steps, NS)  # 13, 14 settled: too soon
     assert early["saturated_at"] is None and early["state"] == "degrading" and "not drained yet" in early["message"]
     # a SUT broker killed and restarted: the producer delivered what it had buffered once the broker was back (all
     # caught up), but the 20 events the broker held were lost. A crash, not a pause: saturation (measured: 2,000/s,
@@ -387,21 +388,21 @@ def test_a_stall_that_never_drains_is_saturation_and_an_open_one_waits():
     back[13] = 2000 * 4 - 20
     w = windows(sent, back, gap=gap).assign(dropped=0, errors=0)
     w.loc[11, "dropped"] = 20
-    crash = saturation.verdict(w, steps, NS)
+    crash = verdicts.verdict(w, steps, NS)
     assert crash["state"] == "saturated" and crash["stalls"] == [] and crash["saturated_at"]["window_ns"] == 10 * NS
     assert "20 sent in it lost or failed" in crash["saturated_at"]["evidence"]
-    assert saturation.verdict(w.assign(dropped=0), steps, NS)["stalls"]  # the same without the loss: a stall
+    assert verdicts.verdict(w.assign(dropped=0), steps, NS)["stalls"]  # the same without the loss: a stall
     # a SUT broker killed for 6.9 s that lost nothing (its producer buffered and sent again): drained, but short for
     # seven windows, an outage: saturation (a stall is shorter than STALL_LIMIT_WINDOWS)
     long_gap = np.zeros(30, bool)
     long_gap[10:17] = True
     outage = recv.copy()
     outage[10:17], outage[17] = 0, 2000 * 8
-    v = saturation.verdict(windows(sent, outage, gap=long_gap), steps, NS)
+    v = verdicts.verdict(windows(sent, outage, gap=long_gap), steps, NS)
     assert v["state"] == "saturated" and v["saturated_at"]["window_ns"] == 10 * NS and v["stalls"] == []
     silent = np.zeros(30, bool)
     silent[10:] = True
-    gone = saturation.verdict(windows(sent, np.where(silent, 0.0, 2000.0), gap=silent), steps, NS)
+    gone = verdicts.verdict(windows(sent, np.where(silent, 0.0, 2000.0), gap=silent), steps, NS)
     assert gone["saturated_at"]["window_ns"] == 10 * NS  # a silence past STALL_LIMIT_WINDOWS: saturation
 
 
@@ -416,12 +417,12 @@ def test_windows_of_flightwatchs_own_telemetry_outage_are_named_and_never_blamed
     w = windows(sent, recv, gap=np.isin(np.arange(30), range(14, 19))).assign(telemetry_incomplete=0)
     w.loc[14:18, "telemetry_incomplete"] = 1
     w["in_flight"] = 0.0
-    v = saturation.verdict(w, steps, NS, outages=[{"at_ns": 14 * NS, "reason": "recreated (ID a -> b)"}])
+    v = verdicts.verdict(w, steps, NS, outages=[{"at_ns": 14 * NS, "reason": "recreated (ID a -> b)"}])
     assert v["saturated_at"] is None and v["state"] == "ok" and v["telemetry_incomplete_windows"] == 5
     assert v["message"] == "ok; flightwatch's telemetry broker restarted empty at 14 s: 5 windows incomplete, not judged"
     a = saturation.assess_windows(w, steps, NS).set_index("window_ns")
     assert set(a.loc[14 * NS:18 * NS, "state"]) == {"telemetry-incomplete"} and a.loc[13 * NS, "state"] == "ok"
-    only = saturation.verdict(w.iloc[14:19], steps, NS)  # nothing else settled yet
+    only = verdicts.verdict(w.iloc[14:19], steps, NS)  # nothing else settled yet
     assert only["state"] == "telemetry-incomplete" and only["message"].startswith("telemetry-incomplete: flightwatch's")
 
 
@@ -441,7 +442,7 @@ def test_the_verdicts_state_is_the_one_its_message_opens_with(case):
         node = dict(cpu_util=0.99, cpu_cores=2.0, observer_cpu=1.5)
     elif case == "degrading":
         recv[-4:] = 1900  # 0.95 in the last settled windows
-    v = saturation.verdict(windows(sent, recv, **node), steps, NS)
+    v = verdicts.verdict(windows(sent, recv, **node), steps, NS)
     assert v["message"].startswith(v["state"]), v["message"]
     assert v["state"] == {"stall": "ok", "saturated": "saturated", "loadgen": "loadgen-bound", "observer": "observer-bound",
                           "degrading": "degrading"}[case]
@@ -457,7 +458,7 @@ def test_windows_where_the_generator_was_held_back_by_a_dead_sut_are_part_of_its
     gap = np.zeros(len(sent), bool)
     gap[9:15] = True
     steps = [{"rate": 2000, "start_ns": int(0.99 * NS), "end_ns": int(30.99 * NS)}]
-    v = saturation.verdict(windows(sent, recv, gap=gap), steps, NS)
+    v = verdicts.verdict(windows(sent, recv, gap=gap), steps, NS)
     assert v["state"] == "saturated" and v["saturated_at"]["window_ns"] == 8 * NS and v["stalls"] == []
     assert v["message"].startswith("saturated at step 1 (2,000/s): received/sent 0.73, ")
     assert v["message"].endswith("loadgen sent 1,575/s of 2,000/s")

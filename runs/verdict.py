@@ -1,0 +1,198 @@
+"""The run's verdict from its assessed windows (``runs.saturation``): its state and the message it opens with, where
+saturation began and with what evidence, the stalls that drained, flightwatch's own telemetry outages, the per-step
+profile and the knee."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from core import output
+from runs.saturation import (
+    CONFIRM_WINDOWS,
+    DEFAULT_LATENCY_BOUND_US,
+    INCOMPLETE,
+    KNEE_RATIO,
+    STATES,
+    assess_windows,
+    step_counts,
+)
+
+
+def _step_state(states: list[str]) -> str | None:
+    """A step's state: the worst that at least ``CONFIRM_WINDOWS`` of its windows reach (one busy second at
+    start-up or one p99 blip is noise, not the step's state); a lone saturated window (a gap) still shows as
+    degrading."""
+    if not states:
+        return None
+    sev = np.array([STATES.index(x) for x in states])
+    for level in range(len(STATES) - 1, 0, -1):
+        if (sev >= level).sum() >= CONFIRM_WINDOWS:
+            return STATES[level]
+    return "degrading" if sev.max() == STATES.index("saturated") else "ok"
+
+
+def _outside_steps(window_ns: int, steps: list[dict]) -> str:
+    """Where a window outside every pace step lies: before or after the schedule, at its UTC time."""
+    at = time.strftime("%H:%M:%S UTC", time.gmtime(window_ns / 1e9))
+    if steps and window_ns < steps[0]["start_ns"]:
+        return f"{at}, before step 1"
+    if steps and window_ns >= steps[-1]["end_ns"] - 1_000_000_000:
+        return f"{at}, after the schedule's end"
+    return at
+
+
+def _clock(ns: int) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ns / 1e9))
+
+
+def _stalls(a: pd.DataFrame, window_ns: int, gaps: list[dict]) -> list[dict]:
+    """The stalls that drained, from the assessed windows: their interval and the events they held. Where the run's
+    gaps (``streaming.gaps``: receive silences, ns edges) lie within a stall's windows, its interval is theirs and
+    ``held`` the most in flight at their start; else the window edges and the deficit at a window's end."""
+    out: list[dict] = []
+    rows = a[a["episode"] == "stall"]
+    for t, held in zip(rows["window_ns"].tolist(), rows["held"].tolist()):
+        if out and t == out[-1]["end_ns"]:
+            out[-1]["end_ns"] = t + window_ns
+            out[-1]["held"] = max(out[-1]["held"], int(held))
+        else:
+            out.append({"start_ns": int(t), "end_ns": int(t + window_ns), "held": int(held)})
+    for s in out:
+        inside = [g for g in gaps if g["end_ns"] > s["start_ns"] and g["start_ns"] < s["end_ns"]]
+        if inside:
+            s.update(start_ns=int(min(g["start_ns"] for g in inside)), end_ns=int(max(g["end_ns"] for g in inside)),
+                     held=max(s["held"], *(int(g.get("in_flight") or 0) for g in inside)))
+    merged: list[dict] = []  # two episodes within one silence (a window between them that looked fine) are one stall
+    for s in sorted(out, key=lambda s: s["start_ns"]):
+        if merged and s["start_ns"] < merged[-1]["end_ns"]:
+            merged[-1].update(end_ns=max(merged[-1]["end_ns"], s["end_ns"]), held=max(merged[-1]["held"], s["held"]))
+        else:
+            merged.append(s)
+    return merged
+
+
+def _outage(lost: pd.DataFrame, steps: list[dict], first_ns: int, outages: list[dict]) -> str:
+    """One sentence on flightwatch's own telemetry outage: when (seconds into the run: the reset's hole, else the first
+    incomplete window), why, windows not judged."""
+    if lost.empty:
+        return ""
+    start = steps[0]["start_ns"] if steps else first_ns
+    at_ns = int(outages[0]["at_ns"]) if outages and outages[0].get("at_ns") else int(lost["window_ns"].iloc[0])
+    why = "lost its data" if not outages else {"deleted": "lost the topic"}.get(
+        str(outages[0].get("reason")), "restarted empty" if "recreated" in str(outages[0].get("reason")) else
+        f"lost records ({outages[0].get('reason')})")
+    n = len(lost)
+    return (f"flightwatch's telemetry broker {why} at {max(at_ns - start, 0) / 1e9:.0f} s: {n} window{'s' if n > 1 else ''} "
+            "incomplete, not judged")
+
+
+def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, step_figures=None,
+            latency_bound_us: float = DEFAULT_LATENCY_BOUND_US, outages: list[dict] | None = None,
+            gaps: list[dict] | None = None) -> output.Verdict:
+    """The run's verdict: its state (the one its message opens with), where saturation began (with evidence), the
+    stalls that drained, flightwatch's own telemetry outages, per-step profile and knee.
+
+    ``step_figures(start_ns, end_ns)`` gives exact figures over a step (counts and merged percentiles);
+    without it the step table is built from the windows. ``outages``: the run's telemetry resets (``at_ns``,
+    ``reason``), to name them; ``gaps``: its receive silences (``start_ns``, ``end_ns``, ``in_flight``), to give a
+    stall its exact interval.
+    """
+    everything = assess_windows(w, steps, window_ns)
+    out: output.Verdict = {"state": "ok", "saturated_at": None, "knee": None, "steps": [], "stalls": [],
+                           "message": "no settled windows yet" if everything.empty else "", "latency_bound_us": latency_bound_us}
+    if everything.empty:
+        return out
+    lost = everything["state"] == INCOMPLETE
+    a = everything[~lost].reset_index(drop=True)
+    out["telemetry_incomplete_windows"] = int(lost.sum())
+    outage = _outage(everything[lost], steps, everything["window_ns"].iloc[0], outages or [])
+    if a.empty:
+        out.update(state=INCOMPLETE, message=f"{INCOMPLETE}: {outage}")
+        return out
+    out["stalls"] = _stalls(a, window_ns, gaps or [])
+    _headline(out, a, steps)
+    if out["stalls"]:
+        st = out["stalls"]
+        out["message"] += (f"; {len(st)} stall{'s' if len(st) > 1 else ''} that drained (the SUT paused and caught up): "
+                           + ", ".join(f"{_clock(s['start_ns'])} for {(s['end_ns'] - s['start_ns']) / 1e9:.1f} s, "
+                                       f"{s['held']:,} events held" for s in st[:3]) + (", ..." if len(st) > 3 else ""))
+    if outage:
+        out["message"] += f"; {outage}"
+    observer = a[a["state"] == "observer-bound"]
+    out["observer_bound_windows"] = int(len(observer))
+    if len(observer) >= CONFIRM_WINDOWS:
+        ob = observer.iloc[0]
+        out["observer_bound_at"] = {"window_ns": int(ob["window_ns"]), "step": int(ob["step"]) + 1 if ob["step"] >= 0 else None}
+        if not out["message"].startswith("observer-bound"):
+            out["message"] += f"; flightwatch itself was the limit in {len(observer)} windows"
+    out["steps"] = _profile(a, steps, window_ns, step_figures)
+    out["knee"] = _knee(out["steps"], out["saturated_at"]["step"] if out["saturated_at"] else None, latency_bound_us)
+    return out
+
+
+def _headline(out: output.Verdict, a: pd.DataFrame, steps: list[dict]) -> None:
+    """The verdict's state and the message it opens with: where saturation began (with its evidence), else
+    observer-bound, loadgen-bound, degrading or ok."""
+    sat = (a["state"] == "saturated").to_numpy()
+    run = np.convolve(sat.astype(int), np.ones(CONFIRM_WINDOWS, int), "valid") == CONFIRM_WINDOWS
+    first = int(np.flatnonzero(run)[0]) if run.any() else None
+    if first is not None:
+        r = a.iloc[first]
+        step = int(r["step"])
+        ev = list(r["reasons"])
+        out["saturated_at"] = {"window_ns": int(r["window_ns"]), "step": step + 1 if step >= 0 else None,
+                               "rate": steps[step]["rate"] if step >= 0 else None, "evidence": ev}
+        where = f"step {step + 1} ({steps[step]['rate']:,.0f}/s)" if step >= 0 else _outside_steps(int(r["window_ns"]), steps)
+        out["message"] = f"saturated at {where}: " + ", ".join(ev)
+    elif (a["state"] == "observer-bound").sum() >= CONFIRM_WINDOWS:
+        ob = a[a["state"] == "observer-bound"].iloc[0]
+        out["message"] = ("observer-bound: " + ", ".join(ob["reasons"])
+                          + " (flightwatch itself, not the SUT, is the limit: run it on another machine)")
+    elif (a["state"] == "loadgen-bound").sum() >= CONFIRM_WINDOWS:
+        lb = a[a["state"] == "loadgen-bound"].iloc[0]
+        out["message"] = "loadgen-bound: " + ", ".join(lb["reasons"]) + " (the generator, not the SUT, is the limit)"
+        out["loadgen_bound_at"] = {"window_ns": int(lb["window_ns"]), "step": int(lb["step"]) + 1 if lb["step"] >= 0 else None}
+    else:
+        now = a["state"].iloc[-1]
+        out["message"] = "degrading: " + ", ".join(a["reasons"].iloc[-1]) if now == "degrading" else "ok"
+    out["state"] = next((s for s in ("saturated", "observer-bound", "loadgen-bound", "degrading", "ok")
+                         if out["message"].startswith(s)), "ok")  # the state is what the message says
+
+
+def _profile(a: pd.DataFrame, steps: list[dict], window_ns: int, step_figures) -> list[output.Step]:
+    """Per pace step: achieved rates, success ratio, p50/p99 and its state."""
+    rows = []
+    for i, s in enumerate(steps):
+        in_step = a[a["step"] == i]
+        if step_figures is not None:
+            f = step_figures(s["start_ns"], s["end_ns"])
+        else:
+            f = {**step_counts(in_step),
+                 "latency_us": {"p50": None, "p99": float(in_step["latency_us_p99"].median()) if len(in_step) else None}}
+        secs = (s["end_ns"] - s["start_ns"]) / 1e9
+        # a window across the step's edge carries the next step's load too: the state is its whole windows' (all of
+        # its windows if it has too few whole ones)
+        whole = in_step[(in_step["window_ns"] >= s["start_ns"]) & (in_step["window_ns"] + window_ns <= s["end_ns"])]
+        state = _step_state((whole if len(whole) >= CONFIRM_WINDOWS else in_step)["state"].tolist())
+        lost = f.get("failed", f["sent"] - f["received"])  # by send time when known: a late delivery is no loss
+        row = {"step": i + 1, "rate": s["rate"], "start_ns": s["start_ns"], "end_ns": s["end_ns"],
+               "sent_per_s": f["sent"] / secs, "received_per_s": f["received"] / secs,
+               "success_ratio": (f["sent"] - lost) / f["sent"] if f["sent"] else None,
+               "p50_us": f["latency_us"].get("p50"), "p99_us": f["latency_us"].get("p99"), "state": state}
+        rows.append(row)
+    return rows
+
+
+def _knee(rows: list[output.Step], sat_step: int | None, latency_bound_us: float) -> dict | None:
+    """The highest-rate step before saturation that delivered ≥ 99% with p99 under the bound."""
+    knee = None
+    for row in rows:
+        if sat_step is not None and row["step"] >= sat_step:
+            break
+        if row["success_ratio"] is not None and row["success_ratio"] >= KNEE_RATIO and row["p99_us"] is not None \
+                and row["p99_us"] <= latency_bound_us and row["state"] in ("ok", "degrading") \
+                and (knee is None or row["rate"] > knee["rate"]):
+            knee = {"step": row["step"], "rate": row["rate"], "p99_us": row["p99_us"]}
+    return knee
