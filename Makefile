@@ -74,6 +74,7 @@ attack: install ## attack the target (default: the embedded SUT broker, restarte
 	  $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)')
 
 compare: install ## is RUN worse than BASELINE beyond the noise? per figure and pace step, with 95% intervals (GATE='p99>+10%': exit 1 past it)
+	$(if $(BASELINE),,$(error give BASELINE=<run> (and RUN=<run>): make compare BASELINE=r1 RUN=r2))
 	$(PYTHON) -m runs compare $(BASELINE) $(RUN) $(if $(GATE),--fail-on-regression '$(GATE)')
 
 history: install ## a scenario's runs, their p50/p99/throughput and change points (SCENARIO=name; without it, the series there are)

@@ -9,6 +9,7 @@ not the same test, a bad flag).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -54,7 +55,7 @@ def run_compare(baseline: str, candidate: str, gates_text: list[str], block_s: f
 
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog="python -m runs", description=__doc__.split("\n\n")[0],
-                      epilog=__doc__.split("\n\n", 1)[1], formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+                      epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("compare", help="is the candidate worse than the baseline, beyond the noise?",
                        description="Compare two finished runs of the same schedule and target kind: flight-time "

@@ -2,21 +2,21 @@
 kind, compared for the whole run and per pace step, each difference with a 95% confidence interval.
 
     >>> base, cand = RunSample.load("checkpoints/attack-a"), RunSample.load("checkpoints/attack-b")
-    >>> report = compare(base, cand)
-    >>> report["headline"]
-    'regression: p99 +38% (95% CI +21…+55%)'
+    >>> compare(base, cand)["headline"]
+    'regression: p99 +38% (95% CI +21%…+55%)'
 
-The interval comes from a circular-block bootstrap over the runs' 1 s windows: each resample strings together blocks
-of ``block_s`` consecutive windows (windows are autocorrelated: a stall spans several), sums their histogram buckets
-and counts, and takes the percentile or rate of the sums. Each run is resampled on its own; the change is
+A run's windows are those wholly inside its schedule (a step's, inside the step), less those whose telemetry
+flightwatch lost (``telemetry_incomplete``: its own outage, left unjudged as the saturation verdict leaves them).
+The interval comes from a circular-block bootstrap over them (``runs.bootstrap``): each resample strings together
+blocks of ``block_s`` consecutive windows (windows are autocorrelated: a stall spans several), sums their histogram
+buckets and counts, and takes the percentile or rate of the sums. Each run is resampled on its own; the change is
 ``candidate / baseline - 1`` (loss: the difference in percentage points), and its interval is the change ± Student's
 t times the resamples' standard error of the log ratio, with as many degrees of freedom as the shorter run has
-blocks less one (``interval``): a short run has few independent stretches, and its interval is wide. Windows whose telemetry flightwatch lost (``telemetry_incomplete``:
-its own outage) are left out, as the saturation verdict leaves them unjudged. A change is a regression when the whole interval lies beyond the
-noise floor on the bad side (``noise``, default ±5%; for a time also ±``floor_us``, default 1 ms; loss ±0.1 points),
-an improvement when it lies beyond it on the good side, and within noise otherwise. The maximum and the knee are single values: shown, never judged.
+blocks less one: a short run has few independent stretches, and its interval is wide.
 
-The resampling is ``runs.bootstrap``.
+A change is a regression when the whole interval lies beyond the noise floor on the bad side (``noise``, default ±5%;
+for a time also ±``floor_us``, default 1 ms; loss ±0.1 points), an improvement when it lies beyond it on the good
+side, and within noise otherwise. The maximum and the knee are single values: shown, never judged.
 """
 from __future__ import annotations
 

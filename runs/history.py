@@ -150,14 +150,13 @@ def series_list(checkpoints: str | None = None) -> dict[str, int]:
 def text(h: dict) -> str:
     lines = [f"series {h['series']}: {len(h['runs'])} finished runs, oldest first", "",
              f"{'run':<34} {'p50':>10} {'p99':>10} {'delivered/s':>12}"]
-    marks = {(c["index"]): c for c in h["change_points"]}
     for i, r in enumerate(h["runs"]):
         cp = [c for c in h["change_points"] if c["index"] == i]
         note = "  <- change: " + ", ".join(f"{c['metric']} {c['change']:+.0%}" for c in cp) if cp else ""
         lines.append(f"{r['run_id']:<34} {_ms(r['p50_us']):>10} {_ms(r['p99_us']):>10} "
                      f"{r['delivered_per_s'] or 0:>12,.1f}{note}")
     lines.append("")
-    if not marks:
+    if not h["change_points"]:
         lines.append("no change points" + (" (a change point needs two runs on each side)"
                                            if len(h["runs"]) < 2 * MIN_RUNS else ""))
     for c in h["change_points"]:
