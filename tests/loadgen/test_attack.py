@@ -352,6 +352,7 @@ def test_sustained_fail_on_and_abort_on_give_their_exit_codes(sink, tmp_path):
     assert report["requests"] < 50 * 6
 
 
+@pytest.mark.serial  # a stamp-to-arrival median in µs, and 5,000/s from one worker: the machine to itself
 @pytest.mark.parametrize("rate", [1000, 5000])
 def test_the_send_stamp_is_taken_where_the_event_leaves(broker, tmp_path, rate):
     """A sink stamps each event's arrival with the same clock: arrival minus the send record's stamp is never
@@ -370,7 +371,7 @@ def test_the_send_stamp_is_taken_where_the_event_leaves(broker, tmp_path, rate):
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         assert wait_port(port)
-        proc = attack("--rate", str(rate), "--duration", "6s", "--target", f"http://127.0.0.1:{port}/", "--run", run_id,
+        proc = attack("--rate", str(rate), "--duration", "4s", "--target", f"http://127.0.0.1:{port}/", "--run", run_id,
                       "--out", str(tmp_path / "lg"), "--telemetry-bootstrap", broker, "--telemetry-topic", topic)
         assert proc.returncode == 0, proc.stderr
     finally:
@@ -380,7 +381,7 @@ def test_the_send_stamp_is_taken_where_the_event_leaves(broker, tmp_path, rate):
     sends = {r["event_id"]: r["at_ns"] for r in telemetry(broker, topic, run_id) if r["kind"] == "send"}
     report = json.loads((tmp_path / "lg" / "report.json").read_text())
     # every send it made has its record (a busy machine may leave some due when the schedule ends: at most 1%)
-    assert len(sends) == report["requests"] == 6 * rate - report["unsent"] and report["unsent"] <= 6 * rate // 100
+    assert len(sends) == report["requests"] == 4 * rate - report["unsent"] and report["unsent"] <= 4 * rate // 100
     assert set(arrived) == set(sends)
     gap_us = np.array([int(arrived[e]) - at for e, at in sends.items()]) / 1000
     p50, p99, worst = np.percentile(gap_us, [50, 99, 100])
