@@ -160,7 +160,8 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
     assert 990 <= s["sent"] <= 1000 and s["received"] == s["sent"] == received and s["dropped"] == 0
     assert {r["kind"] for r in records} >= {"send", "ack", "recv", "node", "run_start", "run_stop"}
     sent_k = {r["event_id"] for r in over_kafka if r["kind"] == "send"}
-    assert len(sent_k) == 400 and {r["event_id"] for r in over_kafka if r["kind"] == "recv"} == sent_k
+    # 400 due (a busy machine may leave 1% due at the schedule's end, as above), every one sent also received
+    assert 396 <= len(sent_k) <= 400 and {r["event_id"] for r in over_kafka if r["kind"] == "recv"} == sent_k
     from loadgen.synthetic import SyntheticSpec, generate
 
     truth = [r for _, r in generate(SyntheticSpec(run_id="tls-demo", duration_s=2, rate_per_sec=100)).records
