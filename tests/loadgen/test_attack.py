@@ -45,15 +45,16 @@ def attack(*args, timeout=180):
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.serial  # how late sends go out is the generator's timing: the machine to itself
 def test_rate_accuracy_intended_times_and_telemetry_match_the_report(sink, broker, tmp_path):
     url = sink()
     topic = "lg-telemetry-rate"
     create_topic(broker, topic)
-    proc = attack("--rate", "2000", "--duration", "20s", "--target", url, "--run", "rate", "--out", str(tmp_path),
+    proc = attack("--rate", "2000", "--duration", "10s", "--target", url, "--run", "rate", "--out", str(tmp_path),
                   "--telemetry-bootstrap", broker, "--telemetry-topic", topic)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
-    assert abs(report["requests"] - 40_000) <= 400 and report["success_ratio"] == 1.0
+    assert abs(report["requests"] - 20_000) <= 200 and report["success_ratio"] == 1.0
     recs = telemetry(broker, topic, "rate")
     sends = [r for r in recs if r["kind"] == "send"]
     acks = [r for r in recs if r["kind"] == "ack"]
@@ -63,7 +64,7 @@ def test_rate_accuracy_intended_times_and_telemetry_match_the_report(sink, broke
     assert {r["kind"] for r in recs} >= {"run_start", "run_stop"}
     # intended send times are exactly the schedule's, from the run start
     start = report["start_ns"]
-    sched = Schedule.constant(2000, 20 * NS_PER_S)
+    sched = Schedule.constant(2000, 10 * NS_PER_S)
     k = np.array([int(s["event_id"].rsplit("-", 1)[1]) for s in sends])
     intended = np.array([s["intended_at_ns"] for s in sends])
     expected = np.array([start + sched.intended_ns(int(i)) for i in k])
@@ -72,7 +73,7 @@ def test_rate_accuracy_intended_times_and_telemetry_match_the_report(sink, broke
     # stalls the generator sends its backlog in the next (CI saw 1,807 then 2,289), so single seconds are
     # judged by how late their sends went out: half within 5 ms of their intended time, 99% within 250 ms
     sent_at = np.array([s["at_ns"] for s in sends])
-    per_second = np.bincount((sent_at - start) // NS_PER_S)[:20]
+    per_second = np.bincount((sent_at - start) // NS_PER_S)[:10]
     assert abs(np.median(per_second[1:]) - 2000) <= 20, per_second.tolist()
     late_ms = (sent_at - intended) / 1e6
     assert (late_ms > -1).all() and np.percentile(late_ms, 50) <= 5 and np.percentile(late_ms, 99) <= 250, \
@@ -83,7 +84,7 @@ def test_rate_accuracy_intended_times_and_telemetry_match_the_report(sink, broke
     while (h := reader.get_next_interval_histogram()) is not None:
         total += h.get_total_count()
         n += 1
-    assert total == report["completed"] and n >= 20
+    assert total == report["completed"] and n >= 10
 
 
 def test_paced_steps_produce_each_steps_rate(sink, broker, tmp_path):
