@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
@@ -121,7 +120,7 @@ class RunSample:
             span = inside(paced[0]["start_ns"], paced[-1]["end_ns"])
         run_scope = _scope(span, hists, window_ns)
         steps = [(s, _scope(inside(s["start_ns"], s["end_ns"]), hists, window_ns)) for s in paced]
-        return cls(run_id=str(cfg.get("run_id", _name(root))), root=root, target_kind=_kind(attack.get("target")),
+        return cls(run_id=str(cfg.get("run_id", _name(root))), root=root, target_kind=runinfo.target_kind(attack),
                    pace=str(attack.get("pace", "")), scenario=attack.get("scenario"), summary=summary,
                    window_ns=window_ns, windows=span["window_ns"].to_numpy(np.int64), scope=run_scope, steps=steps,
                    left_out=int(holes.sum()))
@@ -134,10 +133,6 @@ class RunSample:
 
 def _name(root: str) -> str:
     return root.rstrip("/").rsplit("/", 1)[-1]
-
-
-def _kind(target) -> str:
-    return urlsplit(str(target)).scheme or "unknown" if target else "unknown"
 
 
 def _scope(windows: pd.DataFrame, hists: pd.DataFrame, window_ns: int) -> Scope:

@@ -44,12 +44,11 @@ class RunPoint:
 
 def series_name(attack: dict) -> str:
     """A run's series: its ``--scenario``, else its target kind and schedule."""
-    from urllib.parse import urlsplit
+    from runs.runinfo import target_kind
 
     if attack.get("scenario"):
         return str(attack["scenario"])
-    kind = urlsplit(str(attack.get("target", ""))).scheme or "unknown"
-    return f"{kind} {attack.get('pace', '?')}"
+    return f"{target_kind(attack)} {attack.get('pace', '?')}"
 
 
 def run_point(root: str) -> RunPoint | None:
@@ -116,10 +115,11 @@ def change_points(values) -> list[int]:
     return [int(b) for b in algo.predict(pen=PENALTY * sd ** 2 * np.log(len(x)))[:-1]]
 
 
-def history(name: str, checkpoints: str | None = None) -> dict:
+def history(name: str, checkpoints: str | None = None, everything: list[RunPoint] | None = None) -> dict:
     """The series ``name``: its runs (oldest first) and, per figure, its change points (the first run after each,
-    with the medians before and after it). ``LookupError`` with the known series when there is no such series."""
-    everything = points(checkpoints)
+    with the medians before and after it). ``LookupError`` with the known series when there is no such series.
+    ``everything``: the finished runs' points when the caller has read them already (``points``)."""
+    everything = points(checkpoints) if everything is None else everything
     runs = [p for p in everything if p.series == name]
     if not runs:
         known = sorted({p.series for p in everything})
@@ -139,10 +139,10 @@ def history(name: str, checkpoints: str | None = None) -> dict:
     return {"series": name, "runs": [r.__dict__ for r in runs], "change_points": found}
 
 
-def series_list(checkpoints: str | None = None) -> dict[str, int]:
-    """Every series with finished runs, and how many."""
+def series_list(checkpoints: str | None = None, everything: list[RunPoint] | None = None) -> dict[str, int]:
+    """Every series with finished runs, and how many (``everything``: the points, if read already)."""
     out: dict[str, int] = {}
-    for p in points(checkpoints):
+    for p in points(checkpoints) if everything is None else everything:
         out[p.series] = out.get(p.series, 0) + 1
     return out
 

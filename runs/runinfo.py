@@ -23,6 +23,13 @@ def attack_config(events: pd.DataFrame) -> dict:
     return out
 
 
+def target_kind(attack: dict) -> str:
+    """The kind of target a run attacked (``http``, ``kafka``), from its configuration; ``unknown`` if not recorded."""
+    from urllib.parse import urlsplit
+
+    return urlsplit(str(attack.get("target") or "")).scheme or "unknown"
+
+
 def pace_steps(events: pd.DataFrame) -> list[dict]:
     """The schedule's steps in event time (``rate`` at the step's start, ``end_rate``, ``start_ns``, ``end_ns``), as
     the load generator published them in its ``run_start``; from the pace text for runs recorded before it did."""

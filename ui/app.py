@@ -54,13 +54,14 @@ def history_view(folder: str) -> None:
     """A scenario's finished runs in order, with the change points of p50, p99 and throughput."""
     from runs import history
 
-    series = history.series_list(folder)
+    everything = history.points(folder)  # every finished run's summary, read once for the list and the series
+    series = history.series_list(folder, everything)
     st.subheader("Scenario history")
     if not series:
         st.info("no finished runs yet: a series is the runs of one --scenario (or of one target kind and schedule)")
         return
     name = st.selectbox("series", sorted(series), format_func=lambda s: f"{s}  ({series[s]} runs)", key="series")
-    h = history.history(name, folder)
+    h = history.history(name, folder, everything)
     if h["change_points"]:
         for c in h["change_points"]:
             st.warning(f"change point: {c['metric']} {c['change']:+.0%} from run {c['first_run']}")
