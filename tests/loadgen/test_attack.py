@@ -96,7 +96,11 @@ def test_paced_steps_produce_each_steps_rate(sink, broker, tmp_path):
     # workers on two cores) may miss a few, at most 1% (how fast the generator is on a machine of its own: bench.loadgen)
     assert 0 <= 500 * 3 + 1500 * 3 - report["requests"] == report["unsent"] <= 60
     per_second = [iv["sent"] for iv in report["intervals"]][:6]
-    assert all(abs(n - 500) <= 25 for n in per_second[:3]) and all(abs(n - 1500) <= 75 for n in per_second[3:6]), per_second
+    # sends are counted in the second they went out: a stall of a busy machine moves a few late ones into the next
+    # second (CI: 1417, 1582, 1500), so each step's total is held to 2% and each second to 10%
+    steps = sum(per_second[:3]), sum(per_second[3:6])
+    assert abs(steps[0] - 1500) <= 30 and abs(steps[1] - 4500) <= 90, per_second
+    assert all(abs(n - 500) <= 50 for n in per_second[:3]) and all(abs(n - 1500) <= 150 for n in per_second[3:6]), per_second
 
 
 def test_a_stalled_target_shows_growing_send_delay_not_a_lower_rate(sink, tmp_path):
