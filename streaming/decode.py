@@ -266,16 +266,20 @@ def decode_record_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Reco
 
 
 def this_runs_rows(raw, run_id: str) -> pa.Table:
-    """Raw Kafka rows (``value``, ``partition``, ``offset``) to ``run_id``'s decoded rows: those of the run, the
-    machine-wide kinds, and quarantined rows no other run can be told from (the filter of
-    ``streaming.job.telemetry_stream``, in Arrow, for a driver that decodes; ``JobConfig.decodes_in_driver``)."""
-    from core import contract
+    """Raw Kafka rows (``value``, ``partition``, ``offset``) to the decoded rows ``run_id``'s job reads
+    (``streaming.membership``), for a driver that decodes (``JobConfig.decodes_in_driver``)."""
+    from streaming import membership
 
     t = decode_messages(raw.column("value").to_pylist(), raw.column("partition").to_pylist(),
                         raw.column("offset").to_pylist()).cast(DECODED_SCHEMA)
-    run_col = t.column("run_id")
-    run = pc.fill_null(pc.equal(run_col, run_id), False)
-    any_run = pc.fill_null(pc.equal(run_col, contract.ANY_RUN), False)
-    shared = pc.and_(any_run, pc.fill_null(pc.is_in(t.column("kind"), pa.array(contract.SHARED_KINDS)), False))
-    unattributed = pc.and_(pc.is_valid(t.column("quarantine_reason")), pc.or_(pc.or_(pc.is_null(run_col), run), any_run))
-    return t.filter(pc.or_(pc.or_(run, shared), unattributed))
+    return membership.read(t, run_id)
+
+
+def run_record_batches(run_id: str):
+    """A ``mapInArrow`` function: raw Kafka rows (Spark's connector) to the decoded rows ``run_id``'s job reads."""
+    from streaming import membership
+
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in decode_record_batches(batches):
+            yield membership.read(b, run_id)
+    return decode

@@ -14,7 +14,8 @@ faster than one on strings. State is one table of known event IDs (pending, deli
 receives whose send has not been seen yet (orphans). Delivered/dropped IDs are kept for
 ``retention_ns`` after their deadline to recognise duplicates and late receives.
 
-The rules themselves, one function each, are in ``streaming.rules``.
+The rules themselves, one function each, are the driver's (``streaming.run_rules``) and the join partitions'
+(``streaming.rules``); ``plan``, ``join.step`` and ``finish`` show their flow.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from streaming import join, rules
+from streaming import join, partials, rules, run_rules
 from streaming.state import NO_TIME_NS, EngineConfig, EngineState  # noqa: F401 - read as engine.EngineConfig, engine.EngineState
 
 
@@ -53,56 +54,64 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
 
 @dataclass
 class Plan:
-    """The driver's part of a batch before the join partitions run: its working set and the verdicts."""
-    work: rules.Work
+    """The driver's part of a batch before the join partitions run: what it read and decided, and the verdicts
+    every partition applies."""
+    state: EngineState
+    cfg: EngineConfig
+    records: rules.Records      # the batch's records but this run's sends, acks and receives (``join.summarize``)
     quarantine: pa.Table
+    info: dict
+    max_event_ns: int
+    gaps: object                # ``streaming.gaps.GapTracker`` with the batch's progress noted
     verdicts: join.Verdicts
 
 
 def plan(state: EngineState, summary: pa.Table, cfg: EngineConfig) -> Plan:
     """The run-level rules before the partitions: the watermark, how far every agent has written, a reset's hole."""
-    bad, w = rules.start(state, summary, cfg)
+    bad, records, info = run_rules.start(summary, cfg)
     stamps = summary.filter(summary[join.NUM_RECORDS].is_valid())  # this run's sends, acks and receives, counted
     by_kind = stamps.group_by("kind").aggregate([(join.NUM_RECORDS, "sum")])
     counts = dict(zip(by_kind["kind"].to_pylist(), by_kind[f"{join.NUM_RECORDS}_sum"].to_pylist()))
-    w.info["num_records"] = summary.num_rows - stamps.num_rows + sum(counts.values())
+    info["num_records"] = summary.num_rows - stamps.num_rows + sum(counts.values())
     for k in join.DATA_KINDS:
-        w.info[f"num_{k}"] = int(counts.get(k, 0))
-    rules.advance_watermark(w)
-    rules.judge(w)
-    v = join.Verdicts(int(state.hole_until_ns), int(state.drops_named_ns), int(w.watermark_ns), int(w.judged_ns),
-                      int(rules.hole_until(w)), bool(rules.reset_record(w) is not None))
-    return Plan(w, bad, v)
+        info[f"num_{k}"] = int(counts.get(k, 0))
+    max_event_ns, watermark_ns = run_rules.watermark(state, records, cfg)
+    gaps, judged_ns = run_rules.judge(state, records, watermark_ns, cfg)
+    v = join.Verdicts(int(state.hole_until_ns), int(state.drops_named_ns), watermark_ns, judged_ns,
+                      int(run_rules.hole_until(state, records, cfg)), run_rules.reset_record(state, records) is not None)
+    return Plan(state, cfg, records, bad, info, max_event_ns, gaps, v)
 
 
 def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> tuple[EngineState, BatchResult]:
     """The run-level rules after the partitions: a reset's incomplete windows, the run's span, the gaps, the
     events; the partitions' partials merged with the driver's."""
-    w, v, state, cfg = p.work, p.verdicts, p.work.state, p.work.cfg
-    info = w.info
-    if v.reset:
-        rules.incomplete_windows(w, summed_waiting([r.waiting for r in reports]))
-    drops_named_ns = rules.named_until(state.drops_named_ns, w.watermark_ns, w.judged_ns, cfg)
-    run = rules.run_span(w)
-    w.sends = pd.DataFrame({"at_ns": np.concatenate([np.zeros(0, np.int64)] + [r.new_sends_ns for r in reports])})
-    w.fresh_recv_ns = np.concatenate([np.zeros(0, np.int64)] + [r.fresh_recv_ns for r in reports])
-    rules.declare_gaps(w, run["stop_ns"])
+    v, state, cfg, info = p.verdicts, p.state, p.cfg, p.info
+    out = partials.Collector(cfg.window_ns)
+    reset = run_rules.incomplete_windows(state, p.records, summed_waiting([r.waiting for r in reports]), cfg, out) if v.reset else None
+    if reset is not None:
+        info["reset"] = reset[1]
+    run, run_events = run_rules.run_span(state, p.records, v.watermark_ns, cfg)
+    sends_ns = np.concatenate([np.zeros(0, np.int64)] + [r.new_sends_ns for r in reports])
+    recvs_ns = np.concatenate([np.zeros(0, np.int64)] + [r.fresh_recv_ns for r in reports])
+    gaps, declared = run_rules.declare_gaps(p.gaps, sends_ns, recvs_ns, v.judged_ns, run["stop_ns"], v.watermark_ns, cfg, out)
+    exemplars = []
     for part in settled:
-        w.exemplars += part.exemplars
-        w.out.take(part.counts, part.hists)
-    info["num_shared"] = w.shared.num_rows
-    events = rules.gather_events(w, run["start_ns"], run["stop_ns"])
-    new_state = EngineState(joins=[part.state for part in settled], max_event_ns=int(w.max_event_ns),
-                            watermark_ns=int(w.watermark_ns), num_batches=state.num_batches + 1, gaps=w.gaps,
-                            drops_named_ns=int(drops_named_ns), hole_until_ns=int(v.hole_until_ns), **run)
+        exemplars += part.exemplars
+        out.take(part.counts, part.hists)
+    info["num_shared"] = p.records.shared.num_rows
+    events = run_rules.gather_events(p.records, run_events, exemplars, declared, reset[0] if reset else None,
+                                     run["start_ns"], run["stop_ns"], cfg)
+    drops_named_ns = rules.named_until(state.drops_named_ns, v.watermark_ns, v.judged_ns, cfg)
+    new_state = EngineState(joins=[part.state for part in settled], max_event_ns=p.max_event_ns,
+                            watermark_ns=v.watermark_ns, num_batches=state.num_batches + 1, gaps=gaps,
+                            drops_named_ns=int(drops_named_ns), hole_until_ns=v.hole_until_ns, **run)
     sizes = {k: sum(part.sizes[k] for part in settled) for k in ("num_known", "num_pending", "num_orphans")}
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     stop_ns = run["stop_ns"]
-    finished = (stop_ns is not None and len(run["stopped"]) >= run["shards"] and w.watermark_ns >= stop_ns + cfg.drop_timeout_ns
+    finished = (stop_ns is not None and len(run["stopped"]) >= run["shards"] and v.watermark_ns >= stop_ns + cfg.drop_timeout_ns
                 and not sizes["num_pending"])
-    info.update({"watermark_ns": int(w.watermark_ns), "max_event_ns": int(w.max_event_ns), "judged_ns": int(w.judged_ns),
-                 **sizes})
-    return new_state, BatchResult(w.out.counts_frame(), w.out.hists_frame(), events, p.quarantine, info, finished)
+    info.update({"watermark_ns": v.watermark_ns, "max_event_ns": p.max_event_ns, "judged_ns": v.judged_ns, **sizes})
+    return new_state, BatchResult(out.counts_frame(), out.hists_frame(), events, p.quarantine, info, finished)
 
 
 def summed_waiting(parts: list[tuple[int, int, int]]) -> tuple[int, int, int]:

@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from core.rundir import RunPaths, batch_file, ids_in, write_json
-from streaming import engine, join
+from streaming import engine, join, membership
 from streaming.decode import DECODED_SCHEMA
 from streaming.sinks import RunStore, join_state
 from streaming.state import EngineConfig, JoinState
@@ -84,7 +84,8 @@ def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.V
     """``applyInArrow`` keyed by join partition: the partition's step of batch ``batch_id``."""
     def run(key, table):  # no annotations: pyspark infers the UDF type from them, and fails on strings
         jp = int(key[0].as_py())
-        records = table.filter(table["kind"].is_valid()).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)  # no ticks
+        # the run's sends, acks and receives (the ticks, and the driver's records shuffled with them, are not)
+        records = table.filter(membership.data(table, cfg.run_id)).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
         state = _state_before(root, cfg, jp, batch_id)
         _write_part(root, batch_id, jp, records)  # every batch, empty or not, a replay's too: what a rebuild reads
         settled, report = join.step(state, records, cfg, verdicts)
@@ -230,8 +231,6 @@ def cluster_sink(spark, store, cfg, log):
     num_partitions = cfg.engine.join_partitions
     summary_type, output_type = from_arrow_schema(SUMMARY_SCHEMA), from_arrow_schema(OUTPUT_SCHEMA)
     ticks = spark.range(num_partitions).select(F.col("id").cast("int").alias(PARTITION))  # every partition, every batch
-    mine = ((F.col("run_id") == F.lit(cfg.engine.run_id)) & F.col("quarantine_reason").isNull()
-            & F.col("kind").isin(*join.DATA_KINDS))
 
     def sink(batch_df, batch_id: int) -> None:
         t0 = time.time()
@@ -240,7 +239,7 @@ def cluster_sink(spark, store, cfg, log):
         t1 = time.time()
         plan = store.plan_batch(summary, batch_id)
         t2 = time.time()
-        data = batch_df.where(mine).withColumn(PARTITION, F.pmod(F.xxhash64("event_id"), F.lit(num_partitions)).cast("int"))
+        data = batch_df.withColumn(PARTITION, F.pmod(F.xxhash64("event_id"), F.lit(num_partitions)).cast("int"))
         task = partition_task(store.paths.root, cfg.engine, batch_id, plan.verdicts)
         # a task per partition (range: no two partitions share a task, as a hash of 0..P-1 could make them)
         out = (data.unionByName(ticks, allowMissingColumns=True).repartitionByRange(num_partitions, PARTITION)

@@ -21,6 +21,7 @@ part of the window inside a gap. Both sum like every other partial.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +52,10 @@ class GapTracker:
     recent: list = field(default_factory=list)   # declared gaps [start, end, in_flight, threshold] kept for late receives
     progress: dict = field(default_factory=dict)  # per sending or receiving agent, the newest stamp it wrote
     stopped: list = field(default_factory=list)   # agents whose stop record came: they write nothing more
+
+    def copy(self) -> GapTracker:
+        """A tracker to change without changing this one (its methods replace the arrays, never write into them)."""
+        return dataclasses.replace(self, recent=list(self.recent), progress=dict(self.progress), stopped=list(self.stopped))
 
     def scalars(self) -> dict:
         return {"done_ns": self.done_ns, "last_recv_ns": self.last_recv_ns, "sends_before": self.sends_before,

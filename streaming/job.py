@@ -234,13 +234,12 @@ def check_broker(cfg: JobConfig, wait: str, log) -> None:
 
 
 def telemetry_stream(spark, cfg: JobConfig):
-    """Source ▸ decode ▸ this run's rows, as a streaming DataFrame of DECODED_SCHEMA."""
-    from pyspark.sql import functions as F
+    """Source ▸ decode ▸ the rows this run's job reads (``streaming.membership``, applied where the rows are
+    decoded), as a streaming DataFrame of DECODED_SCHEMA."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from core import contract
     from streaming.archive import REPLAY_ROWS_PER_BATCH, ArchiveDataSource
-    from streaming.decode import DECODED_SCHEMA, decode_record_batches
+    from streaming.decode import DECODED_SCHEMA, run_record_batches
     from streaming.sources import KafkaDataSource
 
     if cfg.command == "replay":
@@ -254,6 +253,7 @@ def telemetry_stream(spark, cfg: JobConfig):
     else:
         spark.dataSource.register(KafkaDataSource)
         reader = (reader.option("bootstrap", cfg.bootstrap).option("decode", str(not cfg.decodes_in_driver()).lower())
+                  .option("run", cfg.engine.run_id)
                   .option("minBatchMessages", str(IDLE_BATCH_MESSAGES))
                   .option("maxBatchWaitMs", str(cfg.idle_batch_ms)).option("sliceGraceMs", str(cfg.slice_grace_ms)))
     reader = reader.option("subscribe", cfg.topic).option("startingOffsets", cfg.starting_offsets)
@@ -264,13 +264,9 @@ def telemetry_stream(spark, cfg: JobConfig):
     raw = reader.load()
     if cfg.decodes_in_driver():
         return raw
-    decoded = raw if cfg.source == "flightwatch_kafka" else raw.mapInArrow(decode_record_batches, from_arrow_schema(DECODED_SCHEMA))
-    run = F.col("run_id") == F.lit(cfg.engine.run_id)
-    shared = (F.col("run_id") == F.lit(contract.ANY_RUN)) & F.col("kind").isin(*contract.SHARED_KINDS)
-    # set aside: this run's, those no run can be read from, and machine-wide ones (like the engine, which counts
-    # every quarantined row it is given)
-    unattributed = F.col("quarantine_reason").isNotNull() & (F.col("run_id").isNull() | run | (F.col("run_id") == F.lit(contract.ANY_RUN)))
-    return decoded.where(run | shared | unattributed)
+    if cfg.source == "flightwatch_kafka":
+        return raw
+    return raw.mapInArrow(run_record_batches(cfg.engine.run_id), from_arrow_schema(DECODED_SCHEMA))
 
 
 def _heartbeats(cfg: JobConfig, stop: threading.Event) -> None:

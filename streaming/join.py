@@ -29,11 +29,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming import partials, rules
-from streaming.state import EngineConfig, EngineState, JoinState
+from streaming import membership, partials, rules
+from streaming.state import EngineConfig, JoinState
 
-DATA_KINDS = ("send", "ack", "recv")
-"""The records that carry an event ID and go to its join partition; every other kind is the driver's."""
+DATA_KINDS = membership.DATA_KINDS
 KEY = rules.KEY
 
 
@@ -78,19 +77,28 @@ class Verdicts:
 
 def step(state: JoinState, records: pa.Table, cfg: EngineConfig, v: Verdicts) -> tuple[Settled, Report]:
     """A batch in one partition: ``take``, then ``settle``."""
-    w, report = take(state, records, cfg, v)
-    return settle(w, v), report
+    taken, report = take(state, records, cfg, v)
+    return settle(taken, cfg, v), report
 
 
-def take(state: JoinState, records: pa.Table, cfg: EngineConfig, v: Verdicts) -> tuple[rules.Work, Report]:
+@dataclass
+class Taken:
+    """A partition between its two steps: the IDs it knows and the orphans, with the batch's records taken."""
+    known: rules.Known
+    orphans: pd.DataFrame
+    exemplars: list
+    out: partials.Collector
+
+
+def take(state: JoinState, records: pa.Table, cfg: EngineConfig, v: Verdicts) -> tuple[Taken, Report]:
     """Step one of a batch in one partition: its sends, acks and receives."""
-    kinds = records["kind"].to_numpy(zero_copy_only=False) if records.num_rows else np.array([], dtype=object)
-    view = EngineState(joins=[state], hole_until_ns=v.hole_until_before_ns, drops_named_ns=v.drops_named_before_ns)
-    w = rules.Work(cfg, view, records, records.schema.empty_table(), kinds, partials.Collector(cfg.window_ns), {})
-    rules.take_sends(w)
-    rules.take_acks(w)
-    rules.take_receives(w)
-    return w, Report(rules.waiting_before(w), w.sends["at_ns"].to_numpy(), w.fresh_recv_ns)
+    batch, out = rules.Records.of(records), partials.Collector(cfg.window_ns)
+    known, sends_ns = rules.take_sends(rules.Known.of(state.known), batch, v.hole_until_before_ns, out)
+    known, unnamed = rules.take_acks(known, batch, v.drops_named_before_ns, out)
+    received = rules.take_receives(known, state.orphans, batch, v.drops_named_before_ns, cfg, out)
+    waiting = rules.waiting_before(received.known, len(state.known))
+    return (Taken(received.known, received.orphans, [unnamed, *received.exemplars], out),
+            Report(waiting, sends_ns, received.fresh_recv_ns))
 
 
 @dataclass
@@ -103,19 +111,19 @@ class Settled:
     sizes: dict               # IDs known, waiting and orphaned
 
 
-def settle(w: rules.Work, v: Verdicts) -> Settled:
-    """Step two: orphans expire, a reset's unknowns are marked, drops are declared, named and forgotten."""
-    w.watermark_ns, w.judged_ns = v.watermark_ns, v.judged_ns
-    rules.expire_orphans(w)
-    if v.reset:
-        rules.mark_unknown(w, v.hole_until_ns)
-    rules.declare_drops(w)
-    rules.name_drops(w)
-    rules.forget(w)
-    waiting = (w.status == rules.PENDING) | (w.status == rules.UNKNOWN)
-    sizes = {"num_known": int(len(w.known)), "num_pending": int(waiting.sum()), "num_orphans": int(len(w.orphans))}
-    return Settled(JoinState(known=w.known, orphans=w.orphans), w.out.counts_frame(), w.out.hists_frame(),
-                   [e for e in w.exemplars if len(e)], sizes)
+def settle(t: Taken, cfg: EngineConfig, v: Verdicts) -> Settled:
+    """Step two, with the driver's verdicts: orphans expire, a reset's unknowns are marked, drops are declared,
+    named and forgotten."""
+    out = t.out
+    orphans = rules.expire_orphans(t.orphans, v.watermark_ns, cfg, out)
+    known = rules.mark_unknown(t.known, v.hole_until_ns) if v.reset else t.known
+    known = rules.declare_drops(known, v.watermark_ns, cfg, out)
+    named = rules.name_drops(known, v.drops_named_before_ns, v.watermark_ns, v.judged_ns, cfg)
+    known = rules.forget(known, v.watermark_ns, cfg)
+    waiting = (known.status == rules.PENDING) | (known.status == rules.UNKNOWN)
+    sizes = {"num_known": int(len(known.frame)), "num_pending": int(waiting.sum()), "num_orphans": int(len(orphans))}
+    return Settled(JoinState(known=known.frame_out(), orphans=orphans), out.counts_frame(), out.hists_frame(),
+                   [e for e in [*t.exemplars, named] if len(e)], sizes)
 
 
 NUM_RECORDS = "num_records"
@@ -128,8 +136,7 @@ def summarize(batch: pa.Table, run_id: str) -> tuple[pa.Table, pa.Table]:
     receives go to the partitions; the driver sees every other record as it is and, for those, per kind and agent
     two rows, the first and the last stamp, the first with their count in ``NUM_RECORDS``. Summaries of parts of a
     batch (each read task's) concatenate into the summary of the whole."""
-    valid = batch["quarantine_reason"].is_null()
-    mine = pc.fill_null(pc.and_(pc.and_(valid, pc.equal(batch["run_id"], run_id)), pc.is_in(batch["kind"], pa.array(DATA_KINDS))), False)
+    mine = membership.data(batch, run_id)
     data, rest = batch.filter(mine), batch.filter(pc.invert(mine))
     rest = rest.append_column(NUM_RECORDS, pa.nulls(rest.num_rows, pa.int64()))
     if data.num_rows == 0:

@@ -9,6 +9,11 @@ from core import histogram, output
 from core.output import EXEMPLARS
 
 
+def window_of(at_ns, window_ns: int) -> np.ndarray:
+    """The start of each stamp's window."""
+    return (np.asarray(at_ns, dtype=np.int64) // window_ns) * window_ns
+
+
 class Collector:
     """Accumulates (window, name, value) triples (names: ``core.output``) and histogram values for one batch."""
 
@@ -26,7 +31,7 @@ class Collector:
             self.summed_hists.append(hists)
 
     def window(self, at_ns) -> np.ndarray:
-        return (np.asarray(at_ns, dtype=np.int64) // self.window_ns) * self.window_ns
+        return window_of(at_ns, self.window_ns)
 
     def add(self, name: str, at_ns, values=1) -> None:
         at_ns = np.asarray(at_ns, dtype=np.int64)

@@ -75,7 +75,8 @@ class KafkaDataSource(DataSource):
     """``spark.readStream.format("flightwatch_kafka").option("bootstrap", ...).option("subscribe", topic)``.
 
     Options: ``bootstrap`` (host:port,...), ``subscribe`` (one topic), ``startingOffsets``
-    (earliest | latest), ``maxOffsetsPerTrigger`` (messages per micro-batch), and any
+    (earliest | latest), ``maxOffsetsPerTrigger`` (messages per micro-batch), ``decode`` (true: decoded rows),
+    ``run`` (with ``decode``: only the rows that run's job reads, ``streaming.membership``) and any
     ``kafka.<setting>`` for the client (e.g. ``kafka.security_protocol``).
     """
 
@@ -104,6 +105,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.topic = options["subscribe"]
         self.max_rows = int(options["maxoffsetspertrigger"]) if options.get("maxoffsetspertrigger") else None
         self.decode = _decoding(options)
+        self.run_id = options.get("run")
         self.min_messages = int(options.get("minbatchmessages", 1))
         self.max_wait_s = int(options.get("maxbatchwaitms", 0)) / 1000
         self.grace_s = int(options.get("slicegracems", RETIRE_GRACE_S * 1000)) / 1000
@@ -394,10 +396,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self.decode:
             yield _kafka_batch(rows)
             return
+        from streaming import membership
         from streaming.decode import DECODED_SCHEMA, decode_messages
 
         _, values, _, partitions, offsets, _, _ = zip(*rows)
-        yield from decode_messages(list(values), list(partitions), list(offsets)).cast(DECODED_SCHEMA).to_batches()
+        table = decode_messages(list(values), list(partitions), list(offsets)).cast(DECODED_SCHEMA)
+        yield from (membership.read(table, self.run_id) if self.run_id else table).to_batches()
 
 
 def _reset_row(partition: _KafkaPartition) -> tuple:

@@ -1,23 +1,24 @@
-"""Each rule of ``streaming.rules`` on its own, table by table: the rules before it run as ``engine.process`` runs
-them, the rule under test runs, and what it counted and decided is compared with the table's row."""
+"""Each rule of ``streaming.rules`` (a join partition's) and ``streaming.run_rules`` (the driver's) on its own,
+table by table: a batch runs through the rules in the order ``engine.process`` applies them (one join partition),
+each rule's result is kept by its name, and what a rule counted and decided is compared with the table's row."""
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from core import contract as c
 from core import output as o
-from streaming import engine, rules
+from streaming import engine, partials, rules, run_rules
 from streaming.decode import decode_messages
 from streaming.rules import DROPPED, ERRORED, LATE, PENDING, RECEIVED, UNACCOUNTED, UNKNOWN
+from streaming.state import NO_TIME_NS, JoinState
 
 S = 1_800_000_000 * 10**9
 MS = 10**6
 CFG = engine.EngineConfig(run_id="r", drop_timeout_ns=10_000 * MS, watermark_delay_ns=1_000 * MS, retention_ns=10_000 * MS,
                           silence_timeout_ns=20_000 * MS)
-ORDER = [rules.advance_watermark, rules.judge, rules.take_sends, rules.take_acks, rules.take_receives, rules.expire_orphans,
-         rules.mark_reset, rules.declare_drops, rules.name_drops, rules.forget, rules.run_span]
 
 
 def send(i, t_ms, intended_ms=None, agent="s"):
@@ -58,41 +59,66 @@ def given(history) -> engine.EngineState:
     return state
 
 
-def before(rule, history, records) -> rules.Work:
-    """The working set of one batch after the rules before ``rule``, as ``engine.process`` applies them."""
-    _, w = rules.start(given(history), table(records), CFG)
-    for r in ORDER[:ORDER.index(rule)]:
-        r(w)
-    return w
+def trace(history, records) -> dict:
+    """One batch through every rule, as ``engine.plan``, ``join.take``, ``join.settle`` and ``engine.finish`` run
+    them with one join partition: per rule, what it returned (``value``), the counts made so far, the known IDs and
+    the orphans after it."""
+    state, out, seen = given(history), partials.Collector(CFG.window_ns), {}
+    part = state.joins[0] if state.joins else JoinState()
+
+    def keep(name, value=None, known=None, orphans=None):
+        seen[name] = SimpleNamespace(value=value, counts=counts(out), known=known, orphans=orphans)
+
+    _, recs, _ = run_rules.start(table(records), CFG)
+    max_event_ns, wm = run_rules.watermark(state, recs, CFG)
+    keep("watermark", (max_event_ns, wm))
+    gaps, judged = run_rules.judge(state, recs, wm, CFG)
+    keep("judge", judged)
+    known, sends_ns = rules.take_sends(rules.Known.of(part.known), recs, state.hole_until_ns, out)
+    keep("take_sends", sends_ns, known)
+    known, unnamed = rules.take_acks(known, recs, state.drops_named_ns, out)
+    keep("take_acks", unnamed, known)
+    got = rules.take_receives(known, part.orphans, recs, state.drops_named_ns, CFG, out)
+    keep("take_receives", got, got.known, got.orphans)
+    orphans = rules.expire_orphans(got.orphans, wm, CFG, out)
+    keep("expire_orphans", orphans, got.known, orphans)
+    hole, reset, known = run_rules.hole_until(state, recs, CFG), None, got.known
+    if run_rules.reset_record(state, recs) is not None:
+        waiting = rules.waiting_before(known, len(part.known))
+        known = rules.mark_unknown(known, hole)
+        reset = run_rules.incomplete_windows(state, recs, waiting, CFG, out)
+    keep("reset", (hole, reset), known)
+    known = rules.declare_drops(known, wm, CFG, out)
+    keep("declare_drops", None, known)
+    named = rules.name_drops(known, state.drops_named_ns, wm, judged, CFG)
+    keep("name_drops", (named, rules.named_until(state.drops_named_ns, wm, judged, CFG)), known)
+    known = rules.forget(known, wm, CFG)
+    keep("forget", None, known)
+    span, run_events = run_rules.run_span(state, recs, wm, CFG)
+    keep("run_span", span)
+    _, declared = run_rules.declare_gaps(gaps, sends_ns, got.fresh_recv_ns, judged, span["stop_ns"], wm, CFG, out)
+    keep("declare_gaps", declared)
+    events = run_rules.gather_events(recs, run_events, [unnamed, *got.exemplars, named], declared,
+                                     reset[0] if reset else None, span["start_ns"], span["stop_ns"], CFG)
+    keep("gather_events", events)
+    return seen
 
 
-def until(rule, history, records) -> rules.Work:
-    """The working set after the rules before ``rule`` and ``rule`` itself."""
-    w = before(rule, history, records)
-    rule(w)
-    return w
-
-
-def ran(rule, history, records):
-    """What ``rule`` returns, applied after the rules before it."""
-    return rule(before(rule, history, records))
-
-
-def counts(w: rules.Work) -> dict:
-    df = w.out.counts_frame()
+def counts(out: partials.Collector) -> dict:
+    df = out.counts_frame()
     df = df[~df["name"].pipe(o.merges_by_max)]
     return {n: int(v) for n, v in df.groupby("name")["value"].sum().items() if v}
 
 
-def statuses(w: rules.Work) -> dict:
-    return dict(zip(w.known["id"], w.status.tolist()))
+def statuses(known: rules.Known) -> dict:
+    return dict(zip(known.frame["id"], known.status.tolist()))
 
 
 def test_split_keeps_this_runs_and_the_shared_records_and_counts_the_rest():
     records = [send(1, 0), c.Send("other", "s", S, event_id="x", intended_at_ns=S),
                c.NodeSample(c.ANY_RUN, "n", S, node="n1", metric="cpu", value=0.5),
                c.Send(c.ANY_RUN, "s", S, event_id="y", intended_at_ns=S)]  # a send is no shared kind
-    bad, good, shared, info = rules.split(table(records), "r")
+    bad, good, shared, info = run_rules.split(table(records), "r")
     assert (bad.num_rows, good.num_rows, shared.num_rows, info["num_other_run"]) == (0, 1, 1, 2)
 
 
@@ -102,8 +128,8 @@ def test_split_keeps_this_runs_and_the_shared_records_and_counts_the_rest():
     ([[send(1, 5_000)]], [], 5_000, 4_000),
 ])
 def test_advance_watermark(history, records, max_event_ms, watermark_ms):
-    w = until(rules.advance_watermark, history, records)
-    assert (w.max_event_ns - S, w.watermark_ns - S) == (max_event_ms * MS, watermark_ms * MS)
+    max_event_ns, watermark_ns = trace(history, records)["watermark"].value
+    assert (max_event_ns - S, watermark_ns - S) == (max_event_ms * MS, watermark_ms * MS)
 
 
 @pytest.mark.parametrize("records, judged_ms", [
@@ -112,8 +138,7 @@ def test_advance_watermark(history, records, max_event_ms, watermark_ms):
     ([send(1, 100), recv(1, 300), stop(200)], 300),                       # a stopped agent writes nothing more
 ])
 def test_judge(records, judged_ms):
-    w = until(rules.judge, [[start(0)]], records)
-    assert w.judged_ns - S == judged_ms * MS
+    assert trace([[start(0)]], records)["judge"].value - S == judged_ms * MS
 
 
 @pytest.mark.parametrize("history, records, expected, status", [
@@ -125,8 +150,8 @@ def test_judge(records, judged_ms):
      {"e1": UNKNOWN, "e2": PENDING}),  # sent inside a telemetry hole: its receive record may be gone
 ])
 def test_take_sends(history, records, expected, status):
-    w = until(rules.take_sends, history, records)
-    assert (counts(w), statuses(w)) == (expected, status)
+    t = trace(history, records)["take_sends"]
+    assert (t.counts, statuses(t.known)) == (expected, status)
 
 
 @pytest.mark.parametrize("history, records, expected, status, errored", [
@@ -136,8 +161,8 @@ def test_take_sends(history, records, expected, status):
     ([[send(1, 0)], [beat(12_000)]], [ack(1, 0, 500)], {"errors": 1, "errors:http_500": 1, "dropped": -1}, ERRORED, True),
 ])
 def test_take_acks(history, records, expected, status, errored):
-    w = until(rules.take_acks, history, records)
-    assert (counts(w), statuses(w)["e1"], bool(w.errored[0])) == (expected, status, errored)
+    t = trace(history, records)["take_acks"]
+    assert (t.counts, statuses(t.known)["e1"], bool(t.known.errored[0])) == (expected, status, errored)
 
 
 @pytest.mark.parametrize("history, records, expected, status, orphans", [
@@ -152,8 +177,8 @@ def test_take_acks(history, records, expected, status, errored):
     ([[send(1, 0)], [ack(1, 0, 503)]], [recv(1, 10_500)], {"late": 1}, LATE, 0),  # failed: late, not a drop
 ])
 def test_take_receives(history, records, expected, status, orphans):
-    w = until(rules.take_receives, history, records)
-    assert (counts(w), statuses(w)["e1"], len(w.orphans)) == (expected, status, orphans)
+    t = trace(history, records)["take_receives"]
+    assert (t.counts, statuses(t.known)["e1"], len(t.orphans)) == (expected, status, orphans)
 
 
 @pytest.mark.parametrize("history, records, expected, left", [
@@ -161,19 +186,20 @@ def test_take_receives(history, records, expected, status, orphans):
     ([[recv(1, 0)]], [beat(21_500)], {"orphan_receives": 1}, 0),
 ])
 def test_expire_orphans(history, records, expected, left):
-    w = until(rules.expire_orphans, history, records)
-    assert (counts(w), len(w.orphans)) == (expected, left)
+    t = trace(history, records)["expire_orphans"]
+    assert (t.counts, len(t.orphans)) == (expected, left)
 
 
 def test_mark_reset_leaves_the_waiting_sends_unknown_and_flags_the_windows_to_the_hole():
     reset = c.TelemetryReset(c.ANY_RUN, "job", S, where="t", reason="the topic was recreated", count=7)
     history = [[send(1, 0), send(2, 500), recv(2, 600), beat(3_200)]]
-    w = until(rules.mark_reset, history, [reset, send(3, 4_500)])
+    t = trace(history, [reset, send(3, 4_500)])["reset"]
     # the watermark stood at 2.2 s and e1 waited since 0: windows 0 .. the hole's next (the hole at 4.5 s) are flagged
-    assert counts(w) == {"sent": 1, "telemetry_incomplete": 6}
-    assert statuses(w) == {"e1": UNKNOWN, "e2": RECEIVED, "e3": UNKNOWN}
-    assert w.reset_event["count"] == 7 and w.info["reset"]["waiting"] == 1
-    assert ran(rules.mark_reset, [], [reset, send(1, 0)]) == rules.NO_TIME_NS  # a reset before the run touches nothing
+    assert t.counts == {"sent": 1, "telemetry_incomplete": 6}
+    assert statuses(t.known) == {"e1": UNKNOWN, "e2": RECEIVED, "e3": UNKNOWN}
+    event, info = t.value[1]
+    assert event["count"] == 7 and info["waiting"] == 1
+    assert trace([], [reset, send(1, 0)])["reset"].value == (NO_TIME_NS, None)  # a reset before the run touches nothing
 
 
 @pytest.mark.parametrize("history, records, expected, status", [
@@ -184,8 +210,8 @@ def test_mark_reset_leaves_the_waiting_sends_unknown_and_flags_the_windows_to_th
      {"sent": 1, "unaccounted": 1}, UNACCOUNTED),  # sent in a telemetry hole: not a drop
 ])
 def test_declare_drops(history, records, expected, status):
-    w = until(rules.declare_drops, history, records)
-    assert (counts(w), statuses(w)["e1"]) == (expected, status)
+    t = trace(history, records)["declare_drops"]
+    assert (t.counts, statuses(t.known)["e1"]) == (expected, status)
 
 
 @pytest.mark.parametrize("records, named", [
@@ -193,9 +219,8 @@ def test_declare_drops(history, records, expected, status):
     ([beat(11_500), beat(11_500, "rx")], ["e1"]),           # now no agent can withdraw the drop
 ])
 def test_name_drops(records, named):
-    w = until(rules.name_drops, [[start(0), send(1, 0), recv(9, 0)]], records)
-    named_ns = ran(rules.name_drops, [[start(0), send(1, 0), recv(9, 0)]], records)
-    ids = [e for ex in w.exemplars if len(ex) for e in ex.loc[ex["kind"] == "dropped_id", "event_id"]]
+    exemplars, named_ns = trace([[start(0), send(1, 0), recv(9, 0)]], records)["name_drops"].value
+    ids = list(exemplars.loc[exemplars["kind"] == "dropped_id", "event_id"]) if len(exemplars) else []
     assert ids == named and (named_ns > S) == bool(named)
 
 
@@ -204,8 +229,8 @@ def test_name_drops(records, named):
     ([beat(21_500)], ["e2"]),        # e1 decided and past deadline + retention; e2 still pending
 ])
 def test_forget(records, kept):
-    w = until(rules.forget, [[send(1, 0), recv(1, 5), send(2, 11_000)]], records)
-    assert list(w.known["id"]) == kept
+    t = trace([[send(1, 0), recv(1, 5), send(2, 11_000)]], records)["forget"]
+    assert list(t.known.frame["id"]) == kept
 
 
 @pytest.mark.parametrize("history, records, span", [
@@ -216,7 +241,7 @@ def test_forget(records, kept):
     ([[start(0), send(1, 100)]], [beat(20_900)], (0, None, 1, None)),
 ])
 def test_run_span(history, records, span):
-    r = ran(rules.run_span, history, records)
+    r = trace(history, records)["run_span"].value
     assert (r["start_ns"] - S, None if r["stop_ns"] is None else r["stop_ns"] - S, r["shards"],
             (r["aborted"] or "")[:7] or None) == (span[0] * MS, None if span[1] is None else span[1] * MS, span[2], span[3])
 
@@ -228,16 +253,14 @@ def test_run_span(history, records, span):
      + [recv(i, 1_700) for i in range(100, 150)] + [beat(2_100), stop(2_100)], [(991, 1_501)]),  # the receives after the held ones resume at 1.501 s
 ])
 def test_declare_gaps(records, gaps):
-    w = until(rules.run_span, [[start(0)]], records)
-    rules.declare_gaps(w, S + 2_100 * MS)
-    assert [((a - S) // MS, ((a - S) + d) // MS) for a, d, _ in w.declared] == gaps
-    assert counts(w).get(o.SILENCE_NS, 0) == sum(d for _, d, _ in w.declared)
+    t = trace([[start(0)]], records)["declare_gaps"]
+    assert [((a - S) // MS, ((a - S) + d) // MS) for a, d, _ in t.value] == gaps
+    assert t.counts.get(o.SILENCE_NS, 0) == sum(d for _, d, _ in t.value)
 
 
 def test_gather_events_keeps_machine_records_within_the_runs_span():
     node = [c.NodeSample(c.ANY_RUN, "n", S + t * MS, node="n1", metric="cpu", value=0.5) for t in (-5_000, 500, 40_000)]
-    w = until(rules.run_span, [], [start(0), send(1, 10), stop(1_000), *node])
-    events = rules.gather_events(w, S, S + 1_000 * MS)
+    events = trace([], [start(0), send(1, 10), stop(1_000), *node])["gather_events"].value
     assert sorted(events["kind"]) == ["node", "run_start", "run_stop"]
     assert (events["window_ns"] == (events["at_ns"] // 10**9) * 10**9).all()
     assert pd.api.types.is_integer_dtype(events["window_ns"])
