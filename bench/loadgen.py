@@ -176,49 +176,55 @@ def ratio_column(name: str, cases: dict) -> int:
     return 1 if ref.startswith("hey -q") else 3 if ref.startswith("loadgen kafka") else 0
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--raw-produce"]:  # the reference loop, in a process of its own
-        raw_produce(argv[1], argv[2], float(argv[3]), int(argv[4]))
-        return 0
-    if argv[:1] == ["--raw-http"]:  # the paced floor, in a process of its own
-        raw_http_paced(argv[1], float(argv[2]), int(argv[3]), int(argv[4]))
-        return 0
+def _parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--seconds", type=float, default=10, help="length of each attack (default %(default)s)")
     ap.add_argument("--payload", type=int, default=2048, help="event bytes (default %(default)s)")
     ap.add_argument("--repeat", type=int, default=3, help="repetitions; medians are reported (default %(default)s)")
     ap.add_argument("--only", help="only the rows whose name holds this text (e.g. '/s' for the paced rows)")
-    a = ap.parse_args(argv)
-    for tool in ("hey", "nginx"):
-        if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
-            print(f"bench.loadgen: error: {tool} is not installed (apt-get install {tool})", file=sys.stderr)
-            return 2
-    from core.kafka_options import create_topic
-    from core.procs import free_port, wait_port
-    from stack.tansu import start_tansu
+    return ap.parse_args(argv)
 
-    workdir = tempfile.mkdtemp(prefix="flightwatch-bench-lg-")
-    port = free_port()
-    os.makedirs(os.path.join(workdir, "body"))
-    conf = os.path.join(workdir, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(dir=workdir, port=port))
-    nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", conf, "-p", workdir],
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-    kport = free_port()
-    broker = start_tansu(kport, cluster_id="bench-lg")
-    bootstrap = f"127.0.0.1:{kport}"
-    create_topic(bootstrap, "bench-sut", 4, {})
-    kafka_url = f"kafka://{bootstrap}/bench-sut"
-    payload_file = os.path.join(workdir, "payload")
-    with open(payload_file, "wb") as f:
-        f.write(os.urandom(a.payload))
-    url = f"http://127.0.0.1:{port}/"
-    secs, p = a.seconds, a.payload
-    cases = {  # name -> (reference row or None, measure)
-        "hey -c 50 (http)": (None, lambda: (*run_hey(url, secs, payload_file), 0.0, 0.0)),
+
+class Targets:
+    """The attacked: nginx answering 204 (HTTP) and a Tansu broker (Kafka), in a folder of their own; ``close``
+    stops both."""
+
+    def __init__(self, payload: int) -> None:
+        from core.kafka_options import create_topic
+        from core.procs import free_port
+        from stack.tansu import start_tansu
+
+        self.workdir = tempfile.mkdtemp(prefix="flightwatch-bench-lg-")
+        self.port = free_port()
+        os.makedirs(os.path.join(self.workdir, "body"))
+        conf = os.path.join(self.workdir, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(NGINX_CONF.format(dir=self.workdir, port=self.port))
+        self.nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", conf, "-p", self.workdir],
+                                      stderr=subprocess.DEVNULL, start_new_session=True)
+        kport = free_port()
+        self.broker = start_tansu(kport, cluster_id="bench-lg")
+        self.bootstrap = f"127.0.0.1:{kport}"
+        create_topic(self.bootstrap, "bench-sut", 4, {})
+        self.kafka_url = f"kafka://{self.bootstrap}/bench-sut"
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.payload_file = os.path.join(self.workdir, "payload")
+        with open(self.payload_file, "wb") as f:
+            f.write(os.urandom(payload))
+
+    def close(self) -> None:
+        for proc in (self.nginx, self.broker):
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(10)
+
+
+def _cases(a: argparse.Namespace, t: Targets) -> dict:
+    """name -> (the reference row's name or None, a function measuring (events/s, cpu µs/event, send delay p99,
+    latency p99))."""
+    secs, p, url, kafka_url, bootstrap, workdir = a.seconds, a.payload, t.url, t.kafka_url, t.bootstrap, t.workdir
+    cases = {
+        "hey -c 50 (http)": (None, lambda: (*run_hey(url, secs, t.payload_file), 0.0, 0.0)),
         "loadgen http, telemetry off": ("hey -c 50 (http)", lambda: run_loadgen(url, secs, p, None, workdir)),
         "loadgen http, telemetry on": ("hey -c 50 (http)", lambda: run_loadgen(url, secs, p, bootstrap, workdir)),
         "raw produce loop (kafka)": (None, lambda: run_raw(bootstrap, "bench-sut", secs, p)),
@@ -228,7 +234,7 @@ def main(argv=None) -> int:
     for rate, workers in ((1000, "1"), (2000, "1"), (5000, "auto")):
         w = " 1 worker" if workers == "1" else ""
         ref = f"hey -q, {rate:,}/s (http)"
-        cases[ref] = (None, lambda r=rate: (*run_hey(url, secs, payload_file, r), 0.0, 0.0))
+        cases[ref] = (None, lambda r=rate: (*run_hey(url, secs, t.payload_file, r), 0.0, 0.0))
         if workers == "1":
             cases[f"raw http loop, {rate:,}/s"] = (ref, lambda r=rate: run_raw_http(url, secs, p, r))
         cases[f"loadgen http {rate:,}/s{w}"] = (ref, lambda r=rate, n=workers: run_loadgen(url, secs, p, bootstrap, workdir, r, n, 1000))
@@ -241,23 +247,26 @@ def main(argv=None) -> int:
     if a.only:
         cases = {k: v for k, v in cases.items() if a.only in k or any(a.only in name for name in (v[0] or "",))}
         cases = {k: v for k, v in cases.items() if v[0] is None or v[0] in cases}
+    return cases
+
+
+def _measure(cases: dict, repeat: int) -> tuple[dict[str, list], dict[str, list]]:
+    """(every repetition's figures per row, its ratio to its reference's of the same repetition)."""
     rows: dict[str, list] = {name: [] for name in cases}
     ratios: dict[str, list] = {name: [] for name, (ref, _) in cases.items() if ref}
-    try:
-        assert wait_port(port), "nginx did not start"
-        for rep in range(a.repeat):
-            for name, (ref, measure) in cases.items():
-                rows[name].append(measure())
-                if ref:
-                    col = ratio_column(name, cases)
-                    ratios[name].append(rows[name][-1][col] / rows[ref][-1][col])
-            print(f"repetition {rep + 1}/{a.repeat} done", flush=True)
-    finally:
-        for proc in (nginx, broker):
-            os.kill(proc.pid, signal.SIGTERM)
-            proc.wait(10)
+    for rep in range(repeat):
+        for name, (ref, measure) in cases.items():
+            rows[name].append(measure())
+            if ref:
+                col = ratio_column(name, cases)
+                ratios[name].append(rows[name][-1][col] / rows[ref][-1][col])
+        print(f"repetition {rep + 1}/{repeat} done", flush=True)
+    return rows, ratios
+
+
+def _table(a: argparse.Namespace, cases: dict, rows: dict[str, list], ratios: dict[str, list]) -> None:
     print(f"\n{'':<34} {'events/s':>9} {'ratio':>18} {'cpu µs/event':>13} {'send delay p99':>15} {'latency p99':>12}   "
-          f"(medians of {a.repeat}, {secs:g} s each, {p} B events, 2 cores shared with the sink)")
+          f"(medians of {a.repeat}, {a.seconds:g} s each, {a.payload} B events, 2 cores shared with the sink)")
     for name, vals in rows.items():
         rps, cpu, delay, latency = (statistics.median(v[i] for v in vals) for i in range(4))
         ref = cases[name][0]
@@ -269,6 +278,31 @@ def main(argv=None) -> int:
               f"{f'{latency:.1f} ms' if latency else '':>12}")
     print("goals: http with telemetry >= 1.0x hey; kafka with telemetry >= 0.7x raw; <= 30 µs/event paced, one worker included;"
           " paced http below hey's CPU (ratio < 1)")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--raw-produce"]:  # the reference loop, in a process of its own
+        raw_produce(argv[1], argv[2], float(argv[3]), int(argv[4]))
+        return 0
+    if argv[:1] == ["--raw-http"]:  # the paced floor, in a process of its own
+        raw_http_paced(argv[1], float(argv[2]), int(argv[3]), int(argv[4]))
+        return 0
+    a = _parse(argv)
+    for tool in ("hey", "nginx"):
+        if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
+            print(f"bench.loadgen: error: {tool} is not installed (apt-get install {tool})", file=sys.stderr)
+            return 2
+    from core.procs import wait_port
+
+    targets = Targets(a.payload)
+    cases = _cases(a, targets)
+    try:
+        assert wait_port(targets.port), "nginx did not start"
+        rows, ratios = _measure(cases, a.repeat)
+    finally:
+        targets.close()
+    _table(a, cases, rows, ratios)
     return 0
 
 

@@ -138,7 +138,7 @@ def descendants(pids) -> set[int]:
     return out
 
 
-def main(argv=None) -> int:
+def parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--rate", type=float, default=2000, help="events/s (default %(default)s)")
@@ -151,117 +151,152 @@ def main(argv=None) -> int:
         ap.error("--minutes and --rate must be > 0")
     a.duration = f"{a.minutes * 60:g}s" if a.minutes is not None else (a.duration or "15m")
     try:
-        warmup_s = parse_duration_ns(a.warmup) / 1e9
+        a.warmup_s = parse_duration_ns(a.warmup) / 1e9
         parse_duration_ns(a.duration)
     except ValueError as e:
         ap.error(str(e))
-    stack_pids = {}
+    return a
+
+
+def stack_pids() -> dict[str, int]:
+    """The embedded stack's processes, by the name of their PID file."""
+    pids = {}
     for f in glob.glob(os.path.join(STACK_DIR, "*.pid")):
         if (pid := pid_from_file(f)) is not None:
-            stack_pids[os.path.basename(f)[:-4]] = pid
-    if "http-receiver" not in stack_pids:
-        print("soak: error: the embedded stack is not running (make up)", file=sys.stderr)
-        return 2
-    run_id = time.strftime("soak-%Y%m%d-%H%M%S", time.gmtime())
-    lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", f"{a.rate:g}", "--duration", a.duration,
-                           "--target", f"http://127.0.0.1:{PORTS['http-receiver']}/", "--run", run_id, "--stream", "--quiet"],
-                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, start_new_session=True)
-    print(f"soak {run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every {SAMPLE_EVERY_S} s", flush=True)
-    samples: dict[tuple[int, str], list[tuple[float, int]]] = {}  # (pid, part) -> (wall-clock s, KiB)
-    slices = SliceWatch(f"127.0.0.1:{PORTS['telemetry-broker']}")
-    names: dict[tuple[int, str], str] = {}
-    t0, shown = time.monotonic(), -1
-    run_dir = os.path.join(ROOT, "checkpoints", run_id)
-    try:
-        while lg.poll() is None:
-            t, wall = time.monotonic() - t0, time.time()
-            for pid in descendants(list(stack_pids.values()) + [lg.pid]):
-                r = rss_kib(pid, "RssAnon")
-                if not r:
-                    continue
-                name = name_of(pid)  # read again: the Spark JVM starts as the bash script that execs java
-                if name == "?":  # gone meanwhile
-                    continue
-                heap = java_heap_kib(pid) if name.endswith("(JVM)") else None
-                # a pre-touched heap apart from the rest: a flat GiB would hide the rest's growth
-                parts = [("heap", heap, " heap"), ("", r - heap, " without heap")] if heap else [("", r, "")]
-                for part, kib, label in parts:
-                    samples.setdefault((pid, part), []).append((wall, kib))
-                    names[pid, part] = name + label
-            slices.sample(wall)
-            if int(t) // 60 != shown:
-                shown = int(t) // 60
-                total = sum(s[-1][1] for s in samples.values() if s[-1][0] == wall) / 1024
-                broker = samples.get((stack_pids.get("telemetry-broker"), ""), [(0, 0)])[-1][1] / 1024
-                print(f"  {t / 60:5.1f} min: {len(samples)} processes, {total:,.0f} MiB resident; telemetry broker "
-                      f"{broker:,.0f} MiB, {slices.live} slices held, {slices.deleted} deleted", flush=True)
-            time.sleep(SAMPLE_EVERY_S)
-        out = lg.stdout.read()
-    finally:
-        if lg.poll() is None:
-            stop_process(lg, wait_s=30, group=True)
-    print(out[-1500:])
-    bad = []
-    try:
-        report = json.load(open(os.path.join(run_dir, "loadgen", "report.json")))
-        attack_start, attack_end = report["start_ns"] / 1e9, report["start_ns"] / 1e9 + report["duration_s"]["attack"]
-    except (OSError, ValueError, KeyError) as e:
-        print(f"SOAK FAILED: no load generator report ({e})")
-        return 1
-    with open(os.path.join(run_dir, "soak-memory.json"), "w") as f:
-        json.dump({"attack_start_s": attack_start, "attack_end_s": attack_end, "warmup_s": warmup_s,
-                   "processes": [{"pid": key[0], "name": names[key], "samples": s} for key, s in samples.items()]}, f)
-    judged_from = attack_start + warmup_s
-    rotated = slices.first_deleted_at
-    print(f"telemetry slices: {slices.deleted} deleted once read, {slices.live} held at the end; first deleted "
-          + (f"{(rotated - attack_start) / 60:.1f} min into the attack" if rotated else "never (one topic: not sliced)"))
-    print(f"memory judged from {warmup_s / 60:g} min into the attack to its end ({(attack_end - judged_from) / 60:.1f} min): "
-          f"median of the first minute vs the last")
-    print(f"{'process (anonymous RSS)':42} {'pid':>7} {'MiB at warm-up':>15} {'MiB at end':>11} {'max':>7} {'change':>8} {'max at close':>13}")
-    for key, s in sorted(samples.items(), key=lambda kv: names[kv[0]]):
-        pid = key[0]
+            pids[os.path.basename(f)[:-4]] = pid
+    return pids
+
+
+def _medians(during: list[tuple[float, int]]) -> tuple[float, float]:
+    """The median of the first minute and of the last."""
+    return (statistics.median(r for t, r in during if t < during[0][0] + 60),
+            statistics.median(r for t, r in during if t > during[-1][0] - 60))
+
+
+class Soak:
+    """One soak: ``attack`` (sampling memory while the load generator runs), then the three judgements, each
+    adding what failed to ``bad``: ``memory``, ``engine_state``, ``completeness``."""
+
+    def __init__(self, a: argparse.Namespace, stack: dict[str, int]) -> None:
+        self.a, self.stack = a, stack
+        self.run_id = time.strftime("soak-%Y%m%d-%H%M%S", time.gmtime())
+        self.run_dir = os.path.join(ROOT, "checkpoints", self.run_id)
+        self.samples: dict[tuple[int, str], list[tuple[float, int]]] = {}  # (pid, part) -> (wall-clock s, KiB)
+        self.names: dict[tuple[int, str], str] = {}
+        self.slices = SliceWatch(f"127.0.0.1:{PORTS['telemetry-broker']}")
+        self.bad: list[str] = []
+
+    def attack(self) -> str:
+        """Run the load generator, sampling every process's memory until it ends; its output."""
+        a = self.a
+        lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", f"{a.rate:g}", "--duration", a.duration,
+                               "--target", f"http://127.0.0.1:{PORTS['http-receiver']}/", "--run", self.run_id, "--stream",
+                               "--quiet"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        print(f"soak {self.run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every "
+              f"{SAMPLE_EVERY_S} s", flush=True)
+        t0, shown = time.monotonic(), -1
+        try:
+            while lg.poll() is None:
+                t, wall = time.monotonic() - t0, time.time()
+                self.sample(list(self.stack.values()) + [lg.pid], wall)
+                if int(t) // 60 != shown:
+                    shown = int(t) // 60
+                    self.progress(t, wall)
+                time.sleep(SAMPLE_EVERY_S)
+            return lg.stdout.read()
+        finally:
+            if lg.poll() is None:
+                stop_process(lg, wait_s=30, group=True)
+
+    def sample(self, roots: list[int], wall: float) -> None:
+        for pid in descendants(roots):
+            r = rss_kib(pid, "RssAnon")
+            if not r:
+                continue
+            name = name_of(pid)  # read again: the Spark JVM starts as the bash script that execs java
+            if name == "?":  # gone meanwhile
+                continue
+            heap = java_heap_kib(pid) if name.endswith("(JVM)") else None
+            # a pre-touched heap apart from the rest: a flat GiB would hide the rest's growth
+            parts = [("heap", heap, " heap"), ("", r - heap, " without heap")] if heap else [("", r, "")]
+            for part, kib, label in parts:
+                self.samples.setdefault((pid, part), []).append((wall, kib))
+                self.names[pid, part] = name + label
+        self.slices.sample(wall)
+
+    def progress(self, t: float, wall: float) -> None:
+        total = sum(s[-1][1] for s in self.samples.values() if s[-1][0] == wall) / 1024
+        broker = self.samples.get((self.stack.get("telemetry-broker"), ""), [(0, 0)])[-1][1] / 1024
+        print(f"  {t / 60:5.1f} min: {len(self.samples)} processes, {total:,.0f} MiB resident; telemetry broker "
+              f"{broker:,.0f} MiB, {self.slices.live} slices held, {self.slices.deleted} deleted", flush=True)
+
+    def memory(self, attack_start: float, attack_end: float) -> None:
+        """Per process, the first minute after warm-up against the last minute of the attack."""
+        warmup_s, slices = self.a.warmup_s, self.slices
+        with open(os.path.join(self.run_dir, "soak-memory.json"), "w") as f:
+            json.dump({"attack_start_s": attack_start, "attack_end_s": attack_end, "warmup_s": warmup_s,
+                       "processes": [{"pid": key[0], "name": self.names[key], "samples": s} for key, s in self.samples.items()]}, f)
+        judged_from = attack_start + warmup_s
+        rotated = slices.first_deleted_at
+        print(f"telemetry slices: {slices.deleted} deleted once read, {slices.live} held at the end; first deleted "
+              + (f"{(rotated - attack_start) / 60:.1f} min into the attack" if rotated else "never (one topic: not sliced)"))
+        print(f"memory judged from {warmup_s / 60:g} min into the attack to its end ({(attack_end - judged_from) / 60:.1f} min): "
+              f"median of the first minute vs the last")
+        print(f"{'process (anonymous RSS)':42} {'pid':>7} {'MiB at warm-up':>15} {'MiB at end':>11} {'max':>7} {'change':>8} {'max at close':>13}")
+        for key, s in sorted(self.samples.items(), key=lambda kv: self.names[kv[0]]):
+            self._process(key, s, judged_from, attack_end, rotated)
+
+    def _process(self, key: tuple[int, str], s: list[tuple[float, int]], judged_from: float, attack_end: float,
+                 rotated: float | None) -> None:
+        pid, name = key[0], self.names[key]
         during = [(t, r) for t, r in s if judged_from <= t <= attack_end]
         if len(during) < 12 or during[-1][0] < attack_end - 2 * SAMPLE_EVERY_S:
-            continue  # short-lived (a worker that ended, a probe)
-        first = statistics.median(r for t, r in during if t < during[0][0] + 60)
-        last = statistics.median(r for t, r in during if t > during[-1][0] - 60)
+            return  # short-lived (a worker that ended, a probe)
+        first, last = _medians(during)
         close = max((r for t, r in s if t > attack_end), default=None)
         change = (last - first) / first
-        telemetry_broker = pid == stack_pids.get("telemetry-broker") and rotated is not None
+        telemetry_broker = pid == self.stack.get("telemetry-broker") and rotated is not None
         if telemetry_broker:  # judged from its first rotation (the slices it holds are bounded from then on)
             during = [(t, r) for t, r in s if rotated <= t <= attack_end]
             if len(during) < 12:
-                bad.append("telemetry broker: too short after the first slice rotation to judge")
-                continue
-            first = statistics.median(r for t, r in during if t < during[0][0] + 60)
-            last = statistics.median(r for t, r in during if t > during[-1][0] - 60)
+                self.bad.append("telemetry broker: too short after the first slice rotation to judge")
+                return
+            first, last = _medians(during)
             lo, hi = min(r for _, r in during), max(r for _, r in during)
             print(f"telemetry broker after the first rotation: {first / 1024:.1f} MiB (first minute's median) -> "
                   f"{last / 1024:.1f} MiB (last minute's), range {lo / 1024:.1f}-{hi / 1024:.1f} MiB")
-        stores = names[key].startswith("tansu") and not telemetry_broker  # the SUT broker keeps every message
-        print(f"{names[key][:42]:42} {pid:>7} {first / 1024:>15.1f} {last / 1024:>11.1f} {max(r for _, r in during) / 1024:>7.1f} "
+        stores = name.startswith("tansu") and not telemetry_broker  # the SUT broker keeps every message
+        print(f"{name[:42]:42} {pid:>7} {first / 1024:>15.1f} {last / 1024:>11.1f} {max(r for _, r in during) / 1024:>7.1f} "
               f"{change:>+8.1%} {(f'{close / 1024:.1f}' if close else '-'):>13}"
               + ("  (in-memory broker: holds the data, not judged)" if stores else ""))
         if abs(change) > GROWTH_LIMIT and not stores:
-            bad.append(f"{names[key]} ({pid}) {change:+.1%}")
-    paths = RunPaths(run_dir)
-    infos = [json.load(open(batch_file(paths.batches, b, "json"))) for b in ids_in(paths.batches, "batch-*.json")]
-    written = [i for i in infos if i.get("written_at_ns")]
-    t_start = written[0]["written_at_ns"] if written else 0
-    at_warm = [i for i in written if i["written_at_ns"] - t_start >= warmup_s * 1e9]
-    steady = [i for i in at_warm if i.get("num_pending", 0) > 0]
-    if steady:
-        k0, k1 = steady[0]["num_known"], max(i["num_known"] for i in steady)
-        print(f"engine state (event IDs remembered): {k0:,} after warm-up, at most {k1:,} after it "
-              f"(bounded by the retention: rate x (drop timeout + retention))")
-        if k1 > 1.1 * k0 + a.rate * 5:
-            bad.append(f"engine state grew from {k0:,} to {k1:,}")
-    summary_file = paths.summary_file
-    deadline = time.monotonic() + CLOSE_WAIT_S  # a long run's close outlasts the load generator's wait for it
-    while not os.path.exists(summary_file) and time.monotonic() < deadline:
-        time.sleep(2)
-    if os.path.exists(summary_file):
+            self.bad.append(f"{name} ({pid}) {change:+.1%}")
+
+    def engine_state(self) -> None:
+        """The event IDs the job remembers, after warm-up: bounded by the retention."""
+        paths = RunPaths(self.run_dir)
+        infos = [json.load(open(batch_file(paths.batches, b, "json"))) for b in ids_in(paths.batches, "batch-*.json")]
+        written = [i for i in infos if i.get("written_at_ns")]
+        t_start = written[0]["written_at_ns"] if written else 0
+        at_warm = [i for i in written if i["written_at_ns"] - t_start >= self.a.warmup_s * 1e9]
+        steady = [i for i in at_warm if i.get("num_pending", 0) > 0]
+        if steady:
+            k0, k1 = steady[0]["num_known"], max(i["num_known"] for i in steady)
+            print(f"engine state (event IDs remembered): {k0:,} after warm-up, at most {k1:,} after it "
+                  f"(bounded by the retention: rate x (drop timeout + retention))")
+            if k1 > 1.1 * k0 + self.a.rate * 5:
+                self.bad.append(f"engine state grew from {k0:,} to {k1:,}")
+
+    def completeness(self, report: dict) -> None:
+        """Every send received, dropped or errored, once; the job's count of sends the load generator's."""
+        summary_file = RunPaths(self.run_dir).summary_file
+        deadline = time.monotonic() + CLOSE_WAIT_S  # a long run's close outlasts the load generator's wait for it
+        while not os.path.exists(summary_file) and time.monotonic() < deadline:
+            time.sleep(2)
+        if not os.path.exists(summary_file):
+            self.bad.append("no summary: the job did not close the run")
+            return
         s = json.load(open(summary_file))
         print(f"run: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,} duplicates {s['duplicates']:,} "
               f"quarantined {s['quarantined']:,} telemetry lost {s.get('telemetry_lost')}; p99 {s['latency_us']['p99'] / 1000:.1f} ms")
@@ -269,11 +304,28 @@ def main(argv=None) -> int:
         print(f"accounted for: {accounted:,} of {s['sent']:,} sent (received + dropped + errors); the load generator "
               f"made {report['requests']:,} requests")
         if accounted != s["sent"] or s["sent"] != report["requests"] or s["duplicates"] or s.get("telemetry_lost"):
-            bad.append("run incomplete: an event not accounted for, counted twice, or telemetry lost")
-    else:
-        bad.append("no summary: the job did not close the run")
-    if bad:
-        print("SOAK FAILED: " + "; ".join(bad))
+            self.bad.append("run incomplete: an event not accounted for, counted twice, or telemetry lost")
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    stack = stack_pids()
+    if "http-receiver" not in stack:
+        print("soak: error: the embedded stack is not running (make up)", file=sys.stderr)
+        return 2
+    soak = Soak(a, stack)
+    print(soak.attack()[-1500:])
+    try:
+        report = json.load(open(os.path.join(soak.run_dir, "loadgen", "report.json")))
+        attack_start, attack_end = report["start_ns"] / 1e9, report["start_ns"] / 1e9 + report["duration_s"]["attack"]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"SOAK FAILED: no load generator report ({e})")
+        return 1
+    soak.memory(attack_start, attack_end)
+    soak.engine_state()
+    soak.completeness(report)
+    if soak.bad:
+        print("SOAK FAILED: " + "; ".join(soak.bad))
         return 1
     print(f"soak passed: every long-lived process within ±{GROWTH_LIMIT:.0%} after warm-up, state bounded, run complete")
     return 0

@@ -89,102 +89,145 @@ def plan(start: dict, view: View, base: str, strikes: dict[str, int], now_s: flo
          grace_s: float = RETIRE_GRACE_S) -> Plan:
     """The end of the next batch from ``start`` (before admission control and idle batching), the slices to delete
     now, and, when the broker lost data the job had not read, why. ``strikes`` is kept between plannings."""
-    now_s = time.time() if now_s is None else now_s
-    cur, ids, retired = topic_offsets(start, base), topic_ids(start), dict(retired_of(start))
-    deleted = {t: d for t, d in start.get("deleted", {}).items()
-               if t not in cur and (span := parse_slice(base, t)) and now_s < span[0] + span[1] + grace_s + DELETED_KEPT_S}
-    resets = int(start.get("resets", 0))
+    p = _Planning(start, view, base, strikes, time.time() if now_s is None else now_s, grace_s)
     if view.listing is None:  # away: plan up to what is known
-        ends = {t: {p: max(o, view.known.get((t, int(p)), 0)) for p, o in parts.items()} for t, parts in cur.items()}
-        return Plan(offsets_of(ends, ids, retired, resets, deleted))
-    listing = view.listing
-
-    def fresh_of(t: str) -> dict[str, int] | None:
-        """The topic's ends in this planning's answers, if every partition answered."""
-        got = {str(p): view.fresh[(t, p)] for p in listing[t][1] if (t, p) in view.fresh}
-        return got if listing[t][1] and len(got) == len(listing[t][1]) else None
-
-    # slices retired by the batch before: delete them, unless written to since
-    delete = []
-    for t, was in list(retired.items()):
-        if t not in listing or listing[t][0] not in (None, was.get("id")):
-            del retired[t]  # deleted (and maybe back already: read below from where it ended)
-            deleted[t] = {**{p: o for p, o in was.items() if p not in ("id", "n")}, "n": was.get("n", 0) + 1}
-            continue
-        ends = fresh_of(t)
-        behind = {p: o for p, o in was.items() if p not in ("id", "n")}
-        if ends is not None and ends == behind:
-            delete.append(t)
-        elif ends is not None and any(ends.get(p, 0) > o for p, o in behind.items()):
-            del retired[t]  # a late write: read on from where it was
-            cur[t] = behind
-            ids[t] = was.get("id", "")
-    # what the broker lost
-    why: dict[str, str] = {}
-    for t, parts in cur.items():
-        if t not in listing:
-            bad = "is gone"
-        elif ids.get(t) and listing[t][0] and listing[t][0] != ids[t]:
-            why[t] = f"was recreated (ID {ids[t]} -> {listing[t][0]})"
-            continue
-        else:
-            ends = {str(p): view.fresh[(t, p)] for p in listing[t][1] if (t, p) in view.fresh}
-            back = {p: (o, ends[p]) for p, o in parts.items() if p in ends and ends[p] < o}
-            bad = ("its end offsets went back (" + ", ".join(f"partition {p}: {o} -> {e}" for p, (o, e) in sorted(back.items())) + ")"
-                   if back and not (ids.get(t) and listing[t][0]) else "")
-        strikes[t] = strikes.get(t, 0) + 1 if bad else 0
-        if bad and strikes[t] >= STRIKES:
-            why[t] = bad
-    if why:  # a broker that lost some of our topics lost them all: those missing now are gone too (one reset)
-        why.update({t: "is gone" for t in cur if t not in listing and t not in why})
-    for t in why:
-        strikes.pop(t, None)
-    for t in list(strikes):
-        if t not in cur:
-            del strikes[t]
-    reset: dict = {}
-    if why:
-        lost = sum(max(view.known.get((t, int(p)), 0) - o, 0) for t in why for p, o in cur[t].items())
-        reason = "; ".join(f"the topic {t} {w}" if t == base else f"the slice {t} {w}" for t, w in sorted(why.items()))
-        reset = {"reset_at_ns": time.time_ns(), "reset_reason": reason, "reset_lost": lost, "reset_topics": sorted(why)}
-        resets += 1
-        for t in why:
-            cur.pop(t)
-            ids.pop(t, None)
-    # every topic the broker holds, from where the job is (a new one, or one the broker lost, from its start)
-    ends: Ends = {}
-    since: Ends = {}
-    for t, (tid, parts) in sorted(listing.items(), key=lambda kv: read_order(base, kv[0])):
-        if t in retired:
-            continue
-        if t in cur:
-            ends[t] = {str(p): max(view.known.get((t, p), 0), view.fresh.get((t, p), 0), cur[t].get(str(p), 0))
-                       for p in parts}
-        else:  # what this planning's answers say (the ends known may be an earlier topic's of the same name)
-            ends[t] = {str(p): view.fresh.get((t, p), 0) for p in parts}
-            if t in deleted:  # back after its deletion: on from where it ended (its ends come back: records do not)
-                gone = deleted[t]
-                since[t] = {p: gone.get(p, 0) for p in ends[t]}
-                ends[t] = {p: max(e, since[t][p]) for p, e in ends[t].items()}
-        if tid:
-            ids[t] = tid
-    for t, parts in cur.items():  # gone, not yet for sure: stay where they are
-        if t not in ends and t not in listing:
-            ends[t] = dict(parts)
-    # slices over, read to their end in committed batches, and with nothing more: retire (deleted next planning)
+        return Plan(offsets_of(p.known_ends(), p.ids, p.retired, p.resets, p.deleted))
+    delete = p.delete_retired()
+    why = p.lost()
+    reset = p.reset(why)
+    ends, since = p.ends()
     if not why:
-        for t, parts in cur.items():
-            span = parse_slice(base, t)
-            if span is None or now_s < span[0] + span[1] + grace_s or t not in listing:
+        p.retire(ends)
+    return Plan(offsets_of(ends, p.ids, p.retired, p.resets, p.deletions(since), since, **reset), delete,
+                reset.get("reset_reason"))
+
+
+class _Planning:
+    """One planning's working state; ``plan`` calls its steps in order, each on what the ones before it left."""
+
+    def __init__(self, start: dict, view: View, base: str, strikes: dict[str, int], now_s: float, grace_s: float) -> None:
+        self.start, self.view, self.base, self.strikes, self.now_s, self.grace_s = start, view, base, strikes, now_s, grace_s
+        self.cur, self.ids, self.retired = topic_offsets(start, base), topic_ids(start), dict(retired_of(start))
+        self.deleted = {t: d for t, d in start.get("deleted", {}).items()
+                        if t not in self.cur and (span := parse_slice(base, t))
+                        and now_s < span[0] + span[1] + grace_s + DELETED_KEPT_S}
+        self.resets = int(start.get("resets", 0))
+        self.listing = view.listing or {}
+
+    def known_ends(self) -> Ends:
+        """The broker away: every topic read up to what is known of it."""
+        return {t: {p: max(o, self.view.known.get((t, int(p)), 0)) for p, o in parts.items()} for t, parts in self.cur.items()}
+
+    def fresh_of(self, t: str) -> dict[str, int] | None:
+        """The topic's ends in this planning's answers, if every partition answered."""
+        got = {str(p): self.view.fresh[(t, p)] for p in self.listing[t][1] if (t, p) in self.view.fresh}
+        return got if self.listing[t][1] and len(got) == len(self.listing[t][1]) else None
+
+    def delete_retired(self) -> list[str]:
+        """The slices retired by the batch before, to delete now, unless written to since (then read on)."""
+        delete = []
+        for t, was in list(self.retired.items()):
+            if t not in self.listing or self.listing[t][0] not in (None, was.get("id")):
+                del self.retired[t]  # deleted (and maybe back already: read below from where it ended)
+                self.deleted[t] = {**{p: o for p, o in was.items() if p not in ("id", "n")}, "n": was.get("n", 0) + 1}
                 continue
-            times = start.get("deleted", {}).get(t, {}).get("n", 0)
-            if fresh_of(t) == parts and ends.get(t) == parts and times < MAX_DELETIONS:
-                retired[t] = {**parts, **({"id": ids[t]} if ids.get(t) else {}), **({"n": times} if times else {})}
+            ends = self.fresh_of(t)
+            behind = {p: o for p, o in was.items() if p not in ("id", "n")}
+            if ends is not None and ends == behind:
+                delete.append(t)
+            elif ends is not None and any(ends.get(p, 0) > o for p, o in behind.items()):
+                del self.retired[t]  # a late write: read on from where it was
+                self.cur[t] = behind
+                self.ids[t] = was.get("id", "")
+        return delete
+
+    def _suspect(self, t: str, parts: dict[str, int]) -> str:
+        """Why the topic may have lost data ("" when it did not): gone, or its end offsets went back."""
+        if t not in self.listing:
+            return "is gone"
+        ends = {str(p): self.view.fresh[(t, p)] for p in self.listing[t][1] if (t, p) in self.view.fresh}
+        back = {p: (o, ends[p]) for p, o in parts.items() if p in ends and ends[p] < o}
+        if not back or (self.ids.get(t) and self.listing[t][0]):
+            return ""
+        return "its end offsets went back (" + ", ".join(f"partition {p}: {o} -> {e}" for p, (o, e) in sorted(back.items())) + ")"
+
+    def lost(self) -> dict[str, str]:
+        """Per topic the broker lost, why: recreated at once, or found suspect ``STRIKES`` plannings in a row."""
+        why: dict[str, str] = {}
+        strikes = self.strikes
+        for t, parts in self.cur.items():
+            if t in self.listing and self.ids.get(t) and self.listing[t][0] and self.listing[t][0] != self.ids[t]:
+                why[t] = f"was recreated (ID {self.ids[t]} -> {self.listing[t][0]})"
+                continue
+            bad = self._suspect(t, parts)
+            strikes[t] = strikes.get(t, 0) + 1 if bad else 0
+            if bad and strikes[t] >= STRIKES:
+                why[t] = bad
+        if why:  # a broker that lost some of our topics lost them all: those missing now are gone too (one reset)
+            why.update({t: "is gone" for t in self.cur if t not in self.listing and t not in why})
+        for t in why:
+            strikes.pop(t, None)
+        for t in list(strikes):
+            if t not in self.cur:
+                del strikes[t]
+        return why
+
+    def reset(self, why: dict[str, str]) -> dict:
+        """The offsets' reset keys for what the broker lost; its topics are read again from their start."""
+        if not why:
+            return {}
+        lost = sum(max(self.view.known.get((t, int(p)), 0) - o, 0) for t in why for p, o in self.cur[t].items())
+        reason = "; ".join(f"the topic {t} {w}" if t == self.base else f"the slice {t} {w}" for t, w in sorted(why.items()))
+        self.resets += 1
+        for t in why:
+            self.cur.pop(t)
+            self.ids.pop(t, None)
+        return {"reset_at_ns": time.time_ns(), "reset_reason": reason, "reset_lost": lost, "reset_topics": sorted(why)}
+
+    def ends(self) -> tuple[Ends, Ends]:
+        """(every topic the broker holds, to its end, from where the job is: a new one, or one the broker lost, from
+        its start; where a slice back after its deletion is read from)."""
+        ends: Ends = {}
+        since: Ends = {}
+        view = self.view
+        for t, (tid, parts) in sorted(self.listing.items(), key=lambda kv: read_order(self.base, kv[0])):
+            if t in self.retired:
+                continue
+            if t in self.cur:
+                ends[t] = {str(p): max(view.known.get((t, p), 0), view.fresh.get((t, p), 0), self.cur[t].get(str(p), 0))
+                           for p in parts}
+            else:  # what this planning's answers say (the ends known may be an earlier topic's of the same name)
+                ends[t] = {str(p): view.fresh.get((t, p), 0) for p in parts}
+                if t in self.deleted:  # back after its deletion: on from where it ended (its ends come back: records do not)
+                    gone = self.deleted[t]
+                    since[t] = {p: gone.get(p, 0) for p in ends[t]}
+                    ends[t] = {p: max(e, since[t][p]) for p, e in ends[t].items()}
+            if tid:
+                self.ids[t] = tid
+        for t, parts in self.cur.items():  # gone, not yet for sure: stay where they are
+            if t not in ends and t not in self.listing:
+                ends[t] = dict(parts)
+        return ends, since
+
+    def retire(self, ends: Ends) -> None:
+        """Slices over, read to their end in committed batches, and with nothing more: retired (out of ``ends``;
+        deleted next planning)."""
+        for t, parts in self.cur.items():
+            span = parse_slice(self.base, t)
+            if span is None or self.now_s < span[0] + span[1] + self.grace_s or t not in self.listing:
+                continue
+            times = self.start.get("deleted", {}).get(t, {}).get("n", 0)
+            if self.fresh_of(t) == parts and ends.get(t) == parts and times < MAX_DELETIONS:
+                self.retired[t] = {**parts, **({"id": self.ids[t]} if self.ids.get(t) else {}), **({"n": times} if times else {})}
                 ends.pop(t)
-    deleted = {t: d for t, d in deleted.items() if t not in retired and (t not in cur or t in since)}
-    keep = {t: d for t, d in start.get("deleted", {}).items() if t in cur and d.get("n", 0) and t not in retired}
-    deleted.update({t: {"n": d["n"]} for t, d in keep.items()})  # back and read on: how often it was deleted stays
-    return Plan(offsets_of(ends, ids, retired, resets, deleted, since, **reset), delete, reset.get("reset_reason"))
+
+    def deletions(self, since: Ends) -> dict:
+        """The slices deleted lately, to remember: how often a slice back and read on was deleted stays."""
+        deleted = {t: d for t, d in self.deleted.items() if t not in self.retired and (t not in self.cur or t in since)}
+        keep = {t: d for t, d in self.start.get("deleted", {}).items()
+                if t in self.cur and d.get("n", 0) and t not in self.retired}
+        deleted.update({t: {"n": d["n"]} for t, d in keep.items()})
+        return deleted
 
 
 def start_of(end: dict, start: dict, base: str) -> Ends:

@@ -279,7 +279,7 @@ def test_loadgen_command_line_fuzz_gives_a_config_or_a_usage_error(argv):
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)
 @given(command=st.sampled_from(["run", "replay", "summary"]), argv=_argv(JOB_FLAGS))
 def test_job_command_line_fuzz_gives_a_config_or_a_usage_error(command, argv):
-    from streaming.job import UsageError, build_parser, config_from_args
+    from streaming.cli import UsageError, build_parser, config_from_args
 
     try:
         cfg = config_from_args(build_parser().parse_args([command, *argv]))
