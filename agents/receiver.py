@@ -20,7 +20,7 @@ import socket
 import sys
 import time
 
-from agents import http_receiver, kafka_receiver
+from agents import http_receiver, http_server, kafka_receiver
 from agents.kafka_agent import main_kafka
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS
 from core import clock, contract, logs, memory, metrics
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--spool-budget", default="2GiB", metavar="SIZE",
                    help="disk the spool may take while the telemetry broker is away (default %(default)s); "
                         "receives over it are counted as lost, in /healthz and in the run's summary")
-    limits = http_receiver.Limits()
+    limits = http_server.Limits()
     h.add_argument("--head-timeout", default=f"{limits.head_timeout_s:g}s", metavar="DURATION",
                    help="a request's head must be complete this long after its first byte, else 408 and close "
                         "(default %(default)s)")
@@ -125,7 +125,7 @@ def main_http(a, log=None) -> int:
         print(f"receiver: error: --spool-budget: {e}", file=sys.stderr)
         return 2
     try:
-        a.limits = http_receiver.Limits(head_timeout_s=_positive_s(a.head_timeout, "--head-timeout"),
+        a.limits = http_server.Limits(head_timeout_s=_positive_s(a.head_timeout, "--head-timeout"),
                                         body_timeout_s=_positive_s(a.body_timeout, "--body-timeout"),
                                         max_connections=a.max_connections)
         if a.max_connections < 1:
@@ -197,7 +197,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
 
         tasks = [asyncio.create_task(clock_every(30.0)), asyncio.create_task(progress()), asyncio.create_task(report_lost()),
                  asyncio.create_task(memory.trim_every()), asyncio.create_task(share_metrics())]
-        await http_receiver.serve(receiver, host, port, reuse_port=reuse_port, stop=stop, limits=a.limits,
+        await http_server.serve(receiver, host, port, reuse_port=reuse_port, stop=stop, limits=a.limits,
                                   ready=lambda: log(f"receiver {agent}: http://{host}:{port}/ -> " + (
                                       "(no telemetry)" if spool is None else
                                       f"spool {spool.dir} -> {a.telemetry_bootstrap}/{a.telemetry_topic}"), flush=True))

@@ -33,7 +33,6 @@ import glob
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -43,24 +42,16 @@ from dataclasses import dataclass, field
 import psutil
 
 from bench.soak import SliceWatch, name_of
+from bench.workday_checks import CHECKS, RELAY_CAPACITY, judge, report
 from core.procs import free_port, stop_process
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
-from runs.compare import RunSample, compare
 from stack.__main__ import PORTS, STACK_DIR
 
 SAMPLE_EVERY_S = 10
-IDLE_CORES = 0.15
-REPEAT_JUDGED = ("p50", "p90", "p99")
-RSS_TOLERANCE = 0.10
-LOG_BYTES_PER_HOUR = 1 << 20
-SETTLE_S = 60
-"""An idle stretch is judged from its second minute on (the last run's job closing, the JVM's exit)."""
 STACK_SETTLE_S = 60
 """After `make up`, before the first attack: the dashboard's and Prometheus' start-up took CPU from the first run
 (its HTTP p99 4.1 ms, against 1.0 ms when repeated)."""
-RELAY_CAPACITY = 400
 PACE = "200:15s,350:15s,500:15s"
-PACE_RATES = (200, 350, 500)
 
 
 @dataclass
@@ -205,131 +196,6 @@ def live_job(run_id: str):
                              "--metrics-listen", "none"],
                             cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def between(samples: list[dict], t0: float, t1: float) -> list[dict]:
-    return [s for s in samples if t0 <= s["t"] <= t1]
-
-
-def idle_cores(samples: list[dict]) -> tuple[float, dict[str, float]]:
-    """flightwatch's cores over the samples (first to last), in total and by process name (processes in both)."""
-    if len(samples) < 2:
-        return float("nan"), {}
-    a, b = samples[0], samples[-1]
-    secs = b["t"] - a["t"]
-    by: dict[str, float] = {}
-    for pid, p in b["procs"].items():
-        if p["sut"] or pid not in a["procs"]:
-            continue
-        by[p["name"]] = by.get(p["name"], 0.0) + (p["cpu_s"] - a["procs"][pid]["cpu_s"]) / secs
-    # processes that came or went in between (a job closing): what they used inside the span is counted as well
-    for s0, s1 in zip(samples, samples[1:]):
-        for pid, p in s1["procs"].items():
-            if not p["sut"] and pid not in a["procs"] and pid in s0["procs"]:
-                by[p["name"]] = by.get(p["name"], 0.0) + (p["cpu_s"] - s0["procs"][pid]["cpu_s"]) / secs
-    return sum(by.values()), by
-
-
-CHECKS = ("idle", "verdict", "repeat", "memory", "logs")
-"""The checks of the module's docstring, in its order."""
-
-
-def judge(steps: list[Step], samples: list[dict]) -> tuple[list[tuple[str, str]], dict]:
-    """The checks of the module's docstring: (failures as (check, what), figures)."""
-    bad: list[tuple[str, str]] = []
-    fig: dict = {"idle": [], "runs": [], "memory": [], "logs": []}
-    idles = [s for s in steps if s.kind == "idle"]
-    for st in idles:
-        total, by = idle_cores(between(samples, st.started_s + SETTLE_S, st.ended_s))
-        top = sorted(by.items(), key=lambda kv: -kv[1])[:4]
-        fig["idle"].append({"name": st.name, "live_stream": st.live_stream, "minutes": (st.ended_s - st.started_s) / 60,
-                            "cores": total, "top": top})
-        if not total <= IDLE_CORES:
-            bad.append(("idle", f"{st.name}: flightwatch used {total:.3f} cores at idle (at most {IDLE_CORES})"))
-    first: dict[str, dict] = {}
-    for st in [s for s in steps if s.kind == "run"]:
-        s = st.result
-        v = s.get("verdict") or {}
-        lat = s.get("latency_us") or {}
-        row = {"name": st.name, "run": st.run_id, "sent": s.get("sent"), "received": s.get("received"),
-               "dropped": s.get("dropped"), "p50_us": lat.get("p50"), "p99_us": lat.get("p99"),
-               "state": v.get("state"), "message": v.get("message") or s.get("error"),
-               "knee": (v.get("knee") or {}).get("rate")}
-        fig["runs"].append(row)
-        if "error" in s:
-            bad.append(("verdict", f"{st.name}: {s['error']}"))
-            continue
-        if st.target == "relay":
-            want = max(i for i, r in enumerate(PACE_RATES) if r <= RELAY_CAPACITY)
-            got = PACE_RATES.index(row["knee"]) if row["knee"] in PACE_RATES else None
-            if got is None or abs(got - want) > 1:
-                bad.append(("verdict", f"{st.name}: knee {row['knee']} not within one step of {PACE_RATES[want]}/s"))
-        elif row["state"] != "ok":
-            bad.append(("verdict", f"{st.name} ({st.run_id}): verdict {row['message']!r}"))
-        ref = first.setdefault(st.name, row)
-        if ref is not row:
-            try:
-                rep = compare(RunSample.load(RunPaths.of_run(ref["run"]).root), RunSample.load(RunPaths.of_run(row["run"]).root))
-            except ValueError as e:
-                bad.append(("repeat", f"{st.name} ({st.run_id}): not compared with {ref['run']}: {e}"))
-                continue
-            row["compared"] = rep["headline"]
-            worse = [r for r in rep["whole_run"] if r["metric"] in REPEAT_JUDGED and r["verdict"] == "regression"]
-            if worse:
-                bad.append(("repeat", f"{st.name} ({st.run_id}) against its first run {ref['run']}: {rep['headline']}"))
-    if len(idles) >= 2:
-        a = between(samples, idles[0].started_s + SETTLE_S, idles[0].ended_s)
-        b = between(samples, idles[-1].started_s + SETTLE_S, idles[-1].ended_s)
-        for pid in sorted(set(a[0]["procs"]) & set(b[-1]["procs"]) if a and b else ()):
-            p = b[-1]["procs"][pid]
-            if p["sut"]:
-                continue
-            r0 = statistics.median(s["procs"][pid]["rss"] for s in a if pid in s["procs"])
-            r1 = statistics.median(s["procs"][pid]["rss"] for s in b if pid in s["procs"])
-            judged = p["name"] != "telemetry-broker"  # holds the last run's slices until the next job deletes them
-            fig["memory"].append({"name": p["name"], "pid": pid, "first_mib": r0 / 2**20, "last_mib": r1 / 2**20,
-                                  "change": r1 / r0 - 1, "judged": judged})
-            if judged and abs(r1 / r0 - 1) > RSS_TOLERANCE:
-                bad.append(("memory", f"{p['name']} ({pid}): RSS {r0 / 2**20:.0f} -> {r1 / 2**20:.0f} MiB ({r1 / r0 - 1:+.0%})"))
-    grown: dict[str, float] = {}
-    idle_h = 0.0
-    for st in idles:
-        span = between(samples, st.started_s + SETTLE_S, st.ended_s)
-        if len(span) < 2:
-            continue
-        idle_h += (span[-1]["t"] - span[0]["t"]) / 3600
-        for path, size in span[-1]["logs"].items():
-            grown[path] = grown.get(path, 0) + size - span[0]["logs"].get(path, size)
-    for path, g in sorted(grown.items()):
-        rate = g / idle_h if idle_h else 0.0
-        fig["logs"].append({"path": path, "bytes_per_hour": rate})
-        if rate > LOG_BYTES_PER_HOUR:
-            bad.append(("logs", f"{path}: grows {rate / 2**20:.2f} MiB an hour at idle"))
-    fig["slices_deleted"] = samples[-1]["slices_deleted"] if samples else 0
-    return bad, fig
-
-
-def report(fig: dict) -> None:
-    print(f"\nidle stretches (from their second minute): flightwatch's cores, at most {IDLE_CORES}")
-    for r in fig["idle"]:
-        top = ", ".join(f"{n} {c:.3f}" for n, c in r["top"])
-        print(f"  {r['name']:<8} {r['minutes']:4.1f} min{' (live job)' if r['live_stream'] else '':<11} "
-              f"{r['cores']:.3f} cores   ({top})")
-    print(f"\nruns{'':<22}{'sent':>9} {'received':>9} {'dropped':>8} {'p50':>8} {'p99':>8}  verdict")
-    for r in fig["runs"]:
-        ms = lambda us: f"{us / 1000:.1f}ms" if us else "-"  # noqa: E731
-        print(f"  {r['name']:<12} {r['run']:<12} {r['sent'] or 0:>9,} {r['received'] or 0:>9,} {r['dropped'] or 0:>8,} "
-              f"{ms(r['p50_us']):>8} {ms(r['p99_us']):>8}  {r['message']}")
-        if r.get("compared"):
-            print(f"  {'':<12} against its first run: {r['compared']}")
-    print(f"\nmemory (RSS, first idle stretch -> last; ±{RSS_TOLERANCE:.0%})")
-    for r in sorted(fig["memory"], key=lambda r: r["name"]):
-        print(f"  {r['name']:<32} {r['first_mib']:8.1f} -> {r['last_mib']:8.1f} MiB  {r['change']:+6.1%}"
-              + ("" if r["judged"] else "  (holds the last run's telemetry slices: not judged)"))
-    print("\nlogs at idle (at most 1 MiB an hour)")
-    for r in fig["logs"]:
-        print(f"  {r['path']:<52} {r['bytes_per_hour'] / 1024:9.1f} KiB/h")
-    print(f"\ntelemetry slices deleted during the day: {fig['slices_deleted']}")
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,38 @@
+"""The house stays readable: no function of the product over 80 lines, no module over 400 (an orchestration that
+grows becomes an object with named steps, a module that grows splits by role). An AST walk over the code."""
+from __future__ import annotations
+
+import ast
+import glob
+import os
+
+from support import ROOT
+
+PACKAGES = ("agents", "core", "runs", "loadgen", "streaming", "ui", "stack", "bench")
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 400
+
+
+def too_long(source: str, name: str) -> list[str]:
+    """What in one module's source is over the limits."""
+    found = []
+    lines = source.count("\n")
+    if lines > MAX_MODULE_LINES:
+        found.append(f"{name}: {lines} lines (at most {MAX_MODULE_LINES})")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n = node.end_lineno - node.lineno + 1
+            if n > MAX_FUNCTION_LINES:
+                found.append(f"{name}:{node.lineno}: {node.name} is {n} lines (at most {MAX_FUNCTION_LINES})")
+    return found
+
+
+def test_no_function_over_80_lines_and_no_module_over_400():
+    found = []
+    for d in PACKAGES:
+        for path in sorted(glob.glob(os.path.join(ROOT, d, "**", "*.py"), recursive=True)):
+            found += too_long(open(path).read(), os.path.relpath(path, ROOT))
+    assert not found, "\n".join(found)
+    long_function = "def f():\n" + "    x = 1\n" * 80
+    assert too_long(long_function, "m") == ["m:1: f is 81 lines (at most 80)"]  # it can fail
+    assert too_long("x = 1\n" * 401, "m") == ["m: 401 lines (at most 400)"]
