@@ -136,72 +136,100 @@ def _progress_line(info: dict) -> str:
 
 def run_query(spark, cfg: JobConfig, log=print) -> bool:
     """Start the query, print a line per batch, stop when the run is finished. True if finished."""
-    from streaming.sinks import RunStore
+    return Query(spark, cfg, log).run()
 
-    finished = threading.Event()
-    if cfg.joins_on_executors():
-        from streaming.executors import ClusterRunStore as RunStore  # noqa: F811 - the joins on the executors
-    store = RunStore(cfg.run_dir, cfg.engine, on_finished=finished.set, log=log, live_verdict=True,
-                     archive=cfg.command != "replay")
-    served = None
-    if cfg.metrics_listen:
+
+class Query:
+    """The job's streaming query: ``run`` starts it (``sink`` per batch, or the executors' ``cluster_sink``),
+    ``wait``s until the run is finished (or the query ends), and ``close``s what it served."""
+
+    def __init__(self, spark, cfg: JobConfig, log=print) -> None:
+        from streaming.archive import ReplayProgress, run_length_s
+
+        self.spark, self.cfg, self.log = spark, cfg, log
+        self.finished = threading.Event()
+        self.store = self._store()
+        self.served = self._metrics()
+        self.progress = ReplayProgress(cfg.archive_dir, run_length_s(cfg.source_dir), log) if cfg.command == "replay" else None
+        self.last_batch_at = time.time()
+
+    def _store(self):
+        if self.cfg.joins_on_executors():
+            from streaming.executors import ClusterRunStore as Store
+        else:
+            from streaming.sinks import RunStore as Store
+        return Store(self.cfg.run_dir, self.cfg.engine, on_finished=self.finished.set, log=self.log, live_verdict=True,
+                     archive=self.cfg.command != "replay")
+
+    def _metrics(self):
+        """The run's live figures served for Prometheus (``--metrics-listen``), or None."""
+        if not self.cfg.metrics_listen:
+            return None
         from streaming.metrics import JobMetrics
 
         served = JobMetrics()
-        if served.serve(cfg.metrics_listen, log):
-            store.verdict.metrics = served
-        else:
-            served = None
+        if not served.serve(self.cfg.metrics_listen, self.log):
+            return None
+        self.store.verdict.metrics = served
+        return served
 
-    in_driver = cfg.decodes_in_driver()
-    from streaming.archive import ReplayProgress, read_paths, run_length_s
-    from streaming.decode import this_runs_rows
+    def sink(self, batch_df, batch_id: int) -> None:
+        """The ``foreachBatch`` function of a job whose joins run in the driver."""
+        from streaming.archive import read_paths
+        from streaming.decode import this_runs_rows
 
-    progress = ReplayProgress(cfg.archive_dir, run_length_s(cfg.source_dir), log) if cfg.command == "replay" else None
-
-    def sink(batch_df, batch_id: int) -> None:
         table = batch_df.toArrow()
-        if in_driver:
-            table = this_runs_rows(table, cfg.engine.run_id)
+        if self.cfg.decodes_in_driver():
+            table = this_runs_rows(table, self.cfg.engine.run_id)
         elif "path" in table.column_names:  # a local replay: the archived batches' files
             table = read_paths(table.column("path").to_pylist())
-        if progress is not None:
-            progress.add(table.num_rows)
-        result = store.process_batch(table, batch_id)
-        log(_progress_line(dict(result.info, batch_id=batch_id, finished=result.finished,
-                                processing_s=time.time() - t_batch[0])))
-        t_batch[0] = time.time()
+        if self.progress is not None:
+            self.progress.add(table.num_rows)
+        result = self.store.process_batch(table, batch_id)
+        now = time.time()
+        self.log(_progress_line(dict(result.info, batch_id=batch_id, finished=result.finished,
+                                     processing_s=now - self.last_batch_at)))
+        self.last_batch_at = now
 
-    t_batch = [time.time()]
-    if cfg.joins_on_executors():
-        from streaming.executors import cluster_sink
+    def run(self) -> bool:
+        cfg = self.cfg
+        sink = self.sink
+        if cfg.joins_on_executors():
+            from streaming.executors import cluster_sink
 
-        sink = cluster_sink(spark, store, cfg, log)  # noqa: F811
-    writer = (telemetry_stream(spark, cfg).writeStream.foreachBatch(sink)
-              .option("checkpointLocation", cfg.spark_checkpoint).queryName(f"flightwatch_{cfg.engine.run_id}"))
-    writer = writer.trigger(availableNow=True) if cfg.available_now else writer.trigger(processingTime=f"{cfg.trigger_ms} milliseconds")
-    query = writer.start()
-    if progress is not None:
-        progress.begin()
-    try:
-        while query.isActive:
-            query.awaitTermination(0.5)
-            if finished.is_set():
-                query.stop()
-    except KeyboardInterrupt:
-        log("stopping (the run can be resumed with the same command)")
-        query.stop()
-    finally:
-        if store.verdict is not None and not finished.is_set():
-            store.verdict.close()
-        if served is not None:
-            served.close()
-    if query.exception():
-        raise RuntimeError(str(query.exception()))
-    if progress is not None:
-        progress.finish()
-    return finished.is_set()
+            sink = cluster_sink(self.spark, self.store, cfg, self.log)
+        writer = (telemetry_stream(self.spark, cfg).writeStream.foreachBatch(sink)
+                  .option("checkpointLocation", cfg.spark_checkpoint).queryName(f"flightwatch_{cfg.engine.run_id}"))
+        writer = (writer.trigger(availableNow=True) if cfg.available_now
+                  else writer.trigger(processingTime=f"{cfg.trigger_ms} milliseconds"))
+        query = writer.start()
+        if self.progress is not None:
+            self.progress.begin()
+        try:
+            self.wait(query)
+        finally:
+            self.close()
+        if query.exception():
+            raise RuntimeError(str(query.exception()))
+        if self.progress is not None:
+            self.progress.finish()
+        return self.finished.is_set()
 
+    def wait(self, query) -> None:
+        try:
+            while query.isActive:
+                query.awaitTermination(0.5)
+                if self.finished.is_set():
+                    query.stop()
+        except KeyboardInterrupt:
+            self.log("stopping (the run can be resumed with the same command)")
+            query.stop()
+
+    def close(self) -> None:
+        if self.store.verdict is not None and not self.finished.is_set():
+            self.store.verdict.close()
+        if self.served is not None:
+            self.served.close()
 
 
 def main(argv=None) -> int:
