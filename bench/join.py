@@ -11,7 +11,7 @@ one process. Every step is timed in CPU seconds, medians of 3:
   split         the batch's records: the driver's summary, and this run's sends, acks and receives by their
                 IDs' hash partition (``join.summarize``, ``join.split``: in a cluster's read tasks)
   join          the partitions' two steps (``join.take``, ``join.settle``): what executor tasks do
-  gaps          the run-level gap rule over every send and receive stamp (``rules.declare_gaps``)
+  gaps          the run-level gap rule over every send and receive stamp (``run_rules.declare_gaps``)
   driver        the rest of the run-level rules and the merge of P partitions' window partials
 From these, the projection for ``--target`` events/s at 3 records an event (as ``make attack`` writes: a send, an
 ack, a receive), with the assumptions printed beside it.
@@ -44,7 +44,7 @@ STATE_S = 60
 
 def measure(rate: int, seconds: int, partitions: int, repeat: int = 3) -> dict:
     from loadgen.synthetic import SyntheticSpec, generate, messages
-    from streaming import engine, join, rules
+    from streaming import engine, join, run_rules
     from streaming.decode import decode_messages
 
     run = generate(SyntheticSpec(run_id="b", duration_s=seconds, rate_per_sec=rate, pause=(seconds / 2, 2.0),
@@ -58,7 +58,7 @@ def measure(rate: int, seconds: int, partitions: int, repeat: int = 3) -> dict:
         decode_s = time.process_time() - t0
         spent = {"summarize": 0.0, "split": 0.0, "take": 0.0, "settle": 0.0, "gaps": 0.0}
         originals = {"summarize": join.summarize, "split": join.split, "take": join.take, "settle": join.settle,
-                     "gaps": rules.declare_gaps}
+                     "gaps": run_rules.declare_gaps}
 
         def timed(name, originals=originals, spent=spent):
             def run_timed(*a, **k):
@@ -68,7 +68,7 @@ def measure(rate: int, seconds: int, partitions: int, repeat: int = 3) -> dict:
                 finally:
                     spent[name] += time.process_time() - t
             return run_timed
-        join.summarize, join.split, join.take, join.settle, rules.declare_gaps = (
+        join.summarize, join.split, join.take, join.settle, run_rules.declare_gaps = (
             timed(n) for n in ("summarize", "split", "take", "settle", "gaps"))
         try:
             state, cfg = engine.EngineState(), engine.EngineConfig(run_id="b", join_partitions=partitions)
@@ -77,7 +77,7 @@ def measure(rate: int, seconds: int, partitions: int, repeat: int = 3) -> dict:
                 state, _ = engine.process(state, t, cfg)
             total_s = time.process_time() - t0
         finally:
-            join.summarize, join.split, join.take, join.settle, rules.declare_gaps = (
+            join.summarize, join.split, join.take, join.settle, run_rules.declare_gaps = (
                 originals[n] for n in ("summarize", "split", "take", "settle", "gaps"))
         known = state.known
         rounds.append({"decode": decode_s, "total": total_s, **spent,
