@@ -35,7 +35,15 @@ def _cluster_batch(store, table, batch_id):
     _, data = join.summarize(table, SPEC.run_id)
     jp = join.partition_of(engine.rules.id_hash(data["event_id"].to_numpy(zero_copy_only=False)), P)
     task = executors.partition_task(store.paths.root, store.cfg, batch_id, plan.verdicts)
-    out = pa.concat_tables([task((pa.scalar(i, pa.int32()),), data.filter(pa.array(jp == i))) for i in range(P)])
+
+    def attempts(i):  # a failed task is tried again, up to spark.task.maxFailures (4) times
+        for n in range(4):
+            try:
+                return task((pa.scalar(i, pa.int32()),), data.filter(pa.array(jp == i)))
+            except OSError:
+                if n == 3:
+                    raise
+    out = pa.concat_tables([attempts(i) for i in range(P)])
     return store.finish_batch(plan, out, batch_id, 0.0)
 
 
@@ -112,6 +120,42 @@ def test_a_replay_on_executors_whose_workers_lose_their_state_gives_the_local_re
     for b in range(23):  # a part per partition per batch, records or not
         assert sorted(os.listdir(f"{root}/archive/batch-{b:08d}.parquet")) == ["p-0.parquet", "p-1.parquet", "p-2.parquet",
                                                                            "run.parquet"]
+
+
+def test_python_workers_never_reused_give_the_local_results(tmp_path, local):
+    """``spark.python.worker.reuse=false``: every task in a new Python worker, with no state kept from the one
+    before; each rebuilds its partition from the last snapshot and the archived parts after it."""
+    root = str(tmp_path / "x")
+    assert _run_cluster(root, _batches(23), restart_at=range(23)).finished
+    windows, summary = _figures(root)
+    pd.testing.assert_frame_equal(windows, local[0])
+    assert summary == local[1]
+
+
+def test_a_task_retried_after_a_partial_write_gives_the_local_results(tmp_path, local, monkeypatch):
+    """A task killed half way through its writes (batch 10 of partition 1: its part and its state in the worker
+    written, its snapshot half), then tried again by Spark in the same worker: the retry takes neither the dead
+    attempt's state (it is after the batch, not before it) nor its half snapshot, and the run gives the local
+    job's figures."""
+    root = str(tmp_path / "x")
+    save, killed = executors._save_snapshot, []
+
+    def killed_half_way(root_, jp, batch_id, state):
+        if (jp, batch_id) == (1, 10) and not killed:
+            half = executors.unique_tmp(os.path.join(executors._joins_dir(root_, jp), f"snap-{batch_id:08d}"))
+            os.makedirs(half)
+            with open(os.path.join(half, "known.parquet"), "wb") as f:
+                f.write(b"PAR1")  # the first bytes of a file never finished
+            killed.append(batch_id)
+            raise OSError("the executor was killed")
+        save(root_, jp, batch_id, state)
+    monkeypatch.setattr(executors, "_save_snapshot", killed_half_way)
+    assert _run_cluster(root, _batches(23)).finished and killed == [10]
+    windows, summary = _figures(root)
+    pd.testing.assert_frame_equal(windows, local[0])
+    assert summary == local[1]
+    executors._STATES.clear()  # and a worker that rebuilds partition 1 from its snapshot of batch 20 gets it whole
+    assert len(executors._state_before(root, engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P), 1, 23).known) > 0
 
 
 def test_a_missing_part_is_an_error_that_names_it_not_an_empty_batch(tmp_path):

@@ -1,0 +1,163 @@
+"""Hosts on this machine for a multi-host test, each as a pod of a cluster is: its own network namespace with its
+own address on a bridge the test makes, its own hostname, its own mount view (a private /tmp and home, the checkout
+and the interpreter read-only, one folder shared by all: the run folders' volume) and an unprivileged uid.
+
+    with Hosts(["master", "worker-0"], shared=tmp_path / "shared", private=tmp_path / "hosts") as hosts:
+        p = hosts["master"].popen([...])      # runs in master's namespaces, as uid 10001
+        hosts["master"].ip                    # its address; the others reach it there
+
+Needs root (``ip netns``, veth pairs, ``unshare``; CI runs as root here). Traffic goes only between the addresses
+given here: the bridge has none in this machine's namespace, and no route leads out. Leaving the ``with`` stops every
+process started through it (by its recorded PID, its process group) and removes every namespace and link it made,
+also when the test failed.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import shlex
+import subprocess
+import sys
+import time
+
+from core.procs import stop_process
+
+UID = 10001
+"""The images' user (``deploy/Dockerfile``: ``USER 10001``)."""
+READ_ONLY_UNDER_ROOT = ("/root/.pyenv", "/root/.calfkit")
+"""What the processes need of root's home (the interpreter the venv points at, the Tansu binary): kept, read-only,
+in a home that is otherwise empty (root's is 0700: an unprivileged uid could not reach them)."""
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def usable() -> str | None:
+    """Why hosts cannot be made here (None if they can)."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, veth pairs, mounts)"
+    for tool in ("ip", "unshare", "setpriv"):
+        if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
+            return f"{tool} is not installed"
+    return None
+
+
+def _free_subnet() -> ipaddress.IPv4Network:
+    """A /24 in 10.200.0.0/13 that no address or route of this machine touches."""
+    used = _ip("-o", "-4", "addr").stdout + _ip("-4", "route").stdout
+    nets = [ipaddress.ip_network(w, strict=False) for w in used.split() if "/" in w and w[0].isdigit()]
+    for _ in range(100):
+        net = ipaddress.ip_network(f"10.{200 + secrets.randbelow(8)}.{secrets.randbelow(256)}.0/24")
+        if not any(net.overlaps(n) for n in nets):
+            return net
+    raise RuntimeError("no free 10.200.0.0/13 subnet for the hosts")
+
+
+class Host:
+    """One host: ``ip``, ``name`` and ``popen`` (a command in its namespaces, as ``UID``)."""
+
+    def __init__(self, hosts: Hosts, name: str, ns: str, ip: str, private: str) -> None:
+        self.hosts, self.name, self.ns, self.ip, self.private = hosts, name, ns, ip, private
+
+    def _setup(self) -> str:
+        """The shell run as root in the host's new mount and UTS namespaces before it becomes ``UID``."""
+        q = shlex.quote
+        keep = "; ".join(f"mkdir -p /mnt{d} && mount --bind {d} /mnt{d}" for d in READ_ONLY_UNDER_ROOT if os.path.isdir(d))
+        back = "; ".join(f"mkdir -p {d} && mount --bind /mnt{d} {d} && mount -o remount,bind,ro {d}"
+                         for d in READ_ONLY_UNDER_ROOT if os.path.isdir(d))
+        shared, root = q(self.hosts.shared), q(self.hosts.checkout)
+        return "; ".join([
+            "set -e",
+            "mount -t tmpfs -o mode=0755 tmpfs /mnt",  # a staging area, private to this mount namespace
+            keep or "true",
+            f"mkdir -p /mnt/shared /mnt/private && mount --bind {shared} /mnt/shared && mount --bind {q(self.private)} /mnt/private",
+            "mount --bind /mnt/private /tmp",                       # the host's own /tmp
+            "mount -t tmpfs -o mode=0755 tmpfs /root",              # an empty home for root's
+            back or "true",
+            f"mkdir -p {shared} && mount --bind /mnt/shared {shared}",  # the one folder every host shares
+            f"mount --bind {root} {root} && mount -o remount,bind,ro {root}",  # the checkout (and its venv) read-only
+            f"hostname {q(self.name)}",
+            f"mkdir -p /tmp/home && chown {UID}:{UID} /tmp/home",
+            f'exec setpriv --reuid={UID} --regid={UID} --clear-groups --inh-caps=-all env HOME=/tmp/home "$@"',
+        ])
+
+    def popen(self, argv: list[str], env: dict | None = None, log=subprocess.DEVNULL) -> subprocess.Popen:
+        """``argv`` in this host's namespaces, as ``UID``, in the checkout; stopped when the hosts are removed."""
+        cmd = ["ip", "netns", "exec", self.ns, "unshare", "--mount", "--uts", "--propagation", "private", "--",
+               "sh", "-c", self._setup(), "sh", *argv]
+        p = subprocess.Popen(cmd, cwd=self.hosts.checkout, env=env, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        self.hosts.procs.append(p)
+        return p
+
+    def reachable(self, ip: str, port: int, seconds: float = 60) -> bool:
+        """Whether ``ip:port`` accepts a connection from this host, within ``seconds``."""
+        probe = (f"import socket,time\nt=time.monotonic()+{seconds}\nwhile time.monotonic()<t:\n try:\n"
+                 f"  socket.create_connection(({ip!r},{port}),1).close();raise SystemExit(0)\n"
+                 " except OSError: time.sleep(0.2)\nraise SystemExit(1)")
+        return subprocess.run(["ip", "netns", "exec", self.ns, sys.executable, "-c", probe]).returncode == 0
+
+
+class Hosts:
+    """The hosts of one test (see the module's docstring); a context manager that removes them."""
+
+    def __init__(self, names: list[str], shared, private, checkout: str) -> None:
+        self.names, self.shared, self.checkout = names, str(shared), checkout
+        self.private_root = str(private)
+        self.tag = secrets.token_hex(2)
+        self.bridge = f"fwb{self.tag}"
+        self.procs: list[subprocess.Popen] = []
+        self.made_ns: list[str] = []
+        self.hosts: dict[str, Host] = {}
+
+    def __enter__(self) -> Hosts:
+        try:
+            self._make()
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def __getitem__(self, name: str) -> Host:
+        return self.hosts[name]
+
+    def _make(self) -> None:
+        net = _free_subnet()
+        os.makedirs(self.shared, exist_ok=True)
+        os.chown(self.shared, UID, UID)
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("link", "set", self.bridge, "up")
+        for i, name in enumerate(self.names):
+            ns, outer, inner = f"fw{self.tag}-{name}", f"fv{self.tag}{i}a", f"fv{self.tag}{i}b"
+            _ip("netns", "add", ns)
+            self.made_ns.append(ns)
+            _ip("link", "add", outer, "type", "veth", "peer", "name", inner)
+            _ip("link", "set", outer, "master", self.bridge)
+            _ip("link", "set", outer, "up")
+            _ip("link", "set", inner, "netns", ns)
+            ip = str(net[i + 2])
+            _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", inner)
+            _ip("-n", ns, "link", "set", inner, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            private = os.path.join(self.private_root, name)
+            os.makedirs(private, exist_ok=True)
+            os.chmod(private, 0o1777)
+            self.hosts[name] = Host(self, name, ns, ip, private)
+
+    def remove(self) -> None:
+        """Stop every process started here, then remove the namespaces and the bridge (their veths go with them)."""
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                stop_process(p, wait_s=20, group=True)
+        for ns in self.made_ns:
+            for _ in range(20):  # a namespace goes once the last process in it has ended
+                if _ip("netns", "del", ns, check=False).returncode == 0:
+                    break
+                time.sleep(0.25)
+        _ip("link", "del", self.bridge, check=False)
+        self.made_ns = []
