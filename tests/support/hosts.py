@@ -71,6 +71,8 @@ class Host:
         return "; ".join([
             "set -e",
             "mount -t tmpfs -o mode=0755 tmpfs /mnt",  # a staging area, private to this mount namespace
+            # the image's user (useradd flightwatch, uid 10001): Hadoop's login in Spark's JVMs looks its name up
+            f"mount --bind {q(self.hosts.etc)}/passwd /etc/passwd && mount --bind {q(self.hosts.etc)}/group /etc/group",
             keep or "true",
             f"mkdir -p /mnt/shared /mnt/private && mount --bind {shared} /mnt/shared && mount --bind {q(self.private)} /mnt/private",
             "mount --bind /mnt/private /tmp",                       # the host's own /tmp
@@ -106,6 +108,7 @@ class Hosts:
     def __init__(self, names: list[str], shared, private, checkout: str) -> None:
         self.names, self.shared, self.checkout = names, str(shared), checkout
         self.private_root = str(private)
+        self.etc = os.path.join(self.private_root, "etc")  # /etc/passwd and /etc/group with the image's user
         self.tag = secrets.token_hex(2)
         self.bridge = f"fwb{self.tag}"
         self.procs: list[subprocess.Popen] = []
@@ -128,6 +131,11 @@ class Hosts:
 
     def _make(self) -> None:
         net = _free_subnet()
+        os.makedirs(self.etc, exist_ok=True)
+        for name, line in (("passwd", f"flightwatch:x:{UID}:{UID}::/tmp:/usr/sbin/nologin\n"),
+                           ("group", f"flightwatch:x:{UID}:\n")):
+            with open(f"/etc/{name}") as src, open(os.path.join(self.etc, name), "w") as dst:
+                dst.write(src.read() + line)
         os.makedirs(self.shared, exist_ok=True)
         os.chown(self.shared, UID, UID)
         _ip("link", "add", self.bridge, "type", "bridge")
