@@ -145,8 +145,12 @@ def test_a_job_started_before_its_broker_waits_then_processes_the_run(tmp_path):
                            cwd=ROOT, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     broker = None
     try:
-        time.sleep(3)
-        assert job.poll() is None, job.communicate()[0]  # still waiting
+        said = []  # the broker is started only once the job says it waits for it (a busy machine starts it slowly)
+        while not any(f"waiting for the telemetry broker {bootstrap} (Connection refused)" in line for line in said):
+            line = job.stdout.readline()
+            assert line, "".join(said)  # the job ended instead of waiting
+            said.append(line)
+        assert job.poll() is None, "".join(said)  # still waiting
         broker = start_tansu(port, open(tmp_path / "tansu.log", "wb"), "flightwatch-late-job")
         deadline = time.monotonic() + 60
         from kafka import KafkaAdminClient
@@ -159,7 +163,7 @@ def test_a_job_started_before_its_broker_waits_then_processes_the_run(tmp_path):
         run = generate(SyntheticSpec(run_id="late-job", duration_s=5, rate_per_sec=100, drop_timeout_s=5, pause=None,
                                      oom_at_s=(), num_malformed=0))
         produce(run, bootstrap, "tel-late")
-        out = job.communicate(timeout=240)[0]
+        out = "".join(said) + job.communicate(timeout=240)[0]
     finally:
         if job.poll() is None:
             stop_process(job, group=True)
