@@ -24,7 +24,7 @@ BASELINE   ?=
 GATE       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo lint test test-fast test-multihost bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
+.PHONY: help install up down status ui stream replay summary demo lint test test-fast test-cluster bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -86,11 +86,11 @@ lint: install ## the layers (import-linter contracts in pyproject.toml), ruff, a
 	$(CURDIR)/.venv/bin/actionlint .github/workflows/*.yml
 
 test: install lint ## the layers and lint, then the whole test suite (real broker, real Spark): TEST_WORKERS at once, then the tests that need the machine to themselves
-	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not multihost" $(PYTEST_ARGS)
-	$(PYTHON) -m pytest -m "serial and not multihost" $(PYTEST_ARGS) || test $$? -eq 5
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not cluster" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m "serial and not cluster" $(PYTEST_ARGS) || test $$? -eq 5
 
-test-multihost: install ## the cluster path across hosts stood in for by network namespaces (root; ~5 minutes, the machine to itself)
-	$(PYTHON) -m pytest -m multihost $(PYTEST_ARGS)
+test-cluster: install ## the cluster path: Spark standalone clusters, and (as root) seven hosts stood in for by network namespaces; one at a time, ~7 minutes
+	$(PYTHON) -m pytest -m cluster $(PYTEST_ARGS)
 
 test-faults: install ## the fault suite alone: kill -9 of job, receivers and load generator, broker away, fuzzing
 	$(PYTHON) -m pytest -m faults $(PYTEST_ARGS)

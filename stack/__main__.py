@@ -121,11 +121,7 @@ def commands() -> dict[str, list[str] | None]:
         "node-exporter": node and [node, f"--web.listen-address={HOST}:{PORTS['node-exporter']}", "--no-collector.systemd"],
         "prometheus": prom and [prom, f"--config.file={cfg}", f"--web.listen-address={HOST}:{PORTS['prometheus']}",
                                 f"--storage.tsdb.path={os.path.join(STACK_DIR, 'prometheus-data')}",
-                                "--storage.tsdb.retention.time=1d",
-                                # its head block (in memory) holds every series seen since the last compaction, each
-                                # run's /metrics series too (~40 a run): cut every 10 minutes instead of 2 hours, the
-                                # series of runs gone leave memory within 15 minutes, not 3 hours
-                                "--storage.tsdb.min-block-duration=10m", "--storage.tsdb.max-block-duration=10m"],
+                                "--storage.tsdb.retention.time=1d"],
         "node-metrics": [sys.executable, "-m", "agents.node_metrics", "--prometheus", f"http://{HOST}:{PORTS['prometheus']}",
                          "--telemetry-bootstrap", telemetry, "--clock-listen", clock,
                          "--metrics-listen", f"{HOST}:{METRICS_PORTS['node-metrics']}"],

@@ -21,6 +21,7 @@ from core.procs import free_port, stop_process
 RATE, SECONDS = 400, 10
 
 
+@pytest.mark.cluster
 @pytest.mark.integration
 def test_job_on_a_spark_standalone_cluster_with_two_loadgen_shards(broker, tmp_path):
     from runs import results
@@ -114,6 +115,7 @@ def test_job_on_a_spark_standalone_cluster_with_two_loadgen_shards(broker, tmp_p
           f"p50 {s['latency_us']['p50']:.0f} µs p99 {s['latency_us']['p99']:.0f} µs over {s['num_windows']} windows")
 
 
+@pytest.mark.cluster
 @pytest.mark.integration
 def test_the_job_submitted_as_the_driver_pod_runs_it_follows_the_cluster(broker, tmp_path):
     """``deploy/spark-entrypoint.sh driver``, as Spark on Kubernetes runs the driver pod, with the master given to
@@ -168,6 +170,7 @@ def test_the_job_submitted_as_the_driver_pod_runs_it_follows_the_cluster(broker,
     assert w_cluster.equals(w_here), w_cluster.compare(w_here)
 
 
+@pytest.mark.cluster
 @pytest.mark.integration
 @pytest.mark.faults
 def test_a_job_whose_joins_run_on_the_executors_killed_mid_run_resumes_with_the_local_results(broker, tmp_path):

@@ -7,7 +7,7 @@ driver pod its cluster), the HTTP receiver agent and the load generator. Only th
 them. A minute at 5,000 events/s, the join on the executors: the run's counts and p50/p90/p99 must equal those of a
 local-mode replay of its archive, nothing may be lost, and join tasks must have run on both workers.
 
-It needs root and the machine (a Spark cluster and a 5,000/s run on two cores): ``make test-multihost``, its own
+It needs root and the machine (a Spark cluster and a 5,000/s run on two cores): ``make test-cluster``, its own
 step in CI after ``make test``.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ def tails(logs) -> str:
     return "\n".join(f"--- {p}\n{open(p, errors='replace').read()[-2500:]}" for p in logs if os.path.exists(p))
 
 
-@pytest.mark.multihost
+@pytest.mark.cluster
 @pytest.mark.integration
 def test_a_minute_at_5000_per_s_across_seven_hosts_equals_its_local_replay(tmp_path):
     if (why := usable()) is not None:
