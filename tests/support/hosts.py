@@ -41,6 +41,9 @@ def usable() -> str | None:
     for tool in ("ip", "unshare", "setpriv"):
         if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
             return f"{tool} is not installed"
+    probe = subprocess.run(["unshare", "--net", "--mount", "--uts", "true"], capture_output=True, text=True)
+    if probe.returncode:  # a container without the capabilities for namespaces
+        return f"cannot make namespaces here: {probe.stderr.strip()}"
     return None
 
 
