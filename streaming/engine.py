@@ -63,6 +63,7 @@ class Plan:
     info: dict
     max_event_ns: int
     gaps: object                # ``streaming.gaps.GapTracker`` with the batch's progress noted
+    reset: dict | None          # the batch's telemetry reset record (``run_rules.reset_record``)
     verdicts: join.Verdicts
 
 
@@ -77,9 +78,10 @@ def plan(state: EngineState, summary: pa.Table, cfg: EngineConfig) -> Plan:
         info[f"num_{k}"] = int(counts.get(k, 0))
     max_event_ns, watermark_ns = run_rules.watermark(state, records, cfg)
     gaps, judged_ns = run_rules.judge(state, records, watermark_ns, cfg)
+    reset = run_rules.reset_record(state, records)
     v = join.Verdicts(int(state.hole_until_ns), int(state.drops_named_ns), watermark_ns, judged_ns,
-                      int(run_rules.hole_until(state, records, cfg)), run_rules.reset_record(state, records) is not None)
-    return Plan(state, cfg, records, bad, info, max_event_ns, gaps, v)
+                      int(run_rules.hole_until(state, records, reset, cfg)), reset is not None)
+    return Plan(state, cfg, records, bad, info, max_event_ns, gaps, reset, v)
 
 
 def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> tuple[EngineState, BatchResult]:
@@ -87,9 +89,10 @@ def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> 
     events; the partitions' partials merged with the driver's."""
     v, state, cfg, info = p.verdicts, p.state, p.cfg, p.info
     out = partials.Collector(cfg.window_ns)
-    reset = run_rules.incomplete_windows(state, p.records, summed_waiting([r.waiting for r in reports]), cfg, out) if v.reset else None
-    if reset is not None:
-        info["reset"] = reset[1]
+    reset_event = None
+    if p.reset is not None:
+        reset_event, info["reset"] = run_rules.incomplete_windows(state, p.records, p.reset, v.hole_until_ns,
+                                                                  summed_waiting([r.waiting for r in reports]), cfg, out)
     run, run_events = run_rules.run_span(state, p.records, v.watermark_ns, cfg)
     sends_ns = np.concatenate([np.zeros(0, np.int64)] + [r.new_sends_ns for r in reports])
     recvs_ns = np.concatenate([np.zeros(0, np.int64)] + [r.fresh_recv_ns for r in reports])
@@ -99,8 +102,8 @@ def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> 
         exemplars += part.exemplars
         out.take(part.counts, part.hists)
     info["num_shared"] = p.records.shared.num_rows
-    events = run_rules.gather_events(p.records, run_events, exemplars, declared, reset[0] if reset else None,
-                                     run["start_ns"], run["stop_ns"], cfg)
+    events = run_rules.gather_events(p.records, run_events, exemplars, declared, reset_event, run["start_ns"],
+                                     run["stop_ns"], cfg)
     drops_named_ns = rules.named_until(state.drops_named_ns, v.watermark_ns, v.judged_ns, cfg)
     new_state = EngineState(joins=[part.state for part in settled], max_event_ns=p.max_event_ns,
                             watermark_ns=v.watermark_ns, num_batches=state.num_batches + 1, gaps=gaps,

@@ -80,30 +80,27 @@ def _hole_ns(state: EngineState, records: Records) -> int:
     return max(state.max_event_ns, pc.min(alive).as_py() if len(alive) else state.max_event_ns)
 
 
-def hole_until(state: EngineState, records: Records, cfg: EngineConfig) -> int:
-    """The new ``hole_until_ns``: after a reset, the end of the hole's next window (an agent re-sending what it
-    buffered may go back further); else as it was. A send before it that waits is unknown, not pending
-    (``rules.mark_unknown``): its receive record may have been lost."""
-    if reset_record(state, records) is None:
+def hole_until(state: EngineState, records: Records, reset: dict | None, cfg: EngineConfig) -> int:
+    """The new ``hole_until_ns``: after a reset (``reset_record``), the end of the hole's next window (an agent
+    re-sending what it buffered may go back further); else as it was. A send before it that waits is unknown, not
+    pending (``rules.mark_unknown``): its receive record may have been lost."""
+    if reset is None:
         return state.hole_until_ns
     hole_ns = _hole_ns(state, records)
     return hole_ns - hole_ns % cfg.window_ns + 2 * cfg.window_ns
 
 
-def incomplete_windows(state: EngineState, records: Records, waiting: tuple[int, int, int], cfg: EngineConfig,
-                       out: partials.Collector) -> tuple[dict, dict] | None:
-    """After a reset, (its event, what the batch's info says of it), and the windows it leaves incomplete counted
-    (``waiting``: ``rules.waiting_before`` summed over the join partitions): from the watermark, or the earliest
-    waiting send, to the end of the hole's next window. None without a reset."""
-    r = reset_record(state, records)
-    if r is None:
-        return None
+def incomplete_windows(state: EngineState, records: Records, r: dict, hole_until_ns: int, waiting: tuple[int, int, int],
+                       cfg: EngineConfig, out: partials.Collector) -> tuple[dict, dict]:
+    """After the reset ``r`` (``reset_record``), (its event, what the batch's info says of it), and the windows it
+    leaves incomplete counted (``waiting``: ``rules.waiting_before`` summed over the join partitions): from the
+    watermark, or the earliest waiting send, to ``hole_until_ns`` (``hole_until``)."""
     num_waiting, first_waiting_ns, first_sent_ns = waiting
     hole_ns = _hole_ns(state, records)
     since = min(state.watermark_ns, first_waiting_ns) if num_waiting else state.watermark_ns
     since = max(since, first_sent_ns) if first_sent_ns != NO_TIME_NS else since  # not before the run's first send
     first_window = since - since % cfg.window_ns
-    out.add(output.TELEMETRY_INCOMPLETE, np.arange(first_window, hole_until(state, records, cfg), cfg.window_ns, dtype=np.int64))
+    out.add(output.TELEMETRY_INCOMPLETE, np.arange(first_window, hole_until_ns, cfg.window_ns, dtype=np.int64))
     event = {"kind": "reset", "agent": "job", "at_ns": int(hole_ns), "where": r["where"], "reason": r["reason"],
              "count": r["count"], "value": float(r["at_ns"])}  # value: when the source found out (wall ns)
     info = {"at_ns": int(r["at_ns"]), "reason": r["reason"], "lost": r["count"], "waiting": num_waiting,

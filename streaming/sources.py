@@ -35,16 +35,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from core.slices import NO_TOPIC_CREATION, RETIRE_GRACE_S, is_ours, read_order
 from streaming import topics
-from streaming.consumers import (  # noqa: F401 - close_worker_consumers: for tests reading in-process
-    CONFIRM_WAIT_S,
-    STALL_CHECK_S,
-    _drop_worker_consumer,
-    _worker_consumer,
+from streaming.consumers import (
     client_config,
-    close_worker_consumers,
-    release_worker_consumer,
+    close_worker_consumers,  # noqa: F401 - for tests reading in-process
     topic_id_text,
-    topic_state,
 )
 from streaming.partition_read import PartitionRead
 

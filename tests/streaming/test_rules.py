@@ -82,11 +82,12 @@ def trace(history, records) -> dict:
     keep("take_receives", got, got.known, got.orphans)
     orphans = rules.expire_orphans(got.orphans, wm, CFG, out)
     keep("expire_orphans", orphans, got.known, orphans)
-    hole, reset, known = run_rules.hole_until(state, recs, CFG), None, got.known
-    if run_rules.reset_record(state, recs) is not None:
+    record = run_rules.reset_record(state, recs)
+    hole, reset, known = run_rules.hole_until(state, recs, record, CFG), None, got.known
+    if record is not None:
         waiting = rules.waiting_before(known, len(part.known))
         known = rules.mark_unknown(known, hole)
-        reset = run_rules.incomplete_windows(state, recs, waiting, CFG, out)
+        reset = run_rules.incomplete_windows(state, recs, record, hole, waiting, CFG, out)
     keep("reset", (hole, reset), known)
     known = rules.declare_drops(known, wm, CFG, out)
     keep("declare_drops", None, known)
