@@ -243,10 +243,12 @@ def test_a_relay_stall_of_3_s_is_one_gap_within_20_ms_of_the_relays_own_silence(
     assert err_ms <= 20
     assert 0 <= g["start_ns"] - forwards[i] < 50_000_000 and 0 <= g["end_ns"] - forwards[i + 1] < 50_000_000
     assert g["in_flight"] >= 0  # at 300/s the last receive before the stall can leave none: those sent in it are held
-    # any other gap is a silence of the relay's too (a busy machine's relay can pause ~100 ms): none is made up
+    # any other gap is a silence of the relay's too (a busy machine's relay can pause ~100 ms): none is made up. Its
+    # edges are receives, each up to 50 ms after its forward on a busy machine (as the stall's edges above; CI once
+    # saw a 123.6 ms gap over an 86.0 ms silence), so its length is the silence's within 50 ms
     for other in s["gaps"]:
         k = int(np.searchsorted(forwards, other["start_ns"])) - 1
-        assert abs((other["end_ns"] - other["start_ns"]) - silences[k]) <= 20_000_000, (other, silences[k])
+        assert abs((other["end_ns"] - other["start_ns"]) - silences[k]) <= 50_000_000, (other, silences[k])
     w = results.load_windows(str(tmp_path / "hold3"))  # the windows' silence is the gaps', every one of them
     assert abs(w["silence_ms"].sum() - sum(o["end_ns"] - o["start_ns"] for o in s["gaps"]) / 1e6) < 1e-3
 
