@@ -1,18 +1,21 @@
 """The load generator's figures as Prometheus metrics while it attacks (``--metrics-listen``, default
 127.0.0.1:19404): what it sent and got back, and its latest complete second. Updated once a second from the
-merged per-second figures of every worker (``RunStats``): nothing per event, and one target for all workers."""
+merged per-second figures of every worker (``RunStats``): nothing per event, and one target for all workers.
+The run's ID is a label of ``flightwatch_loadgen_info`` alone (as ``streaming.metrics`` says why): the other series
+keep their labels from run to run."""
 from __future__ import annotations
 
 import threading
 
 from core import metrics
 
-LABELS = ["run", "sender"]
+LABELS = ["sender"]
 
 
 class AttackMetrics:
     def __init__(self, run_id: str, sender: str) -> None:
-        self.key = (run_id, sender)
+        self.run_id = run_id
+        self.key = (sender,)
         self.lock = threading.Lock()
         self.totals = {"sent": 0, "completed": 0, "ok": 0, "bytes_out": 0}
         self.errors: dict[str, int] = {}
@@ -41,6 +44,8 @@ class AttackMetrics:
             totals, errors, latest = dict(self.totals), dict(self.errors), dict(self.latest)
             in_flight, scheduled, bound, finished = self.in_flight, self.scheduled, self.bound_seconds, self.finished
         k = self.key
+        yield metrics.family("gauge", "flightwatch_loadgen_info", "1: the run this sender attacks for (its ID is this "
+                             "label alone)", ["run", *LABELS], [((self.run_id, *k), 1)])
         yield metrics.family("counter", "flightwatch_loadgen_requests",
                              "requests by outcome: sent, completed (answered or failed), ok (2xx or acknowledged)",
                              [*LABELS, "outcome"], [((*k, name), totals[name]) for name in ("sent", "completed", "ok")])

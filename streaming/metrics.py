@@ -1,21 +1,27 @@
 """The job's live figures as Prometheus metrics, served by the driver (prometheus-client) on 127.0.0.1:19401 by
-default (``--metrics-listen``), for the same Grafana board as the system under test. Per run:
+default (``--metrics-listen``), for the same Grafana board as the system under test:
 
-    flightwatch_run_events_total{run,kind}            sent, received, errors (windows so far; by send time,
-                                                      received by receive time, as the window table)
-    flightwatch_run_dropped{run}                      events declared dropped so far: a gauge, since a late
-                                                      delivery takes a declared drop back
-    flightwatch_run_gap_windows_total{run}            windows with no delivery while events were in flight
-    flightwatch_run_in_flight{run}                    events in flight at the end of the latest window
-    flightwatch_run_window_start_seconds{run}         the latest settled window (its start, Unix seconds) ...
-    flightwatch_run_flight_time_seconds{run,quantile} ... its flight time, a summary: quantile 0.5, 0.9, 0.99
-    flightwatch_run_flight_time_max_seconds{run}      ... and its largest
-    flightwatch_run_send_delay_seconds{run,quantile}  ... its send delay (actual - intended send time)
-    flightwatch_run_send_delay_max_seconds{run}       ... and its largest
-    flightwatch_run_observer_cpu_cores{run}           flightwatch's own CPU in that window, where known
-    flightwatch_run_verdict{run,state}                1 for the verdict's current state, 0 for the others
-    flightwatch_run_batches_total{run}                micro-batches processed
-    flightwatch_run_finished{run}                     1 once the run is closed
+    flightwatch_run_info{run}                     1: which run the job serves (join on it: below)
+    flightwatch_run_events_total{kind}            sent, received, errors (windows so far; by send time,
+                                                  received by receive time, as the window table)
+    flightwatch_run_dropped                       events declared dropped so far: a gauge, since a late
+                                                  delivery takes a declared drop back
+    flightwatch_run_gap_windows_total             windows with no delivery while events were in flight
+    flightwatch_run_in_flight                     events in flight at the end of the latest window
+    flightwatch_run_window_start_seconds          the latest settled window (its start, Unix seconds) ...
+    flightwatch_run_flight_time_seconds{quantile} ... its flight time, a summary: quantile 0.5, 0.9, 0.99
+    flightwatch_run_flight_time_max_seconds       ... and its largest
+    flightwatch_run_send_delay_seconds{quantile}  ... its send delay (actual - intended send time)
+    flightwatch_run_send_delay_max_seconds        ... and its largest
+    flightwatch_run_observer_cpu_cores            flightwatch's own CPU in that window, where known
+    flightwatch_run_verdict{state}                1 for the verdict's current state, 0 for the others
+    flightwatch_run_batches_total                 micro-batches processed
+    flightwatch_run_finished                      1 once the run is closed
+
+The run's ID is a label of the info metric alone, as ``kube_pod_info`` carries a pod's: the other series keep
+the same labels from run to run, so a Prometheus that scrapes run after run on one address reuses them rather
+than keeping ~30 new series per run in its head block for up to three hours (a run's figures by ID:
+``flightwatch_run_events_total * on(job, instance) group_left(run) flightwatch_run_info{run="..."}``).
 
 A snapshot is taken after each batch, from the live verdict's window table (``streaming.live``); a scrape reads
 the snapshot and nothing else: no cost per event. Times are in seconds, as Prometheus' naming asks.
@@ -97,25 +103,28 @@ class JobMetrics:
             s = self._snap
         if s is None:
             return
-        run = s["run"]
+        info = GaugeMetricFamily("flightwatch_run_info", "1: the run the job serves (its ID is this label alone)",
+                                 labels=["run"])
+        info.add_metric([s["run"]], 1.0)
+        yield info
         events = CounterMetricFamily("flightwatch_run_events", "events of the run so far, by kind (window table sums)",
-                                     labels=["run", "kind"])
+                                     labels=["kind"])
         for kind, n in s["events"].items():
             if kind != output.DROPPED:
-                events.add_metric([run, kind], n)
+                events.add_metric([kind], n)
         yield events
         yield _one(GaugeMetricFamily, "flightwatch_run_dropped",
-                   "events declared dropped so far (falls when a late delivery takes a declared drop back)", run,
+                   "events declared dropped so far (falls when a late delivery takes a declared drop back)",
                    s["events"].get(output.DROPPED, 0))
         yield _one(CounterMetricFamily, "flightwatch_run_gap_windows",
-                   "windows with no delivery while events were in flight", run, s["gap_windows"])
+                   "windows with no delivery while events were in flight", s["gap_windows"])
         yield _one(GaugeMetricFamily, "flightwatch_run_in_flight", "events in flight at the end of the latest window",
-                   run, s["in_flight"])
-        yield _one(CounterMetricFamily, "flightwatch_run_batches", "micro-batches processed", run, s["batches"])
-        yield _one(GaugeMetricFamily, "flightwatch_run_finished", "1 once the run is closed", run, float(s["finished"]))
+                   s["in_flight"])
+        yield _one(CounterMetricFamily, "flightwatch_run_batches", "micro-batches processed", s["batches"])
+        yield _one(GaugeMetricFamily, "flightwatch_run_finished", "1 once the run is closed", float(s["finished"]))
         if s["window_start_s"] is not None:
             yield _one(GaugeMetricFamily, "flightwatch_run_window_start_seconds",
-                       "start of the latest settled window (Unix seconds): the window of the figures below", run,
+                       "start of the latest settled window (Unix seconds): the window of the figures below",
                        s["window_start_s"])
         for name, key, text in (("flightwatch_run_flight_time", "flight_time_us",
                                  "flight time in the latest settled window"),
@@ -124,17 +133,17 @@ class JobMetrics:
             summary = Metric(f"{name}_seconds", f"{text}, by quantile (of that window, not cumulative)", "summary")
             for q, v in s[key].items():
                 if q != "max":
-                    summary.add_sample(f"{name}_seconds", {"run": run, "quantile": q}, v / 1e6)
+                    summary.add_sample(f"{name}_seconds", {"quantile": q}, v / 1e6)
             yield summary
             if "max" in s[key]:
-                yield _one(GaugeMetricFamily, f"{name}_max_seconds", f"{text}: the largest", run, s[key]["max"] / 1e6)
+                yield _one(GaugeMetricFamily, f"{name}_max_seconds", f"{text}: the largest", s[key]["max"] / 1e6)
         if s["observer_cpu"] is not None:
             yield _one(GaugeMetricFamily, "flightwatch_run_observer_cpu_cores",
-                       "cores used by flightwatch itself in the latest settled window", run, s["observer_cpu"])
+                       "cores used by flightwatch itself in the latest settled window", s["observer_cpu"])
         v = GaugeMetricFamily("flightwatch_run_verdict", "1 for the saturation verdict's current state",
-                              labels=["run", "state"])
+                              labels=["state"])
         for state in VERDICT_STATES:
-            v.add_metric([run, state], 1.0 if s["state"] == state else 0.0)
+            v.add_metric([state], 1.0 if s["state"] == state else 0.0)
         yield v
 
     def serve(self, listen: str, log=print) -> bool:
@@ -151,7 +160,5 @@ class JobMetrics:
         self.server = None
 
 
-def _one(family, name: str, text: str, run: str, value: float):
-    f = family(name, text, labels=["run"])
-    f.add_metric([run], value)
-    return f
+def _one(family, name: str, text: str, value: float):
+    return family(name, text, value=value)

@@ -18,17 +18,28 @@ def rendered(collector) -> str:
     return generate_latest(registry).decode()
 
 
-def collectors(tmp_dir: str = "/tmp"):
+def attack_metrics(run: str):
+    """A load generator's metrics after one second: a send and its answer."""
+    from loadgen.metrics import AttackMetrics
+    from loadgen.stats import Interval
+
+    attack = AttackMetrics(run, "loadgen")
+    iv = Interval(0)
+    iv.add_send(1000, 2048)
+    iv.add_completion(500_000, 202, None, True)
+    attack.second(iv, 1.0, 0, False)
+    return attack
+
+
+def collectors(tmp_dir: str = "/tmp", run: str = "r"):
     from agents.http_receiver import HttpReceiver
     from agents.kafka_agent import KafkaExposed
     from agents.node_metrics import NodeMetrics, _Exposed
     from agents.spool import Shipper
-    from loadgen.metrics import AttackMetrics
-    from loadgen.stats import Interval
     from streaming.metrics import JobMetrics
 
     job = JobMetrics()
-    job.publish({"run": "r", "events": {"sent": 10, "received": 9, "dropped": 1, "errors": 0}, "gap_windows": 0,
+    job.publish({"run": run, "events": {"sent": 10, "received": 9, "dropped": 1, "errors": 0}, "gap_windows": 0,
                  "in_flight": 0, "window_start_s": 1.0, "flight_time_us": {"0.5": 900.0, "0.99": 1500.0, "max": 2100.0},
                  "send_delay_us": {"0.5": 10.0, "max": 40.0}, "observer_cpu": 0.1, "state": "ok", "batches": 3,
                  "finished": False})
@@ -40,11 +51,7 @@ def collectors(tmp_dir: str = "/tmp"):
     writer = SimpleNamespace(counters=lambda: {"written": 4, "lost": 0, "sent": 4, "failed": 0, "retried": 0,
                                                "buffered": 0})
     node = _Exposed(NodeMetrics(None, None, "node-metrics"), writer, "node-metrics")
-    attack = AttackMetrics("r", "loadgen")
-    iv = Interval(0)
-    iv.add_send(1000, 2048)
-    iv.add_completion(500_000, 202, None, True)
-    attack.second(iv, 1.0, 0, False)
+    attack = attack_metrics(run)
     shipper = Shipper.__new__(Shipper)  # its counters alone: no spool folder, no producer
     shipper.key, shipper.num_shipped, shipper.num_failures, shipper.dir = b"receiver-http", 5, 0, tmp_dir
     return {"job": job, "http receiver": http, "kafka receiver": kafka, "node metrics": node, "load generator": attack,
@@ -63,8 +70,23 @@ def test_promtool_finds_nothing_to_say(name, tmp_path):
 def test_times_are_seconds_and_the_largest_is_a_gauge_of_its_own():
     text = rendered(collectors()["job"])
     assert "# TYPE flightwatch_run_flight_time_seconds summary" in text
-    assert 'flightwatch_run_flight_time_seconds{quantile="0.99",run="r"} 0.0015' in text
-    assert 'flightwatch_run_flight_time_max_seconds{run="r"} 0.0021' in text
+    assert 'flightwatch_run_flight_time_seconds{quantile="0.99"} 0.0015' in text
+    assert 'flightwatch_run_flight_time_max_seconds 0.0021' in text
     assert 'quantile="1"' not in text and "_us" not in text
-    assert 'flightwatch_run_dropped{run="r"} 1.0' in text and 'kind="dropped"' not in text  # may fall: not a counter
+    assert 'flightwatch_run_dropped 1.0' in text and 'kind="dropped"' not in text  # may fall: not a counter
     assert "_us" not in rendered(collectors()["load generator"])
+
+
+def _label_sets(text: str) -> set[str]:
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def test_a_runs_id_is_a_label_of_its_info_metric_alone():
+    """Two runs served on one address keep the same series but one (the info metric): a Prometheus that scrapes run
+    after run reuses them instead of growing its head block by every run's series (~40 a run before)."""
+    for name, info in (("job", "flightwatch_run_info"), ("load generator", "flightwatch_loadgen_info")):
+        a = _label_sets(rendered(collectors(run="run-a")[name]))
+        b = _label_sets(rendered(collectors(run="run-b")[name]))
+        assert len(a) > 10 and a - b == {s for s in a if s.startswith(info + "{")} and len(a - b) == 1, a ^ b
+        assert len(b - a) == 1 and next(iter(b - a)).startswith(info + "{") and 'run="run-b"' in next(iter(b - a))
+        assert [s for s in a if 'run="' in s] == list(a - b)  # the run's ID: in the info metric, and nowhere else

@@ -117,9 +117,12 @@ def test_prometheus_scrapes_every_flightwatch_process_during_an_attack(tmp_path)
         while attack.poll() is None and not (all_up and sent > 0 and received > 0):
             seen = {r["metric"]["job"]: float(r["value"][1]) for r in query('up{job=~"flightwatch-.*"}')}
             all_up = all_up or all(seen.get(j) == 1 for j in jobs)
-            sent = value('flightwatch_loadgen_requests_total{outcome="sent",run="scraped"}')
+            # the run's ID is on the info metric alone: a run's series are found by joining on it
+            sent = value('flightwatch_loadgen_requests_total{outcome="sent"} * on(job, instance, sender) '
+                         'group_left(run) flightwatch_loadgen_info{run="scraped"}')
             received = value("flightwatch_receiver_events_total")
             time.sleep(0.5)
+        board = board_results(query, "scraped", attack)
         assert attack.wait(60) == 0, attack.stderr.read()
     finally:
         if job is not None:
@@ -128,3 +131,24 @@ def test_prometheus_scrapes_every_flightwatch_process_during_an_attack(tmp_path)
         stack("down", env)
     assert all_up, seen
     assert sent > 0 and received > 0, (sent, received)
+    # every query of the Grafana board ran against the real Prometheus, found the live run by its ID, and the
+    # figures the job always has (verdict, in flight, flight time, throughput, loss) were there
+    for title in ("Verdict", "In flight", "Gap windows", "Flight time, latest settled window", "Throughput", "Loss"):
+        assert board.get(title), (title, board)
+    assert all(r["metric"].get("run") == "scraped" for rs in board.values() for r in rs
+               if "state" not in r["metric"] and "run" in r["metric"]), board
+
+
+def board_results(query, run: str, attack, wait_s: float = 30.0) -> dict[str, list]:
+    """{panel title: the results of its queries} of the Grafana board (``$run`` = ``run``), once its flight-time
+    panel has a value (a settled window) or the attack has ended; every query must be valid PromQL."""
+    dash = json.loads(open(os.path.join(ROOT, "deploy", "base", "grafana", "flightwatch.json")).read())
+    targets = [(p["title"], t["expr"].replace("$run", run)) for p in dash["panels"] for t in p["targets"]]
+    flight = next(e for title, e in targets if title.startswith("Flight time"))
+    deadline = time.time() + wait_s
+    while not query(flight) and attack.poll() is None and time.time() < deadline:
+        time.sleep(0.5)
+    out: dict[str, list] = {}
+    for title, expr in targets:
+        out.setdefault(title, []).extend(query(expr))
+    return out

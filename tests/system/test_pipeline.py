@@ -154,7 +154,7 @@ def test_the_jobs_prometheus_metrics_are_its_window_table(live, recorded):
     """While the job ran, its /metrics named its latest settled window and gave that window's flight-time and
     send-delay quantiles: each equals the final window table's (the same HDR buckets); the event counters never
     exceed the run's totals and the verdict is one state at a time."""
-    run = (("run", RUN),)
+    run = ()  # no labels: the run's ID is on flightwatch_run_info alone
     w = results.load_windows(str(live)).set_index("window_ns")
     seen = {}
     for s in SCRAPES:
@@ -168,15 +168,16 @@ def test_the_jobs_prometheus_metrics_are_its_window_table(live, recorded):
             for metric, column in (("flightwatch_run_flight_time", f"latency_us_{col}"),
                                    ("flightwatch_run_send_delay", f"send_delay_us_{col}")):
                 name, key = ((f"{metric}_max_seconds", run) if q == "max" else
-                             (f"{metric}_seconds", (("quantile", q), ("run", RUN))))
+                             (f"{metric}_seconds", (("quantile", q),)))
                 want, got = row[column], s.get(name, {}).get(key)  # seconds, from the table's µs
                 assert got == pytest.approx(want / 1e6, rel=1e-12) if want == want else got is None, \
                     (window_ns, name, q, got, want)  # none: no sample
         states = s["flightwatch_run_verdict"]
         assert sum(states.values()) <= 1 and set(v for v in states.values()) <= {0.0, 1.0}
-        sent = s["flightwatch_run_events_total"][(("kind", "sent"), ("run", RUN))]
+        assert s["flightwatch_run_info"] == {(("run", RUN),): 1.0}
+        sent = s["flightwatch_run_events_total"][(("kind", "sent"),)]
         assert 0 < sent <= recorded["truth"]["num_sent"]
-        assert (("kind", "dropped"), ("run", RUN)) not in s["flightwatch_run_events_total"]  # a gauge: it may fall
+        assert (("kind", "dropped"),) not in s["flightwatch_run_events_total"]  # a gauge: it may fall
         assert 0 <= s["flightwatch_run_dropped"][run] <= recorded["truth"]["num_sent"]
     assert sum(len(s.get("flightwatch_run_batches_total", {})) for s in SCRAPES) > 0
     lint = subprocess.run(["promtool", "check", "metrics"], input=LAST_TEXT[0], capture_output=True, text=True)
