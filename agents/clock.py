@@ -9,10 +9,10 @@ and writes a ``clock`` record with its offset and the round trip.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
+from core import settings
 from core.cli import OneLineParser
 from core.clock import DEFAULT_REFERENCE, ClockReference, estimate, split_address
 
@@ -24,7 +24,8 @@ def main(argv=None) -> int:
     sv = sub.add_parser("serve", help="serve the clock reference")
     sv.add_argument("--listen", default=DEFAULT_REFERENCE)
     pr = sub.add_parser("probe", help="print this host's offset against a reference")
-    pr.add_argument("reference", nargs="?", default=os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", DEFAULT_REFERENCE))
+    settings.add(pr, "FLIGHTWATCH_CLOCK_REFERENCE", "reference", nargs="?", default=DEFAULT_REFERENCE,
+                 help="the reference's HOST:PORT")
     try:
         a = ap.parse_args(argv)
         address = split_address(a.listen if a.cmd == "serve" else a.reference)

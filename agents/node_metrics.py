@@ -48,11 +48,11 @@ from agents.promql import (
     promql_observer,
     rate_window_s,
 )
-from core import clock, contract, logs
+from core import clock, contract, logs, settings
 from core import metrics as metrics_module
-from core.cli import OneLineParser, add_wait, await_brokers, bootstrap_arg
+from core.cli import OneLineParser, add_telemetry, add_wait, await_brokers
 from core.kafka_options import telemetry_producer
-from core.procs import HOST, NODE_METRICS_PORT, telemetry_bootstrap
+from core.procs import HOST, NODE_METRICS_PORT
 
 WINDOW = "$window"
 """Where a query's rate window goes (``combined_query``)."""
@@ -187,38 +187,30 @@ def local_observer(node: str, stack_dir: str | None = None):
 def _parser() -> argparse.ArgumentParser:
     ap = OneLineParser(prog="python -m agents.node_metrics", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--prometheus", default=os.environ.get("FLIGHTWATCH_PROMETHEUS", "http://127.0.0.1:19090"),
-                    help="Prometheus base URL (env FLIGHTWATCH_PROMETHEUS; default %(default)s)")
+    settings.add(ap, "FLIGHTWATCH_PROMETHEUS", "--prometheus", default="http://127.0.0.1:19090", help="Prometheus base URL")
     ap.add_argument("--interval", default="1s", help="sampling interval (default %(default)s)")
-    ap.add_argument("--rate-window", default=os.environ.get("FLIGHTWATCH_RATE_WINDOW", "auto"), metavar="DURATION|auto",
-                    help="the window of the rates' irate: auto is three scrape intervals of the node exporters' job, as "
-                         "Prometheus' targets say, at least 5s (env FLIGHTWATCH_RATE_WINDOW; default %(default)s)")
-    ap.add_argument("--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
-                    help="telemetry Kafka bootstrap (env FLIGHTWATCH_BOOTSTRAP; default %(default)s)")
-    ap.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
-    ap.add_argument("--agent", default=os.environ.get("FLIGHTWATCH_AGENT", "node-metrics"),
-                    help="this agent's name in its records (env FLIGHTWATCH_AGENT: on Kubernetes the pod's name; "
-                         "default %(default)s)")
+    settings.add(ap, "FLIGHTWATCH_RATE_WINDOW", "--rate-window", default="auto", metavar="DURATION|auto",
+                 help="the window of the rates' irate: auto is three scrape intervals of the node exporters' job, as "
+                      "Prometheus' targets say, at least 5s")
+    add_telemetry(ap, "node-metrics")
     ap.add_argument("--node", default=socket.gethostname(), help="this host's name in cgroup OOM events (default %(default)s)")
-    ap.add_argument("--cgroup", action="append", metavar="DIR",
-                    default=[c for c in os.environ.get("FLIGHTWATCH_OOM_CGROUPS", "").split(",") if c],
-                    help="watch this memory cgroup directory and all below it for OOM kills (repeatable; "
-                    "env FLIGHTWATCH_OOM_CGROUPS, comma-separated)")
+    settings.add(ap, "FLIGHTWATCH_OOM_CGROUPS", "--oom-cgroup", "--cgroup", action="append", metavar="DIR", dest="cgroup",
+                 help="watch this memory cgroup directory and all below it for OOM kills (repeatable; comma-separated "
+                      "in the variable)")
     ap.add_argument("--pid", action="append", type=int, default=[], help="watch the memory cgroup of this process (repeatable)")
     ap.add_argument("--kubernetes", action="store_true", help="watch pods for OOMKilled containers and restarts "
                     "(in-cluster config, else ~/.kube/config)")
     ap.add_argument("--namespace", default=None, help="with --kubernetes: one namespace (default: all)")
-    ap.add_argument("--observer-promql", default=os.environ.get("FLIGHTWATCH_OBSERVER_PROMQL"), metavar="QUERY",
-                    help="PromQL giving the cores flightwatch uses per node (label 'node'), e.g. its pods' container "
-                    "CPU on Kubernetes (env FLIGHTWATCH_OBSERVER_PROMQL; default: this node's flightwatch processes, "
-                    "found from the stack's PID files and the observer registry)")
-    ap.add_argument("--metrics-listen", type=metrics_module.listen_arg,
-                    default=os.environ.get("FLIGHTWATCH_NODE_METRICS_METRICS", f"{HOST}:{NODE_METRICS_PORT}"),
-                    metavar="HOST:PORT", help="serve this agent's own Prometheus metrics here ('none': not at all; "
-                    "env FLIGHTWATCH_NODE_METRICS_METRICS; default %(default)s)")
+    settings.add(ap, "FLIGHTWATCH_OBSERVER_PROMQL", "--observer-promql", metavar="QUERY",
+                 help="PromQL giving the cores flightwatch uses per node (label 'node'), e.g. its pods' container "
+                      "CPU on Kubernetes (default: this node's flightwatch processes, found from the stack's PID files "
+                      "and the observer registry)")
+    settings.add(ap, "FLIGHTWATCH_NODE_METRICS_METRICS_LISTEN", "--metrics-listen", type=metrics_module.listen_arg,
+                 default=f"{HOST}:{NODE_METRICS_PORT}", metavar="HOST:PORT",
+                 help="serve this agent's own Prometheus metrics here ('none': not at all)")
     add_wait(ap, "the telemetry broker")
-    ap.add_argument("--clock-listen", default=os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE),
-                    metavar="HOST:PORT", help="serve the clock reference here (UDP; 'none' to not serve; default %(default)s)")
+    settings.add(ap, "FLIGHTWATCH_CLOCK_REFERENCE", "--clock-listen", default=clock.DEFAULT_REFERENCE, metavar="HOST:PORT",
+                 help="serve the clock reference here (UDP; 'none' to not serve)")
     return ap
 
 
@@ -229,6 +221,7 @@ def _settings(argv) -> tuple[argparse.Namespace, float, int | None, list[str]]:
     from core.units import parse_duration_ns
 
     a = _parser().parse_args(argv)
+    settings.export(a)  # log level, slices, trimming: for this process' readers
     interval_s = parse_duration_ns(a.interval) / 1e9
     if interval_s < 0.1:
         raise ValueError(f"--interval {a.interval!r} is too short (at least 100ms)")

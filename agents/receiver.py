@@ -23,9 +23,9 @@ import time
 from agents import http_receiver, http_server, kafka_receiver
 from agents.kafka_agent import main_kafka
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS
-from core import clock, contract, logs, memory, metrics
-from core.cli import OneLineParser, add_wait, bootstrap_arg
-from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap, telemetry_bootstrap
+from core import clock, contract, logs, memory, metrics, settings
+from core.cli import OneLineParser, add_telemetry, add_wait, bootstrap_arg
+from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
 
@@ -34,15 +34,9 @@ IDLE_PROGRESS_S = 600
 
 
 def _common(p: argparse.ArgumentParser, agent: str) -> None:
-    p.add_argument("--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
-                   help="telemetry Kafka bootstrap (env FLIGHTWATCH_BOOTSTRAP; default %(default)s)")
-    p.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
-    p.add_argument("--agent", default=os.environ.get("FLIGHTWATCH_AGENT", agent),
-                   help="this agent's name in its records, unique per agent (env FLIGHTWATCH_AGENT: on Kubernetes the "
-                        "pod's name; default %(default)s)")
-    p.add_argument("--clock-reference", default=os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE),
-                   metavar="HOST:PORT", help="clock reference to estimate this host's clock offset against "
-                   "(env FLIGHTWATCH_CLOCK_REFERENCE; default %(default)s; 'none' to skip)")
+    add_telemetry(p, agent)
+    settings.add(p, "FLIGHTWATCH_CLOCK_REFERENCE", "--clock-reference", default=clock.DEFAULT_REFERENCE,
+                 metavar="HOST:PORT", help="clock reference to estimate this host's clock offset against ('none' to skip)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,8 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="mode", required=True, metavar="{http,kafka}")
     h = sub.add_parser("http", help="CloudEvents HTTP sink (binary, structured and batched modes)",
                        description=http_receiver.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    h.add_argument("--listen", default=os.environ.get("FLIGHTWATCH_RECEIVER_LISTEN", "127.0.0.1:18080"), metavar="HOST:PORT",
-                   help="where to listen (env FLIGHTWATCH_RECEIVER_LISTEN; default %(default)s)")
+    settings.add(h, "FLIGHTWATCH_RECEIVER_LISTEN", "--listen", default="127.0.0.1:18080", metavar="HOST:PORT",
+                 help="where to listen")
     h.add_argument("--run", default=None, help="run ID for events that carry no ce-fwrun (default: count them as unattributed)")
     h.add_argument("--workers", type=int, default=1, help="serving processes sharing the port (SO_REUSEPORT; default %(default)s)")
     h.add_argument("--no-telemetry", action="store_true", help="record nothing (to measure the sink's own capacity)")
@@ -74,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     _common(h, "receiver-http")
     k = sub.add_parser("kafka", help="consume the SUT topic", description=kafka_receiver.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    k.add_argument("--bootstrap", default=sut_bootstrap(), type=bootstrap_arg)
+    settings.add(k, "FLIGHTWATCH_SUT_BOOTSTRAP", "--bootstrap", default=sut_bootstrap(), type=bootstrap_arg,
+                 help="the system under test's Kafka bootstrap")
     k.add_argument("--topic", default="flightwatch.sut")
     k.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", "receiver-kafka"),
                    help="where the write-ahead log, the telemetry spool (<state-dir>/spool) and the shipper's log live "
@@ -87,10 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--fetch-wait-ms", type=int, default=FETCH_MAX_WAIT_MS, metavar="MS",
                    help="fetch.wait.max.ms: the longest a broker may hold a fetch; adds to flight time on a broker "
                         "that holds it under load (Tansu), and sets the idle fetch rate (default %(default)s)")
-    k.add_argument("--metrics-listen", type=metrics.listen_arg,
-                   default=os.environ.get("FLIGHTWATCH_KAFKA_RECEIVER_METRICS", f"{HOST}:{KAFKA_RECEIVER_METRICS_PORT}"),
-                   metavar="HOST:PORT", help="serve Prometheus metrics here ('none': not at all; env "
-                   "FLIGHTWATCH_KAFKA_RECEIVER_METRICS; default %(default)s)")
+    settings.add(k, "FLIGHTWATCH_KAFKA_RECEIVER_METRICS_LISTEN", "--metrics-listen", type=metrics.listen_arg,
+                 default=f"{HOST}:{KAFKA_RECEIVER_METRICS_PORT}", metavar="HOST:PORT",
+                 help="serve Prometheus metrics here ('none': not at all)")
     add_wait(k, "the SUT and telemetry brokers")
     _common(k, "receiver-kafka")
     return ap
@@ -249,6 +243,7 @@ def main(argv=None) -> int:
         a = _parser().parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    settings.export(a)  # log level, slices, trimming: for this process' readers and its shippers
     from core.slices import setting_problem
 
     if problem := setting_problem(a.telemetry_bootstrap):

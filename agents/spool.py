@@ -33,6 +33,7 @@ import signal
 import sys
 import time
 
+from core import settings
 from core.cli import OneLineParser, bootstrap_arg
 from core.procs import telemetry_bootstrap
 
@@ -333,8 +334,9 @@ def main(argv=None) -> int:
     s = sub.add_parser("ship", help="ship a spool into the telemetry topic")
     s.add_argument("--spool-dir", required=True)
     s.add_argument("--agent", required=True, help="message key (the agent whose records these are)")
-    s.add_argument("--bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg)
-    s.add_argument("--topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
+    settings.add(s, "FLIGHTWATCH_BOOTSTRAP", "--bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
+                 help="telemetry Kafka bootstrap")
+    settings.add(s, "FLIGHTWATCH_TOPIC", "--topic", default="flightwatch.telemetry", help="the telemetry topic")
     s.add_argument("--parent", type=int, default=0, help="drain and exit once this process is gone")
     try:
         a = ap.parse_args(argv)

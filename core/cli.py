@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
+from core import settings
 from core.procs import DEFAULT_WAIT, WAIT_ENV, servers_unreachable, wait_for
 from core.units import one_line, parse_duration_ns, split_host_port
 
@@ -30,9 +30,22 @@ def bootstrap_arg(text: str) -> str:
 
 def add_wait(p: argparse.ArgumentParser, what: str) -> None:
     """``--wait DURATION``: how long a starting process waits for ``what`` (env FLIGHTWATCH_WAIT, default 10m)."""
-    p.add_argument("--wait", default=os.environ.get(WAIT_ENV, DEFAULT_WAIT), metavar="DURATION",
-                   help=f"wait this long for {what} to be reachable, trying again with backoff and saying what it "
-                        f"waits for, before giving up with exit 2 (env {WAIT_ENV}; default %(default)s; 0s: fail at once)")
+    settings.add(p, WAIT_ENV, "--wait", default=DEFAULT_WAIT, metavar="DURATION",
+                 help=f"wait this long for {what} to be reachable, trying again with backoff and saying what it "
+                      f"waits for, before giving up with exit 2 (0s: fail at once)")
+
+
+def add_telemetry(p: argparse.ArgumentParser, agent: str) -> None:
+    """An agent's telemetry flags: the broker, the topic, its name in its records; and every long-lived component's
+    (``settings.add_process_wide``)."""
+    from core.procs import telemetry_bootstrap
+
+    settings.add(p, "FLIGHTWATCH_BOOTSTRAP", "--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
+                 help="telemetry Kafka bootstrap")
+    settings.add(p, "FLIGHTWATCH_TOPIC", "--telemetry-topic", default="flightwatch.telemetry", help="the telemetry topic")
+    settings.add(p, "FLIGHTWATCH_AGENT", "--agent", default=agent,
+                 help="this agent's name in its records, unique per agent (on Kubernetes the pod's name)")
+    settings.add_process_wide(p)
 
 
 def wait_for_servers(checks: dict, wait: str, log, hints: dict | None = None) -> str | None:

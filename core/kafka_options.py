@@ -16,8 +16,9 @@ in the environment or on a command line. Secrets are never printed: ``redacted``
 from __future__ import annotations
 
 import logging
-import os
 import re
+
+from core import settings
 
 TELEMETRY_ENV = "FLIGHTWATCH_KAFKA_OPTIONS"
 SUT_ENV = "FLIGHTWATCH_SUT_KAFKA_OPTIONS"
@@ -71,7 +72,7 @@ def option(key: str, value: str) -> tuple[str, object]:
 
 def client_options(extra: dict | None = None, env: str = TELEMETRY_ENV) -> dict:
     """The options from the environment, with ``extra`` (e.g. a command line's) on top."""
-    return {**parse(os.environ.get(env)), **(extra or {})}
+    return {**parse(settings.get(env)), **(extra or {})}
 
 
 def telemetry_producer(bootstrap: str, options: dict | None = None, **settings):

@@ -11,10 +11,11 @@ its disk with one line 50 times a second. The next time it is shown it says how 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import sys
 import time
+
+from core import settings
 
 LEVEL_ENV = "FLIGHTWATCH_LOG_LEVEL"
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
@@ -70,7 +71,7 @@ def setup(name: str) -> logging.Logger:
         handler.addFilter(Repeats())
         handler._flightwatch = True
         root.addHandler(handler)
-        level = os.environ.get(LEVEL_ENV, "INFO").upper()
+        level = (settings.get(LEVEL_ENV) or "INFO").upper()
         root.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") else "INFO")
         for noisy in ("librdkafka", "py4j", "urllib3"):  # their INFO lines are per connection, not ours
             logging.getLogger(noisy).setLevel(max(root.level, logging.WARNING))

@@ -23,8 +23,10 @@ import os
 import subprocess
 import sys
 
-TRIM_EVERY_S = float(os.environ.get("FLIGHTWATCH_TRIM_EVERY_S", "10"))
-"""How often a long-lived agent collects and trims (a few ms on a ~50 MiB heap)."""
+from core import settings
+
+TRIM_EVERY_S = 10.0
+"""How often a long-lived agent collects and trims by default (a few ms on a ~50 MiB heap; ``--trim-every-s``)."""
 
 
 C_ALLOCATOR_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
@@ -67,8 +69,11 @@ def trim(collect: bool = False) -> None:
         _MALLOC_TRIM(0)  # ctypes lets go of the GIL for the call
 
 
-async def trim_every(seconds: float = TRIM_EVERY_S) -> None:
-    """An asyncio task: collect and trim every ``seconds``, on the default executor."""
+async def trim_every(seconds: float | None = None) -> None:
+    """An asyncio task: collect and trim every ``seconds`` (default: FLIGHTWATCH_TRIM_EVERY_S, else 10), on the
+    default executor."""
+    if seconds is None:
+        seconds = float(settings.get("FLIGHTWATCH_TRIM_EVERY_S") or TRIM_EVERY_S)
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(seconds)
@@ -81,7 +86,7 @@ def trace_from_env(name: str, every_s: float = 60.0) -> None:
     the 25 source lines whose live memory grew most since the first report. A diagnosis aid for soaks."""
     import threading
 
-    out_dir = os.environ.get("FLIGHTWATCH_MEMORY_TRACE")
+    out_dir = settings.get("FLIGHTWATCH_MEMORY_TRACE")
     if not out_dir:
         return
     import time

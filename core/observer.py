@@ -21,10 +21,10 @@ import os
 
 import psutil
 
-from core import procs
+from core import procs, settings
 
-STACK_DIR = os.environ.get("FLIGHTWATCH_STACK_DIR",
-                           os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".stack"))
+STACK_DIR = settings.get("FLIGHTWATCH_STACK_DIR") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".stack")
 """The embedded stack's folder (PID files, logs); the registry is its ``observers/`` subfolder."""
 NOT_OBSERVER = frozenset({"sut-broker"})
 """Stack components that are the system under test, not flightwatch."""
@@ -41,7 +41,7 @@ def register(role: str, pid: int | None = None, stack_dir: str | None = None) ->
     ``make up`` from this install: on Kubernetes, where cAdvisor measures the pods) or cannot be written (a
     read-only root, an install folder of another user). Accounting never stops the process it accounts for."""
     pid = pid or os.getpid()
-    if stack_dir is None and "FLIGHTWATCH_STACK_DIR" not in os.environ and not os.path.isdir(STACK_DIR):
+    if stack_dir is None and settings.get("FLIGHTWATCH_STACK_DIR") is None and not os.path.isdir(STACK_DIR):
         return None
     path = os.path.join(registry_dir(stack_dir), f"{role}-{pid}.pid")
     try:

@@ -7,6 +7,8 @@ import socket
 import subprocess
 import time
 
+from core import settings
+
 HOST = "127.0.0.1"
 JOB_METRICS_PORT = 19401
 KAFKA_RECEIVER_METRICS_PORT = 19402
@@ -18,13 +20,13 @@ LOADGEN_METRICS_PORT = 19404
 def telemetry_bootstrap() -> str:
     """The telemetry broker by default: FLIGHTWATCH_BOOTSTRAP, else the embedded one's port (FLIGHTWATCH_TELEMETRY_PORT,
     19092) on loopback: moving the stack's broker moves every command's default with it."""
-    return os.environ.get("FLIGHTWATCH_BOOTSTRAP") or f"{HOST}:{os.environ.get('FLIGHTWATCH_TELEMETRY_PORT', '19092')}"
+    return settings.get("FLIGHTWATCH_BOOTSTRAP") or f"{HOST}:{settings.get('FLIGHTWATCH_TELEMETRY_PORT', '19092')}"
 
 
 def sut_bootstrap() -> str:
     """The system under test's broker by default: FLIGHTWATCH_SUT_BOOTSTRAP, else the embedded SUT broker's port
     (FLIGHTWATCH_SUT_PORT, 29092) on loopback."""
-    return os.environ.get("FLIGHTWATCH_SUT_BOOTSTRAP") or f"{HOST}:{os.environ.get('FLIGHTWATCH_SUT_PORT', '29092')}"
+    return settings.get("FLIGHTWATCH_SUT_BOOTSTRAP") or f"{HOST}:{settings.get('FLIGHTWATCH_SUT_PORT', '29092')}"
 """Where a streaming job serves its live figures for Prometheus by default (``streaming.metrics``)."""
 
 

@@ -14,9 +14,11 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from core import settings
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The project's folder."""
-CHECKPOINTS = os.environ.get("FLIGHTWATCH_CHECKPOINTS", os.path.join(ROOT, "checkpoints"))
+CHECKPOINTS = settings.get("FLIGHTWATCH_CHECKPOINTS", os.path.join(ROOT, "checkpoints"))
 """Where run folders live (FLIGHTWATCH_CHECKPOINTS, else ./checkpoints)."""
 PARTIAL_KINDS = ("counts", "hists", "events")
 _ID = re.compile(r"(\d+)")

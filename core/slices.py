@@ -17,14 +17,15 @@ that after its end, and the job waits ``RETIRE_GRACE_S`` past a slice's end befo
 """
 from __future__ import annotations
 
-import os
 import re
 import time
+
+from core import settings
 
 
 def embedded_bootstrap() -> str:
     """The embedded stack's telemetry broker (``stack``: FLIGHTWATCH_TELEMETRY_PORT, default 19092)."""
-    return f"127.0.0.1:{os.environ.get('FLIGHTWATCH_TELEMETRY_PORT', '19092')}"
+    return f"127.0.0.1:{settings.get('FLIGHTWATCH_TELEMETRY_PORT', '19092')}"
 
 
 DEFAULT_SLICE_S = 60
@@ -46,7 +47,7 @@ def slice_seconds(bootstrap: str, setting: str | None = None) -> int:
     ValueError on a setting that is not auto, off or a whole number of seconds of at least 10."""
     from core.units import parse_duration_ns
 
-    text = (setting if setting is not None else os.environ.get("FLIGHTWATCH_TELEMETRY_SLICE", "auto")).strip().lower()
+    text = (setting if setting is not None else settings.get("FLIGHTWATCH_TELEMETRY_SLICE", "auto")).strip().lower()
     if text == "auto":
         return DEFAULT_SLICE_S if bootstrap.strip() == embedded_bootstrap() else 0
     if text in ("off", "0", "none"):

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from core import metrics
+from core import clock, metrics, settings
 from core.cli import add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
@@ -60,9 +60,9 @@ def parse_duration_s(text: str) -> float:
         raise UsageError(str(e)) from None
 
 
-def _default_shard() -> str:
-    count = os.environ.get("FLIGHTWATCH_SHARDS")
-    return f"{os.environ.get('JOB_COMPLETION_INDEX', '0')}/{count}" if count else "0/1"
+def _default_shard(shards: int | None) -> str:
+    """With ``--shards N`` and no ``--shard``: this pod's index in a Kubernetes indexed Job (JOB_COMPLETION_INDEX)."""
+    return f"{os.environ.get('JOB_COMPLETION_INDEX', '0')}/{shards}" if shards else "0/1"
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -85,24 +85,30 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--pace", help="steps RATE:SECONDS[,...] or a ramp FROM-TO:SECONDS, e.g. 1000:60,1200:60")
     a.add_argument("--duration", default="60s", help="run length with --rate, as vegeta and k6 write it: 60s, 1m30s, 2h "
                    "(default %(default)s)")
-    a.add_argument("--target", default=os.environ.get("FLIGHTWATCH_TARGET", DEFAULT_TARGET),
-                   help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC "
-                        "(default %(default)s, the embedded SUT broker)")
+    settings.add(a, "FLIGHTWATCH_TARGET", "--target", default=DEFAULT_TARGET,
+                 help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC "
+                      "(the default is the embedded SUT broker)")
     a.add_argument("--payload", type=int, default=2048, help="event payload bytes (default %(default)s)")
     a.add_argument("--workers", default="auto",
                    help="worker processes splitting the rate; 'auto' (the default) is one per "
                         f"{WORKER_RATE:,}/s of the peak rate, at most one per core")
     a.add_argument("--max-inflight", type=int, default=1000, help="outstanding sends per worker (default %(default)s)")
     a.add_argument("--timeout", default="30s", help="per-send timeout (default %(default)s)")
-    a.add_argument("--run", help="run ID (default: attack-<UTC time>)")
-    a.add_argument("--shard", default=_default_shard(), metavar="INDEX/COUNT",
+    settings.add(a, "FLIGHTWATCH_RUN", "--run", help="run ID (default: attack-<UTC time>)")
+    a.add_argument("--shard", metavar="INDEX/COUNT",
                    help="this process is shard INDEX (from 0) of COUNT load generators that split the rate and the "
                         "pace among them, each with its own sender ID; the run closes once every shard has stopped. "
-                        "Needs --run (the same on every shard). Default 0/1, or JOB_COMPLETION_INDEX/FLIGHTWATCH_SHARDS "
-                        "in a Kubernetes indexed Job")
-    a.add_argument("--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
-                   help="telemetry broker for send/ack records (default %(default)s)")
-    a.add_argument("--telemetry-topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"))
+                        "Needs --run (the same on every shard). Default 0/1, or JOB_COMPLETION_INDEX/SHARDS with --shards")
+    settings.add(a, "FLIGHTWATCH_SHARDS", "--shards", type=int, metavar="COUNT",
+                 help="in a Kubernetes indexed Job: this pod is shard JOB_COMPLETION_INDEX of COUNT")
+    settings.add(a, "FLIGHTWATCH_BOOTSTRAP", "--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
+                 help="telemetry broker for send/ack records")
+    settings.add(a, "FLIGHTWATCH_TOPIC", "--telemetry-topic", default="flightwatch.telemetry", help="the telemetry topic")
+    settings.add(a, "FLIGHTWATCH_CLOCK_REFERENCE", "--clock-reference", default=clock.DEFAULT_REFERENCE,
+                 metavar="HOST:PORT", help="clock reference to estimate this host's clock offset against ('none' to skip)")
+    settings.add(a, "FLIGHTWATCH_MEMORY_TRACE", "--memory-trace", metavar="DIR",
+                 help="trace Python allocations and report the lines that grew, every minute, to DIR (a diagnosis aid)")
+    settings.add_process_wide(a)
     a.add_argument("--no-telemetry", action="store_true", help="do not write send/ack records")
     a.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a librdkafka producer property for the Kafka target, over FLIGHTWATCH_SUT_KAFKA_OPTIONS: "
@@ -118,10 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop the attack at once when crossed, judged every second (exit 3); e.g. 'p99>2s for 5s', "
                         "'errors>100'; repeatable")
     a.add_argument("--quiet", action="store_true", help="no per-second lines")
-    a.add_argument("--metrics-listen", type=metrics.listen_arg,
-                   default=os.environ.get("FLIGHTWATCH_LOADGEN_METRICS", f"{HOST}:{LOADGEN_METRICS_PORT}"),
-                   metavar="HOST:PORT", help="serve the attack's figures as Prometheus metrics here while it runs "
-                   "('none': not at all; env FLIGHTWATCH_LOADGEN_METRICS; default %(default)s)")
+    settings.add(a, "FLIGHTWATCH_LOADGEN_METRICS_LISTEN", "--metrics-listen", type=metrics.listen_arg,
+                 default=f"{HOST}:{LOADGEN_METRICS_PORT}", metavar="HOST:PORT",
+                 help="serve the attack's figures as Prometheus metrics here while it runs ('none': not at all)")
     add_wait(a, "the target and the telemetry broker")
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
@@ -189,6 +194,8 @@ def sut_kafka_options(texts: list[str], target: TargetSpec) -> dict | None:
 def config(a: argparse.Namespace):
     from loadgen.attack import AttackConfig
 
+    # for this process' readers and its workers: the clock probe, the memory trace, log level, slices, trimming
+    settings.export(a, (*settings.PROCESS_WIDE, "FLIGHTWATCH_CLOCK_REFERENCE", "FLIGHTWATCH_MEMORY_TRACE"))
     if (a.rate is None) == (a.pace is None):
         raise UsageError("give exactly one of --rate or --pace")
     duration_s = parse_duration_s(a.duration)
@@ -222,6 +229,7 @@ def config(a: argparse.Namespace):
     if a.telemetry_bootstrap and (problem := setting_problem(a.telemetry_bootstrap)):
         raise UsageError(problem)
     sut_options = sut_kafka_options(a.kafka_option, target)
+    a.shard = a.shard or _default_shard(a.shards)
     shard, shards = parse_shard(a.shard)
     if shards > 1 and not a.run:
         raise UsageError("--shard needs --run: every shard of a run must write the same run ID")

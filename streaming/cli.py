@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from core import metrics
+from core import metrics, settings
 from core.cli import add_wait, bootstrap_arg
 from core.kafka_options import client_options
 from core.procs import HOST, JOB_METRICS_PORT, telemetry_bootstrap
@@ -16,7 +16,7 @@ from core.rundir import ROOT as PROJECT_ROOT
 from core.slices import setting_problem
 from core.units import one_line, parse_duration_ns
 from streaming import engine
-from streaming.config import CLUSTER_JOIN_PARTITIONS, RECOMPUTABLE, JobConfig, engine_problem, int_env
+from streaming.config import CLUSTER_JOIN_PARTITIONS, RECOMPUTABLE, JobConfig, engine_problem
 
 USAGE = """Usage:
     python -m streaming run --run RUN_ID [--bootstrap 127.0.0.1:19092] [--topic flightwatch.telemetry]
@@ -46,6 +46,21 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def _add_process(s: argparse.ArgumentParser) -> None:
+    """The job process' own: its Spark's memory and JVM, a memory trace, and every component's settings."""
+    g = s.add_argument_group("the job's process")
+    settings.add(g, "FLIGHTWATCH_DRIVER_MEMORY", "--driver-memory", metavar="SIZE",
+                 help="the driver's heap, for a Spark the job starts itself (default 2g; a cluster's driver is sized "
+                      "where it is started: spark-submit, the Spark operator)")
+    settings.add(g, "FLIGHTWATCH_EXECUTOR_MEMORY", "--executor-memory", metavar="SIZE",
+                 help="the executors' heap, for a Spark the job starts itself (default 1g)")
+    settings.add(g, "FLIGHTWATCH_DRIVER_JAVA_OPTIONS", "--driver-java-options", metavar="OPTIONS",
+                 help="the driver JVM's options (default: its heap pre-touched, C1 only)")
+    settings.add(g, "FLIGHTWATCH_MEMORY_TRACE", "--memory-trace", metavar="DIR",
+                 help="trace Python allocations and report the lines that grew, every minute, to DIR (diagnosis)")
+    settings.add_process_wide(s)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m streaming", description=__doc__.split("\n\n")[0], epilog=USAGE,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -54,10 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                         ("replay", "recompute a finished run from its archive into <run>/replay"),
                         ("summary", "print a run's summary as JSON")):
         s = sub.add_parser(name, help=help_, description=help_)
-        s.add_argument("--run", required="FLIGHTWATCH_RUN" not in os.environ, default=os.environ.get("FLIGHTWATCH_RUN"),
-                       help="run ID (records of other runs are ignored; default $FLIGHTWATCH_RUN)")
-        s.add_argument("--checkpoints", default=os.environ.get("FLIGHTWATCH_CHECKPOINTS", os.path.join(PROJECT_ROOT, "checkpoints")),
-                       help="root of per-run folders (default: %(default)s)")
+        settings.add(s, "FLIGHTWATCH_RUN", "--run", required=settings.get("FLIGHTWATCH_RUN") is None,
+                     help="run ID (records of other runs are ignored)")
+        settings.add(s, "FLIGHTWATCH_CHECKPOINTS", "--checkpoints", default=os.path.join(PROJECT_ROOT, "checkpoints"),
+                     help="root of per-run folders")
         s.add_argument("--out", help="this run's folder (default: <checkpoints>/<run>)")
         if name == "summary":
             continue
@@ -71,13 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Spark master when Spark was given none (a master given by spark-submit, the Spark operator "
                             "or spark-defaults.conf wins, with that cluster's settings; env SPARK_MASTER; default "
                             "%(default)s)")
-        s.add_argument("--join-on", choices=("auto", "driver", "executors"), default=os.environ.get("FLIGHTWATCH_JOIN_ON", "auto"),
-                       help="where the join partitions run: auto puts them on a cluster's executors and in the driver in "
-                       "local mode (env FLIGHTWATCH_JOIN_ON; default %(default)s)")
-        s.add_argument("--join-partitions", type=int, default=int_env("FLIGHTWATCH_JOIN_PARTITIONS"), metavar="P",
-                       help="split the join by event ID hash into P partitions, each joined with its own state: in the "
-                       "driver in local mode, in executor tasks on a cluster (the results do not depend on P; env "
-                       f"FLIGHTWATCH_JOIN_PARTITIONS; default 1 in local mode, {CLUSTER_JOIN_PARTITIONS} on a cluster)")
+        settings.add(s, "FLIGHTWATCH_JOIN_ON", "--join-on", choices=("auto", "driver", "executors"), default="auto",
+                     help="where the join partitions run: auto puts them on a cluster's executors and in the driver in "
+                          "local mode")
+        settings.add(s, "FLIGHTWATCH_JOIN_PARTITIONS", "--join-partitions", type=int, metavar="P",
+                     help="split the join by event ID hash into P partitions, each joined with its own state: in the "
+                          "driver in local mode, in executor tasks on a cluster (the results do not depend on P; default "
+                          f"1 in local mode, {CLUSTER_JOIN_PARTITIONS} on a cluster)")
         own = name == "replay"  # a replay recomputes with the run's own settings but those given here
         for flag, default, what in (("--window", "1s", "window length"),
                                     ("--drop-timeout", "30s", "a send unanswered this long is a drop"),
@@ -86,17 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument(flag, default=None if own else default, help=f"{what} (default {shown})")
         if own:
             continue
-        s.add_argument("--bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
-                       help="telemetry Kafka bootstrap servers (default %(default)s)")
-        s.add_argument("--topic", default=os.environ.get("FLIGHTWATCH_TOPIC", "flightwatch.telemetry"),
-                       help="telemetry topic; the job also reads its time slices, <topic>.slice-<start>-<length>, which "
-                       "writers to the embedded broker use (FLIGHTWATCH_TELEMETRY_SLICE), and deletes each once read "
-                       "(default %(default)s)")
-        s.add_argument("--slice-grace", default=os.environ.get("FLIGHTWATCH_SLICE_GRACE", "90s"),
-                       help="delete a time slice of the topic this long after its end, once read and archived; keep it "
-                       "above the writers' 20 s delivery timeout and Spark's 60 s idle Python worker timeout (a worker "
-                       "holding a consumer of a deleted topic can crash: streaming.consumers) (env "
-                       "FLIGHTWATCH_SLICE_GRACE; default %(default)s)")
+        settings.add(s, "FLIGHTWATCH_BOOTSTRAP", "--bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
+                     help="telemetry Kafka bootstrap servers")
+        settings.add(s, "FLIGHTWATCH_TOPIC", "--topic", default="flightwatch.telemetry",
+                     help="telemetry topic; the job also reads its time slices, <topic>.slice-<start>-<length>, which "
+                          "writers to the embedded broker use (--telemetry-slice), and deletes each once read")
+        settings.add(s, "FLIGHTWATCH_SLICE_GRACE", "--slice-grace", default="90s",
+                     help="delete a time slice of the topic this long after its end, once read and archived; keep it "
+                          "above the writers' 20 s delivery timeout and Spark's 60 s idle Python worker timeout (a worker "
+                          "holding a consumer of a deleted topic can crash: streaming.consumers)")
         s.add_argument("--source", choices=("flightwatch_kafka", "kafka"), default="flightwatch_kafka",
                        help="Kafka reader: the Python Data Source, or Spark's connector where its jar is present")
         s.add_argument("--starting-offsets", choices=("earliest", "latest"), default="earliest",
@@ -105,29 +118,35 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default %(default)s)")
         s.add_argument("--max-offsets-per-trigger", type=int, help="cap on Kafka messages per micro-batch")
         s.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-                       help="extra Kafka client setting, a librdkafka property (e.g. security.protocol=SASL_SSL); "
-                            "repeatable")
-        s.add_argument("--nice", type=int, default=os.environ.get("FLIGHTWATCH_JOB_NICE", "5"), metavar="N",
-                       help="lower the job's CPU priority by N (Spark's JVM too): a burst of catching up never takes CPU "
-                            "from the load generator, the receivers or the SUT on a shared node (env "
-                            "FLIGHTWATCH_JOB_NICE; 0 to keep it; default %(default)s)")
+                       help="extra Kafka client setting, a librdkafka property (e.g. security.protocol=SASL_SSL), over "
+                            "FLIGHTWATCH_KAFKA_OPTIONS; repeatable")
+        settings.add(s, "FLIGHTWATCH_JOB_NICE", "--nice", type=int, default="5", metavar="N",
+                     help="lower the job's CPU priority by N (Spark's JVM too): a burst of catching up never takes CPU "
+                          "from the load generator, the receivers or the SUT on a shared node (0 to keep it)")
+        _add_process(s)
         s.add_argument("--silence-timeout", default="60s",
                        help="close a run as aborted when its load generator has written nothing for this long, "
                             "e.g. after a kill -9 (default %(default)s)")
         s.add_argument("--no-heartbeat", action="store_true",
                        help="do not write the job's own heartbeats (they close the last windows of a live run)")
         s.add_argument("--partitions", type=int, default=2, help="partitions when creating the topic (default %(default)s)")
-        s.add_argument("--await-topic", action="store_true", default=os.environ.get("FLIGHTWATCH_AWAIT_TOPIC") == "1",
-                       help="wait for the topic instead of creating it (on Kubernetes the Topic Operator creates it "
-                            "from its KafkaTopic, with its replication; env FLIGHTWATCH_AWAIT_TOPIC=1)")
+        settings.add(s, "FLIGHTWATCH_AWAIT_TOPIC", "--await-topic", action="store_true",
+                     help="wait for the topic instead of creating it (on Kubernetes the Topic Operator creates it from "
+                          "its KafkaTopic, with its replication; 1 in the variable)")
         add_wait(s, "the telemetry broker (and with --await-topic the topic)")
-        s.add_argument("--metrics-listen", default=os.environ.get("FLIGHTWATCH_JOB_METRICS", DEFAULT_METRICS_LISTEN),
-                       metavar="HOST:PORT", help="serve the run's live figures for Prometheus at http://HOST:PORT/metrics "
-                       "(env FLIGHTWATCH_JOB_METRICS; 'none' to not serve; default %(default)s)")
+        settings.add(s, "FLIGHTWATCH_JOB_METRICS_LISTEN", "--metrics-listen", default=DEFAULT_METRICS_LISTEN,
+                     metavar="HOST:PORT", help="serve the run's live figures for Prometheus at http://HOST:PORT/metrics "
+                                               "('none' to not serve)")
     return p
 
 
+JOB_PROCESS = (*settings.PROCESS_WIDE, "FLIGHTWATCH_DRIVER_MEMORY", "FLIGHTWATCH_EXECUTOR_MEMORY",
+               "FLIGHTWATCH_DRIVER_JAVA_OPTIONS", "FLIGHTWATCH_MEMORY_TRACE")
+"""The job's settings read below its parser (``streaming.session``, ``core.memory``, ``core.logs``)."""
+
+
 def config_from_args(a: argparse.Namespace) -> JobConfig:
+    settings.export(a, JOB_PROCESS)  # the flags given, for the Spark session, the logs and the memory trace
     out = a.out or os.path.join(a.checkpoints, a.run)
     from core.kafka_options import librdkafka, option
 

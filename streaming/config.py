@@ -76,12 +76,6 @@ CLUSTER_JOIN_PARTITIONS = 8
 two or three per executor core for more."""
 
 
-def int_env(name: str) -> int | None:
-    """An integer from the environment, None when unset or not a number."""
-    text = os.environ.get(name, "").strip()
-    return int(text) if text.isdigit() else None
-
-
 MAX_JOIN_PARTITIONS = 4096
 """More join partitions than this would spend more on each partition's fixed cost than on its records."""
 

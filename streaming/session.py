@@ -13,6 +13,7 @@ import re
 import sys
 
 from core.rundir import ROOT as PROJECT_ROOT
+from core.settings import get as setting
 
 LOCAL_ONLY = ("spark.master", "spark.driver.host", "spark.driver.bindAddress", "spark.sql.shuffle.partitions",
               "spark.executor.memory", "spark.driver.memory", "spark.driver.extraJavaOptions", "spark.ui.enabled")
@@ -55,8 +56,8 @@ def given_master() -> str | None:
 
 def settings(master: str, run_id: str, command: str, given: dict) -> dict:
     """What the job sets on its session builder, given what the cluster already set (``given``)."""
-    heap = os.environ.get("FLIGHTWATCH_DRIVER_MEMORY", "2g")
-    java_options = os.environ.get("FLIGHTWATCH_DRIVER_JAVA_OPTIONS")
+    heap = setting("FLIGHTWATCH_DRIVER_MEMORY", "2g")
+    java_options = setting("FLIGHTWATCH_DRIVER_JAVA_OPTIONS")
     if java_options is None and command == "run":
         # the live job lives as long as the run: its whole heap is committed and touched at start (as servers
         # run a JVM) so that G1 does not grow it mid-run when a stall makes collections slow (a step of
@@ -68,7 +69,7 @@ def settings(master: str, run_id: str, command: str, given: dict) -> dict:
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.memory": heap,
-        "spark.executor.memory": os.environ.get("FLIGHTWATCH_EXECUTOR_MEMORY", "1g"),
+        "spark.executor.memory": setting("FLIGHTWATCH_EXECUTOR_MEMORY", "1g"),
         "spark.app.name": f"flightwatch-{run_id}",
         "spark.ui.enabled": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -90,7 +91,7 @@ def settings(master: str, run_id: str, command: str, given: dict) -> dict:
         ours["spark.driver.extraJavaOptions"] = java_options
     if "spark.master" in given:  # a cluster's Spark: its own settings
         ours = {k: v for k, v in ours.items() if k not in LOCAL_ONLY}
-        asked = os.environ.get("FLIGHTWATCH_DRIVER_MEMORY")
+        asked = setting("FLIGHTWATCH_DRIVER_MEMORY")
         if asked and asked != given.get("spark.driver.memory"):
             import logging
 

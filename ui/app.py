@@ -20,6 +20,7 @@ if ROOT not in sys.path:
 
 import streamlit as st  # noqa: E402
 
+from core import settings  # noqa: E402
 from runs.reader import RunReader  # noqa: E402
 from ui import charts, data  # noqa: E402
 
@@ -28,7 +29,7 @@ REFRESH_S = 1.0
 
 def checkpoints_dir() -> str:
     ap = argparse.ArgumentParser(prog="ui/app.py", add_help=False)
-    ap.add_argument("--checkpoints", default=os.environ.get("FLIGHTWATCH_CHECKPOINTS", os.path.join(ROOT, "checkpoints")))
+    settings.add(ap, "FLIGHTWATCH_CHECKPOINTS", "--checkpoints", default=os.path.join(ROOT, "checkpoints"))
     args, _ = ap.parse_known_args(sys.argv[1:])
     return args.checkpoints
 

@@ -165,11 +165,13 @@ def test_loadgen_is_an_indexed_job_whose_shards_split_the_rate(rendered):
         assert spark["driver"]["envFrom"] == [{"configMapRef": {"name": "flightwatch-run"}}]
         assert "FLIGHTWATCH_RUN" in by_kind(docs, "ConfigMap")["flightwatch-run"]["data"]
     # what an indexed Job's pod gets: its shard from JOB_COMPLETION_INDEX, the count from FLIGHTWATCH_SHARDS
-    from loadgen.__main__ import _default_shard
+    from loadgen.__main__ import build_parser, config
 
     os.environ.update(JOB_COMPLETION_INDEX="5", FLIGHTWATCH_SHARDS="8")
     try:
-        assert _default_shard() == "5/8"
+        a = build_parser().parse_args(["attack", "--rate", "800", "--run", "r", "--no-telemetry", "--out", "/tmp/x"])
+        cfg = config(a)[0]
+        assert (cfg.shard, cfg.shards, a.shard) == (5, 8, "5/8")
     finally:
         del os.environ["JOB_COMPLETION_INDEX"], os.environ["FLIGHTWATCH_SHARDS"]
 

@@ -85,7 +85,7 @@ def test_prometheus_scrapes_every_flightwatch_process_during_an_attack(tmp_path)
     job_port, loadgen_port = free_port(), free_port()
     env = dict(os.environ, FLIGHTWATCH_STACK_DIR=str(tmp_path / "stack"), PYTHONPATH=ROOT,
                FLIGHTWATCH_CLOCK_PORT=str(free_port()), **{f"FLIGHTWATCH_{k}_PORT": str(v) for k, v in ports.items()},
-               FLIGHTWATCH_JOB_METRICS=f"127.0.0.1:{job_port}", FLIGHTWATCH_LOADGEN_METRICS=f"127.0.0.1:{loadgen_port}")
+               FLIGHTWATCH_JOB_METRICS_LISTEN=f"127.0.0.1:{job_port}", FLIGHTWATCH_LOADGEN_METRICS_LISTEN=f"127.0.0.1:{loadgen_port}")
     # the stack writes Prometheus' targets from these, as `make up` does
     up = stack("up", env)
     job = None

@@ -11,7 +11,7 @@ import sys
 from support import ROOT
 
 MOVED = {"FLIGHTWATCH_TELEMETRY_PORT": "19999", "FLIGHTWATCH_SUT_PORT": "29999", "FLIGHTWATCH_UI_PORT": "18777",
-         "FLIGHTWATCH_KAFKA_RECEIVER_METRICS": "127.0.0.1:19888", "FLIGHTWATCH_NODE_METRICS_METRICS": "127.0.0.1:19889",
+         "FLIGHTWATCH_KAFKA_RECEIVER_METRICS_LISTEN": "127.0.0.1:19888", "FLIGHTWATCH_NODE_METRICS_METRICS_LISTEN": "127.0.0.1:19889",
          "FLIGHTWATCH_NO_INSTALL": "1", "PYTHONPATH": ROOT}
 
 
@@ -43,3 +43,18 @@ def test_the_stack_and_every_command_follow_them():
     for cmd in (("streaming", "run"), ("agents.receiver", "http"), ("agents.node_metrics",), ("loadgen.synthetic",)):
         text = " ".join(_run(sys.executable, "-m", *cmd, "--help").split())
         assert "127.0.0.1:19999" in text and "19092" not in text, cmd
+
+
+def test_the_stacks_flags_move_them_as_the_variables_do(tmp_path):
+    """``python -m stack ACTION --telemetry-port P --stack-dir D``: the same as the variables (core.settings)."""
+    code = ("import json, sys, stack.__main__ as s; "
+            f"s.main(['status', '--telemetry-port', '19998', '--sut-port', '29998', '--stack-dir', {str(tmp_path)!r}]); "
+            "print(json.dumps([s.STACK_DIR, s.PORTS, s.commands()]))")
+    env = {k: v for k, v in _env().items() if k not in ("FLIGHTWATCH_TELEMETRY_PORT", "FLIGHTWATCH_SUT_PORT")}
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    stack_dir, ports, cmds = json.loads(r.stdout.splitlines()[-1])
+    assert stack_dir == str(tmp_path) and (ports["telemetry-broker"], ports["sut-broker"]) == (19998, 29998)
+    assert "--telemetry-bootstrap 127.0.0.1:19998" in " ".join(cmds["node-metrics"])
+    assert "--bootstrap 127.0.0.1:29998" in " ".join(cmds["kafka-receiver"])
+    assert str(tmp_path) in " ".join(cmds["kafka-receiver"])
