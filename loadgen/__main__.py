@@ -62,7 +62,7 @@ def parse_duration_s(text: str) -> float:
 
 def _default_shard(shards: int | None) -> str:
     """With ``--shards N`` and no ``--shard``: this pod's index in a Kubernetes indexed Job (JOB_COMPLETION_INDEX)."""
-    return f"{os.environ.get('JOB_COMPLETION_INDEX', '0')}/{shards}" if shards else "0/1"
+    return "0/1" if shards is None else f"{os.environ.get('JOB_COMPLETION_INDEX', '0')}/{shards}"
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -229,7 +229,7 @@ def config(a: argparse.Namespace):
     if a.telemetry_bootstrap and (problem := setting_problem(a.telemetry_bootstrap)):
         raise UsageError(problem)
     sut_options = sut_kafka_options(a.kafka_option, target)
-    a.shard = a.shard or _default_shard(a.shards)
+    a.shard = _default_shard(a.shards) if a.shard is None else a.shard
     shard, shards = parse_shard(a.shard)
     if shards > 1 and not a.run:
         raise UsageError("--shard needs --run: every shard of a run must write the same run ID")
