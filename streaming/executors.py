@@ -86,13 +86,13 @@ def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.V
         jp = int(key[0].as_py())
         # the run's sends, acks and receives (the ticks, and the driver's records shuffled with them, are not)
         records = table.filter(membership.data(table, cfg.run_id)).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
-        state = _state_before(root, cfg, jp, batch_id)
+        state, redone = _state_before(root, cfg, jp, batch_id)
         _write_part(root, batch_id, jp, records)  # every batch, empty or not, a replay's too: what a rebuild reads
         settled, report = join.step(state, records, cfg, verdicts)
         keep(root, jp, batch_id, settled.state)
         if batch_id % SNAPSHOT_EVERY_BATCHES == 0:
             _save_snapshot(root, jp, batch_id, settled.state)
-        return _output(jp, settled, report)
+        return _output(jp, settled, report, redone)
     return run
 
 
@@ -104,11 +104,12 @@ def keep(root: str, jp: int, batch_id: int, state: JoinState) -> None:
     _STATES[(root, jp)] = (batch_id, state)
 
 
-def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> JoinState:
-    """The partition's state after ``batch_id - 1``: this worker's, or a snapshot and the archived batches after it."""
+def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> tuple[JoinState, int]:
+    """The partition's state after ``batch_id - 1``: this worker's (0 batches redone), or a snapshot and the archived
+    batches after it (how many were redone: -1 for a snapshot alone, a miss all the same)."""
     cached = _STATES.get((root, jp))
     if cached is not None and cached[0] == batch_id - 1:
-        return cached[1]
+        return cached[1], 0
     snaps = [s for s in ids_in(_joins_dir(root, jp), "snap-*") if s < batch_id]
     state = _load_snapshot(root, jp, snaps[-1]) if snaps else JoinState()
     for b in range(snaps[-1] + 1 if snaps else 0, batch_id):
@@ -125,7 +126,8 @@ def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> JoinS
             records = DECODED_SCHEMA.empty_table()
         settled, _ = join.step(state, records, cfg, v)
         state = settled.state
-    return state
+    start = snaps[-1] + 1 if snaps else 0
+    return state, (batch_id - start) or -1
 
 
 def _joins_dir(root: str, jp: int) -> str:
@@ -182,13 +184,13 @@ def _rows(jp: int, part: str, columns: dict, n: int) -> pa.Table:
     return pa.table(cols, schema=OUTPUT_SCHEMA)
 
 
-def _output(jp: int, settled: join.Settled, report: join.Report) -> pa.Table:
+def _output(jp: int, settled: join.Settled, report: join.Report, redone: int = 0) -> pa.Table:
     import pandas as pd
 
     c, h = settled.counts, settled.hists
     ex = (pd.concat(settled.exemplars, ignore_index=True) if settled.exemplars else pd.DataFrame()).reindex(
         columns=["kind", "at_ns", "value", "count", "event_id"])
-    meta = {"sizes": settled.sizes, "waiting": list(report.waiting), "executor": executor_name()}
+    meta = {"sizes": settled.sizes, "waiting": list(report.waiting), "executor": executor_name(), "redone": redone}
     parts = [
         _rows(jp, "counts", {"window_ns": c.get("window_ns", []), "name": c.get("name", []), "value": c.get("value", [])}, len(c)),
         _rows(jp, "hists", {k: h.get(k, []) for k in ("window_ns", "hist", "bucket", "count")}, len(h)),
@@ -202,9 +204,9 @@ def _output(jp: int, settled: join.Settled, report: join.Report) -> pa.Table:
 
 
 # --- on the driver
-def outputs(table: pa.Table) -> tuple[list[join.Settled], list[join.Report], dict]:
-    """The partitions' outputs (``partition_task``) as one merged ``Settled`` and ``Report``, and where their tasks ran
-    (executor folder -> tasks)."""
+def outputs(table: pa.Table) -> tuple[list[join.Settled], list[join.Report], dict, dict]:
+    """The partitions' outputs (``partition_task``) as one merged ``Settled`` and ``Report``, where their tasks ran
+    (executor folder -> tasks), and how many found their state in their worker (``hits`` of ``tasks``)."""
     part = table["part"]
 
     def of(name: str, cols: list[str]):
@@ -218,9 +220,12 @@ def outputs(table: pa.Table) -> tuple[list[join.Settled], list[join.Report], dic
     ran: dict[str, int] = {}
     for m in metas:
         ran[m["executor"]] = ran.get(m["executor"], 0) + 1
+    redone = [m.get("redone", 0) for m in metas]
+    cache = {"tasks": len(metas), "hits": sum(r == 0 for r in redone),  # the state of the batch before was in the
+             "redone_batches": sum(max(r, 0) for r in redone)}          # task's worker; else what was redone
     settled = join.Settled(None, counts, hists, [ex] if len(ex) else [], sizes)
     report = join.Report(waiting, of("send", ["at_ns"])["at_ns"].to_numpy(), of("recv", ["at_ns"])["at_ns"].to_numpy())
-    return [settled], [report], ran
+    return [settled], [report], ran, cache
 
 
 def cluster_sink(spark, store, cfg, log):
@@ -250,7 +255,8 @@ def cluster_sink(spark, store, cfg, log):
                                                                       "join": round(t3 - t2, 3)})
         log(f"batch {batch_id}: {result.info['num_records']:,} records ({result.info['num_quarantined']} quarantined), "
             f"sent {result.info['num_send']:,} recv {result.info['num_recv']:,}, pending {result.info['num_pending']:,}, "
-            f"{num_partitions} join partitions on {len(result.info['join_tasks'])} executor(s), {time.time() - t0:.2f}s "
+            f"{num_partitions} join partitions on {len(result.info['join_tasks'])} executor(s) "
+            f"({result.info['join_cache']['hits']} with their state in the worker), {time.time() - t0:.2f}s "
             f"(summary {t1 - t0:.2f}, join {t3 - t2:.2f})"
             + (" FINISHED" if result.finished else ""))
     return sink
@@ -307,11 +313,11 @@ def _plan_batch(store, summary: pa.Table, batch_id: int) -> engine.Plan:
 
 
 def _finish_batch(store, plan: engine.Plan, out: pa.Table, batch_id: int, t0: float, **info):
-    settled, reports, ran = outputs(out)
+    settled, reports, ran, cache = outputs(out)
     state, result = engine.finish(plan, settled, reports)
     state.joins = []  # on the executors
     store.state = state
-    result.info["join_tasks"] = ran
+    result.info["join_tasks"], result.info["join_cache"] = ran, cache
     return store.conclude(result, batch_id, t0, verdicts=dataclasses.asdict(plan.verdicts),
                           archive_parts=store.cfg.join_partitions, **info)
 

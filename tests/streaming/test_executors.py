@@ -70,12 +70,18 @@ def test_the_join_on_executors_gives_the_local_results_also_after_state_is_lost(
     cfg = engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P)
     store = executors.ClusterRunStore(root, cfg)
     executors._STATES.clear()
+    caches = []
     for i, t in enumerate(_batches(23)):
         if i == restart_at:
             executors._STATES.clear()
             store = executors.ClusterRunStore(root, cfg)
         result = _cluster_batch(store, t, i)
+        caches.append(result.info["join_cache"])
     assert result.finished
+    # every task after the first batch found its state in its worker, but after the restart: those redid the batches
+    # after the last snapshot (every 10 batches)
+    assert [c["hits"] for c in caches[1:]] == [0 if i == restart_at else P for i in range(1, 23)], caches
+    assert sum(c["redone_batches"] for c in caches) == (P * ((restart_at - 1) % 10) if restart_at else 0), caches
     windows, summary = _figures(root)
     pd.testing.assert_frame_equal(windows, local[0])
     assert summary == local[1]
@@ -155,7 +161,7 @@ def test_a_task_retried_after_a_partial_write_gives_the_local_results(tmp_path, 
     pd.testing.assert_frame_equal(windows, local[0])
     assert summary == local[1]
     executors._STATES.clear()  # and a worker that rebuilds partition 1 from its snapshot of batch 20 gets it whole
-    assert len(executors._state_before(root, engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P), 1, 23).known) > 0
+    assert len(executors._state_before(root, engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P), 1, 23)[0].known) > 0
 
 
 def test_a_missing_part_is_an_error_that_names_it_not_an_empty_batch(tmp_path):
