@@ -164,7 +164,8 @@ def test_what_a_flag_says_reaches_the_readers_below_the_parser(monkeypatch):
     from streaming.cli import build_parser, config_from_args
 
     for name in (*settings.PROCESS_WIDE, "FLIGHTWATCH_DRIVER_MEMORY"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # recorded, so the values exported below are taken away after the test (a
+        monkeypatch.delenv(name)      # worker's later tests start agents: a leaked log level hid their first lines)
     monkeypatch.setenv("PYTHONPATH", ROOT)
     a = build_parser().parse_args(["run", "--run", "r", "--driver-memory", "3g", "--log-level", "warning",
                                    "--telemetry-slice", "30s", "--trim-every-s", "4"])
@@ -172,6 +173,14 @@ def test_what_a_flag_says_reaches_the_readers_below_the_parser(monkeypatch):
     assert session.settings("local[2]", "r", "run", {})["spark.driver.memory"] == "3g"
     assert (settings.get("FLIGHTWATCH_LOG_LEVEL"), settings.get("FLIGHTWATCH_TRIM_EVERY_S")) == ("WARNING", "4.0")
     assert slice_seconds("127.0.0.1:1") == 30
+
+
+def test_the_flag_test_leaves_the_environment_as_it_found_it():
+    """Runs after the one above in the same process: what ``export`` wrote there is gone."""
+    from core import settings
+
+    assert not any(os.environ.get(n) in ("WARNING", "4.0", "30s", "3g") for n in (*settings.PROCESS_WIDE,
+                                                                                 "FLIGHTWATCH_DRIVER_MEMORY"))
 
 
 def test_an_earlier_name_is_read_and_said_once(monkeypatch, capsys):
