@@ -180,6 +180,8 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
         "broker_cores": (broker1 - broker0) / ((t1 - t0) / NS),
         "machine_cores": (busy1 - busy0) / ((t1 - t0) / NS),
         "received_exact": int(w["received"].sum()),
+        "run_id": run_id, "events": num_records // 2,
+        "p99_ms_median": float(w["latency_us_p99"].median()) / 1000 if len(w) else float("nan"),
     }
 
 
