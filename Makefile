@@ -104,13 +104,14 @@ soak: up ## 15 minutes at 2,000 events/s through the stack (MINUTES=30 RATE=5000
 workday: install ## a day of testing, compressed: make up, 9 attacks over 45 minutes with idle stretches, every process's CPU, memory and logs (SHORT=1: 12 minutes, 3 runs)
 	$(PYTHON) -m bench.workday $(if $(SHORT),--short) $(if $(MINUTES),--minutes $(MINUTES))
 
-bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, change-point detectors
+bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the executors' join state (commit protocol vs Spark's state store), the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, change-point detectors
 	$(PYTHON) -m bench.footprint
 	$(PYTHON) -m bench.encoding
 	$(PYTHON) -m bench.loadgen
 	$(PYTHON) -m bench.receiver
 	$(PYTHON) -m bench.pipeline
 	$(PYTHON) -m bench.pipeline --cluster 2 --rates 5000,20000
+	$(PYTHON) -m bench.state_store
 	$(PYTHON) -m bench.join
 	$(PYTHON) -m bench.replay
 	$(PYTHON) -m bench.verdict
