@@ -111,6 +111,14 @@ def produce_load(producer, topic: str, run_id: str, rate: int, seconds: float) -
     return records, time.process_time() - cpu0
 
 
+def drained(counted, want: int, bound_s: float, every_s: float) -> int:
+    """The time (ns) ``counted()`` reached ``want``, asked every ``every_s``, or ``bound_s`` passed: a drain."""
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline and counted() < want:
+        time.sleep(every_s)
+    return time.time_ns()
+
+
 def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_pid: int | None = None,
                join_partitions: int = 1, master: str | None = None, join_on: str = "auto") -> dict:
     from core import contract
@@ -147,13 +155,7 @@ def bench_rate(bootstrap: str, rate: int, seconds: float, workdir: str, broker_p
         cpu1 = group_cpu_by_role(job.pid)
         busy1, broker1 = machine_busy_s(), pid_cpu_s(broker_pid) if broker_pid else 0.0
         # drain: wait until the job has read everything produced (or give up after 60 s)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            b = RunReader(out).batches()
-            if int(b["num_send"].sum() + b["num_recv"].sum()) >= num_records:
-                break
-            time.sleep(0.5)
-        t_drained = time.time_ns()
+        t_drained = drained(lambda: int(RunReader(out).batches()[["num_send", "num_recv"]].sum().sum()), num_records, 60, 0.5)
     finally:
         producer.flush(30)
         stop_process(job, signal.SIGINT, wait_s=30, group=True)

@@ -166,7 +166,7 @@ def _windows(out: str):
 
 
 def bench_state_store(bootstrap: str, rate: int, seconds: float, workdir: str, master: str, partitions: int) -> dict:
-    from bench.pipeline import machine_busy_s, produce_load
+    from bench.pipeline import drained, machine_busy_s, produce_load
     from core import contract
     from core.kafka_options import create_topic, telemetry_producer
     from core.procs import stop_process
@@ -193,13 +193,7 @@ def bench_state_store(bootstrap: str, rate: int, seconds: float, workdir: str, m
         t0, busy0 = time.time_ns(), machine_busy_s()
         num_records, _ = produce_load(producer, topic, run_id, rate, seconds)
         t1, busy1 = time.time_ns(), machine_busy_s()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # drain: until every receive is counted
-            _, w = _windows(out)
-            if int(w["received"].sum()) >= num_records // 2:
-                break
-            time.sleep(1.0)
-        t_drained = time.time_ns()
+        t_drained = drained(lambda: int(_windows(out)[1]["received"].sum()), num_records // 2, 120, 1.0)
     finally:
         producer.flush(30)
         stop_process(job, signal.SIGINT, wait_s=60, group=True)
