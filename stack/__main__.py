@@ -71,9 +71,8 @@ def _configured() -> tuple[str, dict, dict]:
     return settings.get("FLIGHTWATCH_STACK_DIR") or os.path.join(ROOT, ".stack"), ports, metrics_ports
 
 
-STACK_DIR, PORTS, METRICS_PORTS = _configured()
-CLOCK_PORT = PORTS.pop("clock")
-"""Where the processes without a port of their own serve /metrics, for Prometheus' targets."""
+STACK_DIR, PORTS, METRICS_PORTS = _configured()  # METRICS_PORTS: where the processes without a port of their own
+CLOCK_PORT = PORTS.pop("clock")                  # serve /metrics, for Prometheus' targets
 AGENTS = ("kafka-receiver", "node-metrics")
 """Components without a port of their own (started after the brokers)."""
 DEBIAN_PACKAGES = {"prometheus": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"}
