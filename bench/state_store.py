@@ -84,7 +84,7 @@ def _processor(cfg_json: str):
             settled, report = join.step(state, records, cfg, v)
             self.value.update((parquet(settled.state.known.reset_index()), parquet(settled.state.orphans),
                                max_ns, watermark))
-            yield executors._output(jp, settled, report).combine_chunks().to_pandas()  # one chunk: Spark wants Arrays
+            yield executors._output(jp, settled, report, None).combine_chunks().to_pandas()  # one chunk: Spark wants Arrays
 
         def close(self) -> None:
             pass

@@ -104,15 +104,16 @@ def keep(root: str, jp: int, batch_id: int, state: JoinState) -> None:
     _STATES[(root, jp)] = (batch_id, state)
 
 
-def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> tuple[JoinState, int]:
-    """The partition's state after ``batch_id - 1``: this worker's (0 batches redone), or a snapshot and the archived
-    batches after it (how many were redone: -1 for a snapshot alone, a miss all the same)."""
+def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> tuple[JoinState, int | None]:
+    """The partition's state after ``batch_id - 1`` and how many batches were redone to get it: this worker's (None:
+    nothing loaded), or a snapshot and the archived batches after it."""
     cached = _STATES.get((root, jp))
     if cached is not None and cached[0] == batch_id - 1:
-        return cached[1], 0
+        return cached[1], None
     snaps = [s for s in ids_in(_joins_dir(root, jp), "snap-*") if s < batch_id]
     state = _load_snapshot(root, jp, snaps[-1]) if snaps else JoinState()
-    for b in range(snaps[-1] + 1 if snaps else 0, batch_id):
+    start = snaps[-1] + 1 if snaps else 0
+    for b in range(start, batch_id):
         with open(batch_file(RunPaths(root).batches, b, "json")) as f:
             manifest = json.load(f)
         v = join.Verdicts(**manifest["verdicts"])
@@ -126,8 +127,7 @@ def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> tuple
             records = DECODED_SCHEMA.empty_table()
         settled, _ = join.step(state, records, cfg, v)
         state = settled.state
-    start = snaps[-1] + 1 if snaps else 0
-    return state, (batch_id - start) or -1
+    return state, batch_id - start
 
 
 def _joins_dir(root: str, jp: int) -> str:
@@ -184,7 +184,7 @@ def _rows(jp: int, part: str, columns: dict, n: int) -> pa.Table:
     return pa.table(cols, schema=OUTPUT_SCHEMA)
 
 
-def _output(jp: int, settled: join.Settled, report: join.Report, redone: int = 0) -> pa.Table:
+def _output(jp: int, settled: join.Settled, report: join.Report, redone: int | None) -> pa.Table:
     import pandas as pd
 
     c, h = settled.counts, settled.hists
@@ -220,9 +220,8 @@ def outputs(table: pa.Table) -> tuple[list[join.Settled], list[join.Report], dic
     ran: dict[str, int] = {}
     for m in metas:
         ran[m["executor"]] = ran.get(m["executor"], 0) + 1
-    redone = [m.get("redone", 0) for m in metas]
-    cache = {"tasks": len(metas), "hits": sum(r == 0 for r in redone),  # the state of the batch before was in the
-             "redone_batches": sum(max(r, 0) for r in redone)}          # task's worker; else what was redone
+    redone = [m.get("redone") for m in metas]  # None: the state of the batch before was in the task's worker
+    cache = {"tasks": len(metas), "hits": sum(r is None for r in redone), "redone_batches": sum(r or 0 for r in redone)}
     settled = join.Settled(None, counts, hists, [ex] if len(ex) else [], sizes)
     report = join.Report(waiting, of("send", ["at_ns"])["at_ns"].to_numpy(), of("recv", ["at_ns"])["at_ns"].to_numpy())
     return [settled], [report], ran, cache
