@@ -24,7 +24,7 @@ from agents import http_receiver, http_server, kafka_receiver
 from agents.kafka_agent import main_kafka
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS
 from core import clock, contract, logs, memory, metrics, settings
-from core.cli import OneLineParser, add_telemetry, add_wait, bootstrap_arg
+from core.cli import OneLineParser, add_clock_reference, add_telemetry, add_wait, bootstrap_arg
 from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
@@ -35,8 +35,7 @@ IDLE_PROGRESS_S = 600
 
 def _common(p: argparse.ArgumentParser, agent: str) -> None:
     add_telemetry(p, agent)
-    settings.add(p, "FLIGHTWATCH_CLOCK_REFERENCE", "--clock-reference", default=clock.DEFAULT_REFERENCE,
-                 metavar="HOST:PORT", help="clock reference to estimate this host's clock offset against ('none' to skip)")
+    add_clock_reference(p)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -48,6 +48,20 @@ def add_telemetry(p: argparse.ArgumentParser, agent: str) -> None:
     settings.add_process_wide(p)
 
 
+def add_clock_reference(p: argparse.ArgumentParser) -> None:
+    """``--clock-reference HOST:PORT``: where a component measures its host's clock offset (``core.clock``)."""
+    from core.clock import DEFAULT_REFERENCE
+
+    settings.add(p, "FLIGHTWATCH_CLOCK_REFERENCE", "--clock-reference", default=DEFAULT_REFERENCE, metavar="HOST:PORT",
+                 help="clock reference to estimate this host's clock offset against ('none' to skip)")
+
+
+def add_memory_trace(p) -> None:
+    """``--memory-trace DIR``: tracemalloc reports of a process' growth (``core.memory.trace_from_env``)."""
+    settings.add(p, "FLIGHTWATCH_MEMORY_TRACE", "--memory-trace", metavar="DIR",
+                 help="trace Python allocations and report the lines that grew, every minute, to DIR (a diagnosis aid)")
+
+
 def wait_for_servers(checks: dict, wait: str, log, hints: dict | None = None) -> str | None:
     """Wait up to ``wait`` (a ``--wait`` value) for every check (``core.procs.wait_for``). None once all pass, else
     the one-line error: what is still unreachable, why, and ``hints[what]`` when given. A bad duration: ValueError."""

@@ -22,8 +22,8 @@ import os
 import sys
 import time
 
-from core import clock, metrics, settings
-from core.cli import add_wait, bootstrap_arg, wait_for_servers
+from core import metrics, settings
+from core.cli import add_clock_reference, add_memory_trace, add_wait, bootstrap_arg, wait_for_servers
 from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
 from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable, sut_bootstrap, telemetry_bootstrap
@@ -104,10 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     settings.add(a, "FLIGHTWATCH_BOOTSTRAP", "--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
                  help="telemetry broker for send/ack records")
     settings.add(a, "FLIGHTWATCH_TOPIC", "--telemetry-topic", default="flightwatch.telemetry", help="the telemetry topic")
-    settings.add(a, "FLIGHTWATCH_CLOCK_REFERENCE", "--clock-reference", default=clock.DEFAULT_REFERENCE,
-                 metavar="HOST:PORT", help="clock reference to estimate this host's clock offset against ('none' to skip)")
-    settings.add(a, "FLIGHTWATCH_MEMORY_TRACE", "--memory-trace", metavar="DIR",
-                 help="trace Python allocations and report the lines that grew, every minute, to DIR (a diagnosis aid)")
+    add_clock_reference(a)
+    add_memory_trace(a)
     settings.add_process_wide(a)
     a.add_argument("--no-telemetry", action="store_true", help="do not write send/ack records")
     a.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",

@@ -9,7 +9,7 @@ import argparse
 import os
 
 from core import metrics, settings
-from core.cli import add_wait, bootstrap_arg
+from core.cli import add_memory_trace, add_wait, bootstrap_arg
 from core.kafka_options import client_options
 from core.procs import HOST, JOB_METRICS_PORT, telemetry_bootstrap
 from core.rundir import ROOT as PROJECT_ROOT
@@ -56,8 +56,7 @@ def _add_process(s: argparse.ArgumentParser) -> None:
                  help="the executors' heap, for a Spark the job starts itself (default 1g)")
     settings.add(g, "FLIGHTWATCH_DRIVER_JAVA_OPTIONS", "--driver-java-options", metavar="OPTIONS",
                  help="the driver JVM's options (default: its heap pre-touched, C1 only)")
-    settings.add(g, "FLIGHTWATCH_MEMORY_TRACE", "--memory-trace", metavar="DIR",
-                 help="trace Python allocations and report the lines that grew, every minute, to DIR (diagnosis)")
+    add_memory_trace(g)
     settings.add_process_wide(s)
 
 
