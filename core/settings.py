@@ -76,7 +76,7 @@ SETTINGS: dict[str, Setting] = {
     "FLIGHTWATCH_DRIVER_MEMORY": Setting("--driver-memory (job)", "2g", "the job's driver heap, for a Spark it starts itself"),
     "FLIGHTWATCH_EXECUTOR_MEMORY": Setting("--executor-memory (job)", "1g", "the executors' heap, for a Spark it starts itself"),
     "FLIGHTWATCH_DRIVER_JAVA_OPTIONS": Setting("--driver-java-options (job)", "(heap pre-touched, C1 only)", "the driver JVM's options"),
-    "FLIGHTWATCH_JOB_NICE": Setting("--nice", "5", "the job's CPU niceness (0-19)"),
+    "FLIGHTWATCH_JOB_NICE": Setting("--nice", "10", "the job's CPU niceness (0-19)"),
     "FLIGHTWATCH_JOIN_ON": Setting("--join-on", "auto", "where the join runs (auto: the driver here, executors on a "
                                    "cluster)"),
     "FLIGHTWATCH_JOIN_PARTITIONS": Setting("--join-partitions", "(the shuffle partitions)", "the join's partitions"),

@@ -127,6 +127,7 @@ def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_satur
     assert rep["windows_left_out"]["baseline"] == 0 < rep["windows_left_out"]["candidate"] <= 12
     # the max is one event's: three undisturbed runs gave 29.8, 32.2 and 40.3 ms, so two of them differ by up to a third;
     # within 20%, or within that noise floor (MAX_NOISE_US) of the undisturbed run
+    # (the job catches up at nice 10: at nice 5 its catching up after the restart made this max 85.6 ms against 35.0)
     assert hit["latency_us"]["max"] <= max(1.2 * calm["latency_us"]["max"], calm["latency_us"]["max"] + MAX_NOISE_US), (
         _flight(hit), _flight(calm))
     # every receive made while the broker was away reached the new broker, once (identical repeats aside)
