@@ -23,7 +23,7 @@ from stack.tansu import start_tansu
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 RATE, SECONDS = 2000, 20
 MAX_NOISE_US = 15_000
-"""How far apart the flight-time max of two undisturbed runs of this test fell: 25.9 to 40.3 ms in 17 runs (14.4 ms)."""
+"""How far apart the flight-time max of two undisturbed runs of this test fell: 25.5 to 40.3 ms in 30 runs (14.8 ms)."""
 
 
 def _receiver_count(port: int) -> int:
@@ -125,7 +125,7 @@ def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_satur
         if r["metric"] in ("p50", "p90", "p99"):
             assert r["verdict"] != "regression", text(rep)
     assert rep["windows_left_out"]["baseline"] == 0 < rep["windows_left_out"]["candidate"] <= 12
-    # the max is one event's: undisturbed runs gave 25.9 to 40.3 ms, so two of them differ by up to half;
+    # the max is one event's: undisturbed runs gave 25.5 to 40.3 ms, so two of them differ by up to half;
     # within 20%, or within that noise floor (MAX_NOISE_US) of the undisturbed run
     # (the job catches up at nice 10: at nice 5 its catching up after the restart made this max 85.6 ms against 35.0)
     assert hit["latency_us"]["max"] <= max(1.2 * calm["latency_us"]["max"], calm["latency_us"]["max"] + MAX_NOISE_US), (
