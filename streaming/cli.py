@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="extra Kafka client setting, a librdkafka property (e.g. security.protocol=SASL_SSL), over "
                             "FLIGHTWATCH_KAFKA_OPTIONS; repeatable")
         # nice 5 was not enough: a telemetry broker back after 10 s at 2,000/s, the job's catching up raised the flight-time
-        # max over an undisturbed run's by +8% to +83% (4 runs; 85.6 vs 35.0 ms on CI); at 10, -16% and +1%; at 19, -5% to -2%
+        # max over an undisturbed run's by +8% to +83% (4 runs; 85.6 vs 35.0 ms on CI); at 10, -16% to +21% (5 runs)
         settings.add(s, "FLIGHTWATCH_JOB_NICE", "--nice", type=int, default="10", metavar="N",
                      help="lower the job's CPU priority by N (Spark's JVM too): a burst of catching up never takes CPU "
                           "from the load generator, the receivers or the SUT on a shared node (0 to keep it)")
