@@ -35,16 +35,17 @@ def add_wait(p: argparse.ArgumentParser, what: str) -> None:
                       f"waits for, before giving up with exit 2 (0s: fail at once)")
 
 
-def add_telemetry(p: argparse.ArgumentParser, agent: str) -> None:
-    """An agent's telemetry flags: the broker, the topic, its name in its records; and every long-lived component's
-    (``settings.add_process_wide``)."""
+def add_telemetry(p: argparse.ArgumentParser, agent: str | None) -> None:
+    """A writer's telemetry flags: the broker, the topic, and (``agent``: its default) its name in its records; and
+    every long-lived component's (``settings.add_process_wide``). The load generator names its senders itself (None)."""
     from core.procs import telemetry_bootstrap
 
     settings.add(p, "FLIGHTWATCH_BOOTSTRAP", "--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
                  help="telemetry Kafka bootstrap")
     settings.add(p, "FLIGHTWATCH_TOPIC", "--telemetry-topic", default="flightwatch.telemetry", help="the telemetry topic")
-    settings.add(p, "FLIGHTWATCH_AGENT", "--agent", default=agent,
-                 help="this agent's name in its records, unique per agent (on Kubernetes the pod's name)")
+    if agent is not None:
+        settings.add(p, "FLIGHTWATCH_AGENT", "--agent", default=agent,
+                     help="this agent's name in its records, unique per agent (on Kubernetes the pod's name)")
     settings.add_process_wide(p)
 
 

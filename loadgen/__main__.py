@@ -23,10 +23,10 @@ import sys
 import time
 
 from core import metrics, settings
-from core.cli import add_clock_reference, add_memory_trace, add_wait, bootstrap_arg, wait_for_servers
+from core.cli import add_clock_reference, add_memory_trace, add_telemetry, add_wait, wait_for_servers
 from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
-from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable, sut_bootstrap, telemetry_bootstrap
+from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable, sut_bootstrap
 from core.rundir import CHECKPOINTS, RunPaths
 from core.slices import setting_problem
 from core.units import parse_duration_ns
@@ -101,12 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "Needs --run (the same on every shard). Default 0/1, or JOB_COMPLETION_INDEX/SHARDS with --shards")
     settings.add(a, "FLIGHTWATCH_SHARDS", "--shards", type=int, metavar="COUNT",
                  help="in a Kubernetes indexed Job: this pod is shard JOB_COMPLETION_INDEX of COUNT")
-    settings.add(a, "FLIGHTWATCH_BOOTSTRAP", "--telemetry-bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
-                 help="telemetry broker for send/ack records")
-    settings.add(a, "FLIGHTWATCH_TOPIC", "--telemetry-topic", default="flightwatch.telemetry", help="the telemetry topic")
+    add_telemetry(a, None)  # the send and ack records' broker and topic
     add_clock_reference(a)
     add_memory_trace(a)
-    settings.add_process_wide(a)
     a.add_argument("--no-telemetry", action="store_true", help="do not write send/ack records")
     a.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a librdkafka producer property for the Kafka target, over FLIGHTWATCH_SUT_KAFKA_OPTIONS: "
