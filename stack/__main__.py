@@ -303,8 +303,8 @@ def _parser():
     p.add_argument("action", choices=("up", "down", "status", "renew-sut", "clean"))
     settings.add(p, "FLIGHTWATCH_STACK_DIR", "--stack-dir", metavar="DIR",
                  help="the stack's PID files, logs and state (default .stack/ in the checkout)")
+    what = {"http-receiver": "the HTTP receiver", "clock": "the clock reference (UDP)", "ui": "the dashboard"}
     for name, (env, default) in PORT_SETTINGS.items():
-        what = {"http-receiver": "the HTTP receiver", "clock": "the clock reference (UDP)", "ui": "the dashboard"}
         settings.add(p, env, f"--{env[12:-5].lower().replace('_', '-')}-port", type=int, default=default, metavar="PORT",
                      help=what.get(name, f"the {name.replace('-', ' ')}") + " (every command's default follows it)")
     settings.add(p, "FLIGHTWATCH_NO_INSTALL", "--no-install", action="store_true",
