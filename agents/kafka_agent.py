@@ -16,9 +16,6 @@ from core.cli import await_brokers
 from core.kafka_options import SUT_ENV, client_options
 from core.units import parse_size
 
-IDLE_PROGRESS_S = 600
-"""At idle (nothing changed) the progress line comes this often, not every 10 s."""
-
 
 class Refused(Exception):
     """A setting or a broker that stops the agent before it starts: the one-line reason (exit 2)."""
@@ -126,7 +123,7 @@ class KafkaAgent:
     def run(self) -> None:
         r, offsets = self.receiver, self.offsets
         last = last_check = last_second = time.monotonic()
-        last_clock, progress = 0.0, [None, 0.0]
+        last_clock, progress = 0.0, logs.Progress(lambda line: self.log(line, flush=True))
         r.check_topic(offsets)  # learns the topic's ID
         try:
             while not self.stopping:
@@ -143,20 +140,18 @@ class KafkaAgent:
                     clock.report(lambda rec: self.spool.append(contract.encode([rec]).decode().rstrip("\n")), self.a.agent,
                                  self.a.clock_reference, logs.printer(self.logger, logs.WARNING))
                     last_clock = now
-                if now - last >= 10:  # every 10 s while anything changes, every 10 minutes at idle
-                    self.progress(now, progress)
+                if now - last >= 10:  # every 10 s while it receives, every 10 minutes at idle
+                    self.progress(progress)
                     last = now
         except KeyboardInterrupt:
             pass
 
-    def progress(self, now: float, said: list) -> None:
+    def progress(self, say: logs.Progress) -> None:
         r, c = self.receiver, self.spool.counters()
-        line = (f"receiver {self.a.agent}: {r.num_received:,} received, {r.num_unattributed:,} without run/event ID, "
-                f"{r.num_errors:,} consumer errors, {r.num_skipped:,} offsets never served, {r.num_resets} topic "
-                f"resets; telemetry spooled {c['spooled']:,} lost {c['lost']:,}")
-        if line != said[0] or now - said[1] >= IDLE_PROGRESS_S:
-            self.log(line, flush=True)
-            said[0], said[1] = line, now
+        figures = (r.num_received, r.num_unattributed, r.num_errors, r.num_skipped, r.num_resets, c["lost"])
+        say(figures, f"receiver {self.a.agent}: {r.num_received:,} received, {r.num_unattributed:,} without run/event "
+                     f"ID, {r.num_errors:,} consumer errors, {r.num_skipped:,} offsets never served, {r.num_resets} "
+                     f"topic resets; telemetry spooled {c['spooled']:,} lost {c['lost']:,}")
 
     def stop(self) -> None:
         from agents.spool import DRAIN_WAIT_S

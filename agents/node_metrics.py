@@ -282,7 +282,7 @@ class _Sampling:
     def run(self, stopping: threading.Event) -> None:
         m, step_ns = self.metrics, int(self.interval_s * 1e9)
         next_at = (time.time_ns() // 10**9 + 1) * 10**9
-        last_log = time.monotonic()
+        last_log, say = time.monotonic(), logs.Progress(self.logger.info)
         while not stopping.is_set():
             stopping.wait(max(0.0, (next_at - time.time_ns()) / 1e9))
             if stopping.is_set():
@@ -293,9 +293,10 @@ class _Sampling:
             next_at += step_ns
             if next_at < time.time_ns():  # fell behind (a slow query): skip to the next slot, the hole is recorded
                 next_at = (time.time_ns() // step_ns + 1) * step_ns
-            if time.monotonic() - last_log >= 30:
-                self.logger.info(f"node_metrics {self.agent}: {m.num_cycles:,} cycles ({m.num_missing_cycles:,} failed), "
-                                 f"nodes {sorted(set(m.nodes.values()))}")
+            if time.monotonic() - last_log >= 30:  # every 30 s while cycles fail or nodes come and go, 10 min at idle
+                nodes = sorted(set(m.nodes.values()))
+                say((m.num_missing_cycles, *nodes), f"node_metrics {self.agent}: {m.num_cycles:,} cycles "
+                                                    f"({m.num_missing_cycles:,} failed), nodes {nodes}")
                 last_log = time.monotonic()
 
 

@@ -18,7 +18,6 @@ import os
 import signal
 import socket
 import sys
-import time
 
 from agents import http_receiver, http_server, kafka_receiver
 from agents.kafka_agent import main_kafka
@@ -28,9 +27,6 @@ from core.cli import OneLineParser, add_clock_reference, add_telemetry, add_wait
 from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
-
-IDLE_PROGRESS_S = 600
-"""At idle (nothing changed) a receiver's progress line comes this often, not every 10 s."""
 
 
 def _common(p: argparse.ArgumentParser, agent: str) -> None:
@@ -166,17 +162,15 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
                 await loop.run_in_executor(None, report_clock)
                 await asyncio.sleep(seconds)
 
-        async def progress() -> None:  # every 10 s while anything changes, every 10 minutes at idle
-            said, said_at = None, 0.0
+        async def progress() -> None:  # every 10 s while it receives, every 10 minutes at idle
+            say = logs.Progress(lambda line: log(line, flush=True))
             while True:
                 await asyncio.sleep(10)
                 c = receiver.counters()
                 t = c.get("telemetry", {})
-                line = (f"receiver {agent}: {c['received']:,} received, {c['bad_total']:,} bad requests, "
-                        f"{c['unattributed']:,} without run ID; spooled {t.get('spooled', 0):,} lost {t.get('lost', 0):,}")
-                if line != said or time.monotonic() - said_at >= IDLE_PROGRESS_S:
-                    log(line, flush=True)
-                    said, said_at = line, time.monotonic()
+                say((c["received"], c["bad_total"], c["unattributed"], t.get("lost", 0)),
+                    f"receiver {agent}: {c['received']:,} received, {c['bad_total']:,} bad requests, "
+                    f"{c['unattributed']:,} without run ID; spooled {t.get('spooled', 0):,} lost {t.get('lost', 0):,}")
 
         async def report_lost() -> None:  # the last refused lines too, once nothing more arrives
             while spool is not None:

@@ -60,6 +60,34 @@ class Repeats(logging.Filter):
         return True
 
 
+IDLE_PROGRESS_S = 600
+"""At idle (its figures unchanged) a long-lived agent's progress line comes this often: the log shows it alive."""
+
+
+class Progress:
+    """A long-lived agent's progress line: said when its ``figures`` changed since it was last said, and every
+    ``idle_s`` when they did not. The figures are the agent's work (receives, failures), not the records it writes
+    about itself: its clock records every 30 s would make an idle agent say the same line twice a minute.
+
+        progress = Progress(log)
+        progress((received, lost), f"{received:,} received, {spooled:,} spooled")
+    """
+
+    def __init__(self, log, idle_s: float = IDLE_PROGRESS_S, clock=time.monotonic) -> None:
+        self.log, self.idle_s, self.clock = log, idle_s, clock
+        self.figures: tuple | None = None
+        self.said_at = -float("inf")
+
+    def __call__(self, figures: tuple, line: str) -> bool:
+        """Say ``line`` if ``figures`` changed or ``idle_s`` passed; whether it was said."""
+        now = self.clock()
+        if figures == self.figures and now - self.said_at < self.idle_s:
+            return False
+        self.log(line)
+        self.figures, self.said_at = figures, now
+        return True
+
+
 def setup(name: str) -> logging.Logger:
     """The process's logger, ``name`` (its agent name), writing to standard output (flushed per line)."""
     root = logging.getLogger()

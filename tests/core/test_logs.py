@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from core.logs import Repeats
+from core.logs import Progress, Repeats
 
 
 def _shown(events: list[tuple[float, int, str]]) -> list[str]:
@@ -50,3 +50,18 @@ def test_the_filter_forgets_old_texts_past_its_bound():
         now[0] = i * 0.1
         f.filter(logging.LogRecord("a", logging.ERROR, __file__, 1, "text %s", ("x" * (i % 7) + chr(65 + i % 26) * (i // 26),), None))
     assert len(f._seen) <= Repeats.MAX_TEXTS
+
+
+def test_a_progress_line_comes_when_the_work_changed_and_every_10_minutes_at_idle():
+    """An idle receiver spools its own clock record every 30 s: the line shows the spool's count, but only the work
+    (receives, losses) makes it say the line again; at idle it says it once every 600 s."""
+    said, now = [], [0.0]
+    say = Progress(lambda line: said.append((now[0], line)), clock=lambda: now[0])
+    for t in range(0, 1300, 10):  # asked every 10 s for 21 minutes; a clock record every 30 s, receives at 100-120 s
+        now[0] = float(t)
+        received = 0 if t < 100 else min(t - 90, 30) * 100
+        say((received, 0), f"{received} received; spooled {t // 30 + received}")
+    assert said == [(0.0, "0 received; spooled 0"), (100.0, "1000 received; spooled 1003"),
+                    (110.0, "2000 received; spooled 2003"), (120.0, "3000 received; spooled 3004"),
+                    (720.0, "3000 received; spooled 3024")]
+    assert not say((3000, 0), "3000 received; spooled 3050") and say((3000, 1), "3000 received; 1 lost")  # a loss
