@@ -35,7 +35,7 @@ import time
 
 from core import settings
 from core.cli import OneLineParser, bootstrap_arg
-from core.procs import telemetry_bootstrap
+from core.procs import lower_priority, telemetry_bootstrap
 
 SEGMENT_BYTES = 64 << 20
 BUDGET_BYTES = 2 << 30
@@ -348,7 +348,7 @@ def main(argv=None) -> int:
         print(f"shipper: error: {problem}", file=sys.stderr)
         return 2
     os.makedirs(a.spool_dir, exist_ok=True)
-    os.nice(SHIPPER_NICE)
+    lower_priority(SHIPPER_NICE)  # in its receiver's session: it yields to the receiver, and the group to others
     lock = open(os.path.join(a.spool_dir, "shipper.lock"), "w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one shipper per spool: a new one waits for a draining old one
     stopping = []

@@ -119,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                        help="extra Kafka client setting, a librdkafka property (e.g. security.protocol=SASL_SSL), over "
                             "FLIGHTWATCH_KAFKA_OPTIONS; repeatable")
-        # nice 5 was not enough: a telemetry broker back after 10 s at 2,000/s, the job's catching up raised the flight-time
-        # max over an undisturbed run's by +8% to +83% (4 runs; 85.6 vs 35.0 ms on CI); at 10, -16% to +21% (5 runs)
+        # a telemetry broker back after 10 s at 2,000/s: with the job's group at nice 10 (core.procs.lower_priority), the
+        # flight-time max was -6% to -1% of an undisturbed run's (3 runs); with os.nice alone, which autogroup scheduling
+        # confines to the job's own session, its catching up raised it by up to +60% (53.8 vs 33.7 ms; 85.6 vs 35.0 on CI)
         settings.add(s, "FLIGHTWATCH_JOB_NICE", "--nice", type=int, default="10", metavar="N",
                      help="lower the job's CPU priority by N (Spark's JVM too): a burst of catching up never takes CPU "
                           "from the load generator, the receivers or the SUT on a shared node (0 to keep it)")

@@ -26,7 +26,7 @@ import time
 
 from core import memory, observer
 from core.cli import wait_for_servers
-from core.procs import servers_unreachable
+from core.procs import lower_priority, servers_unreachable
 from core.rundir import RunPaths
 from streaming import session
 from streaming.cli import IDLE_BATCH_MESSAGES, UsageError, build_parser, config_from_args
@@ -255,7 +255,8 @@ def main(argv=None) -> int:
             if not 0 <= a.nice <= 19:
                 raise UsageError(f"--nice {a.nice}: give 0 to 19")
             check_broker(cfg, a.wait, lambda line: print(f"flightwatch streaming: {line}", flush=True))
-            os.nice(a.nice)
+            if note := lower_priority(a.nice):
+                print(f"flightwatch streaming: {note}", flush=True)
         cfg = dataclasses.replace(cfg, master=session.given_master() or cfg.master)
         from streaming.executors import check_layout
 

@@ -127,7 +127,8 @@ def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_satur
     assert rep["windows_left_out"]["baseline"] == 0 < rep["windows_left_out"]["candidate"] <= 12
     # the max is one event's: undisturbed runs gave 25.5 to 40.3 ms, so two of them differ by up to half;
     # within 20%, or within that noise floor (MAX_NOISE_US) of the undisturbed run
-    # (the job catches up at nice 10: at nice 5 its catching up after the restart made this max 85.6 ms against 35.0)
+    # (the job catches up at nice 10 in its own scheduling group: with os.nice alone, which autogroup scheduling confines
+    # to the job's session, its catching up after the restart made this max 53.8 ms against 33.7, and 85.6 against 35.0)
     assert hit["latency_us"]["max"] <= max(1.2 * calm["latency_us"]["max"], calm["latency_us"]["max"] + MAX_NOISE_US), (
         _flight(hit), _flight(calm))
     # every receive made while the broker was away reached the new broker, once (identical repeats aside)
