@@ -348,7 +348,7 @@ def main(argv=None) -> int:
         print(f"shipper: error: {problem}", file=sys.stderr)
         return 2
     os.makedirs(a.spool_dir, exist_ok=True)
-    lower_priority(SHIPPER_NICE)  # in its receiver's session: it yields to the receiver, and the group to others
+    lower_priority(SHIPPER_NICE)  # in its receiver's session: it yields to its receiver, whose group keeps its weight
     lock = open(os.path.join(a.spool_dir, "shipper.lock"), "w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one shipper per spool: a new one waits for a draining old one
     stopping = []

@@ -119,12 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
                        help="extra Kafka client setting, a librdkafka property (e.g. security.protocol=SASL_SSL), over "
                             "FLIGHTWATCH_KAFKA_OPTIONS; repeatable")
-        # a telemetry broker back after 10 s at 2,000/s: with the job's group at nice 10 (core.procs.lower_priority), the
-        # flight-time max was -6% to -1% of an undisturbed run's (3 runs); with os.nice alone, which autogroup scheduling
-        # confines to the job's own session, its catching up raised it by up to +60% (53.8 vs 33.7 ms; 85.6 vs 35.0 on CI)
+        # a telemetry broker back after 10 s at 2,000/s: flight-time max -6% to -1% of an undisturbed run's (3 runs); with
+        # os.nice alone, confined to the job's session by autogroup scheduling, up to +60% (core.procs.lower_priority)
         settings.add(s, "FLIGHTWATCH_JOB_NICE", "--nice", type=int, default="10", metavar="N",
-                     help="lower the job's CPU priority by N (Spark's JVM too): a burst of catching up never takes CPU "
-                          "from the load generator, the receivers or the SUT on a shared node (0 to keep it)")
+                     help="lower the job's CPU priority by N (Spark's JVM too; and its session's scheduling group when it "
+                          "leads its session): a burst of catching up never takes CPU from the load generator, the "
+                          "receivers or the SUT on a shared node (0 to keep it)")
         _add_process(s)
         s.add_argument("--silence-timeout", default="60s",
                        help="close a run as aborted when its load generator has written nothing for this long, "

@@ -223,7 +223,7 @@ def test_a_relay_of_capacity_400_with_flightwatch_on_the_same_machine_has_its_kn
 
 @pytest.mark.integration
 @pytest.mark.serial  # its edges are the receiver's user-space stamps: on a busy CI machine one came 59.1 ms after its
-# forward (the receiver not scheduled), so the 20 ms figure needs the machine to itself, as the other timing tests
+# forward (the receiver not scheduled), so the 20 ms figure needs the machine to itself, as the other timing tests do
 def test_a_relay_stall_of_3_s_is_one_gap_within_20_ms_of_the_relays_own_silence(broker, tmp_path):
     """Issue 19: the relay forwards nothing for 3.0 s, 4 s into a 300/s attack, and logs its own clock at each forward.
     The silence it measures (first forward after - last forward before) is the truth for the reported gap."""
