@@ -13,7 +13,7 @@ from support import ROOT
 from core.procs import stop_process
 
 _HOG = """
-import os, sys, time
+import os, sys
 os.sched_setaffinity(0, {int(sys.argv[1])})
 if int(sys.argv[2]):
     from core.procs import lower_priority
