@@ -8,6 +8,7 @@ RATE       ?= 5000
 DURATION   ?= 60s
 PACE       ?=
 TARGET     ?=
+SUT        ?=
 PAYLOAD    ?= 2048
 WORKERS    ?= auto
 MAX_INFLIGHT ?= 1000
@@ -24,7 +25,7 @@ BASELINE   ?=
 GATE       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo lint test test-fast test-cluster bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
+.PHONY: help install up down status ui stream replay summary demo lint test test-fast test-cluster test-brokers bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -37,8 +38,8 @@ help: ## list the targets
 
 install: .venv/.installed ## create .venv and install the pinned dependencies
 
-up: install ## start the embedded stack on loopback (brokers, Prometheus, node exporter, receivers, node metrics); prints addresses
-	$(PYTHON) -m stack up
+up: install ## start the embedded stack on loopback (brokers, Prometheus, node exporter, receivers, node metrics); prints addresses (SUT=rabbitmq: RabbitMQ as the SUT)
+	$(PYTHON) -m stack up $(if $(SUT),--sut $(SUT))
 
 down: ## stop exactly what `make up` started
 	@test -x $(PYTHON) && $(PYTHON) -m stack down || true
@@ -65,9 +66,9 @@ demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --no-heartbeat --available-now
 	$(PYTHON) -m streaming summary --run $(RUN)
 
-attack: install ## attack the target (default: the embedded SUT broker, restarted empty first) at RATE for DURATION, or PACE; streams the run (BASELINE=run: then compares with it; SCENARIO=name: a series for `make history`)
-	$(PYTHON) -m stack $(if $(TARGET),up,renew-sut)
-	$(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) \
+attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu|rabbitmq, restarted empty first) at RATE for DURATION, or PACE; streams the run (BASELINE=run: then compares with it; SCENARIO=name: a series for `make history`)
+	$(PYTHON) -m stack $(if $(TARGET),up,renew-sut) $(if $(SUT),--sut $(SUT))
+	$(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) $(if $(SUT),--sut $(SUT)) \
 	  $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
 	  --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
 	  $(if $(filter command line,$(origin RUN)),--run $(RUN)) $(if $(SCENARIO),--scenario '$(SCENARIO)') \
@@ -86,8 +87,11 @@ lint: install ## the layers (import-linter contracts in pyproject.toml), ruff, a
 	$(CURDIR)/.venv/bin/actionlint .github/workflows/*.yml
 
 test: install lint ## the layers and lint, then the whole test suite (real broker, real Spark): TEST_WORKERS at once, then the tests that need the machine to themselves
-	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not cluster" $(PYTEST_ARGS)
-	$(PYTHON) -m pytest -m "serial and not cluster" $(PYTEST_ARGS) || test $$? -eq 5
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not cluster and not brokers" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m "serial and not cluster and not brokers" $(PYTEST_ARGS) || test $$? -eq 5
+
+test-brokers: install ## the seeds' real brokers (RabbitMQ from Debian's packages): runs, bad input, kill -9 of the broker; one at a time
+	$(PYTHON) -m pytest -m brokers $(PYTEST_ARGS)
 
 test-cluster: install ## the cluster path: Spark standalone clusters, and (as root) seven hosts stood in for by network namespaces; one at a time, ~7 minutes
 	$(PYTHON) -m pytest -m cluster $(PYTEST_ARGS)

@@ -3,13 +3,16 @@
 Usage:
     python -m agents.receiver http  [--listen 127.0.0.1:18080] [--run RUN] [--workers N]
     python -m agents.receiver kafka [--bootstrap 127.0.0.1:29092] [--topic flightwatch.sut] [--state-dir DIR]
-    (both: [--telemetry-bootstrap 127.0.0.1:19092] [--telemetry-topic flightwatch.telemetry] [--agent NAME])
+    python -m agents.receiver amqp  [--url 'amqp://guest:guest@127.0.0.1:29672/%2F?queue=flightwatch.sut'] [--prefetch N]
+    (all: [--telemetry-bootstrap 127.0.0.1:19092] [--telemetry-topic flightwatch.telemetry] [--agent NAME])
 
 ``http`` is a CloudEvents sink (``agents.http_receiver``): point a Knative trigger, a
-broker's subscriber or the load generator at it. ``kafka`` consumes a topic of the SUT.
-Both write receive records into the telemetry topic and, every 30 s, a clock record: this
+broker's subscriber or the load generator at it. ``kafka`` consumes a topic of the SUT
+(``agents.kafka_receiver``), ``amqp`` a RabbitMQ queue (``agents.amqp_receiver``).
+Each writes receive records into the telemetry topic and, every 30 s, a clock record: this
 host's clock offset against the clock reference (``core.clock``) that the node-metrics
-agent serves, so latencies measured across hosts can be corrected or flagged. Kafka mode: ``agents.kafka_receiver``.
+agent serves, so latencies measured across hosts can be corrected or flagged. Each mode is one
+line of ``RECEIVERS``: its flags and its process.
 """
 from __future__ import annotations
 
@@ -19,12 +22,13 @@ import signal
 import socket
 import sys
 
-from agents import http_receiver, http_server, kafka_receiver
+from agents import amqp_receiver, http_receiver, http_server, kafka_receiver
+from agents.amqp_agent import main_amqp
 from agents.kafka_agent import main_kafka
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS
 from core import clock, contract, logs, memory, metrics, settings
 from core.cli import OneLineParser, add_clock_reference, add_telemetry, add_wait, bootstrap_arg
-from core.procs import HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap
+from core.procs import AMQP_RECEIVER_METRICS_PORT, HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
 
@@ -37,9 +41,14 @@ def _common(p: argparse.ArgumentParser, agent: str) -> None:
 def _parser() -> argparse.ArgumentParser:
     ap = OneLineParser(prog="python -m agents.receiver", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    sub = ap.add_subparsers(dest="mode", required=True, metavar="{http,kafka}")
-    h = sub.add_parser("http", help="CloudEvents HTTP sink (binary, structured and batched modes)",
-                       description=http_receiver.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="mode", required=True, metavar="{" + ",".join(RECEIVERS) + "}")
+    for mode, (add_flags, _main, what, module) in RECEIVERS.items():
+        add_flags(sub.add_parser(mode, help=what, description=module.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter))
+    return ap
+
+
+def _add_http(h: argparse.ArgumentParser) -> None:
     settings.add(h, "FLIGHTWATCH_RECEIVER_LISTEN", "--listen", default="127.0.0.1:18080", metavar="HOST:PORT",
                  help="where to listen")
     h.add_argument("--run", default=None, help="run ID for events that carry no ce-fwrun (default: count them as unattributed)")
@@ -61,8 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="open connections per serving process; more are answered 503 and closed, and counted "
                         "(default %(default)s)")
     _common(h, "receiver-http")
-    k = sub.add_parser("kafka", help="consume the SUT topic", description=kafka_receiver.__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _add_kafka(k: argparse.ArgumentParser) -> None:
     settings.add(k, "FLIGHTWATCH_SUT_BOOTSTRAP", "--bootstrap", default=sut_bootstrap(), type=bootstrap_arg,
                  help="the system under test's Kafka bootstrap")
     k.add_argument("--topic", default="flightwatch.sut")
@@ -82,7 +92,27 @@ def _parser() -> argparse.ArgumentParser:
                  help="serve Prometheus metrics here ('none': not at all)")
     add_wait(k, "the SUT and telemetry brokers")
     _common(k, "receiver-kafka")
-    return ap
+
+
+def _add_amqp(q: argparse.ArgumentParser) -> None:
+    from core.suts import default_target
+
+    q.add_argument("--url", default=default_target("rabbitmq"), metavar="URL",
+                   help="the queue to consume, as the load generator's target names it: amqp://USER:PASS@HOST:PORT/VHOST"
+                        "?queue=NAME (or ?exchange=NAME&routing_key=KEY: a queue of its own bound to it; &durable=true, "
+                        "&declare=false as for the target; default the stack's RabbitMQ queue)")
+    q.add_argument("--prefetch", type=int, default=amqp_receiver.PREFETCH,
+                   help="deliveries the broker may have unacked at the receiver (basic.qos; default %(default)s)")
+    q.add_argument("--auto-ack", action="store_true",
+                   help="the broker forgets a message once sent (no acks; a message not recorded is lost)")
+    q.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", "receiver-amqp"),
+                   help="where the telemetry spool (<state-dir>/spool) and the shipper's log live (default %(default)s)")
+    q.add_argument("--spool-budget", default="2GiB", metavar="SIZE",
+                   help="disk the telemetry spool may hold while the telemetry broker is away (default %(default)s)")
+    settings.add(q, "FLIGHTWATCH_AMQP_RECEIVER_METRICS_LISTEN", "--metrics-listen", type=metrics.listen_arg,
+                 default=f"{HOST}:{AMQP_RECEIVER_METRICS_PORT}", metavar="HOST:PORT",
+                 help="serve Prometheus metrics here ('none': not at all)")
+    _common(q, "receiver-amqp")
 
 
 def _positive_s(text: str, flag: str) -> float:
@@ -242,7 +272,15 @@ def main(argv=None) -> int:
     if problem := setting_problem(a.telemetry_bootstrap):
         print(f"receiver: error: {problem}", file=sys.stderr)
         return 2
-    return main_http(a) if a.mode == "http" else main_kafka(a)
+    return RECEIVERS[a.mode][1](a)
+
+
+RECEIVERS = {
+    "http": (_add_http, main_http, "CloudEvents HTTP sink (binary, structured and batched modes)", http_receiver),
+    "kafka": (_add_kafka, main_kafka, "consume the SUT topic (Kafka protocol)", kafka_receiver),
+    "amqp": (_add_amqp, main_amqp, "consume a RabbitMQ queue (AMQP 0-9-1)", amqp_receiver),
+}
+"""Each receiver mode: its flags, its process' main, its help line, and the module whose docstring is its --help."""
 
 
 if __name__ == "__main__":

@@ -22,11 +22,12 @@ import os
 import psutil
 
 from core import procs, settings
+from core.suts import SUTS
 
 STACK_DIR = settings.get("FLIGHTWATCH_STACK_DIR") or os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".stack")
 """The embedded stack's folder (PID files, logs); the registry is its ``observers/`` subfolder."""
-NOT_OBSERVER = frozenset({"sut-broker"})
+NOT_OBSERVER = frozenset(sut.broker for sut in SUTS.values())
 """Stack components that are the system under test, not flightwatch."""
 
 

@@ -14,6 +14,7 @@ JOB_METRICS_PORT = 19401
 KAFKA_RECEIVER_METRICS_PORT = 19402
 NODE_METRICS_PORT = 19403
 LOADGEN_METRICS_PORT = 19404
+AMQP_RECEIVER_METRICS_PORT = 19405
 """Where each long-running process serves ``/metrics`` by default (the HTTP receiver serves it on its own port)."""
 
 

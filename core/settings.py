@@ -40,7 +40,9 @@ SETTINGS: dict[str, Setting] = {
                                          "the system under test's Kafka cluster"),
     "FLIGHTWATCH_SUT_KAFKA_OPTIONS": Setting("--kafka-option (load generator)", "",
                                              "librdkafka properties of the clients of the system under test"),
-    "FLIGHTWATCH_TARGET": Setting("--target", "kafka://127.0.0.1:<SUT_PORT>/flightwatch.sut", "where the load goes"),
+    "FLIGHTWATCH_TARGET": Setting("--target", "the SUT's default (core.suts)", "where the load goes"),
+    "FLIGHTWATCH_SUT": Setting("--sut (stack, load generator)", "tansu", "which broker the stack runs as the system under "
+                               "test (tansu, rabbitmq), and so the load generator's default target"),
     "FLIGHTWATCH_PROMETHEUS": Setting("--prometheus", "http://127.0.0.1:19090", "the Prometheus node metrics come from"),
     "FLIGHTWATCH_CHECKPOINTS": Setting("--checkpoints", "./checkpoints", "where run folders live"),
     "FLIGHTWATCH_STACK_DIR": Setting("--stack-dir (stack)", "./.stack", "the embedded stack's PID files, logs and state"),
@@ -49,6 +51,8 @@ SETTINGS: dict[str, Setting] = {
     # the embedded stack's ports (every default follows them)
     "FLIGHTWATCH_TELEMETRY_PORT": Setting("--telemetry-port (stack)", "19092", "the embedded telemetry broker"),
     "FLIGHTWATCH_SUT_PORT": Setting("--sut-port (stack)", "29092", "the embedded SUT broker"),
+    "FLIGHTWATCH_RABBITMQ_PORT": Setting("--rabbitmq-port (stack)", "29672", "the stack's RabbitMQ (AMQP; Erlang "
+                                         "distribution and epmd on the next two ports)"),
     "FLIGHTWATCH_PROMETHEUS_PORT": Setting("--prometheus-port (stack)", "19090", "the embedded Prometheus"),
     "FLIGHTWATCH_NODE_EXPORTER_PORT": Setting("--node-exporter-port (stack)", "19100", "the embedded node exporter"),
     "FLIGHTWATCH_RECEIVER_PORT": Setting("--receiver-port (stack)", "18080", "the embedded HTTP receiver"),
@@ -58,6 +62,8 @@ SETTINGS: dict[str, Setting] = {
     "FLIGHTWATCH_JOB_METRICS_LISTEN": Setting("--metrics-listen (job)", "127.0.0.1:19401", "the streaming job's /metrics"),
     "FLIGHTWATCH_KAFKA_RECEIVER_METRICS_LISTEN": Setting("--metrics-listen (Kafka receiver)", "127.0.0.1:19402",
                                                   "the Kafka receiver's /metrics"),
+    "FLIGHTWATCH_AMQP_RECEIVER_METRICS_LISTEN": Setting("--metrics-listen (AMQP receiver)", "127.0.0.1:19405",
+                                                 "the AMQP receiver's /metrics"),
     "FLIGHTWATCH_NODE_METRICS_METRICS_LISTEN": Setting("--metrics-listen (node metrics)", "127.0.0.1:19403",
                                                 "the node-metrics agent's /metrics"),
     "FLIGHTWATCH_LOADGEN_METRICS_LISTEN": Setting("--metrics-listen (load generator)", "127.0.0.1:19404",
@@ -102,7 +108,7 @@ RENAMED = {
     "FLIGHTWATCH_LOADGEN_METRICS": "FLIGHTWATCH_LOADGEN_METRICS_LISTEN",
 }
 """Earlier names, still read (with a line on stderr naming the new one) where the new one is not set."""
-SCOPES = ("", "JOB_", "SUT_", "RECEIVER_", "KAFKA_RECEIVER_", "NODE_METRICS_", "LOADGEN_")
+SCOPES = ("", "JOB_", "SUT_", "RECEIVER_", "KAFKA_RECEIVER_", "AMQP_RECEIVER_", "NODE_METRICS_", "LOADGEN_")
 """What may stand between ``FLIGHTWATCH_`` and a flag's name in its variable's (a component's, or the SUT's)."""
 PROCESS_WIDE = ("FLIGHTWATCH_LOG_LEVEL", "FLIGHTWATCH_TELEMETRY_SLICE", "FLIGHTWATCH_TRIM_EVERY_S")
 """Settings of every long-lived component (receivers, node metrics, load generator, job): ``add_process_wide``."""

@@ -26,17 +26,16 @@ from core import metrics, settings
 from core.cli import add_clock_reference, add_memory_trace, add_telemetry, add_wait, wait_for_servers
 from core.kafka_options import client_options
 from core.pacer import NS_PER_S, Schedule
-from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable, sut_bootstrap
+from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable
 from core.rundir import CHECKPOINTS, RunPaths
 from core.slices import setting_problem
+from core.suts import DEFAULT_SUT, SUTS, default_target
 from core.units import parse_duration_ns
 from loadgen.errors import UsageError
 from loadgen.run import attack
 from loadgen.streamjob import start_job, wait_job
-from loadgen.targets import TargetSpec
+from loadgen.targets import TargetSpec, transport
 from loadgen.thresholds import Threshold, run_value
-
-DEFAULT_TARGET = f"kafka://{sut_bootstrap()}/flightwatch.sut"
 
 WORKER_RATE = 10_000
 """Events per second one worker process is given by --workers auto. One worker sends 5,000/s at ~50 µs of CPU an
@@ -85,9 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--pace", help="steps RATE:SECONDS[,...] or a ramp FROM-TO:SECONDS, e.g. 1000:60,1200:60")
     a.add_argument("--duration", default="60s", help="run length with --rate, as vegeta and k6 write it: 60s, 1m30s, 2h "
                    "(default %(default)s)")
-    settings.add(a, "FLIGHTWATCH_TARGET", "--target", default=DEFAULT_TARGET,
-                 help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC "
-                      "(the default is the embedded SUT broker)")
+    settings.add(a, "FLIGHTWATCH_TARGET", "--target",
+                 help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC, "
+                      "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME (RabbitMQ; core/amqp.py has the options) (default "
+                      + ", ".join(f"{default_target(s)} with --sut {s}" for s in SUTS).replace("%", "%%") + ")")
+    settings.add(a, "FLIGHTWATCH_SUT", "--sut", default=DEFAULT_SUT, choices=tuple(SUTS),
+                 help="without --target, aim at this SUT of the stack's default topic or queue")
     a.add_argument("--payload", type=int, default=2048, help="event payload bytes (default %(default)s)")
     a.add_argument("--workers", default="auto",
                    help="worker processes splitting the rate; 'auto' (the default) is one per "
@@ -164,9 +166,9 @@ def check_baseline(a: argparse.Namespace, cfg) -> None:
 def sut_kafka_options(texts: list[str], target: TargetSpec) -> dict | None:
     """The Kafka target's producer settings: FLIGHTWATCH_SUT_KAFKA_OPTIONS, then each ``--kafka-option KEY=VALUE``
     (None for an HTTP target, which takes none)."""
-    if target.scheme != "kafka":
+    if not transport(target.scheme).TAKES_KAFKA_OPTIONS:
         if texts:
-            raise UsageError("--kafka-option sets the Kafka target's producer: the target is not kafka://")
+            raise UsageError(f"--kafka-option sets the Kafka target's producer: the target is {target.scheme}://")
         return None
     from core.kafka_options import SUT_ENV, librdkafka, option
 
@@ -202,7 +204,7 @@ def config(a: argparse.Namespace):
             schedule = Schedule.constant(rate, int(duration_s * NS_PER_S))
         else:
             schedule = Schedule.parse(a.pace)
-        target = TargetSpec.parse(a.target)
+        target = TargetSpec.parse(a.target or default_target(a.sut))
     except ValueError as e:
         msg = str(e)
         if a.rate is not None and "could not convert" in msg:
@@ -257,6 +259,25 @@ def config(a: argparse.Namespace):
     return cfg, (thresholds, aborts), out
 
 
+def probe(cfg) -> None:
+    """Open and close one connection to the target before the attack: a refused login, a missing virtual host or
+    queue, the wrong protocol on the port end here as one line (``UsageError``), not in a worker."""
+    import asyncio
+
+    from loadgen.targets import TargetOptions, make_target
+
+    async def once() -> None:
+        target = make_target(cfg.target, TargetOptions(min(cfg.timeout_s, 10.0), 1, cfg.run_id, 0, cfg.sut_kafka_options))
+        try:
+            await target.connect()
+        finally:
+            await target.close()
+    try:
+        asyncio.run(once())
+    except ConnectionError as e:
+        raise UsageError(str(e)) from None
+
+
 def main(argv=None) -> int:
     try:
         a = build_parser().parse_args(argv)
@@ -273,6 +294,7 @@ def main(argv=None) -> int:
             raise UsageError(str(e)) from None
         if problem:
             raise UsageError(problem)
+        probe(cfg)
     except UsageError as e:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2

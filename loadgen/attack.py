@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from core import contract, memory
 from core.pacer import Schedule
 from loadgen.stats import FINAL_S, NS_PER_S, Interval
-from loadgen.targets import TargetSpec, make_target
+from loadgen.targets import TargetOptions, TargetSpec, make_target
 
 FIRE_AHEAD_NS = 200_000
 """Sends due within this much of now are fired in the same loop turn (timer granularity)."""
@@ -199,7 +199,8 @@ def _drive_polled(cfg: AttackConfig, target, book: Book, due: Due, stop) -> int:
 
 
 async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop) -> dict:
-    target = make_target(cfg.target, cfg.timeout_s, cfg.max_inflight, cfg.run_id, cfg.payload_bytes, cfg.sut_kafka_options)
+    target = make_target(cfg.target, TargetOptions(cfg.timeout_s, cfg.max_inflight, cfg.run_id, cfg.payload_bytes,
+                                                   cfg.sut_kafka_options))
     writer = None
     if cfg.telemetry_bootstrap:
         from core.kafka_options import telemetry_producer

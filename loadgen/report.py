@@ -55,8 +55,8 @@ def text(f: dict) -> str:
         f"Success       [ratio]                           {100 * f['success_ratio']:.2f}%",
         *([f"CPU           [total, per event]                {f['cpu']['total_s']:.2f}s, {f['cpu']['us_per_event']:.1f}µs"]
           if f.get("cpu") else []),
-        *(["Producer      [" + ", ".join(f["kafka_producer"]) + "]  "
-           + ", ".join(str(v).lower() for v in f["kafka_producer"].values())] if f.get("kafka_producer") else []),
+        *(["Producer      [" + ", ".join(f["client"]) + "]  "
+           + ", ".join(str(v).lower() for v in f["client"].values())] if f.get("client") else []),
         "Status Codes  [code:count]                      " + "  ".join(f"{c}:{n}" for c, n in f["status_codes"].items()),
         "Error Set:",
         *[f"{n} x {e}" for e, n in f["errors"].items()],

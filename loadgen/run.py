@@ -197,11 +197,12 @@ class Attack:
         figs["start_ns"] = start_ns
         figs["telemetry"] = {w: r["telemetry"] for w, r in results.items()}
         figs["loadgen_bound_seconds"] = self.bound_seconds
-        if cfg.target.scheme == "kafka":  # what shaped its latency, as it took effect
-            from loadgen.targets import producer_config, shaping
+        from loadgen.targets import TargetOptions, make_target
 
-            figs["kafka_producer"] = shaping(producer_config(cfg.target, cfg.timeout_s, cfg.max_inflight,
-                                                             cfg.sut_kafka_options or {}))
+        shaped = make_target(cfg.target, TargetOptions(cfg.timeout_s, cfg.max_inflight, cfg.run_id, 0,
+                                                       cfg.sut_kafka_options or {})).shaping()
+        if shaped is not None:  # what shaped its latency, as it took effect
+            figs["client"] = shaped
         workers_cpu = sum(r.get("cpu_s", 0.0) for r in results.values())
         parent = time.process_time() - self.parent_cpu[0] if self.parent_cpu else 0.0
         figs["cpu"] = {"workers_s": workers_cpu, "parent_s": parent, "total_s": workers_cpu + parent,  # start-up excluded

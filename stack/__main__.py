@@ -5,10 +5,12 @@ Usage:
     python -m stack down     # stop exactly what `up` started (by recorded PID, start time and name)
     python -m stack status
     python -m stack clean    # remove the run folders and .stack/, refused while anything of them still runs
-    python -m stack renew-sut  # restart the SUT broker empty, with the Kafka receiver (before each attack on it)
+    python -m stack renew-sut  # restart the SUT broker empty, with its receiver (before each attack on it)
+    python -m stack up --sut rabbitmq   # RabbitMQ as the SUT (FLIGHTWATCH_SUT; core.suts lists them)
 
-Two separate Tansu brokers (Kafka protocol, in-memory): the telemetry plane never shares
-a broker with the system under test. Agents: the Kafka receiver consumes the SUT topic
+Two separate brokers: the telemetry plane (Tansu, Kafka protocol, in memory) never shares
+a broker with the system under test, by default a second Tansu (``--sut rabbitmq``: Debian's
+RabbitMQ, ``stack.rabbitmq``). Agents: the SUT's receiver consumes the SUT topic or queue
 (``flightwatch.sut``, the default target of `make attack`); the HTTP receiver is a CloudEvents
 sink (``make attack TARGET=http://127.0.0.1:18080/``); the node-metrics agent samples
 Prometheus every second and watches for OOM kills. All write into the telemetry topic. PIDs, logs and the Prometheus config live in
@@ -30,6 +32,7 @@ import time
 
 from core import settings
 from core.procs import (
+    AMQP_RECEIVER_METRICS_PORT,
     JOB_METRICS_PORT,
     KAFKA_RECEIVER_METRICS_PORT,
     LOADGEN_METRICS_PORT,
@@ -40,16 +43,20 @@ from core.procs import (
     write_pid_file,
 )
 from core.rundir import ROOT
+from core.suts import DEFAULT_SUT, SUTS, default_target
+from stack import rabbitmq
 from stack.tansu import tansu_command
 
 HOST = "127.0.0.1"
 PORT_SETTINGS = {"telemetry-broker": ("FLIGHTWATCH_TELEMETRY_PORT", 19092), "sut-broker": ("FLIGHTWATCH_SUT_PORT", 29092),
+                 "rabbitmq": ("FLIGHTWATCH_RABBITMQ_PORT", 29672),
                  "prometheus": ("FLIGHTWATCH_PROMETHEUS_PORT", 19090),
                  "node-exporter": ("FLIGHTWATCH_NODE_EXPORTER_PORT", 19100),
                  "http-receiver": ("FLIGHTWATCH_RECEIVER_PORT", 18080), "ui": ("FLIGHTWATCH_UI_PORT", 18501),
                  "clock": ("FLIGHTWATCH_CLOCK_PORT", 19123)}
 """Each component's port: its setting (``--telemetry-port`` ..., or the variable) and default."""
-STACK_SETTINGS = ("FLIGHTWATCH_STACK_DIR", "FLIGHTWATCH_NO_INSTALL", *(name for name, _ in PORT_SETTINGS.values()))
+STACK_SETTINGS = ("FLIGHTWATCH_STACK_DIR", "FLIGHTWATCH_NO_INSTALL", "FLIGHTWATCH_SUT",
+                  *(name for name, _ in PORT_SETTINGS.values()))
 
 
 def _listen_port(env: str, default: int) -> int:
@@ -63,6 +70,7 @@ def _configured() -> tuple[str, dict, dict]:
     ports = {name: int(settings.get(env) or default) for name, (env, default) in PORT_SETTINGS.items()}
     metrics_ports = {
         "kafka-receiver": _listen_port("FLIGHTWATCH_KAFKA_RECEIVER_METRICS_LISTEN", KAFKA_RECEIVER_METRICS_PORT),
+        "amqp-receiver": _listen_port("FLIGHTWATCH_AMQP_RECEIVER_METRICS_LISTEN", AMQP_RECEIVER_METRICS_PORT),
         "node-metrics": _listen_port("FLIGHTWATCH_NODE_METRICS_METRICS_LISTEN", NODE_METRICS_PORT),
         # started by `make attack`, not by the stack
         "job": _listen_port("FLIGHTWATCH_JOB_METRICS_LISTEN", JOB_METRICS_PORT),
@@ -73,8 +81,10 @@ def _configured() -> tuple[str, dict, dict]:
 
 STACK_DIR, PORTS, METRICS_PORTS = _configured()  # METRICS_PORTS: where the processes without a port of their own
 CLOCK_PORT = PORTS.pop("clock")                  # serve /metrics, for Prometheus' targets
-AGENTS = ("kafka-receiver", "node-metrics")
+AGENTS = ("kafka-receiver", "amqp-receiver", "node-metrics")
 """Components without a port of their own (started after the brokers)."""
+SUT_COMPONENTS = {name for sut in SUTS.values() for name in (sut.broker, sut.receiver)}
+"""Components that run only when their SUT is the stack's (``--sut``)."""
 DEBIAN_PACKAGES = {"prometheus": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"}
 
 
@@ -109,11 +119,35 @@ def _ensure_debian(binary: str) -> str | None:
     found = shutil.which(binary)
     if found or os.geteuid() != 0 or settings.get("FLIGHTWATCH_NO_INSTALL"):
         return found
-    print(f"installing {DEBIAN_PACKAGES[binary]} (Debian package) ...", flush=True)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", DEBIAN_PACKAGES[binary]],
-                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    _apt_install(DEBIAN_PACKAGES[binary])
     return shutil.which(binary)
+
+
+POLICY_RC = "/usr/sbin/policy-rc.d"
+
+
+def _apt_install(package: str) -> None:
+    """Install a Debian package, with a ``policy-rc.d`` that keeps its service from starting (the stack starts it,
+    on its own ports) while it installs, when none is there."""
+    print(f"installing {package} (Debian package) ...", flush=True)
+    ours = not os.path.exists(POLICY_RC)
+    if ours:
+        with open(POLICY_RC, "w") as f:
+            f.write("#!/bin/sh\nexit 101\n")
+        os.chmod(POLICY_RC, 0o755)
+    try:
+        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", package],
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+    finally:
+        if ours:
+            os.remove(POLICY_RC)
+
+
+def _ensure_rabbitmq() -> bool:
+    if not rabbitmq.installed() and os.geteuid() == 0 and not settings.get("FLIGHTWATCH_NO_INSTALL"):
+        _apt_install("rabbitmq-server")
+    return rabbitmq.installed()
 
 
 def commands() -> dict[str, list[str] | None]:
@@ -133,6 +167,11 @@ def commands() -> dict[str, list[str] | None]:
         "node-metrics": [sys.executable, "-m", "agents.node_metrics", "--prometheus", f"http://{HOST}:{PORTS['prometheus']}",
                          "--telemetry-bootstrap", telemetry, "--clock-listen", clock,
                          "--metrics-listen", f"{HOST}:{METRICS_PORTS['node-metrics']}"],
+        "rabbitmq": rabbitmq.command() if SUT == "rabbitmq" and _ensure_rabbitmq() else None,
+        "amqp-receiver": [sys.executable, "-m", "agents.receiver", "amqp", "--url", default_target("rabbitmq"),
+                          "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
+                          "--state-dir", os.path.join(STACK_DIR, "amqp-receiver"),
+                          "--metrics-listen", f"{HOST}:{METRICS_PORTS['amqp-receiver']}"],
         "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka",
                            "--bootstrap", f"{HOST}:{PORTS['sut-broker']}", "--telemetry-bootstrap", telemetry,
                            "--clock-reference", clock, "--state-dir", os.path.join(STACK_DIR, "kafka-receiver"),
@@ -168,6 +207,8 @@ def address(name: str) -> str:
     if name in AGENTS:
         return "-"
     port = PORTS[name]
+    if name == "rabbitmq":
+        return f"amqp://{HOST}:{port}"
     return f"{HOST}:{port}" if name.endswith("broker") else f"http://{HOST}:{port}"
 
 
@@ -177,13 +218,20 @@ def up() -> int:
         f.write(prometheus_config(PORTS["node-exporter"], {
             "flightwatch-receiver": PORTS["http-receiver"], "flightwatch-job": METRICS_PORTS["job"],
             "flightwatch-kafka-receiver": METRICS_PORTS["kafka-receiver"], "flightwatch-node-metrics": METRICS_PORTS["node-metrics"],
+            "flightwatch-amqp-receiver": METRICS_PORTS["amqp-receiver"],
             "flightwatch-loadgen": METRICS_PORTS["loadgen"]}))  # the load generator's is up while it attacks
     failed = False
     fresh_broker = False
+    mine = {SUTS[SUT].broker, SUTS[SUT].receiver}
     for name, cmd in commands().items():
+        if name in SUT_COMPONENTS and name not in mine:
+            continue
         if recorded_pid(name):
             print(f"{name:18} {address(name):28} running (pid {recorded_pid(name)})")
             continue
+        if cmd is None and name == "rabbitmq":
+            print(f"stack: error: {rabbitmq.INSTALL_HINT}", file=sys.stderr)
+            return 2
         if cmd is None:
             print(f"{name:18} {'-':28} not installed (apt-get install {DEBIAN_PACKAGES.get(name.replace('node-exporter', 'prometheus-node-exporter'), name)})")
             continue
@@ -203,9 +251,12 @@ def up() -> int:
         env = dict(os.environ, CLUSTER_ID=f"flightwatch-{name}", PYTHONPATH=ROOT)
         if name == "prometheus":
             env = {**PROMETHEUS_GO_MEMORY, **env}
+        elif name == "rabbitmq":
+            env = rabbitmq.environment(PORTS[name], os.path.join(STACK_DIR, "rabbitmq"))
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         write_pid_file(_pidfile(name), proc.pid)
-        ok = wait_port(PORTS[name]) if name not in AGENTS else _stays_up(proc)
+        ok = (wait_port(PORTS[name], rabbitmq.START_S if name == "rabbitmq" else 15.0) if name not in AGENTS
+              else _stays_up(proc))
         print(f"{name:18} {address(name):28} {'started' if ok else 'FAILED to start'} (pid {proc.pid}, log {STACK_DIR}/{name}.log)")
         failed |= not ok
     _write_env()
@@ -233,7 +284,10 @@ def _stop(name: str) -> None:
     pid = recorded_pid(name)
     if pid is None and os.path.exists(_pidfile(name)):
         print(f"{name:18} not running (its PID file names no process of ours now: nothing signalled)")
-    if pid:
+    if pid and name == "rabbitmq":  # its script, the Erlang VM and its epmd: the session it leads
+        rabbitmq.stop_rabbitmq(pid)
+        print(f"{name:18} stopped (pid {pid})")
+    elif pid:
         os.kill(pid, signal.SIGTERM)
         for _ in range(50):
             if not _alive(pid):
@@ -255,14 +309,17 @@ def down() -> int:
 
 
 def renew_sut() -> int:
-    """Start the embedded SUT broker empty, and the Kafka receiver on it afresh; `make attack` does it first.
+    """Start the SUT broker empty, and its receiver on it afresh; `make attack` does it first.
 
     Its memory storage keeps every record and ignores retention, and its CPU grows with what it holds: at
     5,000/s with a consumer, 0.24 core in the first 10 s, 0.42 after 50 s; left running, it held 2.7 GB after
     three runs and each run began where the last had left it. Each attack now starts on the same empty broker,
     as a load test starts on a SUT in a known state. The receiver has recorded every receive by then."""
-    for name in ("kafka-receiver", "sut-broker"):
+    sut = SUTS[SUT]
+    for name in (sut.receiver, sut.broker):
         _stop(name)
+    if SUT == "rabbitmq":  # its queues and messages live on disk: a new broker starts without them
+        shutil.rmtree(os.path.join(STACK_DIR, "rabbitmq", "mnesia"), ignore_errors=True)
     return up()
 
 
@@ -307,18 +364,24 @@ def _parser():
     for name, (env, default) in PORT_SETTINGS.items():
         settings.add(p, env, f"--{env[12:-5].lower().replace('_', '-')}-port", type=int, default=default, metavar="PORT",
                      help=what.get(name, f"the {name.replace('-', ' ')}") + " (every command's default follows it)")
+    settings.add(p, "FLIGHTWATCH_SUT", "--sut", default=DEFAULT_SUT, choices=tuple(SUTS),
+                 help="the system under test the stack runs: " + "; ".join(f"{k}: {v.what}" for k, v in SUTS.items()))
     settings.add(p, "FLIGHTWATCH_NO_INSTALL", "--no-install", action="store_true",
                  help="install no Debian package for a missing Prometheus or node exporter (1 in the variable)")
     return p
 
 
+SUT = settings.get("FLIGHTWATCH_SUT") or DEFAULT_SUT
+
+
 def main(argv=None) -> int:
-    global STACK_DIR, CLOCK_PORT
+    global STACK_DIR, CLOCK_PORT, SUT
     try:
         a = _parser().parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
     settings.export(a, STACK_SETTINGS)  # for this process and every component it starts: their defaults follow
+    SUT = a.sut
     STACK_DIR, ports, metrics_ports = _configured()
     CLOCK_PORT = ports.pop("clock")
     PORTS.update(ports)

@@ -32,6 +32,7 @@ def attack_metrics(run: str):
 
 
 def collectors(tmp_dir: str = "/tmp", run: str = "r"):
+    from agents.amqp_agent import AmqpExposed
     from agents.http_receiver import HttpReceiver
     from agents.kafka_agent import KafkaExposed
     from agents.node_metrics import NodeMetrics, _Exposed
@@ -48,13 +49,17 @@ def collectors(tmp_dir: str = "/tmp", run: str = "r"):
     http.bad["missing id"], http.malformed["no_host"] = 1, 2
     kafka = KafkaExposed(SimpleNamespace(agent="receiver-kafka", num_received=3, num_unattributed=0, num_errors=0,
                                           num_skipped=0, num_resets=0), spool)
+    amqp = AmqpExposed(SimpleNamespace(agent="receiver-amqp", counters=lambda: {
+        "received": 3, "unattributed": 0, "redelivered": 1, "connection_losses": 1, "connected": 1,
+        "telemetry": {"spooled": 3, "lost": 0}}))
     writer = SimpleNamespace(counters=lambda: {"written": 4, "lost": 0, "sent": 4, "failed": 0, "retried": 0,
                                                "buffered": 0})
     node = _Exposed(NodeMetrics(None, None, "node-metrics"), writer, "node-metrics")
     attack = attack_metrics(run)
     shipper = Shipper.__new__(Shipper)  # its counters alone: no spool folder, no producer
     shipper.key, shipper.num_shipped, shipper.num_failures, shipper.dir = b"receiver-http", 5, 0, tmp_dir
-    return {"job": job, "http receiver": http, "kafka receiver": kafka, "node metrics": node, "load generator": attack,
+    return {"job": job, "http receiver": http, "kafka receiver": kafka, "amqp receiver": amqp, "node metrics": node,
+            "load generator": attack,
             "shipper": shipper}
 
 

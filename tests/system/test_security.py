@@ -226,11 +226,12 @@ def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
 
 
 def test_a_password_in_the_target_url_is_sent_as_basic_auth_and_never_shown():
-    from loadgen.targets import HttpTarget, TargetSpec
+    from loadgen.targets import TargetOptions, TargetSpec
+    from loadgen.targets.http import HttpTarget
 
     spec = TargetSpec.parse(f"http://flight:{URL_SECRET}@127.0.0.1:8080/broker")
     assert URL_SECRET not in str(spec) and URL_SECRET not in repr(spec)
-    head = HttpTarget(spec, 5, 10, "r")._head
+    head = HttpTarget(spec, TargetOptions(5, 10, "r"))._head
     import base64
 
     assert f"Authorization: Basic {base64.b64encode(f'flight:{URL_SECRET}'.encode()).decode()}\r\n" in head

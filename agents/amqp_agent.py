@@ -1,0 +1,142 @@
+"""The AMQP receiver agent as a process (``python -m agents.receiver amqp``): its consumer (``agents.amqp_receiver``),
+spool and shipper, /metrics, and the duties every receiver has (clock records, progress lines, lost-line reports).
+
+    main_amqp(args)   # 0 when stopped (SIGTERM, Ctrl-C); 2 on bad settings, or a broker that refuses us at the start
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+from agents.amqp_receiver import AmqpReceiver
+from core import amqp, clock, contract, logs, memory, metrics
+from core.units import parse_size
+
+CONNECT_S = 15.0
+"""How long the first connection may take before the agent gives up (exit 2)."""
+
+
+class AmqpExposed:
+    """The receiver's counters as Prometheus metrics, read at scrape time, with its shipper's (``shared``)."""
+
+    def __init__(self, receiver: AmqpReceiver) -> None:
+        self.receiver = receiver
+        self.shared = None
+
+    def collect(self):
+        return self.own() if self.shared is None else self.shared.collect(self.own())
+
+    def own(self):
+        c, agent = self.receiver.counters(), self.receiver.agent
+        for name, key, text in (("events", "received", "deliveries recorded (attributed to a run)"),
+                                ("unattributed", "unattributed", "deliveries without a run or event ID, not recorded"),
+                                ("redelivered", "redelivered", "deliveries the broker marked as redelivered"),
+                                ("connection_losses", "connection_losses", "connections to the broker lost")):
+            yield metrics.family("counter", f"flightwatch_amqp_receiver_{name}", text, ["agent"], [((agent,), c[key])])
+        yield metrics.family("gauge", "flightwatch_amqp_receiver_connected", "1 while consuming", ["agent"],
+                             [((agent,), c["connected"])])
+        t = c.get("telemetry", {})
+        yield metrics.family("counter", "flightwatch_amqp_receiver_telemetry_records", "receive records spooled, and "
+                             "lost past the spool's budget", ["agent", "state"],
+                             [((agent, s), t.get(s, 0)) for s in ("spooled", "lost")])
+
+
+def main_amqp(a) -> int:
+    try:
+        address, url = amqp.AmqpAddress.from_url(a.url)
+        budget_bytes = parse_size(a.spool_budget)
+        if a.prefetch < 1:
+            raise ValueError("--prefetch must be at least 1")
+    except ValueError as e:
+        print(f"receiver: error: {e}", file=sys.stderr)
+        return 2
+    from urllib.parse import urlsplit
+
+    u = urlsplit(a.url)
+    logger = logs.setup(a.agent)
+    log, warn = logs.printer(logger), logs.printer(logger, logs.WARNING)
+    from agents.spool import DRAIN_WAIT_S, SpoolWriter, start_shipper
+
+    metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)
+    spool_dir = os.path.join(a.state_dir, "spool")
+    spool = SpoolWriter(spool_dir, budget_bytes=budget_bytes, agent=a.agent)
+    receiver = AmqpReceiver(url, address, spool, a.agent, a.prefetch, a.auto_ack, log=log, warn=warn)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    shipper = None
+
+    async def run() -> int:
+        nonlocal shipper
+        try:
+            await asyncio.wait_for(receiver.connect(), CONNECT_S)
+        except (TimeoutError, ConnectionError) as e:
+            where = f"{u.hostname}:{u.port or 5672}"
+            print(f"receiver: error: amqp {where}{u.path}: " + (str(e) if isinstance(e, ConnectionError) else
+                  f"no AMQP 0-9-1 handshake within {CONNECT_S:g} s: is {where} an AMQP broker?"), file=sys.stderr)
+            return 2
+        shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, a.agent,
+                                log_path=os.path.join(a.state_dir, "shipper.log"))
+        exposed = AmqpExposed(receiver)
+        exposed.shared = metrics.Shared()
+        server = metrics.serve(exposed, a.metrics_listen, log=log)
+        log(f"receiver {a.agent}: {address.where()} at {u.hostname}:{u.port or 5672} (prefetch {a.prefetch}, "
+            f"{'auto-ack' if a.auto_ack else 'manual acks'}) -> spool {spool_dir} -> {a.telemetry_bootstrap}/"
+            f"{a.telemetry_topic}", flush=True)
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        duties = [asyncio.ensure_future(d) for d in (_every_second(spool, exposed), memory.trim_every(),
+                                                     _clock_every(loop, spool, a, warn), _progress(receiver, log))]
+        try:
+            await receiver.run(stop)
+        finally:
+            for d in duties:
+                d.cancel()
+            metrics.stop(server)
+            exposed.shared.close()
+        return 0
+
+    try:
+        code = asyncio.run(run())
+    finally:
+        spool.report_lost()
+        spool.close()
+        if shipper is not None:
+            shipper.terminate()  # it drains the spool, then exits
+            try:
+                shipper.wait(DRAIN_WAIT_S)
+            except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
+                pass
+    return code
+
+
+async def _every_second(spool, exposed: AmqpExposed) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        spool.report_lost()
+        exposed.shared.sync(exposed.own())
+
+
+async def _clock_every(loop, spool, a, warn, seconds: float = 30.0) -> None:
+    while True:
+        await loop.run_in_executor(None, clock.report, lambda rec: spool.append(contract.encode([rec]).decode().rstrip("\n")),
+                                   a.agent, a.clock_reference, warn)
+        await asyncio.sleep(seconds)
+
+
+async def _progress(receiver: AmqpReceiver, log) -> None:
+    say = logs.Progress(lambda line: log(line, flush=True))  # every 10 s while it receives, every 10 minutes at idle
+    while True:
+        await asyncio.sleep(10)
+        c = receiver.counters()
+        t = c.get("telemetry", {})
+        say((c["received"], c["unattributed"], c["redelivered"], c["connection_losses"], t.get("lost", 0)),
+            f"receiver {receiver.agent}: {c['received']:,} received, {c['unattributed']:,} without run/event ID, "
+            f"{c['redelivered']:,} redelivered, {c['connection_losses']} connections lost; telemetry spooled "
+            f"{t.get('spooled', 0):,} lost {t.get('lost', 0):,}")

@@ -1,0 +1,112 @@
+"""An AMQP 0-9-1 address (RabbitMQ), shared by the load generator's target and the receiver: RabbitMQ's URI spec
+(``amqp://user:password@host:port/vhost``, the vhost percent-encoded, ``%2F`` for ``/``) with flightwatch's own
+query options beside the client's.
+
+    amqp://guest:guest@127.0.0.1:29672/%2F?queue=flightwatch.sut          the default exchange, to a queue
+    amqp://guest:guest@127.0.0.1:29672/%2F?exchange=events&routing_key=a.b  an exchange and a routing key
+    ...&durable=true    a durable queue and persistent messages (delivery mode 2)
+    ...&declare=false   the queue must exist (a missing one is an error, not created)
+    ...&heartbeat=30    any other option is pika's own (heartbeat, frame_max, connection_attempts, ...)
+
+Events follow the CloudEvents AMQP binding's names: the attributes as ``cloudEvents_*`` headers, the event ID also as
+the message ID; the send stamp rides in ``fw_sent_ns`` (epoch ns), since AMQP 0-9-1's ``timestamp`` holds seconds.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, quote, unquote, urlencode
+
+CE_PREFIX = "cloudEvents_"
+ID_HEADER = CE_PREFIX + "id"
+RUN_HEADER = CE_PREFIX + "fwrun"
+SENT_HEADER = "fw_sent_ns"
+SCHEMES = ("amqp",)
+OURS = ("queue", "exchange", "routing_key", "durable", "declare")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class AmqpAddress:
+    vhost: str
+    queue: str | None
+    exchange: str
+    routing_key: str
+    durable: bool = False
+    declare: bool = True
+    client_query: str = ""     # what is left for pika's URLParameters
+
+    @classmethod
+    def parse(cls, path: str, query: str) -> AmqpAddress:
+        """``ValueError`` saying what is wrong; ``path`` as in the URL (``/vhost``, percent-encoded; none, or ``/``
+        alone, is RabbitMQ's default vhost ``/``)."""
+        vhost = unquote(path[1:]) if path.startswith("/") and len(path) > 1 else "/"
+        if "/" in path[1:]:
+            raise ValueError(f"the path is the virtual host, one segment ({path!r}): write '/' as %2F")
+        opts = dict(parse_qsl(query, keep_blank_values=True))
+        rest = {k: v for k, v in opts.items() if k not in OURS}
+        queue, exchange = opts.get("queue") or None, opts.get("exchange", "")
+        if queue is None and not exchange:
+            raise ValueError("name a queue (?queue=NAME) or an exchange (?exchange=NAME&routing_key=KEY)")
+        if queue is not None and exchange:
+            raise ValueError("give ?queue= or ?exchange=, not both")
+        flags = {}
+        for name, default in (("durable", False), ("declare", True)):
+            text = opts.get(name, "").lower()
+            if text and text not in _TRUE + _FALSE:
+                raise ValueError(f"?{name}={opts[name]!r}: true or false")
+            flags[name] = default if not text else text in _TRUE
+        return cls(vhost, queue, exchange, opts.get("routing_key", queue or ""), client_query=urlencode(rest), **flags)
+
+    @classmethod
+    def from_url(cls, url: str) -> tuple[AmqpAddress, str]:
+        """The address in a whole URL, and the URL as pika takes it; ``ValueError`` naming the URL (password hidden)."""
+        from urllib.parse import urlsplit
+
+        u = urlsplit(url)
+        shown = url.replace(f":{u.password}@", ":***@", 1) if u.password else url
+        try:
+            if u.scheme not in SCHEMES or not u.hostname:
+                raise ValueError("amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME")
+            address = cls.parse(u.path or "/", u.query)
+            userinfo = f"{unquote(u.username)}:{unquote(u.password or '')}" if u.username else None
+            return address, address.pika_url(u.hostname, u.port or 5672, userinfo)
+        except ValueError as e:
+            raise ValueError(f"bad AMQP address {shown!r}: {e}") from None
+
+    def pika_url(self, host: str, port: int, userinfo: str | None) -> str:
+        """The address as pika's ``URLParameters`` takes it (guest/guest when the URL names no user)."""
+        user, _, password = (userinfo or "guest:guest").partition(":")
+        return (f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{quote(self.vhost, safe='')}"
+                + (f"?{self.client_query}" if self.client_query else ""))
+
+    def where(self) -> str:
+        """Where the events go, as a line shows it."""
+        return (f"queue {self.queue}" if self.queue else f"exchange {self.exchange} key {self.routing_key}") + \
+            f" on vhost {self.vhost}"
+
+
+def quiet_pika() -> None:
+    """pika logs every connection step at INFO: its warnings are enough beside flightwatch's own lines."""
+    import logging
+
+    logging.getLogger("pika").setLevel(logging.WARNING)
+
+
+def close_cause(error: BaseException | None) -> str:
+    """A connection or channel close as a short, stable cause: the broker's reply text's first word (``NOT_FOUND``,
+    ``ACCESS_REFUSED``, ``PRECONDITION_FAILED``, ...) or the exception's kind."""
+    if error is None:
+        return "closed"
+    reply = re.search(r"'([A-Z][A-Z_]+) - ", str(error))  # the broker's reply, however pika wrapped it
+    if reply:
+        return reply.group(1).lower().replace("_", " ")
+    args = getattr(error, "args", ())
+    if len(args) >= 2 and isinstance(args[0], int):
+        text = str(args[1]).split(" ", 1)[0]
+        return text.lower().replace("_", " ") if text else f"closed {args[0]}"
+    name = type(error).__name__
+    return {"ProbableAuthenticationError": "access refused", "ProbableAccessDeniedError": "access refused",
+            "AuthenticationError": "access refused", "StreamLostError": "connection lost",
+            "AMQPConnectionError": "connection refused", "IncompatibleProtocolError": "not amqp 0-9-1",
+            "ConnectionClosedByBroker": "closed by broker"}.get(name, name)

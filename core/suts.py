@@ -1,0 +1,46 @@
+"""The systems under test the stack can run, in one table: which broker, which receiver agent consumes from it, and
+where the load generator aims by default. ``FLIGHTWATCH_SUT`` (``--sut``; ``make up SUT=rabbitmq``) picks one.
+
+    python -m stack up --sut rabbitmq       # RabbitMQ and the AMQP receiver beside the telemetry plane
+    python -m loadgen attack --sut rabbitmq # aims at its default queue
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from core import settings
+from core.procs import HOST, sut_bootstrap
+
+DEFAULT_SUT = "tansu"
+SUT_QUEUE = "flightwatch.sut"
+"""The topic or queue every SUT's default target and receiver share."""
+
+
+class Sut(NamedTuple):
+    broker: str        # the stack's component that runs it
+    receiver: str      # the stack's component that consumes from it
+    what: str
+
+
+SUTS: dict[str, Sut] = {
+    "tansu": Sut("sut-broker", "kafka-receiver", "the embedded Tansu broker (Kafka protocol, in memory)"),
+    "rabbitmq": Sut("rabbitmq", "amqp-receiver", "Debian's RabbitMQ 3.10 (AMQP 0-9-1)"),
+}
+
+
+def rabbitmq_port() -> int:
+    return int(settings.get("FLIGHTWATCH_RABBITMQ_PORT") or 29672)
+
+
+def default_target(sut: str) -> str:
+    """Where ``make attack SUT=...`` aims: the SUT's default topic or queue on the stack's port for it."""
+    if sut == "rabbitmq":
+        return f"amqp://guest:guest@{HOST}:{rabbitmq_port()}/%2F?queue={SUT_QUEUE}"
+    return f"kafka://{sut_bootstrap()}/{SUT_QUEUE}"
+
+
+def check(sut: str) -> str:
+    """``sut`` if the stack knows it, else ``ValueError`` naming the ones it does."""
+    if sut not in SUTS:
+        raise ValueError(f"unknown SUT {sut!r}: one of {', '.join(SUTS)}")
+    return sut

@@ -1,0 +1,67 @@
+"""The contract between the attack loop (``loadgen.attack``) and a transport's target, as OpenMessaging Benchmark's
+``BenchmarkProducer`` states its own: a few methods, each with one promise.
+
+    target = make_target(spec, TargetOptions(...))
+    await target.connect()        # ConnectionError (one line) if the SUT cannot be reached or refuses us
+    target.start(book)
+    target.send(event_id, intended_ns)   # -> book.sent(..., stamp) right before the bytes leave,
+                                         #    book.done(...) once the SUT acked, confirmed, settled or refused it
+    target.poll(timeout_s)        # polled targets only: serve acks for up to timeout_s (their I/O has its own thread)
+    await target.close()          # flush what is in flight (bounded), then close
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+
+class Book(Protocol):
+    """A worker's accounts (``loadgen.attack.Book``), as a target sees them."""
+
+    def sent(self, eid: str, intended: int, at: int) -> None:
+        """The send stamp ``at`` (epoch ns), taken right before the event's bytes are handed to the wire."""
+
+    def done(self, eid: str, sent: int, status: int | None, error: str | None) -> None:
+        """The SUT's answer: ``status`` an HTTP code (None elsewhere), ``error`` a short stable cause or None when
+        the SUT took the event (a 2xx, a Kafka ack, a publisher confirm, an AMQP 1.0 ``accepted``)."""
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    """What every target is given, from the attack's flags."""
+    timeout_s: float = 30.0
+    max_inflight: int = 1000
+    run_id: str = ""
+    payload_bytes: int = 2048
+    kafka_options: dict | None = field(default=None)
+    """The Kafka target's producer settings (``--kafka-option`` over FLIGHTWATCH_SUT_KAFKA_OPTIONS); None elsewhere."""
+
+
+class Target(Protocol):
+    """One transport's load target. Class attributes say how the attack loop drives it and how it is addressed."""
+
+    SCHEMES: ClassVar[tuple[str, ...]]
+    DEFAULT_PORT: ClassVar[int]
+    EXAMPLE: ClassVar[str]
+    """One address, as ``--help`` and a bad target's error show it."""
+    TAKES_KAFKA_OPTIONS: ClassVar[bool]
+    polled: ClassVar[bool]
+    """True: the driver calls ``poll`` between turns (the client has I/O threads of its own); False: the target
+    lives on the worker's asyncio loop."""
+
+    @staticmethod
+    def check(path: str, userinfo: str | None, query: str) -> str:
+        """The address' path as the target keeps it, or ``ValueError`` saying what is wrong."""
+
+    async def connect(self) -> None: ...
+
+    def start(self, book: Book) -> None: ...
+
+    def send(self, event_id: str, intended_ns: int) -> None: ...
+
+    def poll(self, timeout_s: float) -> int: ...
+
+    async def close(self) -> None: ...
+
+    def shaping(self) -> dict | None:
+        """The client settings that shaped latency, as they took effect, for the report (None: nothing to say)."""

@@ -1,0 +1,158 @@
+"""The Kafka protocol (Apache Kafka, Tansu, Redpanda, Event Streams): librdkafka's producer (confluent-kafka).
+
+    kafka://127.0.0.1:29092/topic     produce to a topic; the event ID is the record key and the ``ce_id`` header
+
+Credentials and TLS are librdkafka properties (``--kafka-option``, FLIGHTWATCH_SUT_KAFKA_OPTIONS), never in the URL.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from core.cloudevents import KAFKA_ID_HEADER, KAFKA_RUN_HEADER
+from loadgen.errors import error_cause
+from loadgen.targets.base import Book, TargetOptions
+from loadgen.targets.http import CE_SOURCE, CE_TYPE
+
+
+def kafka_error_cause(err) -> str:
+    """A librdkafka error as a short, stable cause (``timeout`` as for HTTP; else librdkafka's name, lower case)."""
+    from confluent_kafka import KafkaError
+
+    if err.code() in (KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
+        return "timeout"
+    return err.name().lstrip("_").lower().replace("_", " ")
+
+
+PRODUCER_DEFAULTS = {"acks": "all", "linger.ms": 5, "batch.size": 1_000_000, "compression.type": "none",
+                     "enable.idempotence": False, "max.in.flight.requests.per.connection": 1_000_000,
+                     "socket.nagle.disable": False}
+"""librdkafka's own defaults (2.x) of the producer settings that shape latency, as the report names them. The Kafka
+target keeps them (acks=all, as the Java client does too; linger 5 ms: at 5,000/s a request carries ~25 events)
+unless ``--kafka-option`` or FLIGHTWATCH_SUT_KAFKA_OPTIONS says otherwise, with the differences below."""
+OURS = {"socket.nagle.disable": True}
+"""Where the target differs from librdkafka, and why: Nagle off, as the Java client has it (TCP_NODELAY), so that a
+small batch is not held for the previous one's ACK."""
+
+
+def producer_config(spec, timeout_s: float, max_inflight: int, options: dict) -> dict:
+    """The Kafka target's producer configuration: librdkafka's defaults, ``OURS``, the send timeout (``--timeout``)
+    and room for ``--max-inflight`` sends in its queue, then the user's options (librdkafka properties) on top."""
+    from core.kafka_options import librdkafka
+
+    return {"bootstrap.servers": f"{spec.host}:{spec.port}", **OURS,
+            "queue.buffering.max.messages": max(100_000, 2 * max_inflight),
+            "message.timeout.ms": max(int(timeout_s * 1000), 1), **librdkafka(options)}
+
+
+def shaping(config: dict) -> dict:
+    """The settings that shape latency, as they take effect (librdkafka's default where the config says nothing)."""
+    aliases = {"linger.ms": "queue.buffering.max.ms", "compression.type": "compression.codec",
+               "acks": "request.required.acks"}
+    out = {}
+    for key, default in PRODUCER_DEFAULTS.items():
+        value = config.get(key, config.get(aliases.get(key, ""), default))
+        out[key] = "all" if key == "acks" and str(value) in ("-1", "all") else value
+    return out
+
+STICKY_NS = 10_000_000
+"""Sends go to one partition for this long, then to the next (librdkafka's ``sticky.partitioning.linger.ms``)."""
+
+
+class KafkaTarget:
+    """librdkafka's producer (confluent-kafka): ~8 µs of CPU a message from Python, with its I/O on its own threads.
+
+    Each record is a CloudEvent in the Kafka binding's binary mode: ``ce_specversion``, ``ce_id`` (also the record
+    key), ``ce_source``, ``ce_type``, ``ce_time`` (the send stamp, RFC 3339) and the run as the extension
+    ``ce_fwrun``, with ``content-type``; the payload is the event's data. The send stamp
+    is taken right before the message is handed to the client; ``poll`` serves delivery reports (acks).
+    Sends go to one partition for ``STICKY_NS``, then to the next (sticky, as librdkafka does for keyless
+    records): one batch at a time instead of one per partition, at 5,000/s a quarter of the client's CPU.
+    Records are still keyed by event ID; nothing downstream reads the partition."""
+
+    SCHEMES = ("kafka",)
+    DEFAULT_PORT = 9092
+    EXAMPLE = "kafka://HOST:PORT/TOPIC"
+    TAKES_KAFKA_OPTIONS = True
+    polled = True
+
+    def __init__(self, spec, opts: TargetOptions) -> None:
+        self.spec, self.timeout_s, self.run_id = spec, opts.timeout_s, opts.run_id
+        timeout_s, max_inflight, run_id, client_options = opts.timeout_s, opts.max_inflight, opts.run_id, opts.kafka_options
+        self.payload = os.urandom(opts.payload_bytes)
+        if client_options is None:
+            from core.kafka_options import SUT_ENV
+            from core.kafka_options import client_options as from_env
+
+            client_options = from_env(env=SUT_ENV)
+        self.config = producer_config(spec, timeout_s, max_inflight, client_options)
+        self.producer = None
+        self.book = None
+        self.partitions, self._partition, self._switch_ns = 1, 0, 0
+        self._headers_tail = [("ce_specversion", b"1.0"), ("ce_source", CE_SOURCE.encode()), ("ce_type", CE_TYPE.encode()),
+                              (KAFKA_RUN_HEADER, run_id.encode()), ("content-type", b"application/octet-stream")]
+        self._second, self._second_text = -1, b""
+
+    @staticmethod
+    def check(path: str, userinfo: str | None, query: str) -> str:
+        topic = path.strip("/")
+        if not topic:
+            raise ValueError("kafka://HOST:PORT/TOPIC needs a topic")
+        if userinfo is not None:
+            raise ValueError("Kafka credentials go in FLIGHTWATCH_SUT_KAFKA_OPTIONS, not the URL")
+        return topic
+
+    def shaping(self) -> dict | None:
+        """What shaped its latency, as it took effect (librdkafka's defaults where the config says nothing)."""
+        return shaping(self.config)
+
+    async def connect(self) -> None:
+        """Create the producer and learn the topic's partitions (a broker that is away fails here, before the start)."""
+        from confluent_kafka import KafkaException, Producer
+
+        self.producer = Producer(self.config)
+        loop = asyncio.get_running_loop()
+        try:
+            md = await loop.run_in_executor(None, lambda: self.producer.list_topics(self.spec.path, timeout=self.timeout_s))
+        except KafkaException as e:
+            raise ConnectionError(f"kafka {self.spec}: {e.args[0].str() if e.args else e}") from None
+        topic = md.topics.get(self.spec.path)
+        self.partitions = max(len(topic.partitions) if topic is not None and topic.partitions else 1, 1)
+
+    def start(self, book: Book) -> None:
+        self.book = book
+
+    def _rfc3339(self, ns: int) -> bytes:
+        """``ns`` as CloudEvents' ``time`` (RFC 3339, UTC, to the µs); the date part is formatted once a second."""
+        second, frac = divmod(ns, 1_000_000_000)
+        if second != self._second:
+            self._second, self._second_text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)).encode()
+        return b"%s.%06dZ" % (self._second_text, frac // 1000)
+
+    def send(self, event_id: str, intended_ns: int) -> None:
+        book, key = self.book, event_id.encode()
+        sent = time.time_ns()
+        book.sent(event_id, intended_ns, sent)
+        try:
+            self.producer.produce(self.spec.path, self.payload, key, self._partition,
+                                  headers=[(KAFKA_ID_HEADER, key), ("ce_time", self._rfc3339(sent)), *self._headers_tail],
+                                  on_delivery=lambda err, _msg: book.done(event_id, sent, None,
+                                                                          None if err is None else kafka_error_cause(err)))
+        except BufferError:
+            book.done(event_id, sent, None, "client queue full")
+        except Exception as e:  # noqa: BLE001 - KafkaException: refused by the client, counted as that send's error
+            book.done(event_id, sent, None, kafka_error_cause(e.args[0]) if e.args and hasattr(e.args[0], "code")
+                      else error_cause(e))
+
+    def poll(self, timeout_s: float) -> int:
+        """Serve delivery reports for up to ``timeout_s``; every ``STICKY_NS`` sends move to the next partition."""
+        now = time.monotonic_ns()
+        if now >= self._switch_ns:
+            self._partition = (self._partition + 1) % self.partitions
+            self._switch_ns = now + STICKY_NS
+        return self.producer.poll(timeout_s)
+
+    async def close(self) -> None:
+        if self.producer is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 5)

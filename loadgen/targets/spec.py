@@ -1,0 +1,69 @@
+"""A target's address, parsed once: ``scheme://[user:password@]host[:port]/path[?query]``.
+
+What the path and query mean is the transport's (``loadgen.targets.TRANSPORTS``): a URL path for HTTP, a topic for
+Kafka, a virtual host and a queue or exchange for AMQP. The password is never printed or recorded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    scheme: str          # a key of loadgen.targets.TRANSPORTS
+    host: str
+    port: int
+    path: str            # URL path (HTTP), topic (Kafka), virtual host (AMQP 0-9-1), address (AMQP 1.0)
+    userinfo: str | None = field(default=None, repr=False, compare=False)
+    """``user:password`` when the URL has one: basic auth over HTTP, SASL PLAIN over AMQP; never printed or recorded."""
+    query: str = ""      # the transport's options (AMQP: queue, exchange, routing_key, ...)
+
+    @classmethod
+    def parse(cls, text: str) -> TargetSpec:
+        """``ValueError`` naming the URL (password hidden) and what is wrong with it."""
+        from loadgen.targets import TRANSPORTS, transport
+
+        u = urlsplit(text)
+        shown = redacted(text, u)
+        if u.scheme not in TRANSPORTS or not u.hostname:
+            raise ValueError(f"bad target {shown!r}: use " + ", ".join(t.EXAMPLE for t in _unique(TRANSPORTS.values())))
+        kind = transport(u.scheme)
+        try:
+            port = u.port or kind.DEFAULT_PORT
+        except ValueError:
+            raise ValueError(f"bad target {shown!r}: bad port") from None
+        userinfo = None
+        if u.username is not None:
+            userinfo = f"{unquote(u.username)}:{unquote(u.password or '')}"
+        try:
+            path = kind.check(u.path, userinfo, u.query)
+        except ValueError as e:
+            raise ValueError(f"bad target {shown!r}: {e}") from None
+        return cls(u.scheme, u.hostname, port, path, userinfo, u.query)
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}/{self.path.lstrip('/')}" + (f"?{self.query}" if self.query else "")
+
+    def reachable(self, timeout_s: float = 3.0) -> str | None:
+        """None if a TCP connection opens, else why not."""
+        from core.procs import tcp_unreachable
+
+        return tcp_unreachable(self.host, self.port, timeout_s)
+
+
+def redacted(text: str, u=None) -> str:
+    """The URL as it may be shown: any password replaced by ***."""
+    u = u or urlsplit(text)
+    try:
+        return text.replace(f":{u.password}@", ":***@", 1) if u.password else text
+    except ValueError:
+        return text
+
+
+def _unique(items) -> list:
+    out = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out

@@ -1,0 +1,108 @@
+"""The transport registry and its addresses: every scheme parses through one table, each transport keeps the one
+contract, and no module outside the registry branches on a scheme."""
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+from core.amqp import AmqpAddress, close_cause
+from loadgen.targets import TRANSPORTS, TargetSpec
+from loadgen.targets.base import Target
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("url, scheme, port, path, query", [
+    ("http://127.0.0.1:8080/broker", "http", 8080, "/broker", ""),             # a URL path
+    ("http+structured://h/", "http+structured", 80, "/", ""),                   # HTTP's default port
+    ("kafka://127.0.0.1:29092/flightwatch.sut", "kafka", 29092, "flightwatch.sut", ""),  # the path is the topic
+    ("kafka://h/t", "kafka", 9092, "t", ""),                                    # Kafka's default port
+    ("amqp://guest:guest@127.0.0.1:29672/%2F?queue=q", "amqp", 29672, "/%2F", "queue=q"),  # the vhost '/'
+    ("amqp://h?queue=q", "amqp", 5672, "/", "queue=q"),                         # no path: the default vhost
+    ("amqp://h/v?exchange=x&routing_key=a.b", "amqp", 5672, "/v", "exchange=x&routing_key=a.b"),  # an exchange
+])
+def test_every_transport_parses_through_the_registry(url, scheme, port, path, query):
+    spec = TargetSpec.parse(url)
+    assert (spec.scheme, spec.port, spec.path, spec.query) == (scheme, port, path, query)
+
+
+@pytest.mark.parametrize("url, words", [
+    ("ftp://h/x", "amqp://USER:PASSWORD@HOST:PORT/VHOST"),      # an unknown scheme lists every transport's form
+    ("kafka://h:1/", "needs a topic"),                           # a topic is needed
+    ("kafka://u:p@h:1/t", "FLIGHTWATCH_SUT_KAFKA_OPTIONS"),      # Kafka's credentials are client options
+    ("amqp://h/%2F", "name a queue"),                            # an AMQP target names a queue or an exchange
+    ("amqp://h/?queue=a&exchange=b", "not both"),                # not both
+    ("amqp://h/a/b?queue=q", "one segment"),                     # a vhost with a slash must be encoded
+    ("amqp://h/?queue=q&durable=maybe", "true or false"),        # flags are booleans
+    ("amqp://h:99999/?queue=q", "bad port"),                     # a port out of range
+])
+def test_a_malformed_address_is_one_line_naming_it(url, words):
+    with pytest.raises(ValueError) as e:
+        TargetSpec.parse(url)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_password_in_an_amqp_address_is_never_shown():
+    spec = TargetSpec.parse("amqp://fw:s3cret@h/%2F?queue=q")
+    assert "s3cret" not in str(spec) + repr(spec)
+    with pytest.raises(ValueError) as e:
+        TargetSpec.parse("amqp://fw:s3cret@h/%2F")
+    assert "s3cret" not in str(e.value) and "***" in str(e.value)
+
+
+@pytest.mark.parametrize("path, query, want", [
+    ("/%2F", "queue=q", ("/", "q", "", "q", False, True)),                       # default exchange, key = queue
+    ("/prod", "queue=q&durable=true&declare=false", ("prod", "q", "", "q", True, False)),  # durable, must exist
+    ("/", "exchange=x&routing_key=k&heartbeat=30", ("/", None, "x", "k", False, True)),  # pika keeps the rest
+])
+def test_amqp_addresses(path, query, want):
+    a = AmqpAddress.parse(path, query)
+    assert (a.vhost, a.queue, a.exchange, a.routing_key, a.durable, a.declare) == want
+    assert a.pika_url("h", 1, None).startswith("amqp://guest:guest@h:1/")
+    assert ("heartbeat=30" in a.pika_url("h", 1, None)) == ("heartbeat" in query)
+
+
+@pytest.mark.parametrize("error, cause", [
+    (Exception(530, "NOT_ALLOWED - vhost nope not found"), "not allowed"),       # the broker's reply code word
+    (Exception("(403) 'ACCESS_REFUSED - Login was refused'"), "access refused"),  # wrapped by pika
+    (ConnectionRefusedError(), "ConnectionRefusedError"),                          # else the exception's kind
+])
+def test_a_close_is_named_by_the_brokers_reply(error, cause):
+    assert close_cause(error) == cause
+
+
+def test_every_transport_keeps_the_contract():
+    members = [m for m in dir(Target) if not m.startswith("_")]
+    for scheme, cls in TRANSPORTS.items():
+        missing = [m for m in members if not hasattr(cls, m)]
+        assert not missing, (scheme, missing)
+        assert scheme in cls.SCHEMES
+
+
+def test_no_module_outside_the_registry_branches_on_a_scheme():
+    """A new transport is a module and a line in ``TRANSPORTS``: nothing else compares a scheme with a name."""
+    found = []
+    for package in ("core", "runs", "agents", "streaming", "loadgen", "ui", "stack"):
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            if os.path.join("loadgen", "targets") in folder:
+                continue
+            for name in files:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(folder, name)
+                for node in ast.walk(ast.parse(open(path).read())):
+                    if (isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute)
+                            and node.left.attr == "scheme"
+                            and any(isinstance(c, ast.Constant) for c in node.comparators)):
+                        found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert not found, found
+
+
+def test_every_receiver_mode_is_one_line_of_the_table():
+    from agents.receiver import RECEIVERS, _parser
+
+    assert set(RECEIVERS) == {"http", "kafka", "amqp"}
+    for mode in RECEIVERS:
+        assert _parser().parse_args([mode]).mode == mode

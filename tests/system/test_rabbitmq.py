@@ -1,0 +1,218 @@
+"""RabbitMQ for real (``make test-brokers``): Debian's rabbitmq-server on a free loopback port, the load generator's
+AMQP 0-9-1 target, the AMQP receiver agent, the telemetry broker (Tansu) and the streaming job, all real.
+
+Ground truth is read back independently: every send, ack and receive record of the run from the telemetry topic with
+kafka-python (not the product's librdkafka), joined here by event ID with numpy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from support import ROOT, create_topic, job_command, job_env, telemetry, wait_for_first_batch
+
+from core.procs import free_port, stop_process, wait_port
+from stack.rabbitmq import installed, start_rabbitmq, stop_rabbitmq
+
+pytestmark = [pytest.mark.integration, pytest.mark.brokers,
+              pytest.mark.skipif(not installed(), reason="rabbitmq-server is not installed (.ci/run installs it)")]
+
+
+@pytest.fixture(scope="module")
+def rabbit(tmp_path_factory):
+    """(AMQP port, its state folder, the running broker as a one-element list: a test may kill and restart it)."""
+    port, folder = free_port(), str(tmp_path_factory.mktemp("rabbitmq"))
+    procs = [start_rabbitmq(port, folder, open(os.path.join(folder, "out.log"), "ab"))]
+    try:
+        yield port, folder, procs
+    finally:
+        stop_rabbitmq(procs[-1].pid)
+
+
+def url(port: int, queue: str, extra: str = "", user: str = "guest:guest", vhost: str = "%2F") -> str:
+    return f"amqp://{user}@127.0.0.1:{port}/{vhost}?queue={queue}{extra}"
+
+
+def start_amqp_receiver(broker: str, topic: str, target: str, state, *extra) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "agents.receiver", "amqp", "--url", target, "--telemetry-bootstrap",
+                             broker, "--telemetry-topic", topic, "--state-dir", str(state), "--clock-reference", "none",
+                             "--metrics-listen", "none", *extra],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=open(f"{state}.log", "ab"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while "consuming" not in _read(f"{state}.log") and "queue " not in _read(f"{state}.log"):
+        assert proc.poll() is None and time.monotonic() < deadline, _read(f"{state}.log")[-2000:]
+        time.sleep(0.1)
+    return proc
+
+
+def _read(path: str) -> str:
+    try:
+        return open(path).read()
+    except FileNotFoundError:
+        return ""
+
+
+def start_job(broker, topic, run_id, tmp_path, *extra) -> subprocess.Popen:
+    return subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", broker, "--topic", topic, "--checkpoints",
+                                        str(tmp_path), "--drop-timeout", "10s", *extra),
+                            cwd=ROOT, env=job_env(), stdout=open(tmp_path / "job.log", "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def attack(broker, topic, run_id, target, tmp_path, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--target", target, "--run", run_id,
+                             "--workers", "1", "--out", str(tmp_path / "lg"), "--telemetry-bootstrap", broker,
+                             "--telemetry-topic", topic, "--metrics-listen", "none", *args],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def ground_truth(records: list[dict]) -> dict:
+    """The run's accounts from its raw records: sends, first receives, error acks, and flight times (ns) of the
+    received ones."""
+    sends = {r["event_id"]: r["at_ns"] for r in records if r["kind"] == "send"}
+    errors = {r["event_id"]: r["error"] for r in records if r["kind"] == "ack" and r.get("error")}
+    first: dict[str, int] = {}
+    num_receives = 0
+    for r in records:
+        if r["kind"] == "recv" and r["event_id"] in sends:
+            num_receives += 1
+            first[r["event_id"]] = min(first.get(r["event_id"], r["at_ns"]), r["at_ns"])
+    flight = np.array([first[e] - sends[e] for e in first], dtype=np.int64)
+    return {"sent": len(sends), "received": len(first), "duplicates": num_receives - len(first),
+            "errored": len(errors), "errored_not_received": len(set(errors) - set(first)),
+            "lost": len(set(sends) - set(first) - set(errors)), "flight_ns": flight,
+            "errors_by_cause": {c: list(errors.values()).count(c) for c in set(errors.values())}}
+
+
+def run_attack(broker, rabbit_port, tmp_path, run_id: str, queue: str, rate: int, seconds: int, extra: str = "",
+               during=None) -> tuple[dict, dict, dict]:
+    """One run through RabbitMQ: (the job's summary, the ground truth, the load generator's report)."""
+    topic = f"tel-{run_id}"
+    create_topic(broker, topic)
+    target = url(rabbit_port, queue, extra)
+    procs = [start_amqp_receiver(broker, topic, target, tmp_path / "rx")]
+    try:
+        job = start_job(broker, topic, run_id, tmp_path)
+        procs.append(job)
+        wait_for_first_batch(broker, topic, run_id, tmp_path / run_id / "batches")
+        lg = attack(broker, topic, run_id, target, tmp_path, "--rate", str(rate), "--duration", f"{seconds}s",
+                    "--timeout", "10s")
+        t = threading.Thread(target=during) if during else None
+        if t:
+            t.start()
+        out = lg.communicate(timeout=seconds + 240)[0]
+        if t:
+            t.join()
+        assert lg.returncode == 0, out[-3000:]
+        assert job.wait(300) == 0, (tmp_path / "job.log").read_text()[-3000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                stop_process(p, wait_s=30, group=True)
+    summary = json.load(open(tmp_path / run_id / "summary.json"))
+    report = json.load(open(tmp_path / "lg" / "report.json"))
+    return summary, ground_truth(telemetry(broker, topic, run_id)), report
+
+
+def test_a_run_at_2000_per_s_through_rabbitmq_is_exact(broker, rabbit, tmp_path):
+    port, _, _ = rabbit
+    s, truth, report = run_attack(broker, port, tmp_path, "rmq-exact", "exact", 2000, 20)
+    flight_us = np.percentile(truth["flight_ns"], [50, 90, 99]) / 1e3
+    print(f"\nRabbitMQ 2,000/s 20 s: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} errors "
+          f"{s['errors_by_cause']}; flight p50/p90/p99 {s['latency_us']} µs (truth {np.round(flight_us)}); confirm "
+          f"p50/p99 {report['latency_us']['p50'] / 1000:.2f}/{report['latency_us']['p99'] / 1000:.2f} ms; "
+          f"verdict {s['verdict']['state']}: {s['verdict']['message']}")
+    assert truth["sent"] == report["requests"] == s["sent"] == 40_000
+    assert truth["received"] == s["received"] == 40_000 and truth["duplicates"] == s["duplicates"] == 0
+    assert s["dropped"] == 0 and truth["errored"] == 0 and s["errors_by_cause"] == {}
+    # the run's percentiles are the raw flight times', within HdrHistogram's 3 significant digits
+    for q, want in zip(("p50", "p90", "p99"), flight_us):
+        assert s["latency_us"][q] == pytest.approx(want, rel=0.002, abs=2), q
+    # the confirm latency is the load generator's own figure, apart from flight time
+    assert 0 < report["latency_us"]["p50"] and report["success_ratio"] == 1.0
+
+
+def test_a_queue_that_routes_nowhere_is_counted_as_returned_by_cause(broker, rabbit, tmp_path):
+    """An exchange with no binding for the key: every publish comes back (mandatory), counted as an error by cause."""
+    import pika
+
+    port, _, _ = rabbit
+    conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/%2F"))
+    conn.channel().exchange_declare("fw-nowhere", "direct")
+    conn.close()
+    target = f"amqp://guest:guest@127.0.0.1:{port}/%2F?exchange=fw-nowhere&routing_key=none"
+    lg = attack(broker, "unused", "rmq-returned", target, tmp_path, "--rate", "200", "--duration", "2s",
+                "--no-telemetry")
+    out = lg.communicate(timeout=120)[0]
+    report = json.load(open(tmp_path / "lg" / "report.json"))
+    assert lg.returncode == 0, out
+    assert report["errors"] == {"returned no route": 400}, report["errors"]
+
+
+@pytest.mark.parametrize("case, words", [
+    ("credentials", "access refused"),
+    ("vhost", "not allowed"),
+    ("missing queue", "not found"),
+    ("kafka port", "an amqp broker?"),
+])
+def test_bad_amqp_input_is_one_line_and_exit_2_for_the_target_and_the_receiver(broker, rabbit, tmp_path, case, words):
+    port, _, _ = rabbit
+    targets = {"credentials": url(port, "q1", user="guest:wrong"), "vhost": url(port, "q1", vhost="nope"),
+               "missing queue": url(port, "fw-absent", "&declare=false"),
+               "kafka port": url(int(broker.rsplit(":", 1)[1]), "q1")}
+    target = targets[case]
+    lg = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s", "--target", target,
+                         "--no-telemetry", "--metrics-listen", "none", "--wait", "0s", "--out", str(tmp_path / "lg")],
+                        cwd=ROOT, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none"))
+    rx = subprocess.run([sys.executable, "-m", "agents.receiver", "amqp", "--url", target, "--telemetry-bootstrap",
+                         broker, "--state-dir", str(tmp_path / "rx"), "--metrics-listen", "none",
+                         "--clock-reference", "none"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, PYTHONPATH=ROOT))
+    for name, p in (("loadgen", lg), ("receiver", rx)):
+        errors = [line for line in p.stderr.splitlines() if "error" in line]
+        assert p.returncode == 2, (name, p.stdout[-2000:], p.stderr[-2000:])
+        assert len(errors) == 1 and words in errors[0].lower(), (name, p.stderr[-2000:])
+        assert "wrong" not in p.stderr  # the password is never shown
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["transient", "durable"])
+def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_blamed_on_the_sut(broker, rabbit, tmp_path,
+                                                                                            durable):
+    port, folder, procs = rabbit
+
+    def kill_and_restart() -> None:  # 6 s into the attack: kill -9 of the broker, back 3 s later on the same state
+        time.sleep(6)
+        stop_rabbitmq(procs[-1].pid, kill=True)
+        time.sleep(3)
+        procs.append(start_rabbitmq(port, folder, open(os.path.join(folder, "out.log"), "ab")))
+        assert wait_port(port, 60)
+
+    queue = "killed-durable" if durable else "killed-transient"
+    s, truth, report = run_attack(broker, port, tmp_path, f"rmq-kill-{queue}", queue, 1000, 20,
+                                  "&durable=true" if durable else "", during=kill_and_restart)
+    print(f"\nRabbitMQ killed ({queue}): sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} "
+          f"duplicates {s['duplicates']} errors {s['errors_by_cause']}; truth: lost {truth['lost']} errored "
+          f"{truth['errored']} (not received {truth['errored_not_received']}) duplicates {truth['duplicates']}; "
+          f"verdict {s['verdict']['state']}: {s['verdict']['message']}")
+    # every send is accounted once: received, dropped (acked and never delivered) or an error by cause
+    assert truth["sent"] == s["sent"] == report["requests"]
+    assert s["received"] == truth["received"] and s["duplicates"] == truth["duplicates"]
+    assert sum(s["errors_by_cause"].values()) == truth["errored"] and s["errors_by_cause"] == truth["errors_by_cause"]
+    assert s["received"] + s["dropped"] + truth["errored_not_received"] == s["sent"]
+    assert s["dropped"] == truth["lost"]
+    assert truth["errored"] > 0  # the kill failed the unconfirmed publishes, by cause
+    assert all(c.startswith(("connection closed", "channel closed", "not connected", "timeout"))
+               for c in s["errors_by_cause"]), s["errors_by_cause"]
+    if durable:  # persistent messages in a durable queue that the broker confirmed survive its crash
+        assert s["dropped"] == 0
+    # the verdict names the SUT, not flightwatch
+    assert s["verdict"]["state"] != "observer-bound" or "telemetry" not in s["verdict"]["message"]
