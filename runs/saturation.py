@@ -51,6 +51,12 @@ MEM_LOW = 0.05
 OBSERVER_SHARE = 0.5
 """A node is observer-bound when flightwatch uses more than this share of its busy cores (and its CPU is high)."""
 CONFIRM_WINDOWS = 2
+OBSERVER_LASTED_SHARE = 0.2
+"""A run is headlined observer-bound when at least this share of its judged windows are (``runs.verdict``) ..."""
+OBSERVER_LASTED_WINDOWS = 5
+"""... or this many in a row ..."""
+OBSERVER_DISTURBED_FACTOR = 2.0
+"""... or when in them the send delay's or flight time's p99 exceeded this many times the other windows' median."""
 DRAIN_WINDOWS = 5
 """An episode of shortfall drains when its deficit is gone within this many windows after it."""
 DRAIN_SLACK = 0.1

@@ -14,6 +14,9 @@ from runs.saturation import (
     DEFAULT_LATENCY_BOUND_US,
     INCOMPLETE,
     KNEE_RATIO,
+    OBSERVER_DISTURBED_FACTOR,
+    OBSERVER_LASTED_SHARE,
+    OBSERVER_LASTED_WINDOWS,
     STATES,
     assess_windows,
     step_counts,
@@ -126,7 +129,7 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
         ob = observer.iloc[0]
         out["observer_bound_at"] = {"window_ns": int(ob["window_ns"]), "step": int(ob["step"]) + 1 if ob["step"] >= 0 else None}
         if not out["message"].startswith("observer-bound"):
-            out["message"] += f"; flightwatch itself was the limit in {len(observer)} windows"
+            out["message"] += "; " + _observer_windows(observer, steps, everything["window_ns"].iloc[0], window_ns)
     out["steps"] = _profile(a, steps, window_ns, step_figures)
     out["knee"] = _knee(out["steps"], out["saturated_at"]["step"] if out["saturated_at"] else None, latency_bound_us)
     return out
@@ -146,9 +149,9 @@ def _headline(out: output.Verdict, a: pd.DataFrame, steps: list[dict]) -> None:
                                "rate": steps[step]["rate"] if step >= 0 else None, "evidence": ev}
         where = f"step {step + 1} ({steps[step]['rate']:,.0f}/s)" if step >= 0 else _outside_steps(int(r["window_ns"]), steps)
         out["message"] = f"saturated at {where}: " + ", ".join(ev)
-    elif (a["state"] == "observer-bound").sum() >= CONFIRM_WINDOWS:
+    elif (why := observer_weighs(a)) is not None:
         ob = a[a["state"] == "observer-bound"].iloc[0]
-        out["message"] = ("observer-bound: " + ", ".join(ob["reasons"])
+        out["message"] = ("observer-bound: " + ", ".join(ob["reasons"]) + f"; {why}"
                           + " (flightwatch itself, not the SUT, is the limit: run it on another machine)")
     elif (a["state"] == "loadgen-bound").sum() >= CONFIRM_WINDOWS:
         lb = a[a["state"] == "loadgen-bound"].iloc[0]
@@ -159,6 +162,53 @@ def _headline(out: output.Verdict, a: pd.DataFrame, steps: list[dict]) -> None:
         out["message"] = "degrading: " + ", ".join(a["reasons"].iloc[-1]) if now == "degrading" else "ok"
     out["state"] = next((s for s in ("saturated", "observer-bound", "loadgen-bound", "degrading", "ok")
                          if out["message"].startswith(s)), "ok")  # the state is what the message says
+
+
+def _longest_run(flags: np.ndarray) -> int:
+    """The most consecutive True values."""
+    best = cur = 0
+    for f in flags:
+        cur = cur + 1 if f else 0
+        best = max(best, cur)
+    return best
+
+
+def observer_weighs(a: pd.DataFrame) -> str | None:
+    """Whether flightwatch's own CPU weighs on the whole run, so that the run is headlined ``observer-bound``: why,
+    or None. It does when its pressure lasted (at least ``OBSERVER_LASTED_SHARE`` of the judged windows, or
+    ``OBSERVER_LASTED_WINDOWS`` in a row), or when it changed what was measured (in its windows, the send delay's or
+    the flight time's p99 over ``OBSERVER_DISTURBED_FACTOR`` times the run's undisturbed level: the median of the
+    other windows' p99). A few busy windows (the job's start-up) that changed nothing are named, not headlined."""
+    ob = (a["state"] == "observer-bound").to_numpy()
+    n = int(ob.sum())
+    if n < CONFIRM_WINDOWS:
+        return None
+    if (longest := _longest_run(ob)) >= OBSERVER_LASTED_WINDOWS:
+        return f"for {longest} windows in a row"
+    if n >= OBSERVER_LASTED_SHARE * len(a):
+        return f"in {n} of {len(a)} windows"
+    for hist, what in ((output.SEND_DELAY, "send delay"), (output.LATENCY, "flight time")):
+        col = output.percentile_column(hist, 99)
+        if col not in a:
+            continue
+        calm = a.loc[~ob, col].dropna()
+        busy = a.loc[ob, col].dropna()
+        if len(calm) and len(busy) and busy.max() > OBSERVER_DISTURBED_FACTOR * max(calm.median(), 1.0):
+            return (f"{what} p99 {busy.max() / 1000:.1f} ms in them, {busy.max() / max(calm.median(), 1.0):.0f}x the "
+                    f"other windows' {calm.median() / 1000:.1f} ms")
+    return None
+
+
+def _observer_windows(observer: pd.DataFrame, steps: list[dict], first_ns: int, window_ns: int) -> str:
+    """The windows where flightwatch itself was the limit, named as a stall is: how many, when (seconds into the
+    run), and ``start-up`` when they are within the first ``OBSERVER_LASTED_WINDOWS`` seconds of the load."""
+    start = steps[0]["start_ns"] if steps else first_ns
+    t0 = (int(observer["window_ns"].min()) - start) / 1e9
+    t1 = (int(observer["window_ns"].max()) + window_ns - start) / 1e9
+    startup = t1 <= OBSERVER_LASTED_WINDOWS * window_ns / 1e9 + 1
+    n = len(observer)
+    return (f"flightwatch itself was the limit in {n} window{'s' if n > 1 else ''} ({max(t0, 0):.0f} s–{t1:.0f} s"
+            + (", start-up)" if startup else ")"))
 
 
 def _profile(a: pd.DataFrame, steps: list[dict], window_ns: int, step_figures) -> list[output.Step]:

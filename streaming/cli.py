@@ -15,13 +15,19 @@ from core.procs import HOST, JOB_METRICS_PORT, telemetry_bootstrap
 from core.rundir import ROOT as PROJECT_ROOT
 from core.slices import setting_problem
 from core.units import one_line, parse_duration_ns
+from runs.saturation import OBSERVER_DISTURBED_FACTOR, OBSERVER_LASTED_SHARE, OBSERVER_LASTED_WINDOWS
 from streaming import engine
 from streaming.config import CLUSTER_JOIN_PARTITIONS, RECOMPUTABLE, JobConfig, engine_problem
 
-USAGE = """Usage:
+USAGE = f"""Usage:
     python -m streaming run --run RUN_ID [--bootstrap 127.0.0.1:19092] [--topic flightwatch.telemetry]
     python -m streaming replay --run RUN_ID       # recompute a finished run from its archive
-    python -m streaming summary --run RUN_ID      # print a run's figures"""
+    python -m streaming summary --run RUN_ID      # print a run's figures
+
+The verdict headlines a run observer-bound (flightwatch's own CPU, not the SUT, was the limit) only when that pressure
+lasted: in at least {OBSERVER_LASTED_SHARE:.0%} of the judged windows, or {OBSERVER_LASTED_WINDOWS} in a row; or when it changed what was measured: in
+those windows the send delay's or flight time's p99 over {OBSERVER_DISTURBED_FACTOR:g}x the other windows' median. Fewer such windows
+(the job's start-up) are named in the message, and the run keeps the state its other windows give."""
 
 DEFAULT_METRICS_LISTEN = f"{HOST}:{JOB_METRICS_PORT}"
 DEFAULT_TRIGGER = "750ms"

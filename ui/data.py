@@ -239,13 +239,14 @@ def saturation(view: RunView) -> tuple[str, str] | None:
     v = view.summary.get("verdict") or {}
     if v.get("saturated_at"):
         return "saturated", v["message"]
-    if v.get("observer_bound_at"):
+    if v.get("state") == "observer-bound":
         return "observer-bound", v["message"]
     if v.get("loadgen_bound_at"):
         return "loadgen-bound", v["message"]
     if v.get("state") in ("degrading", "telemetry-incomplete"):
         return v["state"], v["message"]
-    if v.get("telemetry_incomplete_windows") or v.get("stalls"):  # ok, with flightwatch's outage or a stall named
+    if v.get("telemetry_incomplete_windows") or v.get("stalls") or v.get("observer_bound_at"):
+        # ok, with flightwatch's outage, a stall or a few windows where flightwatch itself was the limit named
         return "ok", v["message"]
     return None
 

@@ -169,11 +169,36 @@ def test_observer_bound_run_names_flightwatch_and_has_no_knee_there():
     assert [s["state"] for s in v["steps"]] == ["ok", "observer-bound", "saturated"]
     assert v["saturated_at"]["step"] == 3 and v["knee"]["rate"] == 200  # an observer-bound step is no knee
     assert v["observer_bound_at"]["step"] == 2 and v["observer_bound_windows"] == 6
-    assert v["message"].endswith("flightwatch itself was the limit in 6 windows")
+    assert v["message"].endswith("flightwatch itself was the limit in 6 windows (6 s–12 s)"), v["message"]
     alone = verdicts.verdict(windows(sent[:12], sent[:12], cpu_util=cpu[:12], cpu_cores=2.0, observer_cpu=observer[:12]),
                                steps[:2], NS)
     assert alone["saturated_at"] is None and alone["message"].startswith(
         "observer-bound: node cpu 99%, flightwatch 1.60 of 1.98 busy cores on n1"), alone["message"]
+
+
+def _observer_run(busy: list[int], n: int = 30, send_delay_ms=None):
+    """A run of ``n`` windows at 1,000/s, all delivered, where flightwatch takes the node in windows ``busy``."""
+    cpu, observer = np.full(n, 0.5), np.full(n, 0.3)
+    cpu[busy], observer[busy] = 0.99, 1.5
+    w = windows(np.full(n, 1000.0), np.full(n, 1000.0), cpu_util=cpu, cpu_cores=2.0, observer_cpu=observer)
+    if send_delay_ms is not None:
+        w["send_delay_us_p99"] = np.asarray(send_delay_ms, float) * 1000
+    return verdicts.verdict(w, steps_of([1000], seconds=n), NS)
+
+
+@pytest.mark.parametrize("busy, delay, state, words", [
+    ([2, 3], None, "ok", "flightwatch itself was the limit in 2 windows (2 s–4 s, start-up)"),  # start-up: named only
+    ([2, 3, 20, 21], None, "ok", "flightwatch itself was the limit in 4 windows (2 s–22 s)"),  # brief, twice: named
+    (list(range(8, 14)), None, "observer-bound", "for 6 windows in a row"),        # lasted: 6 in a row
+    (list(range(4, 28, 4)), None, "observer-bound", "in 6 of 28 windows"),         # lasted: 6 of the 28 judged, apart
+    ([2, 3], [2.0] * 2 + [40.0] * 2 + [2.0] * 26, "observer-bound", "send delay p99 40.0 ms"),  # changed the measure
+    ([2, 3], [2.0] * 2 + [3.0] * 2 + [2.0] * 26, "ok", "start-up"),              # a send delay within noise changes nothing
+])
+def test_flightwatchs_own_pressure_is_headlined_only_when_it_lasted_or_changed_what_was_measured(busy, delay, state, words):
+    v = _observer_run(busy, send_delay_ms=delay)
+    assert v["state"] == state and words in v["message"], v["message"]
+    assert v["message"].startswith(state)
+    assert v["observer_bound_windows"] == len(busy)
 
 
 # --- with real parts: a relay of known capacity between the load generator and the receiver -----
