@@ -32,7 +32,7 @@ class AmqpReceiver:
         import pika
 
         self.params = pika.URLParameters(url)
-        amqp.quiet_pika()
+        amqp.quiet_clients()
         self.address, self.spool, self.agent = address, spool, agent
         self.prefetch, self.auto_ack = prefetch, auto_ack
         self.log, self.warn = log, warn or log

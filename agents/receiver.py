@@ -4,11 +4,13 @@ Usage:
     python -m agents.receiver http  [--listen 127.0.0.1:18080] [--run RUN] [--workers N]
     python -m agents.receiver kafka [--bootstrap 127.0.0.1:29092] [--topic flightwatch.sut] [--state-dir DIR]
     python -m agents.receiver amqp  [--url 'amqp://guest:guest@127.0.0.1:29672/%2F?queue=flightwatch.sut'] [--prefetch N]
+    python -m agents.receiver amqp1 --url amqp1://USER:PASS@HOST:PORT/ADDRESS [--prefetch N]
     (all: [--telemetry-bootstrap 127.0.0.1:19092] [--telemetry-topic flightwatch.telemetry] [--agent NAME])
 
 ``http`` is a CloudEvents sink (``agents.http_receiver``): point a Knative trigger, a
 broker's subscriber or the load generator at it. ``kafka`` consumes a topic of the SUT
-(``agents.kafka_receiver``), ``amqp`` a RabbitMQ queue (``agents.amqp_receiver``).
+(``agents.kafka_receiver``), ``amqp`` a RabbitMQ queue (``agents.amqp_receiver``), ``amqp1`` an AMQP 1.0
+address (``agents.amqp1_receiver``).
 Each writes receive records into the telemetry topic and, every 30 s, a clock record: this
 host's clock offset against the clock reference (``core.clock``) that the node-metrics
 agent serves, so latencies measured across hosts can be corrected or flagged. Each mode is one
@@ -22,7 +24,8 @@ import signal
 import socket
 import sys
 
-from agents import amqp_receiver, http_receiver, http_server, kafka_receiver
+from agents import amqp1_receiver, amqp_receiver, http_receiver, http_server, kafka_receiver
+from agents.amqp1_agent import main_amqp1
 from agents.amqp_agent import main_amqp
 from agents.kafka_agent import main_kafka
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS
@@ -105,14 +108,30 @@ def _add_amqp(q: argparse.ArgumentParser) -> None:
                    help="deliveries the broker may have unacked at the receiver (basic.qos; default %(default)s)")
     q.add_argument("--auto-ack", action="store_true",
                    help="the broker forgets a message once sent (no acks; a message not recorded is lost)")
-    q.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", "receiver-amqp"),
+    _add_amqp_common(q, "receiver-amqp")
+
+
+def _add_amqp1(q: argparse.ArgumentParser) -> None:
+    from core.suts import default_target
+
+    q.add_argument("--url", default=default_target("rabbitmq-amqp1"), metavar="URL",
+                   help="the address to consume, as the load generator's target names it: amqp1://USER:PASS@HOST:PORT/"
+                        "ADDRESS (RabbitMQ 3.x: //queue/NAME; Artemis: the queue's name; default the stack's RabbitMQ "
+                        "queue over AMQP 1.0)")
+    q.add_argument("--prefetch", type=int, default=amqp1_receiver.PREFETCH,
+                   help="the link's credit: messages the broker may send ahead (default %(default)s)")
+    _add_amqp_common(q, "receiver-amqp1")
+
+
+def _add_amqp_common(q: argparse.ArgumentParser, agent: str) -> None:
+    q.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", agent),
                    help="where the telemetry spool (<state-dir>/spool) and the shipper's log live (default %(default)s)")
     q.add_argument("--spool-budget", default="2GiB", metavar="SIZE",
                    help="disk the telemetry spool may hold while the telemetry broker is away (default %(default)s)")
     settings.add(q, "FLIGHTWATCH_AMQP_RECEIVER_METRICS_LISTEN", "--metrics-listen", type=metrics.listen_arg,
                  default=f"{HOST}:{AMQP_RECEIVER_METRICS_PORT}", metavar="HOST:PORT",
                  help="serve Prometheus metrics here ('none': not at all)")
-    _common(q, "receiver-amqp")
+    _common(q, agent)
 
 
 def _positive_s(text: str, flag: str) -> float:
@@ -279,6 +298,7 @@ RECEIVERS = {
     "http": (_add_http, main_http, "CloudEvents HTTP sink (binary, structured and batched modes)", http_receiver),
     "kafka": (_add_kafka, main_kafka, "consume the SUT topic (Kafka protocol)", kafka_receiver),
     "amqp": (_add_amqp, main_amqp, "consume a RabbitMQ queue (AMQP 0-9-1)", amqp_receiver),
+    "amqp1": (_add_amqp1, main_amqp1, "consume an AMQP 1.0 address (Artemis, RabbitMQ's plugin)", amqp1_receiver),
 }
 """Each receiver mode: its flags, its process' main, its help line, and the module whose docstring is its --help."""
 

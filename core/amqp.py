@@ -1,4 +1,4 @@
-"""An AMQP 0-9-1 address (RabbitMQ), shared by the load generator's target and the receiver: RabbitMQ's URI spec
+"""AMQP addresses, shared by the load generator's targets and the receivers. AMQP 0-9-1 (RabbitMQ): RabbitMQ's URI spec
 (``amqp://user:password@host:port/vhost``, the vhost percent-encoded, ``%2F`` for ``/``) with flightwatch's own
 query options beside the client's.
 
@@ -8,8 +8,12 @@ query options beside the client's.
     ...&declare=false   the queue must exist (a missing one is an error, not created)
     ...&heartbeat=30    any other option is pika's own (heartbeat, frame_max, connection_attempts, ...)
 
-Events follow the CloudEvents AMQP binding's names: the attributes as ``cloudEvents_*`` headers, the event ID also as
-the message ID; the send stamp rides in ``fw_sent_ns`` (epoch ns), since AMQP 0-9-1's ``timestamp`` holds seconds.
+AMQP 1.0 (Artemis, RabbitMQ's plugin, Dispatch Router): ``amqp1://user:password@host:port/ADDRESS``
+(``Amqp1Address``).
+
+Events follow the CloudEvents AMQP binding's names: the attributes as ``cloudEvents_*`` headers (0-9-1) or
+application properties (1.0), the event ID also as the message ID; the send stamp rides in ``fw_sent_ns`` (epoch ns,
+an AMQP long), since AMQP 0-9-1's ``timestamp`` holds seconds.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ ID_HEADER = CE_PREFIX + "id"
 RUN_HEADER = CE_PREFIX + "fwrun"
 SENT_HEADER = "fw_sent_ns"
 SCHEMES = ("amqp",)
+SCHEMES_1 = ("amqp1",)
 OURS = ("queue", "exchange", "routing_key", "durable", "declare")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -86,11 +91,61 @@ class AmqpAddress:
             f" on vhost {self.vhost}"
 
 
-def quiet_pika() -> None:
-    """pika logs every connection step at INFO: its warnings are enough beside flightwatch's own lines."""
+SETTLE_MODES = ("unsettled", "presettled")
+
+
+@dataclass(frozen=True)
+class Amqp1Address:
+    """An AMQP 1.0 link address: the URL's path less its first ``/`` (``amqp1://h:p/orders`` is ``orders``;
+    RabbitMQ 3.x's plugin names a queue ``/queue/NAME``, so ``amqp1://h:p//queue/NAME``), and how transfers settle:
+    ``?settle=unsettled`` (at least once: each waits for the broker's outcome; the default) or ``presettled`` (at
+    most once)."""
+    address: str
+    settle: str = "unsettled"
+
+    @classmethod
+    def parse(cls, path: str, query: str) -> Amqp1Address:
+        address = unquote(path[1:]) if path.startswith("/") else unquote(path)
+        if not address:
+            raise ValueError("name an address: amqp1://HOST:PORT/ADDRESS (RabbitMQ: //queue/NAME)")
+        opts = dict(parse_qsl(query, keep_blank_values=True))
+        unknown = sorted(set(opts) - {"settle"})
+        if unknown:
+            raise ValueError(f"unknown option {unknown[0]!r}: amqp1:// takes ?settle=unsettled|presettled")
+        settle = opts.get("settle", "unsettled")
+        if settle not in SETTLE_MODES:
+            raise ValueError(f"?settle={settle!r}: unsettled or presettled")
+        return cls(address, settle)
+
+    @classmethod
+    def from_url(cls, url: str) -> tuple[Amqp1Address, str, int, str | None]:
+        """The address in a whole URL, with its host, port and ``user:password``; ``ValueError`` naming the URL."""
+        from urllib.parse import urlsplit
+
+        u = urlsplit(url)
+        shown = url.replace(f":{u.password}@", ":***@", 1) if u.password else url
+        try:
+            if u.scheme not in SCHEMES_1 or not u.hostname:
+                raise ValueError("amqp1://USER:PASS@HOST:PORT/ADDRESS")
+            userinfo = f"{unquote(u.username)}:{unquote(u.password or '')}" if u.username else None
+            return cls.parse(u.path, u.query), u.hostname, u.port or 5672, userinfo
+        except ValueError as e:
+            raise ValueError(f"bad AMQP 1.0 address {shown!r}: {e}") from None
+
+
+def condition_text(what: str, cond) -> str:
+    """An AMQP 1.0 error condition as a short, stable cause: ``link closed: not found``."""
+    if cond is None:
+        return what
+    return f"{what}: {str(cond.name).rsplit(':', 1)[-1].replace('-', ' ')}"
+
+
+def quiet_clients() -> None:
+    """pika and proton log every connection step at INFO: their warnings are enough beside flightwatch's own lines."""
     import logging
 
-    logging.getLogger("pika").setLevel(logging.WARNING)
+    for name in ("pika", "proton"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def close_cause(error: BaseException | None) -> str:

@@ -69,11 +69,15 @@ def trim(collect: bool = False) -> None:
         _MALLOC_TRIM(0)  # ctypes lets go of the GIL for the call
 
 
+def trim_interval_s() -> float:
+    """How often a long-lived process collects and trims: FLIGHTWATCH_TRIM_EVERY_S, else ``TRIM_EVERY_S``."""
+    return float(settings.get("FLIGHTWATCH_TRIM_EVERY_S") or TRIM_EVERY_S)
+
+
 async def trim_every(seconds: float | None = None) -> None:
-    """An asyncio task: collect and trim every ``seconds`` (default: FLIGHTWATCH_TRIM_EVERY_S, else 10), on the
-    default executor."""
+    """An asyncio task: collect and trim every ``seconds`` (default ``trim_interval_s()``), on the default executor."""
     if seconds is None:
-        seconds = float(settings.get("FLIGHTWATCH_TRIM_EVERY_S") or TRIM_EVERY_S)
+        seconds = trim_interval_s()
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(seconds)

@@ -42,7 +42,7 @@ SETTINGS: dict[str, Setting] = {
                                              "librdkafka properties of the clients of the system under test"),
     "FLIGHTWATCH_TARGET": Setting("--target", "the SUT's default (core.suts)", "where the load goes"),
     "FLIGHTWATCH_SUT": Setting("--sut (stack, load generator)", "tansu", "which broker the stack runs as the system under "
-                               "test (tansu, rabbitmq), and so the load generator's default target"),
+                               "test (tansu, rabbitmq, rabbitmq-amqp1), and so the load generator's default target"),
     "FLIGHTWATCH_PROMETHEUS": Setting("--prometheus", "http://127.0.0.1:19090", "the Prometheus node metrics come from"),
     "FLIGHTWATCH_CHECKPOINTS": Setting("--checkpoints", "./checkpoints", "where run folders live"),
     "FLIGHTWATCH_STACK_DIR": Setting("--stack-dir (stack)", "./.stack", "the embedded stack's PID files, logs and state"),

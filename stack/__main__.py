@@ -71,6 +71,7 @@ def _configured() -> tuple[str, dict, dict]:
     metrics_ports = {
         "kafka-receiver": _listen_port("FLIGHTWATCH_KAFKA_RECEIVER_METRICS_LISTEN", KAFKA_RECEIVER_METRICS_PORT),
         "amqp-receiver": _listen_port("FLIGHTWATCH_AMQP_RECEIVER_METRICS_LISTEN", AMQP_RECEIVER_METRICS_PORT),
+        "amqp1-receiver": _listen_port("FLIGHTWATCH_AMQP_RECEIVER_METRICS_LISTEN", AMQP_RECEIVER_METRICS_PORT),
         "node-metrics": _listen_port("FLIGHTWATCH_NODE_METRICS_METRICS_LISTEN", NODE_METRICS_PORT),
         # started by `make attack`, not by the stack
         "job": _listen_port("FLIGHTWATCH_JOB_METRICS_LISTEN", JOB_METRICS_PORT),
@@ -81,7 +82,7 @@ def _configured() -> tuple[str, dict, dict]:
 
 STACK_DIR, PORTS, METRICS_PORTS = _configured()  # METRICS_PORTS: where the processes without a port of their own
 CLOCK_PORT = PORTS.pop("clock")                  # serve /metrics, for Prometheus' targets
-AGENTS = ("kafka-receiver", "amqp-receiver", "node-metrics")
+AGENTS = ("kafka-receiver", "amqp-receiver", "amqp1-receiver", "node-metrics")
 """Components without a port of their own (started after the brokers)."""
 SUT_COMPONENTS = {name for sut in SUTS.values() for name in (sut.broker, sut.receiver)}
 """Components that run only when their SUT is the stack's (``--sut``)."""
@@ -167,11 +168,15 @@ def commands() -> dict[str, list[str] | None]:
         "node-metrics": [sys.executable, "-m", "agents.node_metrics", "--prometheus", f"http://{HOST}:{PORTS['prometheus']}",
                          "--telemetry-bootstrap", telemetry, "--clock-listen", clock,
                          "--metrics-listen", f"{HOST}:{METRICS_PORTS['node-metrics']}"],
-        "rabbitmq": rabbitmq.command() if SUT == "rabbitmq" and _ensure_rabbitmq() else None,
+        "rabbitmq": rabbitmq.command() if SUTS[SUT].broker == "rabbitmq" and _ensure_rabbitmq() else None,
         "amqp-receiver": [sys.executable, "-m", "agents.receiver", "amqp", "--url", default_target("rabbitmq"),
                           "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                           "--state-dir", os.path.join(STACK_DIR, "amqp-receiver"),
                           "--metrics-listen", f"{HOST}:{METRICS_PORTS['amqp-receiver']}"],
+        "amqp1-receiver": [sys.executable, "-m", "agents.receiver", "amqp1", "--url", default_target("rabbitmq-amqp1"),
+                           "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
+                           "--state-dir", os.path.join(STACK_DIR, "amqp1-receiver"),
+                           "--metrics-listen", f"{HOST}:{METRICS_PORTS['amqp1-receiver']}"],
         "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka",
                            "--bootstrap", f"{HOST}:{PORTS['sut-broker']}", "--telemetry-bootstrap", telemetry,
                            "--clock-reference", clock, "--state-dir", os.path.join(STACK_DIR, "kafka-receiver"),
@@ -318,7 +323,7 @@ def renew_sut() -> int:
     sut = SUTS[SUT]
     for name in (sut.receiver, sut.broker):
         _stop(name)
-    if SUT == "rabbitmq":  # its queues and messages live on disk: a new broker starts without them
+    if sut.broker == "rabbitmq":  # its queues and messages live on disk: a new broker starts without them
         shutil.rmtree(os.path.join(STACK_DIR, "rabbitmq", "mnesia"), ignore_errors=True)
     return up()
 

@@ -34,7 +34,7 @@ class Amqp091Target:
         import pika
 
         self.spec, self.opts = spec, opts
-        amqp.quiet_pika()
+        amqp.quiet_clients()
         self.address = amqp.AmqpAddress.parse(spec.path, spec.query)
         self.params = pika.URLParameters(self.address.pika_url(spec.host, spec.port, spec.userinfo))
         self.payload = os.urandom(opts.payload_bytes)

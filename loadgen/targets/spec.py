@@ -43,7 +43,8 @@ class TargetSpec:
         return cls(u.scheme, u.hostname, port, path, userinfo, u.query)
 
     def __str__(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}/{self.path.lstrip('/')}" + (f"?{self.query}" if self.query else "")
+        path = self.path if self.path.startswith("/") else "/" + self.path  # an AMQP 1.0 address may start with /
+        return f"{self.scheme}://{self.host}:{self.port}{path}" + (f"?{self.query}" if self.query else "")
 
     def reachable(self, timeout_s: float = 3.0) -> str | None:
         """None if a TCP connection opens, else why not."""

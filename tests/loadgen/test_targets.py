@@ -22,6 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
     ("amqp://guest:guest@127.0.0.1:29672/%2F?queue=q", "amqp", 29672, "/%2F", "queue=q"),  # the vhost '/'
     ("amqp://h?queue=q", "amqp", 5672, "/", "queue=q"),                         # no path: the default vhost
     ("amqp://h/v?exchange=x&routing_key=a.b", "amqp", 5672, "/v", "exchange=x&routing_key=a.b"),  # an exchange
+    ("amqp1://h:61616/orders", "amqp1", 61616, "/orders", ""),                 # AMQP 1.0: an Artemis address
+    ("amqp1://h//queue/q?settle=presettled", "amqp1", 5672, "//queue/q", "settle=presettled"),  # RabbitMQ's /queue/Q
 ])
 def test_every_transport_parses_through_the_registry(url, scheme, port, path, query):
     spec = TargetSpec.parse(url)
@@ -37,11 +39,29 @@ def test_every_transport_parses_through_the_registry(url, scheme, port, path, qu
     ("amqp://h/a/b?queue=q", "one segment"),                     # a vhost with a slash must be encoded
     ("amqp://h/?queue=q&durable=maybe", "true or false"),        # flags are booleans
     ("amqp://h:99999/?queue=q", "bad port"),                     # a port out of range
+    ("amqp1://h/", "name an address"),                           # AMQP 1.0 needs an address
+    ("amqp1://h/q?settle=maybe", "unsettled or presettled"),     # two ways to settle
+    ("amqp1://h/q?queue=q", "unknown option 'queue'"),           # no other option
 ])
 def test_a_malformed_address_is_one_line_naming_it(url, words):
     with pytest.raises(ValueError) as e:
         TargetSpec.parse(url)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("url", ["amqp1://h//queue/q", "amqp1://h:61616/orders?settle=presettled",
+                                 "amqp://h:1/%2F?queue=q", "kafka://h:1/t", "http://h:1/a/b"])
+def test_an_address_prints_as_it_parses(url):
+    spec = TargetSpec.parse(url)
+    assert TargetSpec.parse(str(spec)) == spec  # the run's start marker carries str(spec)
+
+
+def test_amqp_1_0_addresses():
+    from core.amqp import Amqp1Address
+
+    assert Amqp1Address.parse("//queue/q", "") == Amqp1Address("/queue/q", "unsettled")
+    assert Amqp1Address.from_url("amqp1://u:p@h:7/a%2Fb?settle=presettled") == (
+        Amqp1Address("a/b", "presettled"), "h", 7, "u:p")
 
 
 def test_a_password_in_an_amqp_address_is_never_shown():
@@ -103,6 +123,6 @@ def test_no_module_outside_the_registry_branches_on_a_scheme():
 def test_every_receiver_mode_is_one_line_of_the_table():
     from agents.receiver import RECEIVERS, _parser
 
-    assert set(RECEIVERS) == {"http", "kafka", "amqp"}
+    assert set(RECEIVERS) == {"http", "kafka", "amqp", "amqp1"}
     for mode in RECEIVERS:
         assert _parser().parse_args([mode]).mode == mode
