@@ -14,6 +14,8 @@ from core import amqp, contract
 
 PREFETCH = 1000
 RECONNECT_S = 0.5
+KEEP_ALIVE_S = 10 * 365 * 86400.0
+"""A timer that never fires: proton's reactor ends once it has neither a connection nor a timer."""
 
 
 class Amqp1Receiver:
@@ -46,6 +48,7 @@ class Amqp1Receiver:
         if self.container is None:
             self.container = Container(_handler(self))
             self.container.start()
+            self.container.schedule(KEEP_ALIVE_S, None)  # a reactor with no connection left ends: this keeps it
         user, _, password = (self.userinfo or ":").partition(":")
         self.opened, self.error = False, None
         self.conn = self.container.connect(url=f"amqp://{self.host}:{self.port}", reconnect=False, user=user or None,
@@ -80,7 +83,10 @@ class Amqp1Receiver:
                 self._open()
             self.process(min(end - now, 0.1))
 
-    def lost(self, why: str) -> None:
+    def lost(self, connection, why: str) -> None:
+        """The connection or link went away (events of an earlier connection, arriving late, are let go)."""
+        if connection != self.conn:  # proton wraps one C connection in new Python objects: == compares the C one
+            return
         if self.link is not None and self.opened:
             self.num_connection_losses += 1
             self.warn(f"receiver {self.agent}: {why}; reconnecting every {RECONNECT_S:g} s")
@@ -123,7 +129,7 @@ def _handler(receiver: Amqp1Receiver):
             super().__init__(prefetch=receiver.prefetch, auto_accept=True)
 
         def on_link_opened(self, event) -> None:
-            if event.link.is_receiver:
+            if event.link.is_receiver and event.connection == receiver.conn:
                 receiver.opened = True
                 if receiver.num_connects:
                     receiver.log(f"receiver {receiver.agent}: consuming again ({receiver.address.address})")
@@ -132,19 +138,19 @@ def _handler(receiver: Amqp1Receiver):
             receiver.on_message(event)
 
         def on_link_error(self, event) -> None:
-            receiver.lost(amqp.condition_text("link closed", event.link.remote_condition))
+            receiver.lost(event.connection, amqp.condition_text("link closed", event.link.remote_condition))
 
         def on_session_error(self, event) -> None:  # RabbitMQ's plugin ends the session for an address it refuses
-            receiver.lost(amqp.condition_text("session closed", event.session.remote_condition))
+            receiver.lost(event.connection, amqp.condition_text("session closed", event.session.remote_condition))
             event.connection.close()
 
         def on_connection_error(self, event) -> None:
-            receiver.lost(amqp.condition_text("connection closed", event.connection.remote_condition))
+            receiver.lost(event.connection, amqp.condition_text("connection closed", event.connection.remote_condition))
 
         def on_transport_error(self, event) -> None:
-            receiver.lost(amqp.condition_text("connection lost", event.transport.condition))
+            receiver.lost(event.connection, amqp.condition_text("connection lost", event.transport.condition))
 
         def on_disconnected(self, event) -> None:
             if receiver.link is not None:
-                receiver.lost("connection lost")
+                receiver.lost(event.connection, "connection lost")
     return Events()

@@ -135,7 +135,7 @@ class Amqp1Address:
 
 def condition_text(what: str, cond) -> str:
     """An AMQP 1.0 error condition as a short, stable cause: ``link closed: not found``."""
-    if cond is None:
+    if cond is None or str(cond.name).startswith("proton."):  # proton's own I/O condition: the socket went away
         return what
     return f"{what}: {str(cond.name).rsplit(':', 1)[-1].replace('-', ' ')}"
 

@@ -171,3 +171,34 @@ def wait_for(checks: dict, bound_s: float, log=print, first_s: float = 0.5, most
             f"giving up in {left:.0f} s")
         time.sleep(pause)
         delay = min(delay * 2, most_s)
+
+
+def stop_session(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
+    """Stop every process of the session that ``pid`` leads (a broker started with ``start_new_session``: its
+    script, its VM, its helpers): SIGTERM (``kill``: SIGKILL at once, as a crash), then SIGKILL after ``wait_s``."""
+    try:
+        os.killpg(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if _group_gone(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _group_gone(pgid: int) -> bool:
+    """Whether every process left in the group is a zombie (exited, not yet reaped)."""
+    import psutil
+
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                return False
+        except (ProcessLookupError, PermissionError):
+            continue
+    return True

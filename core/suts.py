@@ -26,6 +26,7 @@ SUTS: dict[str, Sut] = {
     "tansu": Sut("sut-broker", "kafka-receiver", "the embedded Tansu broker (Kafka protocol, in memory)"),
     "rabbitmq": Sut("rabbitmq", "amqp-receiver", "Debian's RabbitMQ 3.10 (AMQP 0-9-1)"),
     "rabbitmq-amqp1": Sut("rabbitmq", "amqp1-receiver", "the same RabbitMQ over AMQP 1.0 (its amqp1_0 plugin)"),
+    "artemis": Sut("artemis", "amqp1-receiver", "Apache ActiveMQ Artemis 2.40 from the Maven registry (AMQP 1.0)"),
 }
 
 
@@ -33,10 +34,16 @@ def rabbitmq_port() -> int:
     return int(settings.get("FLIGHTWATCH_RABBITMQ_PORT") or 29672)
 
 
+def artemis_port() -> int:
+    return int(settings.get("FLIGHTWATCH_ARTEMIS_PORT") or 29616)
+
+
 def default_target(sut: str) -> str:
     """Where ``make attack SUT=...`` aims: the SUT's default topic or queue on the stack's port for it."""
     if sut == "rabbitmq":
         return f"amqp://guest:guest@{HOST}:{rabbitmq_port()}/%2F?queue={SUT_QUEUE}"
+    if sut == "artemis":
+        return f"amqp1://artemis:artemis@{HOST}:{artemis_port()}/{SUT_QUEUE}"
     if sut == "rabbitmq-amqp1":
         return f"amqp1://guest:guest@{HOST}:{rabbitmq_port()}//queue/{SUT_QUEUE}"
     return f"kafka://{sut_bootstrap()}/{SUT_QUEUE}"

@@ -39,17 +39,18 @@ from core.procs import (
     NODE_METRICS_PORT,
     pid_from_file,
     port_open,
+    stop_session,
     wait_port,
     write_pid_file,
 )
 from core.rundir import ROOT
 from core.suts import DEFAULT_SUT, SUTS, default_target
-from stack import rabbitmq
+from stack import artemis, rabbitmq
 from stack.tansu import tansu_command
 
 HOST = "127.0.0.1"
 PORT_SETTINGS = {"telemetry-broker": ("FLIGHTWATCH_TELEMETRY_PORT", 19092), "sut-broker": ("FLIGHTWATCH_SUT_PORT", 29092),
-                 "rabbitmq": ("FLIGHTWATCH_RABBITMQ_PORT", 29672),
+                 "rabbitmq": ("FLIGHTWATCH_RABBITMQ_PORT", 29672), "artemis": ("FLIGHTWATCH_ARTEMIS_PORT", 29616),
                  "prometheus": ("FLIGHTWATCH_PROMETHEUS_PORT", 19090),
                  "node-exporter": ("FLIGHTWATCH_NODE_EXPORTER_PORT", 19100),
                  "http-receiver": ("FLIGHTWATCH_RECEIVER_PORT", 18080), "ui": ("FLIGHTWATCH_UI_PORT", 18501),
@@ -145,6 +146,17 @@ def _apt_install(package: str) -> None:
             os.remove(POLICY_RC)
 
 
+def _artemis_command() -> list[str] | None:
+    """Artemis' command when it is the SUT (fetched from the Maven registry and its instance made, as needed)."""
+    if SUTS[SUT].broker != "artemis":
+        return None
+    try:
+        return artemis.command(artemis.prepare(PORTS["artemis"], os.path.join(STACK_DIR, "artemis")))
+    except RuntimeError as e:
+        print(f"stack: error: {e}", file=sys.stderr)
+        return None
+
+
 def _ensure_rabbitmq() -> bool:
     if not rabbitmq.installed() and os.geteuid() == 0 and not settings.get("FLIGHTWATCH_NO_INSTALL"):
         _apt_install("rabbitmq-server")
@@ -173,7 +185,9 @@ def commands() -> dict[str, list[str] | None]:
                           "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                           "--state-dir", os.path.join(STACK_DIR, "amqp-receiver"),
                           "--metrics-listen", f"{HOST}:{METRICS_PORTS['amqp-receiver']}"],
-        "amqp1-receiver": [sys.executable, "-m", "agents.receiver", "amqp1", "--url", default_target("rabbitmq-amqp1"),
+        "artemis": _artemis_command(),
+        "amqp1-receiver": [sys.executable, "-m", "agents.receiver", "amqp1", "--url",
+                           default_target(SUT if SUTS[SUT].receiver == "amqp1-receiver" else "rabbitmq-amqp1"),
                            "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                            "--state-dir", os.path.join(STACK_DIR, "amqp1-receiver"),
                            "--metrics-listen", f"{HOST}:{METRICS_PORTS['amqp1-receiver']}"],
@@ -212,7 +226,7 @@ def address(name: str) -> str:
     if name in AGENTS:
         return "-"
     port = PORTS[name]
-    if name == "rabbitmq":
+    if name in ("rabbitmq", "artemis"):
         return f"amqp://{HOST}:{port}"
     return f"{HOST}:{port}" if name.endswith("broker") else f"http://{HOST}:{port}"
 
@@ -237,6 +251,8 @@ def up() -> int:
         if cmd is None and name == "rabbitmq":
             print(f"stack: error: {rabbitmq.INSTALL_HINT}", file=sys.stderr)
             return 2
+        if cmd is None and name == "artemis":  # why was said in one line
+            return 2
         if cmd is None:
             print(f"{name:18} {'-':28} not installed (apt-get install {DEBIAN_PACKAGES.get(name.replace('node-exporter', 'prometheus-node-exporter'), name)})")
             continue
@@ -260,8 +276,8 @@ def up() -> int:
             env = rabbitmq.environment(PORTS[name], os.path.join(STACK_DIR, "rabbitmq"))
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         write_pid_file(_pidfile(name), proc.pid)
-        ok = (wait_port(PORTS[name], rabbitmq.START_S if name == "rabbitmq" else 15.0) if name not in AGENTS
-              else _stays_up(proc))
+        bound_s = {"rabbitmq": rabbitmq.START_S, "artemis": artemis.START_S}.get(name, 15.0)
+        ok = wait_port(PORTS[name], bound_s) if name not in AGENTS else _stays_up(proc)
         print(f"{name:18} {address(name):28} {'started' if ok else 'FAILED to start'} (pid {proc.pid}, log {STACK_DIR}/{name}.log)")
         failed |= not ok
     _write_env()
@@ -289,8 +305,8 @@ def _stop(name: str) -> None:
     pid = recorded_pid(name)
     if pid is None and os.path.exists(_pidfile(name)):
         print(f"{name:18} not running (its PID file names no process of ours now: nothing signalled)")
-    if pid and name == "rabbitmq":  # its script, the Erlang VM and its epmd: the session it leads
-        rabbitmq.stop_rabbitmq(pid)
+    if pid and name in ("rabbitmq", "artemis"):  # a script, its VM and helpers: the session it leads
+        stop_session(pid)
         print(f"{name:18} stopped (pid {pid})")
     elif pid:
         os.kill(pid, signal.SIGTERM)
@@ -325,6 +341,8 @@ def renew_sut() -> int:
         _stop(name)
     if sut.broker == "rabbitmq":  # its queues and messages live on disk: a new broker starts without them
         shutil.rmtree(os.path.join(STACK_DIR, "rabbitmq", "mnesia"), ignore_errors=True)
+    if sut.broker == "artemis":
+        shutil.rmtree(os.path.join(STACK_DIR, "artemis", "instance", "data"), ignore_errors=True)
     return up()
 
 

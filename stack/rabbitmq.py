@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import time
 
-from core.procs import HOST, wait_port
+from core.procs import HOST, stop_session, wait_port
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 """The server's own script: the one in /usr/sbin switches to the rabbitmq user and its home."""
@@ -80,33 +78,4 @@ def start_rabbitmq(amqp_port: int, folder: str, log=subprocess.DEVNULL) -> subpr
 def stop_rabbitmq(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
     """Stop the broker started as ``pid`` (its session's group: the script, the Erlang VM, its epmd); ``kill``:
     at once, as a crash would (kill -9)."""
-    try:
-        os.killpg(pid, signal.SIGKILL if kill else signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return
-        if _group_gone(pid):
-            return
-        time.sleep(0.1)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _group_gone(pgid: int) -> bool:
-    """Whether every process left in the group is a zombie (exited, not yet reaped)."""
-    import psutil
-
-    for p in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                return False
-        except (ProcessLookupError, PermissionError):
-            continue
-    return True
+    stop_session(pid, kill, wait_s)

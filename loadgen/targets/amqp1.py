@@ -24,6 +24,9 @@ from loadgen.targets.base import Book, TargetOptions
 from loadgen.targets.http import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
+KEEP_ALIVE_S = 10 * 365 * 86400.0
+"""A timer that never fires: proton's reactor ends once it has neither a connection nor a timer, and serves nothing
+after that (a lost connection then spun ``poll`` and was never opened again)."""
 
 
 class Amqp1Target:
@@ -65,6 +68,7 @@ class Amqp1Target:
         if self.container is None:
             self.container = Container(_Events(self))
             self.container.start()
+            self.container.schedule(KEEP_ALIVE_S, None)  # a reactor with no connection left ends: this keeps it
         user, _, password = (self.spec.userinfo or ":").partition(":")
         self.opened, self.error = False, None
         self.conn = self.container.connect(url=f"amqp://{self.spec.host}:{self.spec.port}", reconnect=False,
@@ -95,8 +99,11 @@ class Amqp1Target:
         self.container.timeout = timeout_s
         self.container.process()
 
-    def lost(self, why: str) -> None:
-        """The connection or link went away: every send still awaiting its outcome fails with ``why``."""
+    def lost(self, connection, why: str) -> None:
+        """The connection or link went away: every send still awaiting its outcome fails with ``why``. Events of an
+        earlier connection (a failed attempt's, arriving late) are not the current one's, and are let go."""
+        if connection != self.conn:  # proton wraps one C connection in new Python objects: == compares the C one
+            return
         self.error = why
         self.sender = None
         self._next_try = time.monotonic() + RECONNECT_S
@@ -187,7 +194,7 @@ def _events_class():
             self.target = target
 
         def on_link_opened(self, event) -> None:
-            if event.link.is_sender:
+            if event.link.is_sender and event.connection == self.target.conn:
                 self.target.opened = True
 
         def on_accepted(self, event) -> None:
@@ -202,21 +209,21 @@ def _events_class():
                                 else "released")
 
         def on_link_error(self, event) -> None:
-            self.target.lost(amqp.condition_text("link closed", event.link.remote_condition))
+            self.target.lost(event.connection, amqp.condition_text("link closed", event.link.remote_condition))
 
         def on_session_error(self, event) -> None:  # RabbitMQ's plugin ends the session for an address it refuses
-            self.target.lost(amqp.condition_text("session closed", event.session.remote_condition))
+            self.target.lost(event.connection, amqp.condition_text("session closed", event.session.remote_condition))
             event.connection.close()
 
         def on_connection_error(self, event) -> None:
-            self.target.lost(amqp.condition_text("connection closed", event.connection.remote_condition))
+            self.target.lost(event.connection, amqp.condition_text("connection closed", event.connection.remote_condition))
 
         def on_transport_error(self, event) -> None:
-            self.target.lost(amqp.condition_text("connection lost", event.transport.condition))
+            self.target.lost(event.connection, amqp.condition_text("connection lost", event.transport.condition))
 
         def on_disconnected(self, event) -> None:
             if self.target.sender is not None:
-                self.target.lost("connection lost")
+                self.target.lost(event.connection, "connection lost")
     return Events
 
 

@@ -10,14 +10,14 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
 import pytest
-from support import ROOT, create_topic, job_command, job_env, telemetry, wait_for_first_batch
+from support import ROOT
+from support.brokers import attack, run_attack, url, url1
 
-from core.procs import free_port, stop_process, wait_port
+from core.procs import free_port, wait_port
 from stack.rabbitmq import installed, start_rabbitmq, stop_rabbitmq
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers,
@@ -33,98 +33,6 @@ def rabbit(tmp_path_factory):
         yield port, folder, procs
     finally:
         stop_rabbitmq(procs[-1].pid)
-
-
-def url(port: int, queue: str, extra: str = "", user: str = "guest:guest", vhost: str = "%2F") -> str:
-    return f"amqp://{user}@127.0.0.1:{port}/{vhost}?queue={queue}{extra}"
-
-
-def url1(port: int, address: str, user: str = "guest:guest") -> str:
-    return f"amqp1://{user}@127.0.0.1:{port}/{address}"
-
-
-def start_amqp_receiver(broker: str, topic: str, target: str, state, *extra) -> subprocess.Popen:
-    mode = target.split(":", 1)[0]  # amqp or amqp1: the receiver of the target's protocol
-    proc = subprocess.Popen([sys.executable, "-m", "agents.receiver", mode, "--url", target, "--telemetry-bootstrap",
-                             broker, "--telemetry-topic", topic, "--state-dir", str(state), "--clock-reference", "none",
-                             "--metrics-listen", "none", *extra],
-                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=open(f"{state}.log", "ab"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while " -> spool " not in _read(f"{state}.log"):
-        assert proc.poll() is None and time.monotonic() < deadline, _read(f"{state}.log")[-2000:]
-        time.sleep(0.1)
-    return proc
-
-
-def _read(path: str) -> str:
-    try:
-        return open(path).read()
-    except FileNotFoundError:
-        return ""
-
-
-def start_job(broker, topic, run_id, tmp_path, *extra) -> subprocess.Popen:
-    return subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", broker, "--topic", topic, "--checkpoints",
-                                        str(tmp_path), "--drop-timeout", "10s", *extra),
-                            cwd=ROOT, env=job_env(), stdout=open(tmp_path / "job.log", "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
-def attack(broker, topic, run_id, target, tmp_path, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--target", target, "--run", run_id,
-                             "--workers", "1", "--out", str(tmp_path / "lg"), "--telemetry-bootstrap", broker,
-                             "--telemetry-topic", topic, "--metrics-listen", "none", *args],
-                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def ground_truth(records: list[dict]) -> dict:
-    """The run's accounts from its raw records: sends, first receives, error acks, and flight times (ns) of the
-    received ones."""
-    sends = {r["event_id"]: r["at_ns"] for r in records if r["kind"] == "send"}
-    errors = {r["event_id"]: r["error"] for r in records if r["kind"] == "ack" and r.get("error")}
-    first: dict[str, int] = {}
-    num_receives = 0
-    for r in records:
-        if r["kind"] == "recv" and r["event_id"] in sends:
-            num_receives += 1
-            first[r["event_id"]] = min(first.get(r["event_id"], r["at_ns"]), r["at_ns"])
-    flight = np.array([first[e] - sends[e] for e in first], dtype=np.int64)
-    return {"sent": len(sends), "received": len(first), "duplicates": num_receives - len(first),
-            "errored": len(errors), "errored_not_received": len(set(errors) - set(first)),
-            "lost": len(set(sends) - set(first) - set(errors)), "flight_ns": flight,
-            "errors_by_cause": {c: list(errors.values()).count(c) for c in set(errors.values())}}
-
-
-def run_attack(broker, rabbit_port, tmp_path, run_id: str, queue: str, rate: int, seconds: int, extra: str = "",
-               during=None, target: str | None = None) -> tuple[dict, dict, dict]:
-    """One run through RabbitMQ: (the job's summary, the ground truth, the load generator's report)."""
-    topic = f"tel-{run_id}"
-    create_topic(broker, topic)
-    target = target or url(rabbit_port, queue, extra)
-    procs = [start_amqp_receiver(broker, topic, target, tmp_path / "rx")]
-    try:
-        job = start_job(broker, topic, run_id, tmp_path)
-        procs.append(job)
-        wait_for_first_batch(broker, topic, run_id, tmp_path / run_id / "batches")
-        lg = attack(broker, topic, run_id, target, tmp_path, "--rate", str(rate), "--duration", f"{seconds}s",
-                    "--timeout", "10s")
-        t = threading.Thread(target=during) if during else None
-        if t:
-            t.start()
-        out = lg.communicate(timeout=seconds + 240)[0]
-        if t:
-            t.join()
-        assert lg.returncode == 0, out[-3000:]
-        assert job.wait(300) == 0, (tmp_path / "job.log").read_text()[-3000:]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                stop_process(p, wait_s=30, group=True)
-    summary = json.load(open(tmp_path / run_id / "summary.json"))
-    report = json.load(open(tmp_path / "lg" / "report.json"))
-    return summary, ground_truth(telemetry(broker, topic, run_id)), report
 
 
 def test_a_run_at_2000_per_s_through_rabbitmq_is_exact(broker, rabbit, tmp_path):

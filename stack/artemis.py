@@ -1,0 +1,124 @@
+"""Apache ActiveMQ Artemis on loopback: a SUT of the stack's (``make up SUT=artemis``) and the tests'.
+
+The broker is Artemis 2.40.0's bin tarball from the Maven registry (``mvn dependency:get``, kept in Maven's own
+cache, its SHA-1 checked against the registry's), unpacked under ``.stack/`` (git-ignored), on the machine's Java 17.
+A broker instance is made once per folder (``artemis create``: one acceptor, every protocol, AMQP 1.0 among them, on
+127.0.0.1, no web console, login required, the queue ``flightwatch.sut`` anycast) and runs in the foreground in a
+session of its own; stop it by signalling that session's group.
+
+    proc = start_artemis(port, folder)   # fetches, unpacks, creates as needed; waits until it serves
+    stop_artemis(proc.pid)
+
+    python -m stack.artemis fetch        # the install step: fetch and unpack, nothing else
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+from core.procs import HOST, stop_session, wait_port
+from core.rundir import ROOT
+
+VERSION = "2.40.0"
+ARTIFACT = f"org.apache.activemq:apache-artemis:{VERSION}:tar.gz:bin"
+"""2.40.0: the newest whose bin tarball the registry serves here (2.56.0's is not)."""
+USER = PASSWORD = "artemis"
+QUEUE = "flightwatch.sut"
+START_S = 90.0
+CACHE = os.path.join(ROOT, ".stack", "downloads")
+
+
+def _m2_tarball() -> str:
+    repo = os.path.join(os.path.expanduser("~"), ".m2", "repository", "org", "apache", "activemq", "apache-artemis",
+                        VERSION)
+    return os.path.join(repo, f"apache-artemis-{VERSION}-bin.tar.gz")
+
+
+def fetch(cache: str = CACHE, log=print) -> str:
+    """Artemis' home folder, fetched and unpacked if it is not yet; ``RuntimeError`` saying what failed."""
+    home = os.path.join(cache, f"apache-artemis-{VERSION}")
+    if os.access(os.path.join(home, "bin", "artemis"), os.X_OK):
+        return home
+    tarball = _m2_tarball()
+    if not os.path.exists(tarball):
+        if shutil.which("mvn") is None:
+            raise RuntimeError("Artemis needs Maven to fetch it (apt-get install maven), or its tarball in ~/.m2")
+        log(f"fetching ActiveMQ Artemis {VERSION} from the Maven registry ...")
+        done = subprocess.run(["mvn", "-q", "-B", "dependency:get", f"-Dartifact={ARTIFACT}", "-Dtransitive=false"],
+                              capture_output=True, text=True)
+        if done.returncode != 0 or not os.path.exists(tarball):
+            raise RuntimeError(f"mvn dependency:get {ARTIFACT} failed: {(done.stdout + done.stderr).strip()[-300:]}")
+    _check_sha1(tarball)
+    os.makedirs(cache, exist_ok=True)
+    with tarfile.open(tarball) as tar:
+        tar.extractall(cache, filter="tar")
+    return home
+
+
+def _check_sha1(path: str) -> None:
+    """The tarball's SHA-1 against the one the registry served beside it (``.sha1``); ``RuntimeError`` if not."""
+    want_file = path + ".sha1"
+    if not os.path.exists(want_file):
+        raise RuntimeError(f"{path}: no .sha1 beside it to check it against (fetch it again: rm it and run again)")
+    want = open(want_file).read().split()[0].strip().lower()
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != want:
+        raise RuntimeError(f"{path}: SHA-1 {h.hexdigest()} is not the registry's {want}: remove it and fetch again")
+
+
+def create(home: str, instance: str, port: int) -> None:
+    """A broker instance in ``instance`` listening on ``HOST:port`` (made once; an existing one is kept)."""
+    if os.path.exists(os.path.join(instance, "bin", "artemis")):
+        return
+    done = subprocess.run([os.path.join(home, "bin", "artemis"), "create", instance, "--user", USER, "--password",
+                           PASSWORD, "--require-login", "--silent", "--host", HOST, "--default-port", str(port),
+                           "--no-web", "--no-amqp-acceptor", "--no-mqtt-acceptor", "--no-stomp-acceptor",
+                           "--no-hornetq-acceptor", "--queues", f"{QUEUE}:anycast", "--java-memory", "512M", "--nio",
+                           "--force"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"artemis create failed: {(done.stdout + done.stderr).strip()[-300:]}")
+
+
+def command(instance: str) -> list[str]:
+    return [os.path.join(instance, "bin", "artemis"), "run"]
+
+
+def prepare(port: int, folder: str) -> str:
+    """Fetch, unpack and create as needed: the instance's folder."""
+    instance = os.path.join(folder, "instance")
+    create(fetch(), instance, port)
+    return instance
+
+
+def start_artemis(port: int, folder: str, log=subprocess.DEVNULL) -> subprocess.Popen:
+    """The broker on ``HOST:port``, its instance in ``folder``; RuntimeError if it cannot be had or does not serve
+    within ``START_S``."""
+    instance = prepare(port, folder)
+    proc = subprocess.Popen(command(instance), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    if not wait_port(port, START_S):
+        stop_artemis(proc.pid, kill=True)
+        raise RuntimeError(f"artemis did not listen on port {port} within {START_S:.0f} s")
+    return proc
+
+
+def stop_artemis(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
+    """Stop the broker started as ``pid`` (the JVM the script became, and anything of its session)."""
+    stop_session(pid, kill, wait_s)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["fetch"]:
+        print("usage: python -m stack.artemis fetch", file=sys.stderr)
+        sys.exit(2)
+    try:
+        print(fetch())
+    except RuntimeError as e:
+        print(f"stack: error: {e}", file=sys.stderr)
+        sys.exit(2)

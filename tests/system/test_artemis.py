@@ -1,0 +1,86 @@
+"""ActiveMQ Artemis for real (``make test-brokers``): Artemis 2.40 from the Maven registry on a free loopback port,
+the load generator's AMQP 1.0 target, the AMQP 1.0 receiver agent, the telemetry broker (Tansu) and the streaming
+job, all real; ground truth from the raw telemetry, as for RabbitMQ (``test_rabbitmq``)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from support import ROOT
+from support.brokers import run_attack, url1
+
+from core.procs import free_port, wait_port
+from stack import artemis
+
+pytestmark = [pytest.mark.integration, pytest.mark.brokers,
+              pytest.mark.skipif(shutil.which("java") is None, reason="Artemis needs Java 17 (.ci/run installs it)")]
+LOGIN = f"{artemis.USER}:{artemis.PASSWORD}"
+
+
+@pytest.fixture(scope="module")
+def broker_artemis(tmp_path_factory):
+    """(port, its folder, the running broker as a one-element list: a test may kill and restart it)."""
+    port, folder = free_port(), str(tmp_path_factory.mktemp("artemis"))
+    procs = [artemis.start_artemis(port, folder, open(os.path.join(folder, "out.log"), "ab"))]
+    try:
+        yield port, folder, procs
+    finally:
+        artemis.stop_artemis(procs[-1].pid)
+
+
+def test_a_run_at_1000_per_s_through_artemis_is_exact(broker, broker_artemis, tmp_path):
+    port, _, _ = broker_artemis
+    s, truth, report = run_attack(broker, port, tmp_path, "art-exact", "", 1000, 20,
+                                  target=url1(port, "flightwatch.sut", user=LOGIN))
+    flight_us = np.percentile(truth["flight_ns"], [50, 90, 99]) / 1e3
+    print(f"\nArtemis AMQP 1.0 1,000/s 20 s: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} "
+          f"errors {s['errors_by_cause']}; flight {s['latency_us']} µs (truth {np.round(flight_us)}); disposition "
+          f"p50/p99 {report['latency_us']['p50'] / 1000:.2f}/{report['latency_us']['p99'] / 1000:.2f} ms; "
+          f"{report['cpu']['us_per_event']:.0f} µs CPU an event; verdict {s['verdict']['message']}")
+    assert truth["sent"] == report["requests"] == s["sent"] == 20_000
+    assert truth["received"] == s["received"] == 20_000 and truth["duplicates"] == s["duplicates"] == 0
+    assert s["dropped"] == 0 and s["errors_by_cause"] == {}
+    for q, want in zip(("p50", "p90", "p99"), flight_us):
+        assert s["latency_us"][q] == pytest.approx(want, rel=0.002, abs=2), q
+
+
+@pytest.mark.parametrize("case, words", [("credentials", "unauthorized"), ("no address", "an amqp 1.0 broker?")])
+def test_bad_input_to_artemis_is_one_line_and_exit_2(broker, broker_artemis, tmp_path, case, words):
+    port, _, _ = broker_artemis
+    target = {"credentials": url1(port, "flightwatch.sut", user="artemis:wrong"),
+              "no address": url1(int(broker.rsplit(":", 1)[1]), "flightwatch.sut", user=LOGIN)}[case]
+    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
+    lg = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s", "--target", target,
+                         "--no-telemetry", "--metrics-listen", "none", "--wait", "0s", "--out", str(tmp_path / "lg")],
+                        cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    errors = [line for line in lg.stderr.splitlines() if "error" in line]
+    assert lg.returncode == 2 and len(errors) == 1 and words in errors[0].lower(), lg.stderr[-2000:]
+    assert "wrong" not in lg.stderr
+
+
+def test_an_artemis_killed_mid_attack_and_restarted_is_accounted_exactly(broker, broker_artemis, tmp_path):
+    port, folder, procs = broker_artemis
+
+    def kill_and_restart() -> None:  # 6 s into the attack: kill -9, back 3 s later on its own journal
+        time.sleep(6)
+        artemis.stop_artemis(procs[-1].pid, kill=True)
+        time.sleep(3)
+        procs.append(artemis.start_artemis(port, folder, open(os.path.join(folder, "out.log"), "ab")))
+        assert wait_port(port, 60)
+
+    s, truth, report = run_attack(broker, port, tmp_path, "art-kill", "", 500, 25, during=kill_and_restart,
+                                  target=url1(port, "flightwatch.sut", user=LOGIN))
+    print(f"\nArtemis killed: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} duplicates "
+          f"{s['duplicates']} errors {s['errors_by_cause']}; truth: lost {truth['lost']} errored {truth['errored']} "
+          f"(not received {truth['errored_not_received']}); verdict {s['verdict']['state']}: {s['verdict']['message']}")
+    assert truth["sent"] == s["sent"] == report["requests"]
+    assert s["received"] == truth["received"] and s["duplicates"] == truth["duplicates"]
+    assert s["errors_by_cause"] == truth["errors_by_cause"] and truth["errored"] > 0
+    assert s["received"] + s["dropped"] + truth["errored_not_received"] == s["sent"]
+    assert s["dropped"] == truth["lost"] == 0  # what Artemis accepted it kept in its journal and delivered
+    assert s["verdict"]["state"] in ("saturated", "degrading")  # the SUT's, not flightwatch's
