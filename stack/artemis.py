@@ -87,7 +87,9 @@ def create(home: str, instance: str, port: int) -> None:
 
 
 def command(instance: str) -> list[str]:
-    return [os.path.join(instance, "bin", "artemis"), "run"]
+    """``artemis run`` under a shell that stays: the script becomes ``java`` (exec), and the PID recorded must keep
+    naming the process it started."""
+    return ["sh", "-c", '"$0" run; exit $?', os.path.join(instance, "bin", "artemis")]
 
 
 def prepare(port: int, folder: str) -> str:
