@@ -28,7 +28,7 @@ def main_amqp1(a) -> int:
         return 2
     logger = logs.setup(a.agent)
     log, warn = logs.printer(logger), logs.printer(logger, logs.WARNING)
-    from agents.spool import DRAIN_WAIT_S, SpoolWriter, start_shipper
+    from agents.spool import SpoolWriter, start_shipper, stop_shipper
 
     metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)
     spool_dir = os.path.join(a.state_dir, "spool")
@@ -80,9 +80,5 @@ def main_amqp1(a) -> int:
         receiver.close()
         spool.report_lost()
         spool.close()
-        shipper.terminate()  # it drains the spool, then exits
-        try:
-            shipper.wait(DRAIN_WAIT_S)
-        except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
-            pass
+        stop_shipper(shipper)  # it drains the spool, then exits
     return 0

@@ -57,7 +57,7 @@ def main_amqp(a) -> int:
     u = urlsplit(a.url)
     logger = logs.setup(a.agent)
     log, warn = logs.printer(logger), logs.printer(logger, logs.WARNING)
-    from agents.spool import DRAIN_WAIT_S, SpoolWriter, start_shipper
+    from agents.spool import SpoolWriter, start_shipper, stop_shipper
 
     metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)
     spool_dir = os.path.join(a.state_dir, "spool")
@@ -108,11 +108,7 @@ def main_amqp(a) -> int:
         spool.report_lost()
         spool.close()
         if shipper is not None:
-            shipper.terminate()  # it drains the spool, then exits
-            try:
-                shipper.wait(DRAIN_WAIT_S)
-            except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
-                pass
+            stop_shipper(shipper)  # it drains the spool, then exits
     return code
 
 

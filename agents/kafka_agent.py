@@ -154,18 +154,14 @@ class KafkaAgent:
                      f"topic resets; telemetry spooled {c['spooled']:,} lost {c['lost']:,}")
 
     def stop(self) -> None:
-        from agents.spool import DRAIN_WAIT_S
+        from agents.spool import stop_shipper
 
         metrics.stop(self.server)
         self.consumer.close()
         self.spool.report_lost()
         self.spool.close()
         self.exposed.shared.close()
-        self.shipper.terminate()  # it drains the spool, then exits
-        try:
-            self.shipper.wait(DRAIN_WAIT_S)
-        except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
-            pass
+        stop_shipper(self.shipper)  # it drains the spool, then exits
 
 
 def main_kafka(a) -> int:

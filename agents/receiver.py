@@ -181,7 +181,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
     log = log or logs.printer(logs.setup(agent))
     import asyncio
 
-    from agents.spool import DRAIN_WAIT_S, SpoolWriter, start_shipper
+    from agents.spool import SpoolWriter, start_shipper, stop_shipper
 
     spool = shipper = None
     if not a.no_telemetry:
@@ -249,11 +249,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
         receiver.shared.close()
         if spool is not None:
             spool.close()
-            shipper.terminate()  # it drains the spool, then exits
-            try:
-                shipper.wait(DRAIN_WAIT_S)
-            except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
-                pass
+            stop_shipper(shipper)  # it drains the spool, then exits
     return 0
 
 

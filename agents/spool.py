@@ -316,6 +316,15 @@ class Shipper:
                 time.sleep(idle_s)
 
 
+def stop_shipper(shipper) -> None:
+    """Ask a shipper to stop (it drains the spool first, then exits) and wait up to ``DRAIN_WAIT_S`` for it."""
+    shipper.terminate()
+    try:
+        shipper.wait(DRAIN_WAIT_S)
+    except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
+        pass
+
+
 def start_shipper(spool_dir: str, bootstrap: str, topic: str, agent: str, log_path: str | None = None):
     """Start the shipper process for a spool; it follows this process and drains the spool when it ends."""
     import subprocess

@@ -57,6 +57,8 @@ OBSERVER_LASTED_WINDOWS = 5
 """... or this many in a row ..."""
 OBSERVER_DISTURBED_FACTOR = 2.0
 """... or when in them the send delay's or flight time's p99 exceeded this many times the other windows' median."""
+OBSERVER_MAJORITY = 0.5
+"""Past this share of observer-bound windows, the run is observer-bound even where the windows left look saturated."""
 DRAIN_WINDOWS = 5
 """An episode of shortfall drains when its deficit is gone within this many windows after it."""
 DRAIN_SLACK = 0.1

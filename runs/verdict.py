@@ -17,6 +17,7 @@ from runs.saturation import (
     OBSERVER_DISTURBED_FACTOR,
     OBSERVER_LASTED_SHARE,
     OBSERVER_LASTED_WINDOWS,
+    OBSERVER_MAJORITY,
     STATES,
     assess_windows,
     step_counts,
@@ -141,6 +142,9 @@ def _headline(out: output.Verdict, a: pd.DataFrame, steps: list[dict]) -> None:
     sat = (a["state"] == "saturated").to_numpy()
     run = np.convolve(sat.astype(int), np.ones(CONFIRM_WINDOWS, int), "valid") == CONFIRM_WINDOWS
     first = int(np.flatnonzero(run)[0]) if run.any() else None
+    num_observer = int((a["state"] == "observer-bound").sum())
+    if first is not None and num_observer > OBSERVER_MAJORITY * len(a):
+        first = None  # flightwatch was the limit in most of the run: the few windows left do not convict the SUT
     if first is not None:
         r = a.iloc[first]
         step = int(r["step"])

@@ -15,7 +15,12 @@ from core.procs import HOST, JOB_METRICS_PORT, telemetry_bootstrap
 from core.rundir import ROOT as PROJECT_ROOT
 from core.slices import setting_problem
 from core.units import one_line, parse_duration_ns
-from runs.saturation import OBSERVER_DISTURBED_FACTOR, OBSERVER_LASTED_SHARE, OBSERVER_LASTED_WINDOWS
+from runs.saturation import (
+    OBSERVER_DISTURBED_FACTOR,
+    OBSERVER_LASTED_SHARE,
+    OBSERVER_LASTED_WINDOWS,
+    OBSERVER_MAJORITY,
+)
 from streaming import engine
 from streaming.config import CLUSTER_JOIN_PARTITIONS, RECOMPUTABLE, JobConfig, engine_problem
 
@@ -27,7 +32,8 @@ USAGE = f"""Usage:
 The verdict headlines a run observer-bound (flightwatch's own CPU, not the SUT, was the limit) only when that pressure
 lasted: in at least {OBSERVER_LASTED_SHARE:.0%} of the judged windows, or {OBSERVER_LASTED_WINDOWS} in a row; or when it changed what was measured: in
 those windows the send delay's or flight time's p99 over {OBSERVER_DISTURBED_FACTOR:g}x the other windows' median. Fewer such windows
-(the job's start-up) are named in the message, and the run keeps the state its other windows give."""
+(the job's start-up) are named in the message, and the run keeps the state its other windows give; with more than
+{OBSERVER_MAJORITY:.0%} of them, the run is observer-bound even where the windows left look saturated."""
 
 DEFAULT_METRICS_LISTEN = f"{HOST}:{JOB_METRICS_PORT}"
 DEFAULT_TRIGGER = "750ms"
