@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default %(default)s)")
     settings.add(a, "FLIGHTWATCH_TARGET", "--target",
                  help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC, "
-                      "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME (RabbitMQ; core/amqp.py has the options) (default "
+                      "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME (RabbitMQ), amqp1://USER:PASS@HOST:PORT/ADDRESS "
+                      "(AMQP 1.0: Artemis, RabbitMQ's plugin; core/amqp.py has both) (default "
                       + ", ".join(f"{default_target(s)} with --sut {s}" for s in SUTS).replace("%", "%%") + ")")
     settings.add(a, "FLIGHTWATCH_SUT", "--sut", default=DEFAULT_SUT, choices=tuple(SUTS),
                  help="without --target, aim at this SUT of the stack's default topic or queue")

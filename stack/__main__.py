@@ -45,7 +45,7 @@ from core.procs import (
 )
 from core.rundir import ROOT
 from core.suts import DEFAULT_SUT, SUTS, default_target
-from stack import artemis, rabbitmq
+from stack import artemis, debian, rabbitmq
 from stack.tansu import tansu_command
 
 HOST = "127.0.0.1"
@@ -87,7 +87,6 @@ AGENTS = ("kafka-receiver", "amqp-receiver", "amqp1-receiver", "node-metrics")
 """Components without a port of their own (started after the brokers)."""
 SUT_COMPONENTS = {name for sut in SUTS.values() for name in (sut.broker, sut.receiver)}
 """Components that run only when their SUT is the stack's (``--sut``)."""
-DEBIAN_PACKAGES = {"prometheus": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"}
 
 
 PROMETHEUS_GO_MEMORY = {"GOGC": "off", "GOMEMLIMIT": "96MiB", "GODEBUG": "madvdontneed=0"}
@@ -117,35 +116,6 @@ def ui_command(port: int) -> list[str]:
             "--client.toolbarMode", "viewer"]
 
 
-def _ensure_debian(binary: str) -> str | None:
-    found = shutil.which(binary)
-    if found or os.geteuid() != 0 or settings.get("FLIGHTWATCH_NO_INSTALL"):
-        return found
-    _apt_install(DEBIAN_PACKAGES[binary])
-    return shutil.which(binary)
-
-
-POLICY_RC = "/usr/sbin/policy-rc.d"
-
-
-def _apt_install(package: str) -> None:
-    """Install a Debian package, with a ``policy-rc.d`` that keeps its service from starting (the stack starts it,
-    on its own ports) while it installs, when none is there."""
-    print(f"installing {package} (Debian package) ...", flush=True)
-    ours = not os.path.exists(POLICY_RC)
-    if ours:
-        with open(POLICY_RC, "w") as f:
-            f.write("#!/bin/sh\nexit 101\n")
-        os.chmod(POLICY_RC, 0o755)
-    try:
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", package],
-                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"), stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False)
-    finally:
-        if ours:
-            os.remove(POLICY_RC)
-
-
 def _artemis_command() -> list[str] | None:
     """Artemis' command when it is the SUT (fetched from the Maven registry and its instance made, as needed)."""
     if SUTS[SUT].broker != "artemis":
@@ -157,15 +127,9 @@ def _artemis_command() -> list[str] | None:
         return None
 
 
-def _ensure_rabbitmq() -> bool:
-    if not rabbitmq.installed() and os.geteuid() == 0 and not settings.get("FLIGHTWATCH_NO_INSTALL"):
-        _apt_install("rabbitmq-server")
-    return rabbitmq.installed()
-
-
 def commands() -> dict[str, list[str] | None]:
-    prom = _ensure_debian("prometheus")
-    node = _ensure_debian("prometheus-node-exporter")
+    prom = debian.ensure("prometheus")
+    node = debian.ensure("prometheus-node-exporter")
     cfg = os.path.join(STACK_DIR, "prometheus.yml")
     telemetry = f"{HOST}:{PORTS['telemetry-broker']}"
     clock = f"{HOST}:{CLOCK_PORT}"
@@ -180,7 +144,7 @@ def commands() -> dict[str, list[str] | None]:
         "node-metrics": [sys.executable, "-m", "agents.node_metrics", "--prometheus", f"http://{HOST}:{PORTS['prometheus']}",
                          "--telemetry-bootstrap", telemetry, "--clock-listen", clock,
                          "--metrics-listen", f"{HOST}:{METRICS_PORTS['node-metrics']}"],
-        "rabbitmq": rabbitmq.command() if SUTS[SUT].broker == "rabbitmq" and _ensure_rabbitmq() else None,
+        "rabbitmq": rabbitmq.command() if SUTS[SUT].broker == "rabbitmq" and debian.ensure_rabbitmq() else None,
         "amqp-receiver": [sys.executable, "-m", "agents.receiver", "amqp", "--url", default_target("rabbitmq"),
                           "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                           "--state-dir", os.path.join(STACK_DIR, "amqp-receiver"),
@@ -254,7 +218,7 @@ def up() -> int:
         if cmd is None and name == "artemis":  # why was said in one line
             return 2
         if cmd is None:
-            print(f"{name:18} {'-':28} not installed (apt-get install {DEBIAN_PACKAGES.get(name.replace('node-exporter', 'prometheus-node-exporter'), name)})")
+            print(f"{name:18} {'-':28} not installed (apt-get install {debian.PACKAGES.get(name.replace('node-exporter', 'prometheus-node-exporter'), name)})")
             continue
         if name not in AGENTS and port_open(PORTS[name]):
             print(f"{name:18} {address(name):28} port taken by another process: not started", file=sys.stderr)
