@@ -16,6 +16,7 @@ that is lost is opened again every ``RECONNECT_S`` while the attack runs, and se
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 
@@ -66,7 +67,7 @@ class Amqp1Target:
         from proton.reactor import AtMostOnce, Container
 
         if self.container is None:
-            self.container = Container(_Events(self))
+            self.container = Container(_events(self))
             self.container.start()
             self.container.schedule(KEEP_ALIVE_S, None)  # a reactor with no connection left ends: this keeps it
         user, _, password = (self.spec.userinfo or ":").partition(":")
@@ -182,7 +183,9 @@ class Amqp1Target:
         self._close_now()
 
 
+@functools.cache
 def _events_class():
+    """proton's handler class for targets, made once (proton is imported on first use)."""
     from proton import Delivery
     from proton.handlers import MessagingHandler
 
@@ -201,8 +204,7 @@ def _events_class():
             self.target.outcome(event.delivery, None)
 
         def on_rejected(self, event) -> None:
-            cond = event.delivery.remote.condition
-            self.target.outcome(event.delivery, "rejected" + (f": {cond.name}" if cond else ""))
+            self.target.outcome(event.delivery, amqp.condition_text("rejected", event.delivery.remote.condition))
 
         def on_released(self, event) -> None:
             self.target.outcome(event.delivery, "modified" if event.delivery.remote_state == Delivery.MODIFIED
@@ -227,5 +229,5 @@ def _events_class():
     return Events
 
 
-def _Events(target):  # noqa: N802 - proton's handler class, built on first use (proton is imported lazily)
+def _events(target: Amqp1Target):
     return _events_class()(target)

@@ -82,5 +82,7 @@ def test_an_artemis_killed_mid_attack_and_restarted_is_accounted_exactly(broker,
     assert s["received"] == truth["received"] and s["duplicates"] == truth["duplicates"]
     assert s["errors_by_cause"] == truth["errors_by_cause"] and truth["errored"] > 0
     assert s["received"] + s["dropped"] + truth["errored_not_received"] == s["sent"]
-    assert s["dropped"] == truth["lost"] == 0  # what Artemis accepted it kept in its journal and delivered
+    # a message Artemis accepted and lost in the crash is a drop (the messages are not durable: AMQP 1.0's header
+    # says so by default, and Artemis keeps such messages in memory only); 0 or 1 in 4 runs here
+    assert s["dropped"] == truth["lost"]
     assert s["verdict"]["state"] in ("saturated", "degrading")  # the SUT's, not flightwatch's
