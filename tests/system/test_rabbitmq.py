@@ -156,4 +156,4 @@ def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_bla
     if durable:  # persistent messages in a durable queue that the broker confirmed survive its crash
         assert s["dropped"] == 0
     # the verdict names the SUT, not flightwatch
-    assert s["verdict"]["state"] != "observer-bound" or "telemetry" not in s["verdict"]["message"]
+    assert s["verdict"]["state"] in ("saturated", "degrading"), s["verdict"]["message"]
