@@ -38,7 +38,7 @@ help: ## list the targets
 
 install: .venv/.installed ## create .venv and install the pinned dependencies
 
-up: install ## start the embedded stack on loopback (brokers, Prometheus, node exporter, receivers, node metrics); prints addresses (SUT=rabbitmq: RabbitMQ as the SUT)
+up: install ## start the embedded stack on loopback (brokers, Prometheus, node exporter, receivers, node metrics); prints addresses (SUT=rabbitmq|rabbitmq-amqp1|artemis|kafka: that broker as the SUT)
 	$(PYTHON) -m stack up $(if $(SUT),--sut $(SUT))
 
 down: ## stop exactly what `make up` started
@@ -66,7 +66,7 @@ demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --no-heartbeat --available-now
 	$(PYTHON) -m streaming summary --run $(RUN)
 
-attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu|rabbitmq, restarted empty first) at RATE for DURATION, or PACE; streams the run (BASELINE=run: then compares with it; SCENARIO=name: a series for `make history`)
+attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first) at RATE for DURATION, or PACE; streams the run (BASELINE=run: then compares with it; SCENARIO=name: a series for `make history`)
 	$(PYTHON) -m stack $(if $(TARGET),up,renew-sut) $(if $(SUT),--sut $(SUT))
 	$(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) $(if $(SUT),--sut $(SUT)) \
 	  $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \

@@ -42,7 +42,7 @@ SETTINGS: dict[str, Setting] = {
                                              "librdkafka properties of the clients of the system under test"),
     "FLIGHTWATCH_TARGET": Setting("--target", "the SUT's default (core.suts)", "where the load goes"),
     "FLIGHTWATCH_SUT": Setting("--sut (stack, load generator)", "tansu", "which broker the stack runs as the system under "
-                               "test (tansu, rabbitmq, rabbitmq-amqp1, artemis), and so the load generator's default target"),
+                               "test (tansu, rabbitmq, rabbitmq-amqp1, artemis, kafka), and so the load generator's default target"),
     "FLIGHTWATCH_PROMETHEUS": Setting("--prometheus", "http://127.0.0.1:19090", "the Prometheus node metrics come from"),
     "FLIGHTWATCH_CHECKPOINTS": Setting("--checkpoints", "./checkpoints", "where run folders live"),
     "FLIGHTWATCH_STACK_DIR": Setting("--stack-dir (stack)", "./.stack", "the embedded stack's PID files, logs and state"),
@@ -53,6 +53,8 @@ SETTINGS: dict[str, Setting] = {
     "FLIGHTWATCH_SUT_PORT": Setting("--sut-port (stack)", "29092", "the embedded SUT broker"),
     "FLIGHTWATCH_ARTEMIS_PORT": Setting("--artemis-port (stack)", "29616", "the stack's ActiveMQ Artemis (every "
                                         "protocol, AMQP 1.0 among them, on one port)"),
+    "FLIGHTWATCH_KAFKA_PORT": Setting("--kafka-port (stack)", "29192", "the stack's Apache Kafka (its KRaft "
+                                      "controller on the next port)"),
     "FLIGHTWATCH_RABBITMQ_PORT": Setting("--rabbitmq-port (stack)", "29672", "the stack's RabbitMQ (AMQP; Erlang "
                                          "distribution and epmd on the next two ports)"),
     "FLIGHTWATCH_PROMETHEUS_PORT": Setting("--prometheus-port (stack)", "19090", "the embedded Prometheus"),

@@ -27,6 +27,7 @@ SUTS: dict[str, Sut] = {
     "rabbitmq": Sut("rabbitmq", "amqp-receiver", "Debian's RabbitMQ 3.10 (AMQP 0-9-1)"),
     "rabbitmq-amqp1": Sut("rabbitmq", "amqp1-receiver", "the same RabbitMQ over AMQP 1.0 (its amqp1_0 plugin)"),
     "artemis": Sut("artemis", "amqp1-receiver", "Apache ActiveMQ Artemis 2.40 from the Maven registry (AMQP 1.0)"),
+    "kafka": Sut("kafka", "kafka-receiver", "Apache Kafka 4.4 from the Maven registry, one KRaft node"),
 }
 
 
@@ -38,6 +39,15 @@ def artemis_port() -> int:
     return int(settings.get("FLIGHTWATCH_ARTEMIS_PORT") or 29616)
 
 
+def kafka_port() -> int:
+    return int(settings.get("FLIGHTWATCH_KAFKA_PORT") or 29192)
+
+
+def receiver_bootstrap(sut: str) -> str:
+    """Where the Kafka receiver consumes: Apache Kafka's port when it is the SUT, else the embedded Tansu's."""
+    return f"{HOST}:{kafka_port()}" if sut == "kafka" else sut_bootstrap()
+
+
 def default_target(sut: str) -> str:
     """Where ``make attack SUT=...`` aims: the SUT's default topic or queue on the stack's port for it."""
     if sut == "rabbitmq":
@@ -46,7 +56,7 @@ def default_target(sut: str) -> str:
         return f"amqp1://artemis:artemis@{HOST}:{artemis_port()}/{SUT_QUEUE}"
     if sut == "rabbitmq-amqp1":
         return f"amqp1://guest:guest@{HOST}:{rabbitmq_port()}//queue/{SUT_QUEUE}"
-    return f"kafka://{sut_bootstrap()}/{SUT_QUEUE}"
+    return f"kafka://{receiver_bootstrap(sut)}/{SUT_QUEUE}"
 
 
 def check(sut: str) -> str:

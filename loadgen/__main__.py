@@ -262,20 +262,22 @@ def config(a: argparse.Namespace):
 
 def probe(cfg) -> None:
     """Open and close one connection to the target before the attack: a refused login, a missing virtual host or
-    queue, the wrong protocol on the port end here as one line (``UsageError``), not in a worker."""
+    queue, the wrong protocol on the port, an event over the target's size limit end here as one line
+    (``UsageError``), not in a worker."""
     import asyncio
 
     from loadgen.targets import TargetOptions, make_target
 
     async def once() -> None:
-        target = make_target(cfg.target, TargetOptions(min(cfg.timeout_s, 10.0), 1, cfg.run_id, 0, cfg.sut_kafka_options))
+        target = make_target(cfg.target, TargetOptions(min(cfg.timeout_s, 10.0), 1, cfg.run_id, cfg.payload_bytes,
+                                                       cfg.sut_kafka_options))
         try:
             await target.connect()
         finally:
             await target.close()
     try:
         asyncio.run(once())
-    except ConnectionError as e:
+    except (ConnectionError, ValueError) as e:
         raise UsageError(str(e)) from None
 
 

@@ -44,13 +44,14 @@ from core.procs import (
     write_pid_file,
 )
 from core.rundir import ROOT
-from core.suts import DEFAULT_SUT, SUTS, default_target
-from stack import artemis, debian, rabbitmq
+from core.suts import DEFAULT_SUT, SUTS, default_target, receiver_bootstrap
+from stack import artemis, debian, kafka, rabbitmq
 from stack.tansu import tansu_command
 
 HOST = "127.0.0.1"
 PORT_SETTINGS = {"telemetry-broker": ("FLIGHTWATCH_TELEMETRY_PORT", 19092), "sut-broker": ("FLIGHTWATCH_SUT_PORT", 29092),
                  "rabbitmq": ("FLIGHTWATCH_RABBITMQ_PORT", 29672), "artemis": ("FLIGHTWATCH_ARTEMIS_PORT", 29616),
+                 "kafka": ("FLIGHTWATCH_KAFKA_PORT", 29192),
                  "prometheus": ("FLIGHTWATCH_PROMETHEUS_PORT", 19090),
                  "node-exporter": ("FLIGHTWATCH_NODE_EXPORTER_PORT", 19100),
                  "http-receiver": ("FLIGHTWATCH_RECEIVER_PORT", 18080), "ui": ("FLIGHTWATCH_UI_PORT", 18501),
@@ -116,12 +117,16 @@ def ui_command(port: int) -> list[str]:
             "--client.toolbarMode", "viewer"]
 
 
-def _artemis_command() -> list[str] | None:
-    """Artemis' command when it is the SUT (fetched from the Maven registry and its instance made, as needed)."""
-    if SUTS[SUT].broker != "artemis":
+def _maven_broker_command(name: str) -> list[str] | None:
+    """Artemis' or Apache Kafka's command when it is the SUT (fetched from the Maven registry, its instance made or
+    its storage formatted, as needed); None, said in one line, if it cannot be had."""
+    if SUTS[SUT].broker != name:
         return None
+    folder = os.path.join(STACK_DIR, name)
     try:
-        return artemis.command(artemis.prepare(PORTS["artemis"], os.path.join(STACK_DIR, "artemis")))
+        if name == "kafka":
+            return kafka.command(PORTS["kafka"], folder)
+        return artemis.command(artemis.prepare(PORTS["artemis"], folder))
     except RuntimeError as e:
         print(f"stack: error: {e}", file=sys.stderr)
         return None
@@ -149,14 +154,15 @@ def commands() -> dict[str, list[str] | None]:
                           "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                           "--state-dir", os.path.join(STACK_DIR, "amqp-receiver"),
                           "--metrics-listen", f"{HOST}:{METRICS_PORTS['amqp-receiver']}"],
-        "artemis": _artemis_command(),
+        "artemis": _maven_broker_command("artemis"),
+        "kafka": _maven_broker_command("kafka"),
         "amqp1-receiver": [sys.executable, "-m", "agents.receiver", "amqp1", "--url",
                            default_target(SUT if SUTS[SUT].receiver == "amqp1-receiver" else "rabbitmq-amqp1"),
                            "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                            "--state-dir", os.path.join(STACK_DIR, "amqp1-receiver"),
                            "--metrics-listen", f"{HOST}:{METRICS_PORTS['amqp1-receiver']}"],
         "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka",
-                           "--bootstrap", f"{HOST}:{PORTS['sut-broker']}", "--telemetry-bootstrap", telemetry,
+                           "--bootstrap", receiver_bootstrap(SUT), "--telemetry-bootstrap", telemetry,
                            "--clock-reference", clock, "--state-dir", os.path.join(STACK_DIR, "kafka-receiver"),
                            "--metrics-listen", f"{HOST}:{METRICS_PORTS['kafka-receiver']}"],
         "http-receiver": [sys.executable, "-m", "agents.receiver", "http", "--listen", f"{HOST}:{PORTS['http-receiver']}",
@@ -192,7 +198,7 @@ def address(name: str) -> str:
     port = PORTS[name]
     if name in ("rabbitmq", "artemis"):
         return f"amqp://{HOST}:{port}"
-    return f"{HOST}:{port}" if name.endswith("broker") else f"http://{HOST}:{port}"
+    return f"{HOST}:{port}" if name.endswith("broker") or name == "kafka" else f"http://{HOST}:{port}"
 
 
 def up() -> int:
@@ -215,7 +221,7 @@ def up() -> int:
         if cmd is None and name == "rabbitmq":
             print(f"stack: error: {rabbitmq.INSTALL_HINT}", file=sys.stderr)
             return 2
-        if cmd is None and name == "artemis":  # why was said in one line
+        if cmd is None and name in ("artemis", "kafka"):  # why was said in one line
             return 2
         if cmd is None:
             print(f"{name:18} {'-':28} not installed (apt-get install {debian.PACKAGES.get(name.replace('node-exporter', 'prometheus-node-exporter'), name)})")
@@ -224,7 +230,7 @@ def up() -> int:
             print(f"{name:18} {address(name):28} port taken by another process: not started", file=sys.stderr)
             failed = True
             continue
-        if name.endswith("broker"):
+        if name.endswith("broker") or name == "kafka":
             fresh_broker = True
         elif name == "kafka-receiver" and fresh_broker:  # new in-memory brokers: old positions mean nothing (its
             for stale in ("wal", "wal.tmp"):             # spool stays: what it holds is still to be shipped)
@@ -240,7 +246,7 @@ def up() -> int:
             env = rabbitmq.environment(PORTS[name], os.path.join(STACK_DIR, "rabbitmq"))
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         write_pid_file(_pidfile(name), proc.pid)
-        bound_s = {"rabbitmq": rabbitmq.START_S, "artemis": artemis.START_S}.get(name, 15.0)
+        bound_s = {"rabbitmq": rabbitmq.START_S, "artemis": artemis.START_S, "kafka": kafka.START_S}.get(name, 15.0)
         ok = wait_port(PORTS[name], bound_s) if name not in AGENTS else _stays_up(proc)
         print(f"{name:18} {address(name):28} {'started' if ok else 'FAILED to start'} (pid {proc.pid}, log {STACK_DIR}/{name}.log)")
         failed |= not ok
@@ -269,7 +275,7 @@ def _stop(name: str) -> None:
     pid = recorded_pid(name)
     if pid is None and os.path.exists(_pidfile(name)):
         print(f"{name:18} not running (its PID file names no process of ours now: nothing signalled)")
-    if pid and name in ("rabbitmq", "artemis"):  # a script, its VM and helpers: the session it leads
+    if pid and name in ("rabbitmq", "artemis", "kafka"):  # a script, its VM and helpers: the session it leads
         stop_session(pid)
         print(f"{name:18} stopped (pid {pid})")
     elif pid:
@@ -307,6 +313,8 @@ def renew_sut() -> int:
         shutil.rmtree(os.path.join(STACK_DIR, "rabbitmq", "mnesia"), ignore_errors=True)
     if sut.broker == "artemis":
         shutil.rmtree(os.path.join(STACK_DIR, "artemis", "instance", "data"), ignore_errors=True)
+    if sut.broker == "kafka":  # formatted afresh on start
+        shutil.rmtree(os.path.join(STACK_DIR, "kafka", "data"), ignore_errors=True)
     return up()
 
 

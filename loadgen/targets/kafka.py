@@ -56,6 +56,8 @@ def shaping(config: dict) -> dict:
         out[key] = "all" if key == "acks" and str(value) in ("-1", "all") else value
     return out
 
+RECORD_OVERHEAD = 512
+"""Room for an event's key, CloudEvents headers and record framing beside its payload (~250 bytes measured)."""
 STICKY_NS = 10_000_000
 """Sends go to one partition for this long, then to the next (librdkafka's ``sticky.partitioning.linger.ms``)."""
 
@@ -119,6 +121,34 @@ class KafkaTarget:
             raise ConnectionError(f"kafka {self.spec}: {e.args[0].str() if e.args else e}") from None
         topic = md.topics.get(self.spec.path)
         self.partitions = max(len(topic.partitions) if topic is not None and topic.partitions else 1, 1)
+        self._check_size(await loop.run_in_executor(None, self._topic_limit) if topic is not None else None)
+
+    def _topic_limit(self) -> int | None:
+        """The topic's ``max.message.bytes`` as its broker says it, or None if it will not say."""
+        from confluent_kafka.admin import AdminClient, ConfigResource
+
+        try:
+            admin = AdminClient({k: v for k, v in self.config.items() if not k.startswith(("queue.", "message.",
+                                                                                            "linger", "batch", "acks",
+                                                                                            "enable.idem", "max.in",
+                                                                                            "compression"))})
+            res = ConfigResource("topic", self.spec.path)
+            entries = admin.describe_configs([res], request_timeout=self.timeout_s)[res].result(self.timeout_s)
+            return int(entries["max.message.bytes"].value)
+        except Exception:  # noqa: BLE001 - an ACL or an old broker: the producer's own limit still holds
+            return None
+
+    def _check_size(self, topic_limit: int | None) -> None:
+        """An event over the producer's ``message.max.bytes`` or the topic's ``max.message.bytes`` fails every send:
+        ``ValueError`` before the attack, in one line."""
+        size = len(self.payload) + RECORD_OVERHEAD
+        limits = [("the producer's message.max.bytes", int(self.config.get("message.max.bytes", 1_000_000)))]
+        if topic_limit is not None:
+            limits.append((f"topic {self.spec.path}'s max.message.bytes", topic_limit))
+        for what, limit in limits:
+            if size > limit:
+                raise ValueError(f"an event of {len(self.payload):,} bytes (and ~{RECORD_OVERHEAD} of key and headers)"
+                                 f" is over {what} ({limit:,}): give a smaller --payload, or raise the limit")
 
     def start(self, book: Book) -> None:
         self.book = book

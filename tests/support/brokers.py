@@ -23,9 +23,20 @@ def url1(port: int, address: str, user: str = "guest:guest") -> str:
     return f"amqp1://{user}@127.0.0.1:{port}/{address}"
 
 
-def start_amqp_receiver(broker: str, topic: str, target: str, state, *extra) -> subprocess.Popen:
-    mode = target.split(":", 1)[0]  # amqp or amqp1: the receiver of the target's protocol
-    proc = subprocess.Popen([sys.executable, "-m", "agents.receiver", mode, "--url", target, "--telemetry-bootstrap",
+def kafka_url(port: int, topic: str) -> str:
+    return f"kafka://127.0.0.1:{port}/{topic}"
+
+
+def start_receiver(broker: str, topic: str, target: str, state, *extra) -> subprocess.Popen:
+    """The receiver agent of the target's protocol (``amqp``, ``amqp1`` or ``kafka``) on the target's queue or topic,
+    spooling into ``topic`` on ``broker``; once it has said it receives."""
+    mode = target.split(":", 1)[0]
+    if mode == "kafka":
+        bootstrap, _, sut_topic = target.removeprefix("kafka://").partition("/")
+        where = ["--bootstrap", bootstrap, "--topic", sut_topic]
+    else:
+        where = ["--url", target]
+    proc = subprocess.Popen([sys.executable, "-m", "agents.receiver", mode, *where, "--telemetry-bootstrap",
                              broker, "--telemetry-topic", topic, "--state-dir", str(state), "--clock-reference", "none",
                              "--metrics-listen", "none", *extra],
                             cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=open(f"{state}.log", "ab"),
@@ -86,18 +97,19 @@ def sent_of(report: dict, planned: int) -> int:
 
 
 def run_attack(broker, rabbit_port, tmp_path, run_id: str, queue: str, rate: int, seconds: int, extra: str = "",
-               during=None, target: str | None = None) -> tuple[dict, dict, dict]:
-    """One run through RabbitMQ: (the job's summary, the ground truth, the load generator's report)."""
+               during=None, target: str | None = None, args: tuple = ()) -> tuple[dict, dict, dict]:
+    """One run through a real broker (RabbitMQ's queue, or ``target``) with its receiver, the job and the load
+    generator (``args``: more of its flags): (the job's summary, the ground truth, the load generator's report)."""
     topic = f"tel-{run_id}"
     create_topic(broker, topic)
     target = target or url(rabbit_port, queue, extra)
-    procs = [start_amqp_receiver(broker, topic, target, tmp_path / "rx")]
+    procs = [start_receiver(broker, topic, target, tmp_path / "rx")]
     try:
         job = start_job(broker, topic, run_id, tmp_path)
         procs.append(job)
         wait_for_first_batch(broker, topic, run_id, tmp_path / run_id / "batches")
         lg = attack(broker, topic, run_id, target, tmp_path, "--rate", str(rate), "--duration", f"{seconds}s",
-                    "--timeout", "10s")
+                    "--timeout", "10s", *args)
         t = threading.Thread(target=during) if during else None
         if t:
             t.start()

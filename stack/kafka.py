@@ -1,0 +1,150 @@
+"""Apache Kafka on loopback, one KRaft node (broker and controller in one JVM): a SUT of the stack's
+(``make up SUT=kafka``) and the tests'.
+
+The broker is the reference implementation's own jars, ``kafka_2.13`` and ``kafka-tools`` 4.4.0 with their runtime
+dependencies, from the Maven registry (``mvn -C dependency:copy-dependencies``: every file's checksum checked
+against the registry's, a mismatch fails the fetch) into ``.stack/downloads/`` (git-ignored). A node is made once per
+folder (its ``server.properties`` and its storage formatted with a new cluster ID) and runs ``kafka.Kafka`` on the
+machine's Java 17, in a session of its own; stop it by signalling that session's group. Its client port is
+``port``, its controller's ``port + 1``, both on 127.0.0.1.
+
+    proc = start_kafka(port, folder)   # fetches, formats as needed; waits until it serves
+    stop_kafka(proc.pid)
+
+    python -m stack.kafka fetch        # the install step: fetch, nothing else
+"""
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+from core.procs import HOST, stop_session, wait_port
+from core.rundir import ROOT
+
+VERSION = "4.4.0"
+"""The newest 4.x the registry serves here (``kafka_2.13``, ``kafka-tools``)."""
+LOG4J = "2.25.5"
+"""The log4j 2 the broker's jars name; its SLF4J binding, so the broker's warnings reach its log."""
+START_S = 60.0
+"""Seconds a start may take (about 3 here; a JVM on a busy machine, more)."""
+HEAP = "512m"
+CACHE = os.path.join(ROOT, ".stack", "downloads")
+POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>flightwatch</groupId><artifactId>kafka-broker</artifactId><version>{VERSION}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{VERSION}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>{VERSION}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>{LOG4J}</version></dependency>
+  </dependencies>
+</project>
+"""
+LOG_CONFIG = """status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.out.ref = out
+logger.started.name = kafka.server.KafkaRaftServer
+logger.started.level = info
+"""
+
+
+def home(cache: str = CACHE) -> str:
+    return os.path.join(cache, f"kafka-{VERSION}")
+
+
+def fetch(cache: str = CACHE, log=print) -> str:
+    """The folder of the broker's jars, fetched if it is not yet; ``RuntimeError`` saying what failed."""
+    where = home(cache)
+    lib, done_mark = os.path.join(where, "lib"), os.path.join(where, "lib", ".complete")
+    if os.path.exists(done_mark):
+        return lib
+    if shutil.which("mvn") is None:
+        raise RuntimeError("Apache Kafka needs Maven to fetch its jars (apt-get install maven)")
+    os.makedirs(where, exist_ok=True)
+    with open(os.path.join(where, "pom.xml"), "w") as f:
+        f.write(POM)
+    log(f"fetching Apache Kafka {VERSION} and its dependencies from the Maven registry ...")
+    done = subprocess.run(["mvn", "-q", "-B", "-C", "-f", os.path.join(where, "pom.xml"),
+                           "dependency:copy-dependencies", f"-DoutputDirectory={lib}", "-DincludeScope=runtime"],
+                          capture_output=True, text=True)
+    if done.returncode != 0 or not os.path.exists(os.path.join(lib, f"kafka_2.13-{VERSION}.jar")):
+        raise RuntimeError(f"fetching Apache Kafka {VERSION} failed: {(done.stdout + done.stderr).strip()[-300:]}")
+    open(done_mark, "w").close()
+    return lib
+
+
+def server_properties(port: int, data: str) -> str:
+    """One node, broker and controller, on ``HOST:port`` and ``HOST:port+1``; topics of one replica, made when first
+    named; the broker's defaults otherwise (flushed by the OS, as Kafka is run)."""
+    return (f"process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@{HOST}:{port + 1}\n"
+            f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{port + 1}\n"
+            f"advertised.listeners=PLAINTEXT://{HOST}:{port}\ncontroller.listener.names=CONTROLLER\n"
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n"
+            f"log.dirs={data}\nnum.partitions=1\noffsets.topic.replication.factor=1\n"
+            "transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n"
+            "share.coordinator.state.topic.replication.factor=1\nshare.coordinator.state.topic.min.isr=1\n"
+            "group.initial.rebalance.delay.ms=0\n")
+
+
+def _java(lib: str, folder: str, main: str, *args: str) -> list[str]:
+    return ["java", f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={os.path.join(folder, 'log4j2.properties')}",
+            "-cp", os.path.join(lib, "*"), main, *args]
+
+
+def create(lib: str, folder: str, port: int) -> str:
+    """The node's ``server.properties`` in ``folder`` for ``port``, and its storage formatted if it is not yet
+    (``data/`` is its whole state: remove it for an empty broker)."""
+    os.makedirs(folder, exist_ok=True)
+    props, data = os.path.join(folder, "server.properties"), os.path.join(folder, "data")
+    with open(props, "w") as f:
+        f.write(server_properties(port, data))
+    with open(os.path.join(folder, "log4j2.properties"), "w") as f:
+        f.write(LOG_CONFIG)
+    if not os.path.exists(os.path.join(data, "meta.properties")):
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # Kafka's Uuid, as random-uuid
+        done = subprocess.run(_java(lib, folder, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", props),
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"formatting Kafka's storage failed: {(done.stdout + done.stderr).strip()[-300:]}")
+    return props
+
+
+def command(port: int, folder: str) -> list[str]:
+    """The node's command line (fetched and its storage formatted, as needed)."""
+    lib = fetch()
+    return _java(lib, folder, "kafka.Kafka", create(lib, folder, port))
+
+
+def start_kafka(port: int, folder: str, log=subprocess.DEVNULL) -> subprocess.Popen:
+    """The broker on ``HOST:port``, its state in ``folder``; RuntimeError if it cannot be had or does not serve
+    within ``START_S``."""
+    proc = subprocess.Popen(command(port, folder), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    if not wait_port(port, START_S):
+        stop_kafka(proc.pid, kill=True)
+        raise RuntimeError(f"kafka did not listen on port {port} within {START_S:.0f} s")
+    return proc
+
+
+def stop_kafka(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
+    """Stop the broker started as ``pid`` (SIGTERM: a controlled shutdown; ``kill``: SIGKILL, as a crash)."""
+    stop_session(pid, kill, wait_s)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["fetch"]:
+        print("usage: python -m stack.kafka fetch", file=sys.stderr)
+        sys.exit(2)
+    try:
+        print(fetch())
+    except RuntimeError as e:
+        print(f"stack: error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,109 @@
+"""Apache Kafka for real (``make test-brokers``): the reference broker, 4.4 from the Maven registry, one KRaft node on
+free loopback ports; the load generator's Kafka target (librdkafka, acks=all, idempotence on), the Kafka receiver
+agent, the telemetry broker (Tansu) and the streaming job, all real; ground truth from the raw telemetry, as for
+RabbitMQ (``test_rabbitmq``)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from support import ROOT
+from support.brokers import kafka_url, run_attack, sent_of
+
+from core.procs import free_port, wait_port
+from stack import kafka
+
+pytestmark = [pytest.mark.integration, pytest.mark.brokers,
+              pytest.mark.skipif(shutil.which("java") is None, reason="Apache Kafka needs Java 17 (.ci/run has it)")]
+IDEMPOTENT = ("--kafka-option", "enable.idempotence=true")
+
+
+@pytest.fixture(scope="module")
+def apache_kafka(tmp_path_factory):
+    """(port, its folder, the running broker as a one-element list: a test may kill and restart it)."""
+    port, folder = free_port(), str(tmp_path_factory.mktemp("kafka"))
+    procs = [kafka.start_kafka(port, folder, open(os.path.join(folder, "out.log"), "ab"))]
+    try:
+        yield port, folder, procs
+    finally:
+        kafka.stop_kafka(procs[-1].pid)
+
+
+def test_a_run_at_2000_per_s_through_apache_kafka_is_exact(broker, apache_kafka, tmp_path):
+    port, _, _ = apache_kafka
+    s, truth, report = run_attack(broker, port, tmp_path, "akf-exact", "", 2000, 20,
+                                  target=kafka_url(port, "exact"), args=IDEMPOTENT)
+    flight_us = np.percentile(truth["flight_ns"], [50, 90, 99]) / 1e3
+    print(f"\nApache Kafka 2,000/s 20 s: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} "
+          f"errors {s['errors_by_cause']}; flight {s['latency_us']} µs (truth {np.round(flight_us)}); ack "
+          f"p50/p99 {report['latency_us']['p50'] / 1000:.2f}/{report['latency_us']['p99'] / 1000:.2f} ms; "
+          f"{report['cpu']['us_per_event']:.0f} µs CPU an event; verdict {s['verdict']['message']}")
+    assert report["client"]["acks"] == "all" and report["client"]["enable.idempotence"] == "true"
+    n = sent_of(report, 40_000)
+    assert truth["sent"] == s["sent"] == n
+    assert truth["received"] == s["received"] == n and truth["duplicates"] == s["duplicates"] == 0
+    assert s["dropped"] == 0 and s["errors_by_cause"] == {} and report["success_ratio"] == 1.0
+    for q, want in zip(("p50", "p90", "p99"), flight_us):
+        assert s["latency_us"][q] == pytest.approx(want, rel=0.002, abs=2), q
+    assert 0 < report["latency_us"]["p50"]  # the ack latency: the load generator's own figure, apart from flight
+
+
+def test_an_apache_kafka_killed_mid_attack_and_restarted_is_accounted_exactly_and_blamed_on_the_sut(
+        broker, apache_kafka, tmp_path):
+    port, folder, procs = apache_kafka
+
+    def kill_and_restart() -> None:  # 6 s into the attack: kill -9, back 3 s later on its own log
+        time.sleep(6)
+        kafka.stop_kafka(procs[-1].pid, kill=True)
+        time.sleep(3)
+        procs.append(kafka.start_kafka(port, folder, open(os.path.join(folder, "out.log"), "ab")))
+        assert wait_port(port, 60)
+
+    # 30 s: a killed KRaft node serves again ~11 s after its restart (its controller fences the dead incarnation
+    # once its session times out, broker.session.timeout.ms 9 s), and the run must see it back
+    s, truth, report = run_attack(broker, port, tmp_path, "akf-kill", "", 1000, 30, during=kill_and_restart,
+                                  target=kafka_url(port, "killed"), args=IDEMPOTENT)
+    print(f"\nApache Kafka killed: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} duplicates "
+          f"{s['duplicates']} errors {s['errors_by_cause']}; truth: lost {truth['lost']} errored {truth['errored']} "
+          f"(not received {truth['errored_not_received']}) duplicates {truth['duplicates']}; verdict "
+          f"{s['verdict']['state']}: {s['verdict']['message']}")
+    # every send is accounted once: received, dropped (acked and never delivered) or an error by cause
+    assert truth["sent"] == s["sent"] == report["requests"]
+    assert s["received"] == truth["received"] and s["duplicates"] == truth["duplicates"]
+    assert s["errors_by_cause"] == truth["errors_by_cause"]
+    assert s["received"] + s["dropped"] + truth["errored_not_received"] == s["sent"]
+    assert s["dropped"] == truth["lost"] == 0  # a process killed, not the machine: what it acked is in its log
+    assert truth["duplicates"] == 0  # the idempotent producer's retries are written once
+    # the sends of the time it was away waited in the producer (up to --max-inflight, then in the schedule: send
+    # delay), and those past --timeout failed as timeouts; then it served again, every send of the last 5 s answered
+    assert set(s["errors_by_cause"]) <= {"timeout"} and s["latency_us"]["max"] > 3_000_000
+    last = [iv for iv in report["intervals"] if 25 <= iv["second"] < 30]
+    assert sum(iv["completed"] for iv in last) > 0 and sum(iv["errors"] for iv in last) == 0, last
+    assert s["verdict"]["state"] in ("saturated", "degrading")  # the SUT's, not flightwatch's
+
+
+@pytest.mark.parametrize("payload, extra, words", [
+    (2_000_000, (), "over the producer's message.max.bytes (1,000,000)"),
+    (1_060_000, ("--kafka-option", "message.max.bytes=5000000"), "over topic sized's max.message.bytes (1,048,588)"),
+], ids=["producer limit", "topic limit"])
+def test_an_oversized_event_is_one_line_and_exit_2_before_any_send(apache_kafka, tmp_path, payload, extra, words):
+    """The broker's own limit, as it states it (the topic's config), and the producer's: nothing is sent."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    port, _, _ = apache_kafka
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    if "sized" not in admin.list_topics(timeout=30).topics:
+        admin.create_topics([NewTopic("sized", 1, 1)])["sized"].result(30)
+    lg = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s", "--target",
+                         kafka_url(port, "sized"), "--payload", str(payload), *extra, "--no-telemetry",
+                         "--metrics-listen", "none", "--wait", "0s", "--out", str(tmp_path / "lg")],
+                        cwd=ROOT, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none"))
+    errors = [line for line in lg.stderr.splitlines() if "error" in line]
+    assert lg.returncode == 2 and len(errors) == 1 and words in errors[0], lg.stderr[-2000:]
+    assert not (tmp_path / "lg" / "report.json").exists()  # nothing half-written
