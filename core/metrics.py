@@ -34,6 +34,18 @@ def family(kind: str, name: str, text: str, label_names: list[str], samples) -> 
     return f
 
 
+def quantiles(name: str, text: str, label_names: list[str], samples) -> object:
+    """A ``summary`` of quantiles alone: ``samples`` [(label values, quantile label, seconds), ...]. Figures of a
+    window or a second, not cumulative, so no ``_count``/``_sum``; a ``quantile`` label on a gauge is what promtool
+    refuses."""
+    from prometheus_client.core import Metric
+
+    m = Metric(name, text, "summary")
+    for values, q, number in samples:
+        m.add_sample(name, {**dict(zip(label_names, values)), "quantile": q}, float(number))
+    return m
+
+
 def serve(collector, listen: str | None, log=print):
     """Serve ``/metrics`` from ``collector`` (an object with ``collect()``) on ``listen`` in a thread. The server,
     or None if ``listen`` is None or cannot be bound (logged: metrics are never worth a failed run)."""

@@ -63,13 +63,11 @@ class AttackMetrics:
             yield metrics.family("gauge", "flightwatch_loadgen_second_rate",
                                  "the latest complete second's sends and completions", [*LABELS, "outcome"],
                                  [((*k, "sent"), latest["sent"]), ((*k, "completed"), latest["completed"])])
-            yield metrics.family("gauge", "flightwatch_loadgen_request_latency_seconds",
-                                 "the latest complete second's request latency (send stamp to answer)",
-                                 [*LABELS, "quantile"],
-                                 [((*k, q), v / 1e6) for q, v in latest["latency"].items() if v is not None])
-            yield metrics.family("gauge", "flightwatch_loadgen_send_delay_seconds",
-                                 "the latest complete second's send delay (actual - intended send time)",
-                                 [*LABELS, "quantile"],
-                                 [((*k, q), v / 1e6) for q, v in latest["delay"].items() if v is not None])
+            yield metrics.quantiles("flightwatch_loadgen_request_latency_seconds",
+                                    "the latest complete second's request latency (send stamp to answer), by quantile",
+                                    LABELS, [(k, q, v / 1e6) for q, v in latest["latency"].items() if v is not None])
+            yield metrics.quantiles("flightwatch_loadgen_send_delay_seconds",
+                                    "the latest complete second's send delay (actual - intended send time), by quantile",
+                                    LABELS, [(k, q, v / 1e6) for q, v in latest["delay"].items() if v is not None])
         yield metrics.family("gauge", "flightwatch_loadgen_finished", "1 once the attack has ended", LABELS,
                              [(k, finished)])

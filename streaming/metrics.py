@@ -97,7 +97,9 @@ class JobMetrics:
             self._snap = snap
 
     def collect(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from core import metrics
 
         with self._lock:
             s = self._snap
@@ -130,11 +132,8 @@ class JobMetrics:
                                  "flight time in the latest settled window"),
                                 ("flightwatch_run_send_delay", "send_delay_us",
                                  "send delay (actual - intended send time) in the latest settled window")):
-            summary = Metric(f"{name}_seconds", f"{text}, by quantile (of that window, not cumulative)", "summary")
-            for q, v in s[key].items():
-                if q != "max":
-                    summary.add_sample(f"{name}_seconds", {"quantile": q}, v / 1e6)
-            yield summary
+            yield metrics.quantiles(f"{name}_seconds", f"{text}, by quantile (of that window, not cumulative)", [],
+                                    [((), q, v / 1e6) for q, v in s[key].items() if q != "max"])
             if "max" in s[key]:
                 yield _one(GaugeMetricFamily, f"{name}_max_seconds", f"{text}: the largest", s[key]["max"] / 1e6)
         if s["observer_cpu"] is not None:

@@ -27,7 +27,7 @@ def attack_metrics(run: str):
     iv = Interval(0)
     iv.add_send(1000, 2048)
     iv.add_completion(500_000, 202, None, True)
-    attack.second(iv, 1.0, 0, False)
+    attack.second(Interval.from_snapshot(iv.snapshot()), 1.0, 0, False)  # merged from the workers, as in a run
     return attack
 
 
@@ -79,7 +79,11 @@ def test_times_are_seconds_and_the_largest_is_a_gauge_of_its_own():
     assert 'flightwatch_run_flight_time_max_seconds 0.0021' in text
     assert 'quantile="1"' not in text and "_us" not in text
     assert 'flightwatch_run_dropped 1.0' in text and 'kind="dropped"' not in text  # may fall: not a counter
-    assert "_us" not in rendered(collectors()["load generator"])
+    loadgen = rendered(collectors()["load generator"])
+    assert "_us" not in loadgen
+    assert "# TYPE flightwatch_loadgen_request_latency_seconds summary" in loadgen
+    assert 'flightwatch_loadgen_request_latency_seconds{quantile="0.99",sender="loadgen"} 0.0005' in loadgen
+    assert 'flightwatch_loadgen_send_delay_seconds{quantile="0.5",sender="loadgen"} 1e-06' in loadgen
 
 
 def _label_sets(text: str) -> set[str]:
