@@ -90,7 +90,7 @@ test: install lint ## the layers and lint, then the whole test suite (real broke
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not cluster and not brokers" $(PYTEST_ARGS)
 	$(PYTHON) -m pytest -m "serial and not cluster and not brokers" $(PYTEST_ARGS) || test $$? -eq 5
 
-test-brokers: install ## the seeds' real brokers (RabbitMQ from Debian's packages, over AMQP 0-9-1 and 1.0; Artemis from the Maven registry): runs, bad input, kill -9 of the broker; one at a time
+test-brokers: install ## the seeds' real brokers (RabbitMQ from Debian's packages, over AMQP 0-9-1 and 1.0; Artemis and Apache Kafka from the Maven registry): runs, bad input, kill -9 of the broker; one at a time
 	$(PYTHON) -m pytest -m brokers $(PYTEST_ARGS)
 
 test-cluster: install ## the cluster path: Spark standalone clusters, and (as root) seven hosts stood in for by network namespaces; one at a time, ~7 minutes

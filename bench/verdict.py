@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from core.output import State
+
 NS = 10**9
 
 
@@ -56,7 +58,7 @@ def main(argv=None) -> int:
                 s = capacity_run(broker, run_dir, f"verdict{k}", a.pace, ["--capacity", str(a.capacity)])
                 v = s["verdict"]
                 states = [r["state"] for r in v["steps"]]
-                false = [r["step"] for r in v["steps"] if r["step"] in below and r["state"] == "saturated"]
+                false = [r["step"] for r in v["steps"] if r["step"] in below and r["state"] == State.SATURATED]
                 at = v.get("saturated_at") or {}
                 if at.get("step") in below:
                     false.append(f"flagged at step {at['step']}")

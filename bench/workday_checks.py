@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 
+from core.output import State
 from core.rundir import RunPaths
 from runs.compare import RunSample, compare
 
@@ -94,7 +95,7 @@ def _runs(runs, bad: list, fig: dict) -> None:
             got = PACE_RATES.index(row["knee"]) if row["knee"] in PACE_RATES else None
             if got is None or abs(got - want) > 1:
                 bad.append(("verdict", f"{st.name}: knee {row['knee']} not within one step of {PACE_RATES[want]}/s"))
-        elif row["state"] != "ok":
+        elif row["state"] != State.OK:
             bad.append(("verdict", f"{st.name} ({st.run_id}): verdict {row['message']!r}"))
         ref = first.setdefault(st.name, row)
         if ref is not row:

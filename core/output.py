@@ -6,7 +6,23 @@ changes here or nowhere. The merge rules of the partials live here too, written 
 """
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final, TypedDict
+
+
+class State(StrEnum):
+    """A window's, a step's and a run's state: the one list every reader and writer uses. A ``str``, so it is written
+    to JSON and Parquet as its text and compares equal to it."""
+    OK = "ok"
+    DEGRADING = "degrading"
+    OBSERVER_BOUND = "observer-bound"    # flightwatch's own CPU, not the SUT, was the limit
+    LOADGEN_BOUND = "loadgen-bound"      # the generator could not send its schedule
+    SATURATED = "saturated"
+    TELEMETRY_INCOMPLETE = "telemetry-incomplete"  # flightwatch's own telemetry outage: not judged
+
+
+SEVERITY: Final = (State.OK, State.DEGRADING, State.OBSERVER_BOUND, State.LOADGEN_BOUND, State.SATURATED)
+"""The states a judged window can have, mildest first."""
 
 # Window table: one row per window (``window_ns``, the window's start in event time).
 WINDOW: Final = "window_ns"
@@ -125,13 +141,13 @@ class Step(TypedDict):
     success_ratio: float | None
     p50_us: int | None
     p99_us: int | None
-    state: str
+    state: State | None          # the worst that enough of its windows reach
 
 
 class Verdict(TypedDict, total=False):
     """The saturation detector's verdict (``runs.verdict.verdict``)."""
-    state: str                  # ok, degrading, saturated, observer-bound, loadgen-bound, telemetry-incomplete: what
-    message: str                # the message opens with
+    state: State                # the message opens with it
+    message: str
     stalls: list[dict]          # start_ns, end_ns (window edges), held: shortfalls that drained (not saturation)
     telemetry_incomplete_windows: int  # windows flightwatch's own telemetry outage left unjudged
     saturated_at: dict | None   # window_ns, step, rate, evidence

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from core import output
+from core.output import State
 
 SETTLE_WINDOWS = 2
 SATURATED_RATIO = 0.90
@@ -65,11 +66,9 @@ DRAIN_SLACK = 0.1
 """Drained: the deficit (sent - received since the episode began) is at most this share of a window's sends."""
 STALL_LIMIT_WINDOWS = 5
 """A shortfall this many windows long is saturation, not a stall, even if it drains afterwards."""
-INCOMPLETE = "telemetry-incomplete"
 BACKLOG_SECONDS = 0.5
 """A backlog counts once more than half a second of sends is in flight (start-up fills the pipe)."""
 DEFAULT_LATENCY_BOUND_US = 500_000.0
-STATES = ("ok", "degrading", "observer-bound", "loadgen-bound", "saturated")
 
 
 def _node_max(w: pd.DataFrame, metric: str) -> pd.Series:
@@ -189,7 +188,7 @@ def assess_windows(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_00
     if not incomplete.any():
         return judged
     # the telemetry broker lost records of these: their figures are not the SUT's, and they are judged apart
-    rest = w[incomplete].assign(step=step_of(w["window_ns"].to_numpy()[incomplete], steps, window_ns), state=INCOMPLETE,
+    rest = w[incomplete].assign(step=step_of(w["window_ns"].to_numpy()[incomplete], steps, window_ns), state=State.TELEMETRY_INCOMPLETE,
                                 reasons=[["flightwatch's telemetry incomplete (its broker lost records)"]] * int(incomplete.sum()))
     return pd.concat([judged, rest]).sort_values("window_ns").reset_index(drop=True) if len(judged) else rest
 
@@ -237,7 +236,7 @@ def _signals(w: pd.DataFrame, steps: list[dict], window_ns: int) -> dict[str, np
             "lost": sum((w[c].fillna(0).to_numpy(float) for c in (output.DROPPED, output.ERRORS) if c in w), np.zeros(n))}
 
 
-def _judge(k: int, s: dict[str, np.ndarray], e: dict | None) -> tuple[str, list[str]]:
+def _judge(k: int, s: dict[str, np.ndarray], e: dict | None) -> tuple[State, list[str]]:
     """Window ``k``'s state and the reasons for it, from the signals and the shortfall episode it is in."""
     why = []
     ratio, gap, grown, loadgen_short = s["ratio"][k], bool(s["gap"][k]), s["grown"][k], s["loadgen_short"][k]
@@ -266,16 +265,16 @@ def _judge(k: int, s: dict[str, np.ndarray], e: dict | None) -> tuple[str, list[
     if s["oom"][k]:
         why.append(f"OOM kills {s['oom'][k]}")
     if s["observer_bound"][k]:  # flightwatch's own CPU: nothing else this window shows is the SUT's fault
-        return "observer-bound", why + [s["observer_why"][k]]
+        return State.OBSERVER_BOUND, why + [s["observer_why"][k]]
     if loadgen_short and ratio >= DEGRADING_RATIO and not grown and not gap:
-        return "loadgen-bound", why
+        return State.LOADGEN_BOUND, why
     if e is not None and e["kind"] == "saturated":
-        return "saturated", why
+        return State.SATURATED, why
     if why or ratio < DEGRADING_RATIO:
         if ratio < DEGRADING_RATIO and not any(x.startswith("received/sent") for x in why):
             why.insert(0, f"received/sent {ratio:.2f}")
-        return "degrading", why
-    return "ok", why
+        return State.DEGRADING, why
+    return State.OK, why
 
 
 def assess_complete(w: pd.DataFrame, steps: list[dict], window_ns: int) -> pd.DataFrame:

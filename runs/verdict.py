@@ -4,37 +4,37 @@ profile and the knee."""
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from core import output
+from core.output import SEVERITY, State
 from runs.saturation import (
     CONFIRM_WINDOWS,
     DEFAULT_LATENCY_BOUND_US,
-    INCOMPLETE,
     KNEE_RATIO,
     OBSERVER_DISTURBED_FACTOR,
     OBSERVER_LASTED_SHARE,
     OBSERVER_LASTED_WINDOWS,
     OBSERVER_MAJORITY,
-    STATES,
     assess_windows,
     step_counts,
 )
 
 
-def _step_state(states: list[str]) -> str | None:
+def _step_state(states: list[str]) -> State | None:
     """A step's state: the worst that at least ``CONFIRM_WINDOWS`` of its windows reach (one busy second at
     start-up or one p99 blip is noise, not the step's state); a lone saturated window (a gap) still shows as
     degrading."""
     if not states:
         return None
-    sev = np.array([STATES.index(x) for x in states])
-    for level in range(len(STATES) - 1, 0, -1):
+    sev = np.array([SEVERITY.index(x) for x in states])
+    for level in range(len(SEVERITY) - 1, 0, -1):
         if (sev >= level).sum() >= CONFIRM_WINDOWS:
-            return STATES[level]
-    return "degrading" if sev.max() == STATES.index("saturated") else "ok"
+            return SEVERITY[level]
+    return State.DEGRADING if sev.max() == SEVERITY.index(State.SATURATED) else State.OK
 
 
 def _outside_steps(window_ns: int, steps: list[dict]) -> str:
@@ -104,68 +104,77 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
     stall its exact interval.
     """
     everything = assess_windows(w, steps, window_ns)
-    out: output.Verdict = {"state": "ok", "saturated_at": None, "knee": None, "steps": [], "stalls": [],
+    out: output.Verdict = {"state": State.OK, "saturated_at": None, "knee": None, "steps": [], "stalls": [],
                            "message": "no settled windows yet" if everything.empty else "", "latency_bound_us": latency_bound_us}
     if everything.empty:
         return out
-    lost = everything["state"] == INCOMPLETE
+    lost = everything["state"] == State.TELEMETRY_INCOMPLETE
     a = everything[~lost].reset_index(drop=True)
     out["telemetry_incomplete_windows"] = int(lost.sum())
     outage = _outage(everything[lost], steps, everything["window_ns"].iloc[0], outages or [])
     if a.empty:
-        out.update(state=INCOMPLETE, message=f"{INCOMPLETE}: {outage}")
-        return out
-    out["stalls"] = _stalls(a, window_ns, gaps or [])
-    _headline(out, a, steps)
-    if out["stalls"]:
-        st = out["stalls"]
-        out["message"] += (f"; {len(st)} stall{'s' if len(st) > 1 else ''} that drained (the SUT paused and caught up): "
-                           + ", ".join(f"{_clock(s['start_ns'])} for {(s['end_ns'] - s['start_ns']) / 1e9:.1f} s, "
-                                       f"{s['held']:,} events held" for s in st[:3]) + (", ..." if len(st) > 3 else ""))
+        return {**out, "state": State.TELEMETRY_INCOMPLETE, "message": f"{State.TELEMETRY_INCOMPLETE}: {outage}"}
+    head = _headline(a, steps)
+    out.update(head.fields, state=head.state, message=head.message, stalls=_stalls(a, window_ns, gaps or []))
+    notes = [_stalls_note(out["stalls"])] if out["stalls"] else []
     if outage:
-        out["message"] += f"; {outage}"
-    observer = a[a["state"] == "observer-bound"]
+        notes.append(outage)
+    observer = a[a["state"] == State.OBSERVER_BOUND]
     out["observer_bound_windows"] = int(len(observer))
     if len(observer) >= CONFIRM_WINDOWS:
         ob = observer.iloc[0]
         out["observer_bound_at"] = {"window_ns": int(ob["window_ns"]), "step": int(ob["step"]) + 1 if ob["step"] >= 0 else None}
-        if not out["message"].startswith("observer-bound"):
-            out["message"] += "; " + _observer_windows(observer, steps, everything["window_ns"].iloc[0], window_ns)
+        if head.state != State.OBSERVER_BOUND:
+            notes.append(_observer_windows(observer, steps, everything["window_ns"].iloc[0], window_ns))
+    out["message"] = "; ".join([head.message, *notes])
     out["steps"] = _profile(a, steps, window_ns, step_figures)
     out["knee"] = _knee(out["steps"], out["saturated_at"]["step"] if out["saturated_at"] else None, latency_bound_us)
     return out
 
 
-def _headline(out: output.Verdict, a: pd.DataFrame, steps: list[dict]) -> None:
+def _stalls_note(st: list[dict]) -> str:
+    return (f"{len(st)} stall{'s' if len(st) > 1 else ''} that drained (the SUT paused and caught up): "
+            + ", ".join(f"{_clock(s['start_ns'])} for {(s['end_ns'] - s['start_ns']) / 1e9:.1f} s, "
+                        f"{s['held']:,} events held" for s in st[:3]) + (", ..." if len(st) > 3 else ""))
+
+
+class Headline(NamedTuple):
+    """The state a verdict opens with, its message, and the verdict's fields it sets (``saturated_at``, ...)."""
+    state: State
+    message: str
+    fields: dict
+
+
+def _headline(a: pd.DataFrame, steps: list[dict]) -> Headline:
     """The verdict's state and the message it opens with: where saturation began (with its evidence), else
-    observer-bound, loadgen-bound, degrading or ok."""
-    sat = (a["state"] == "saturated").to_numpy()
+    observer-bound, loadgen-bound, degrading or ok: the first of them that holds."""
+    sat = (a["state"] == State.SATURATED).to_numpy()
     run = np.convolve(sat.astype(int), np.ones(CONFIRM_WINDOWS, int), "valid") == CONFIRM_WINDOWS
     first = int(np.flatnonzero(run)[0]) if run.any() else None
-    num_observer = int((a["state"] == "observer-bound").sum())
+    num_observer = int((a["state"] == State.OBSERVER_BOUND).sum())
     if first is not None and num_observer > OBSERVER_MAJORITY * len(a):
         first = None  # flightwatch was the limit in most of the run: the few windows left do not convict the SUT
     if first is not None:
         r = a.iloc[first]
         step = int(r["step"])
         ev = list(r["reasons"])
-        out["saturated_at"] = {"window_ns": int(r["window_ns"]), "step": step + 1 if step >= 0 else None,
-                               "rate": steps[step]["rate"] if step >= 0 else None, "evidence": ev}
         where = f"step {step + 1} ({steps[step]['rate']:,.0f}/s)" if step >= 0 else _outside_steps(int(r["window_ns"]), steps)
-        out["message"] = f"saturated at {where}: " + ", ".join(ev)
-    elif (why := observer_weighs(a)) is not None:
-        ob = a[a["state"] == "observer-bound"].iloc[0]
-        out["message"] = ("observer-bound: " + ", ".join(ob["reasons"]) + f"; {why}"
-                          + " (flightwatch itself, not the SUT, is the limit: run it on another machine)")
-    elif (a["state"] == "loadgen-bound").sum() >= CONFIRM_WINDOWS:
-        lb = a[a["state"] == "loadgen-bound"].iloc[0]
-        out["message"] = "loadgen-bound: " + ", ".join(lb["reasons"]) + " (the generator, not the SUT, is the limit)"
-        out["loadgen_bound_at"] = {"window_ns": int(lb["window_ns"]), "step": int(lb["step"]) + 1 if lb["step"] >= 0 else None}
-    else:
-        now = a["state"].iloc[-1]
-        out["message"] = "degrading: " + ", ".join(a["reasons"].iloc[-1]) if now == "degrading" else "ok"
-    out["state"] = next((s for s in ("saturated", "observer-bound", "loadgen-bound", "degrading", "ok")
-                         if out["message"].startswith(s)), "ok")  # the state is what the message says
+        return Headline(State.SATURATED, f"{State.SATURATED} at {where}: " + ", ".join(ev), {"saturated_at": {
+            "window_ns": int(r["window_ns"]), "step": step + 1 if step >= 0 else None,
+            "rate": steps[step]["rate"] if step >= 0 else None, "evidence": ev}})
+    if (why := observer_weighs(a)) is not None:
+        ob = a[a["state"] == State.OBSERVER_BOUND].iloc[0]
+        return Headline(State.OBSERVER_BOUND, f"{State.OBSERVER_BOUND}: " + ", ".join(ob["reasons"]) + f"; {why}"
+                        " (flightwatch itself, not the SUT, is the limit: run it on another machine)", {})
+    if (a["state"] == State.LOADGEN_BOUND).sum() >= CONFIRM_WINDOWS:
+        lb = a[a["state"] == State.LOADGEN_BOUND].iloc[0]
+        return Headline(State.LOADGEN_BOUND, f"{State.LOADGEN_BOUND}: " + ", ".join(lb["reasons"])
+                        + " (the generator, not the SUT, is the limit)",
+                        {"loadgen_bound_at": {"window_ns": int(lb["window_ns"]),
+                                              "step": int(lb["step"]) + 1 if lb["step"] >= 0 else None}})
+    if a["state"].iloc[-1] == State.DEGRADING:
+        return Headline(State.DEGRADING, f"{State.DEGRADING}: " + ", ".join(a["reasons"].iloc[-1]), {})
+    return Headline(State.OK, str(State.OK), {})
 
 
 def _longest_run(flags: np.ndarray) -> int:
@@ -183,7 +192,7 @@ def observer_weighs(a: pd.DataFrame) -> str | None:
     ``OBSERVER_LASTED_WINDOWS`` in a row), or when it changed what was measured (in its windows, the send delay's or
     the flight time's p99 over ``OBSERVER_DISTURBED_FACTOR`` times the run's undisturbed level: the median of the
     other windows' p99). A few busy windows (the job's start-up) that changed nothing are named, not headlined."""
-    ob = (a["state"] == "observer-bound").to_numpy()
+    ob = (a["state"] == State.OBSERVER_BOUND).to_numpy()
     n = int(ob.sum())
     if n < CONFIRM_WINDOWS:
         return None
@@ -246,7 +255,7 @@ def _knee(rows: list[output.Step], sat_step: int | None, latency_bound_us: float
         if sat_step is not None and row["step"] >= sat_step:
             break
         if row["success_ratio"] is not None and row["success_ratio"] >= KNEE_RATIO and row["p99_us"] is not None \
-                and row["p99_us"] <= latency_bound_us and row["state"] in ("ok", "degrading") \
+                and row["p99_us"] <= latency_bound_us and row["state"] in (State.OK, State.DEGRADING) \
                 and (knee is None or row["rate"] > knee["rate"]):
             knee = {"step": row["step"], "rate": row["rate"], "p99_us": row["p99_us"]}
     return knee

@@ -38,7 +38,6 @@ from runs.table import PERCENTILES, percentile_figures
 QUANTILES = {f"p{p}": str(p / 100) for p in PERCENTILES} | {"max": "max"}
 """The window table's figure names (``latency_us_p99``, ...) and the ``quantile`` label each is exported as (the
 largest goes to a ``_max_seconds`` gauge of its own: a quantile of 1 on a gauge cannot be aggregated)."""
-VERDICT_STATES = ("ok", "degrading", "saturated", "loadgen-bound", "observer-bound", "telemetry-incomplete")
 
 
 def window_figures(parts: list | None) -> dict[str, float]:
@@ -141,8 +140,8 @@ class JobMetrics:
                        "cores used by flightwatch itself in the latest settled window", s["observer_cpu"])
         v = GaugeMetricFamily("flightwatch_run_verdict", "1 for the saturation verdict's current state",
                               labels=["state"])
-        for state in VERDICT_STATES:
-            v.add_metric([state], 1.0 if s["state"] == state else 0.0)
+        for state in output.State:
+            v.add_metric([state.value], 1.0 if s["state"] == state else 0.0)
         yield v
 
     def serve(self, listen: str, log=print) -> bool:

@@ -21,6 +21,7 @@ if ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from core import settings  # noqa: E402
+from core.output import State  # noqa: E402
 from runs.reader import RunReader  # noqa: E402
 from ui import charts, data  # noqa: E402
 
@@ -112,8 +113,8 @@ def live_view(view: data.RunView, live: bool, log_latency: bool) -> None:
     banner = data.saturation(view)
     if banner:
         state, message = banner
-        show = st.error if state == "saturated" else st.info if state == "ok" else st.warning
-        show(data.plain(message) if state == "ok" else f"{state.upper()}: {data.plain(message)}")
+        show = st.error if state == State.SATURATED else st.info if state == State.OK else st.warning
+        show(data.plain(message) if state == State.OK else f"{state.upper()}: {data.plain(message)}")
     for note in data.integrity_notes(view):
         st.warning(note)
     tiles(view, live)

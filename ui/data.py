@@ -233,21 +233,18 @@ def headline(view: RunView, now_ns: int | None = None, run: RunReader | None = N
             "received_rate": float(last[output.RECEIVED].iloc[-1]) if len(last) else 0.0, "p99_recent_us": p99_recent}
 
 
-def saturation(view: RunView) -> tuple[str, str] | None:
+def saturation(view: RunView) -> tuple[output.State, str] | None:
     """The saturation detector's verdict (``runs.saturation``, as in the run's summary) for the banner:
     (state, message), or None while all is well."""
     v = view.summary.get("verdict") or {}
-    if v.get("saturated_at"):
-        return "saturated", v["message"]
-    if v.get("state") == "observer-bound":
-        return "observer-bound", v["message"]
-    if v.get("loadgen_bound_at"):
-        return "loadgen-bound", v["message"]
-    if v.get("state") in ("degrading", "telemetry-incomplete"):
-        return v["state"], v["message"]
+    if not v.get("state"):
+        return None
+    state = output.State(v["state"])
+    if state != output.State.OK:
+        return state, v["message"]
     if v.get("telemetry_incomplete_windows") or v.get("stalls") or v.get("observer_bound_at"):
         # ok, with flightwatch's outage, a stall or a few windows where flightwatch itself was the limit named
-        return "ok", v["message"]
+        return state, v["message"]
     return None
 
 
