@@ -2,11 +2,10 @@
 (``make up SUT=kafka``) and the tests'.
 
 The broker is the reference implementation's own jars, ``kafka_2.13`` and ``kafka-tools`` 4.4.0 with their runtime
-dependencies, from the Maven registry (``mvn -C dependency:copy-dependencies``: every file's checksum checked
-against the registry's, a mismatch fails the fetch) into ``.stack/downloads/`` (git-ignored). A node is made once per
-folder (its ``server.properties`` and its storage formatted with a new cluster ID) and runs ``kafka.Kafka`` on the
-machine's Java 17, in a session of its own; stop it by signalling that session's group. Its client port is
-``port``, its controller's ``port + 1``, both on 127.0.0.1.
+dependencies, from the Maven registry (``stack.maven``: every file's checksum checked against the registry's) into
+``.stack/downloads/`` (git-ignored). A node is made once per folder (its ``server.properties`` and its storage
+formatted with a new cluster ID) and runs ``kafka.Kafka`` on the machine's Java 17, in a session of its own; stop it
+by signalling that session's group. Its client port is ``port``, its controller's ``port + 1``, both on 127.0.0.1.
 
     proc = start_kafka(port, folder)   # fetches, formats as needed; waits until it serves
     stop_kafka(proc.pid)
@@ -17,13 +16,12 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
 import subprocess
 import sys
 import uuid
 
 from core.procs import HOST, stop_session, wait_port
-from core.rundir import ROOT
+from stack import maven
 
 VERSION = "4.4.0"
 """The newest 4.x the registry serves here (``kafka_2.13``, ``kafka-tools``)."""
@@ -32,18 +30,8 @@ LOG4J = "2.25.5"
 START_S = 60.0
 """Seconds a start may take (about 3 here; a JVM on a busy machine, more)."""
 HEAP = "512m"
-CACHE = os.path.join(ROOT, ".stack", "downloads")
-POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>flightwatch</groupId><artifactId>kafka-broker</artifactId><version>{VERSION}</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{VERSION}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>{VERSION}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>{LOG4J}</version></dependency>
-  </dependencies>
-</project>
-"""
+ARTIFACTS = [("org.apache.kafka", "kafka_2.13", VERSION), ("org.apache.kafka", "kafka-tools", VERSION),
+             ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J)]
 LOG_CONFIG = """status = warn
 appender.out.type = Console
 appender.out.name = out
@@ -56,29 +44,10 @@ logger.started.level = info
 """
 
 
-def home(cache: str = CACHE) -> str:
-    return os.path.join(cache, f"kafka-{VERSION}")
-
-
-def fetch(cache: str = CACHE, log=print) -> str:
-    """The folder of the broker's jars, fetched if it is not yet; ``RuntimeError`` saying what failed."""
-    where = home(cache)
-    lib, done_mark = os.path.join(where, "lib"), os.path.join(where, "lib", ".complete")
-    if os.path.exists(done_mark):
-        return lib
-    if shutil.which("mvn") is None:
-        raise RuntimeError("Apache Kafka needs Maven to fetch its jars (apt-get install maven)")
-    os.makedirs(where, exist_ok=True)
-    with open(os.path.join(where, "pom.xml"), "w") as f:
-        f.write(POM)
-    log(f"fetching Apache Kafka {VERSION} and its dependencies from the Maven registry ...")
-    done = subprocess.run(["mvn", "-q", "-B", "-C", "-f", os.path.join(where, "pom.xml"),
-                           "dependency:copy-dependencies", f"-DoutputDirectory={lib}", "-DincludeScope=runtime"],
-                          capture_output=True, text=True)
-    if done.returncode != 0 or not os.path.exists(os.path.join(lib, f"kafka_2.13-{VERSION}.jar")):
-        raise RuntimeError(f"fetching Apache Kafka {VERSION} failed: {(done.stdout + done.stderr).strip()[-300:]}")
-    open(done_mark, "w").close()
-    return lib
+def fetch(log=print) -> str:
+    """The folder of the broker's jars (and ``kafka-tools``': ``kafka-producer-perf-test`` is
+    ``org.apache.kafka.tools.ProducerPerformance``), fetched if it is not yet; ``RuntimeError`` saying what failed."""
+    return maven.fetch(f"kafka-{VERSION}", ARTIFACTS, f"Apache Kafka {VERSION}", log=log)
 
 
 def server_properties(port: int, data: str) -> str:
