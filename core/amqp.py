@@ -148,6 +148,29 @@ def quiet_clients() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def coalesce_pika_writes() -> None:
+    """pika 1.4's transport writes what it has buffered one frame at a time: three ``send()`` calls a publish (method,
+    header, body). In the load generator at 5,000/s those calls were 30% of its samples (py-spy). Patched here, once
+    per process, to join what is buffered into one ``send()`` a writable turn; pika's own loop does the rest (partial
+    sends, errors, its TLS transport on top)."""
+    from pika.adapters.utils import io_services_utils as io
+
+    base = io._AsyncTransportBase
+    if getattr(base._produce, "coalesced", False):
+        return
+    original = base._produce
+
+    def _produce(self) -> None:
+        buffers = self._tx_buffers
+        if len(buffers) > 1:
+            joined = b"".join(buffers)
+            buffers.clear()
+            buffers.append(joined)
+        original(self)
+    _produce.coalesced = True
+    base._produce = _produce
+
+
 def close_cause(error: BaseException | None) -> str:
     """A connection or channel close as a short, stable cause: the broker's reply text's first word (``NOT_FOUND``,
     ``ACCESS_REFUSED``, ``PRECONDITION_FAILED``, ...) or the exception's kind."""

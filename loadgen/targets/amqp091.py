@@ -12,6 +12,7 @@ meanwhile fail at once as ``not connected``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 
@@ -68,6 +69,8 @@ class Amqp091Target:
 
     async def _open(self) -> None:
         from pika.adapters.asyncio_connection import AsyncioConnection
+
+        amqp.coalesce_pika_writes()
 
         loop = asyncio.get_running_loop()
         self._opened = loop.create_future()
@@ -186,7 +189,9 @@ class Amqp091Target:
 
         method = frame.method
         error = None if isinstance(method, pika.spec.Basic.Ack) else "nack"
-        tags = [t for t in self.pending if t <= method.delivery_tag] if method.multiple else [method.delivery_tag]
+        # ``pending`` is in publish order (tags rise): a multiple confirm's tags are its head, not a scan of it all
+        tags = (list(itertools.takewhile(method.delivery_tag.__ge__, self.pending)) if method.multiple
+                else [method.delivery_tag])
         book, returned = self.book, self.returned
         for tag in tags:
             entry = self.pending.pop(tag, None)
