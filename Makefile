@@ -108,7 +108,7 @@ soak: up ## 15 minutes at 2,000 events/s through the stack (MINUTES=30 RATE=5000
 workday: install ## a day of testing, compressed: make up, 9 attacks over 45 minutes with idle stretches, every process's CPU, memory and logs (SHORT=1: 12 minutes, 3 runs)
 	$(PYTHON) -m bench.workday $(if $(SHORT),--short) $(if $(MINUTES),--minutes $(MINUTES))
 
-bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the executors' join state (commit protocol vs Spark's state store), the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, change-point detectors
+bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the executors' join state (commit protocol vs Spark's state store), the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, change-point detectors, each transport's generator beside the broker's own tool (RabbitMQ PerfTest, artemis perf, kafka-producer-perf-test)
 	$(PYTHON) -m bench.footprint
 	$(PYTHON) -m bench.encoding
 	$(PYTHON) -m bench.loadgen
@@ -121,6 +121,7 @@ bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load 
 	$(PYTHON) -m bench.verdict
 	$(PYTHON) -m bench.compare
 	$(PYTHON) -m bench.changepoints
+	$(PYTHON) -m bench.transports
 
 spark-cluster: install ## a Spark standalone master + SPARK_WORKERS workers on 127.0.0.1:7077 (then: make stream SPARK_MASTER=spark://127.0.0.1:7077)
 	$(PYTHON) -m stack.spark up --workers $(SPARK_WORKERS)
