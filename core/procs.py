@@ -173,6 +173,17 @@ def wait_for(checks: dict, bound_s: float, log=print, first_s: float = 0.5, most
         delay = min(delay * 2, most_s)
 
 
+def start_server(cmd: list[str], port: int, start_s: float, what: str, log=subprocess.DEVNULL,
+                 env: dict | None = None) -> subprocess.Popen:
+    """A server (a broker: a script, its VM, its helpers) in a session of its own, once it listens on ``port``;
+    ``RuntimeError`` (the session killed) if it does not within ``start_s``. Stop it with ``stop_session``."""
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    if not wait_port(port, start_s):
+        stop_session(proc.pid, kill=True)
+        raise RuntimeError(f"{what} did not listen on port {port} within {start_s:.0f} s")
+    return proc
+
+
 def stop_session(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
     """Stop every process of the session that ``pid`` leads (a broker started with ``start_new_session``: its
     script, its VM, its helpers): SIGTERM (``kill``: SIGKILL at once, as a crash), then SIGKILL after ``wait_s``."""

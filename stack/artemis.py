@@ -20,8 +20,9 @@ import subprocess
 import sys
 import tarfile
 
-from core.procs import HOST, stop_session, wait_port
+from core.procs import HOST, start_server, stop_session
 from core.rundir import ROOT
+from stack import maven
 
 VERSION = "2.40.0"
 ARTIFACT = f"org.apache.activemq:apache-artemis:{VERSION}:tar.gz:bin"
@@ -102,12 +103,7 @@ def prepare(port: int, folder: str) -> str:
 def start_artemis(port: int, folder: str, log=subprocess.DEVNULL) -> subprocess.Popen:
     """The broker on ``HOST:port``, its instance in ``folder``; RuntimeError if it cannot be had or does not serve
     within ``START_S``."""
-    instance = prepare(port, folder)
-    proc = subprocess.Popen(command(instance), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    if not wait_port(port, START_S):
-        stop_artemis(proc.pid, kill=True)
-        raise RuntimeError(f"artemis did not listen on port {port} within {START_S:.0f} s")
-    return proc
+    return start_server(command(prepare(port, folder)), port, START_S, "artemis", log)
 
 
 def stop_artemis(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
@@ -116,11 +112,4 @@ def stop_artemis(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["fetch"]:
-        print("usage: python -m stack.artemis fetch", file=sys.stderr)
-        sys.exit(2)
-    try:
-        print(fetch())
-    except RuntimeError as e:
-        print(f"stack: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(maven.fetch_main("stack.artemis", fetch))

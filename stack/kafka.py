@@ -20,7 +20,7 @@ import subprocess
 import sys
 import uuid
 
-from core.procs import HOST, stop_session, wait_port
+from core.procs import HOST, start_server, stop_session
 from stack import maven
 
 VERSION = "4.4.0"
@@ -96,11 +96,7 @@ def command(port: int, folder: str) -> list[str]:
 def start_kafka(port: int, folder: str, log=subprocess.DEVNULL) -> subprocess.Popen:
     """The broker on ``HOST:port``, its state in ``folder``; RuntimeError if it cannot be had or does not serve
     within ``START_S``."""
-    proc = subprocess.Popen(command(port, folder), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    if not wait_port(port, START_S):
-        stop_kafka(proc.pid, kill=True)
-        raise RuntimeError(f"kafka did not listen on port {port} within {START_S:.0f} s")
-    return proc
+    return start_server(command(port, folder), port, START_S, "kafka", log)
 
 
 def stop_kafka(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
@@ -109,11 +105,4 @@ def stop_kafka(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["fetch"]:
-        print("usage: python -m stack.kafka fetch", file=sys.stderr)
-        sys.exit(2)
-    try:
-        print(fetch())
-    except RuntimeError as e:
-        print(f"stack: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(maven.fetch_main("stack.kafka", fetch))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 from core.rundir import ROOT
 
@@ -47,3 +48,16 @@ def fetch(name: str, artifacts: list[tuple[str, str, str]], what: str, cache: st
         raise RuntimeError(f"fetching {what} failed: {(done.stdout + done.stderr).strip()[-300:] or missing}")
     open(os.path.join(lib, DONE), "w").close()
     return lib
+
+
+def fetch_main(module: str, fetch) -> int:
+    """``python -m MODULE fetch``: the install step's fetch and nothing else; its folder printed, or one line and 2."""
+    if sys.argv[1:] != ["fetch"]:
+        print(f"usage: python -m {module} fetch", file=sys.stderr)
+        return 2
+    try:
+        print(fetch())
+    except RuntimeError as e:
+        print(f"stack: error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 
-from core.procs import HOST, stop_session, wait_port
+from core.procs import HOST, start_server, stop_session
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 """The server's own script: the one in /usr/sbin switches to the rabbitmq user and its home."""
@@ -67,12 +67,7 @@ def start_rabbitmq(amqp_port: int, folder: str, log=subprocess.DEVNULL) -> subpr
     installed or does not serve AMQP within ``START_S``."""
     if not installed():
         raise RuntimeError(INSTALL_HINT)
-    proc = subprocess.Popen(command(), stdout=log, stderr=subprocess.STDOUT, env=environment(amqp_port, folder),
-                            start_new_session=True)
-    if not wait_port(amqp_port, START_S):
-        stop_rabbitmq(proc.pid, kill=True)
-        raise RuntimeError(f"rabbitmq did not serve AMQP on port {amqp_port} within {START_S:.0f} s")
-    return proc
+    return start_server(command(), amqp_port, START_S, "rabbitmq", log, env=environment(amqp_port, folder))
 
 
 def stop_rabbitmq(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:

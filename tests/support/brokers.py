@@ -11,8 +11,47 @@ import time
 
 import numpy as np
 
-from core.procs import stop_process
+from core.procs import free_port, stop_process, wait_port
 from support import ROOT, create_topic, job_command, job_env, telemetry, wait_for_first_batch
+
+
+class Broker:
+    """A real broker of a module's tests: ``start(port, folder, log)`` and ``stop(pid, kill=False)`` (``stack``'s),
+    on a free port, its state in ``folder``; ``procs`` holds every process it ran as (a test may kill and restart
+    it), the last one running."""
+
+    def __init__(self, start, stop, folder: str) -> None:
+        self.start, self.stop, self.folder, self.port = start, stop, folder, free_port()
+        self.procs = [self._started()]
+
+    def _started(self):
+        return self.start(self.port, self.folder, open(os.path.join(self.folder, "out.log"), "ab"))
+
+    def __iter__(self):  # port, folder, procs = broker
+        return iter((self.port, self.folder, self.procs))
+
+    def kill_and_restart(self, after_s: float = 6, down_s: float = 3):
+        """A ``during`` for ``run_attack``: kill -9 ``after_s`` into the attack, started again ``down_s`` later on
+        its own state (log, journal, Mnesia)."""
+        def during() -> None:
+            time.sleep(after_s)
+            self.stop(self.procs[-1].pid, kill=True)
+            time.sleep(down_s)
+            self.procs.append(self._started())
+            assert wait_port(self.port, 60)
+        return during
+
+    def close(self) -> None:
+        self.stop(self.procs[-1].pid)
+
+
+def running(start, stop, tmp_path_factory, name: str):
+    """A module fixture's body: the broker, stopped after the module's tests."""
+    b = Broker(start, stop, str(tmp_path_factory.mktemp(name)))
+    try:
+        yield b
+    finally:
+        b.close()
 
 
 def url(port: int, queue: str, extra: str = "", user: str = "guest:guest", vhost: str = "%2F") -> str:

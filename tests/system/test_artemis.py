@@ -7,14 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from support import ROOT
-from support.brokers import run_attack, sent_of, url1
+from support.brokers import run_attack, running, sent_of, url1
 
-from core.procs import free_port, wait_port
 from stack import artemis
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers,
@@ -24,13 +22,7 @@ LOGIN = f"{artemis.USER}:{artemis.PASSWORD}"
 
 @pytest.fixture(scope="module")
 def broker_artemis(tmp_path_factory):
-    """(port, its folder, the running broker as a one-element list: a test may kill and restart it)."""
-    port, folder = free_port(), str(tmp_path_factory.mktemp("artemis"))
-    procs = [artemis.start_artemis(port, folder, open(os.path.join(folder, "out.log"), "ab"))]
-    try:
-        yield port, folder, procs
-    finally:
-        artemis.stop_artemis(procs[-1].pid)
+    yield from running(artemis.start_artemis, artemis.stop_artemis, tmp_path_factory, "artemis")
 
 
 def test_a_run_at_1000_per_s_through_artemis_is_exact(broker, broker_artemis, tmp_path):
@@ -65,15 +57,8 @@ def test_bad_input_to_artemis_is_one_line_and_exit_2(broker, broker_artemis, tmp
 
 
 def test_an_artemis_killed_mid_attack_and_restarted_is_accounted_exactly(broker, broker_artemis, tmp_path):
-    port, folder, procs = broker_artemis
-
-    def kill_and_restart() -> None:  # 6 s into the attack: kill -9, back 3 s later on its own journal
-        time.sleep(6)
-        artemis.stop_artemis(procs[-1].pid, kill=True)
-        time.sleep(3)
-        procs.append(artemis.start_artemis(port, folder, open(os.path.join(folder, "out.log"), "ab")))
-        assert wait_port(port, 60)
-
+    port, _, _ = broker_artemis
+    kill_and_restart = broker_artemis.kill_and_restart()  # 6 s into the attack: kill -9, back 3 s later on its journal
     s, truth, report = run_attack(broker, port, tmp_path, "art-kill", "", 500, 25, during=kill_and_restart,
                                   target=url1(port, "flightwatch.sut", user=LOGIN))
     print(f"\nArtemis killed: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} duplicates "

@@ -8,14 +8,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from support import ROOT
-from support.brokers import kafka_url, run_attack, sent_of
+from support.brokers import kafka_url, run_attack, running, sent_of
 
-from core.procs import free_port, wait_port
 from stack import kafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers,
@@ -25,13 +23,7 @@ IDEMPOTENT = ("--kafka-option", "enable.idempotence=true")
 
 @pytest.fixture(scope="module")
 def apache_kafka(tmp_path_factory):
-    """(port, its folder, the running broker as a one-element list: a test may kill and restart it)."""
-    port, folder = free_port(), str(tmp_path_factory.mktemp("kafka"))
-    procs = [kafka.start_kafka(port, folder, open(os.path.join(folder, "out.log"), "ab"))]
-    try:
-        yield port, folder, procs
-    finally:
-        kafka.stop_kafka(procs[-1].pid)
+    yield from running(kafka.start_kafka, kafka.stop_kafka, tmp_path_factory, "kafka")
 
 
 def test_a_run_at_2000_per_s_through_apache_kafka_is_exact(broker, apache_kafka, tmp_path):
@@ -55,15 +47,8 @@ def test_a_run_at_2000_per_s_through_apache_kafka_is_exact(broker, apache_kafka,
 
 def test_an_apache_kafka_killed_mid_attack_and_restarted_is_accounted_exactly_and_blamed_on_the_sut(
         broker, apache_kafka, tmp_path):
-    port, folder, procs = apache_kafka
-
-    def kill_and_restart() -> None:  # 6 s into the attack: kill -9, back 3 s later on its own log
-        time.sleep(6)
-        kafka.stop_kafka(procs[-1].pid, kill=True)
-        time.sleep(3)
-        procs.append(kafka.start_kafka(port, folder, open(os.path.join(folder, "out.log"), "ab")))
-        assert wait_port(port, 60)
-
+    port, _, _ = apache_kafka
+    kill_and_restart = apache_kafka.kill_and_restart()  # 6 s into the attack: kill -9, back 3 s later on its own log
     # 30 s: a killed KRaft node serves again ~11 s after its restart (its controller fences the dead incarnation
     # once its session times out, broker.session.timeout.ms 9 s), and the run must see it back
     s, truth, report = run_attack(broker, port, tmp_path, "akf-kill", "", 1000, 30, during=kill_and_restart,

@@ -10,14 +10,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from support import ROOT
-from support.brokers import attack, run_attack, sent_of, url, url1
+from support.brokers import attack, run_attack, running, sent_of, url, url1
 
-from core.procs import free_port, wait_port
 from stack.rabbitmq import installed, start_rabbitmq, stop_rabbitmq
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers,
@@ -26,13 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.brokers,
 
 @pytest.fixture(scope="module")
 def rabbit(tmp_path_factory):
-    """(AMQP port, its state folder, the running broker as a one-element list: a test may kill and restart it)."""
-    port, folder = free_port(), str(tmp_path_factory.mktemp("rabbitmq"))
-    procs = [start_rabbitmq(port, folder, open(os.path.join(folder, "out.log"), "ab"))]
-    try:
-        yield port, folder, procs
-    finally:
-        stop_rabbitmq(procs[-1].pid)
+    yield from running(start_rabbitmq, stop_rabbitmq, tmp_path_factory, "rabbitmq")
 
 
 def test_a_run_at_2000_per_s_through_rabbitmq_is_exact(broker, rabbit, tmp_path):
@@ -130,18 +122,11 @@ def test_bad_amqp_input_is_one_line_and_exit_2_for_the_target_and_the_receiver(b
 @pytest.mark.parametrize("durable", [False, True], ids=["transient", "durable"])
 def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_blamed_on_the_sut(broker, rabbit, tmp_path,
                                                                                             durable):
-    port, folder, procs = rabbit
-
-    def kill_and_restart() -> None:  # 6 s into the attack: kill -9 of the broker, back 3 s later on the same state
-        time.sleep(6)
-        stop_rabbitmq(procs[-1].pid, kill=True)
-        time.sleep(3)
-        procs.append(start_rabbitmq(port, folder, open(os.path.join(folder, "out.log"), "ab")))
-        assert wait_port(port, 60)
+    port, _, _ = rabbit
 
     queue = "killed-durable" if durable else "killed-transient"
     s, truth, report = run_attack(broker, port, tmp_path, f"rmq-kill-{queue}", queue, 1000, 20,
-                                  "&durable=true" if durable else "", during=kill_and_restart)
+                                  "&durable=true" if durable else "", during=rabbit.kill_and_restart())
     print(f"\nRabbitMQ killed ({queue}): sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} "
           f"duplicates {s['duplicates']} errors {s['errors_by_cause']}; truth: lost {truth['lost']} errored "
           f"{truth['errored']} (not received {truth['errored_not_received']}) duplicates {truth['duplicates']}; "
