@@ -56,6 +56,7 @@ def shaping(config: dict) -> dict:
         out[key] = "all" if key == "acks" and str(value) in ("-1", "all") else value
     return out
 
+
 RECORD_OVERHEAD = 512
 """Room for an event's key, CloudEvents headers and record framing beside its payload (~250 bytes measured)."""
 STICKY_NS = 10_000_000
