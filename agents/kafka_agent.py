@@ -81,7 +81,8 @@ def sut_consumer(a):
                     raise
         return Consumer(consumer_config), admin
     except KafkaException as e:
-        raise Refused(f"cannot reach the SUT broker {a.bootstrap}: {e}") from None
+        why = e.args[0].str() if e.args and hasattr(e.args[0], "str") else str(e)
+        raise Refused(f"cannot reach the SUT broker {a.bootstrap} ({why}): is it up, and a Kafka broker?") from None
 
 
 class KafkaAgent:

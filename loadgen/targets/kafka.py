@@ -119,7 +119,8 @@ class KafkaTarget:
         try:
             md = await loop.run_in_executor(None, lambda: self.producer.list_topics(self.spec.path, timeout=self.timeout_s))
         except KafkaException as e:
-            raise ConnectionError(f"kafka {self.spec}: {e.args[0].str() if e.args else e}") from None
+            raise ConnectionError(f"kafka {self.spec}: {e.args[0].str() if e.args else e}: is it up, and a Kafka "
+                                  "broker?") from None
         topic = md.topics.get(self.spec.path)
         self.partitions = max(len(topic.partitions) if topic is not None and topic.partitions else 1, 1)
         self._check_size(await loop.run_in_executor(None, self._topic_limit) if topic is not None else None)

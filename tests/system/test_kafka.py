@@ -92,3 +92,33 @@ def test_an_oversized_event_is_one_line_and_exit_2_before_any_send(apache_kafka,
     errors = [line for line in lg.stderr.splitlines() if "error" in line]
     assert lg.returncode == 2 and len(errors) == 1 and words in errors[0], lg.stderr[-2000:]
     assert not (tmp_path / "lg" / "report.json").exists()  # nothing half-written
+
+
+def test_the_kafka_receiver_and_target_given_a_port_that_is_not_kafka_say_so_in_one_line_and_exit_2(tmp_path):
+    """An HTTP server where a Kafka broker should be: the receiver and the load generator each end before they start,
+    in one line naming the address and asking whether it is a Kafka broker."""
+    import http.server
+    import threading
+
+    from core.procs import free_port
+
+    port = free_port()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
+    try:
+        runs = [subprocess.run([sys.executable, "-m", "agents.receiver", "kafka", "--bootstrap", f"127.0.0.1:{port}",
+                                "--telemetry-bootstrap", f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "rx"),
+                                "--metrics-listen", "none", "--wait", "0s"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=120, env=env),
+                subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s",
+                                "--target", kafka_url(port, "t"), "--no-telemetry", "--metrics-listen", "none",
+                                "--wait", "0s", "--timeout", "5s", "--out", str(tmp_path / "lg")],
+                               cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)]
+    finally:
+        server.shutdown()
+    for run in runs:
+        errors = [line for line in run.stderr.splitlines() if "error" in line]
+        assert run.returncode == 2 and len(errors) == 1, run.stderr[-2000:]
+        assert f"127.0.0.1:{port}" in errors[0] and "a Kafka broker?" in errors[0], errors[0]
+    assert not (tmp_path / "lg" / "report.json").exists()
