@@ -10,7 +10,9 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
+from core.output import State
 from core.procs import free_port, stop_process, wait_port
 from support import ROOT, create_topic, job_command, job_env, telemetry, wait_for_first_batch
 
@@ -133,6 +135,39 @@ def sent_of(report: dict, planned: int) -> int:
     assert report["requests"] + report["unsent"] == planned and report["unsent"] <= planned // 1000, \
         (report["requests"], report["unsent"], planned)
     return report["requests"]
+
+
+def assert_exact(what: str, s: dict, truth: dict, report: dict, planned: int) -> None:
+    """A run where nothing may be lost: every event sent (of ``planned``, ``sent_of``) received once, no drop, no
+    error, and the run's p50/p90/p99 the raw flight times' within HdrHistogram's 3 significant digits; its figures
+    printed first, under ``what``."""
+    flight_us = np.percentile(truth["flight_ns"], [50, 90, 99]) / 1e3
+    print(f"\n{what}: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} errors "
+          f"{s['errors_by_cause']}; flight {s['latency_us']} µs (truth {np.round(flight_us)}); the broker's answer "
+          f"p50/p99 {report['latency_us']['p50'] / 1000:.2f}/{report['latency_us']['p99'] / 1000:.2f} ms; "
+          f"{report['cpu']['us_per_event']:.0f} µs CPU an event; verdict {s['verdict']['message']}")
+    n = sent_of(report, planned)
+    assert truth["sent"] == s["sent"] == n
+    assert truth["received"] == s["received"] == n and truth["duplicates"] == s["duplicates"] == 0
+    assert s["dropped"] == 0 and truth["errored"] == 0 and s["errors_by_cause"] == {}
+    for q, want in zip(("p50", "p90", "p99"), flight_us):
+        assert s["latency_us"][q] == pytest.approx(want, rel=0.002, abs=2), q
+
+
+def assert_accounted(what: str, s: dict, truth: dict, report: dict) -> None:
+    """A run through a broker killed mid-attack: every send accounted once (received, dropped: acked and never
+    delivered, or an error by cause), each as the raw telemetry has it, and the verdict the SUT's, not
+    flightwatch's; its figures printed first, under ``what``."""
+    print(f"\n{what}: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} duplicates "
+          f"{s['duplicates']} errors {s['errors_by_cause']}; truth: lost {truth['lost']} errored {truth['errored']} "
+          f"(not received {truth['errored_not_received']}) duplicates {truth['duplicates']}; verdict "
+          f"{s['verdict']['state']}: {s['verdict']['message']}")
+    assert truth["sent"] == s["sent"] == report["requests"]
+    assert s["received"] == truth["received"] and s["duplicates"] == truth["duplicates"]
+    assert s["errors_by_cause"] == truth["errors_by_cause"]
+    assert s["received"] + s["dropped"] + truth["errored_not_received"] == s["sent"]
+    assert s["dropped"] == truth["lost"]
+    assert s["verdict"]["state"] in (State.SATURATED, State.DEGRADING), s["verdict"]["message"]
 
 
 def run_attack(broker, rabbit_port, tmp_path, run_id: str, queue: str, rate: int, seconds: int, extra: str = "",

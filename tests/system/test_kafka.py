@@ -9,10 +9,9 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from support import ROOT
-from support.brokers import kafka_url, run_attack, running, sent_of
+from support.brokers import assert_accounted, assert_exact, kafka_url, run_attack, running
 
 from stack import kafka
 
@@ -30,18 +29,9 @@ def test_a_run_at_2000_per_s_through_apache_kafka_is_exact(broker, apache_kafka,
     port, _, _ = apache_kafka
     s, truth, report = run_attack(broker, port, tmp_path, "akf-exact", "", 2000, 20,
                                   target=kafka_url(port, "exact"), args=IDEMPOTENT)
-    flight_us = np.percentile(truth["flight_ns"], [50, 90, 99]) / 1e3
-    print(f"\nApache Kafka 2,000/s 20 s: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} "
-          f"errors {s['errors_by_cause']}; flight {s['latency_us']} µs (truth {np.round(flight_us)}); ack "
-          f"p50/p99 {report['latency_us']['p50'] / 1000:.2f}/{report['latency_us']['p99'] / 1000:.2f} ms; "
-          f"{report['cpu']['us_per_event']:.0f} µs CPU an event; verdict {s['verdict']['message']}")
+    assert_exact("Apache Kafka 2,000/s 20 s", s, truth, report, 40_000)
     assert report["client"]["acks"] == "all" and report["client"]["enable.idempotence"] == "true"
-    n = sent_of(report, 40_000)
-    assert truth["sent"] == s["sent"] == n
-    assert truth["received"] == s["received"] == n and truth["duplicates"] == s["duplicates"] == 0
-    assert s["dropped"] == 0 and s["errors_by_cause"] == {} and report["success_ratio"] == 1.0
-    for q, want in zip(("p50", "p90", "p99"), flight_us):
-        assert s["latency_us"][q] == pytest.approx(want, rel=0.002, abs=2), q
+    assert report["success_ratio"] == 1.0
     assert 0 < report["latency_us"]["p50"]  # the ack latency: the load generator's own figure, apart from flight
 
 
@@ -53,23 +43,14 @@ def test_an_apache_kafka_killed_mid_attack_and_restarted_is_accounted_exactly_an
     # once its session times out, broker.session.timeout.ms 9 s), and the run must see it back
     s, truth, report = run_attack(broker, port, tmp_path, "akf-kill", "", 1000, 30, during=kill_and_restart,
                                   target=kafka_url(port, "killed"), args=IDEMPOTENT)
-    print(f"\nApache Kafka killed: sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']} duplicates "
-          f"{s['duplicates']} errors {s['errors_by_cause']}; truth: lost {truth['lost']} errored {truth['errored']} "
-          f"(not received {truth['errored_not_received']}) duplicates {truth['duplicates']}; verdict "
-          f"{s['verdict']['state']}: {s['verdict']['message']}")
-    # every send is accounted once: received, dropped (acked and never delivered) or an error by cause
-    assert truth["sent"] == s["sent"] == report["requests"]
-    assert s["received"] == truth["received"] and s["duplicates"] == truth["duplicates"]
-    assert s["errors_by_cause"] == truth["errors_by_cause"]
-    assert s["received"] + s["dropped"] + truth["errored_not_received"] == s["sent"]
-    assert s["dropped"] == truth["lost"] == 0  # a process killed, not the machine: what it acked is in its log
+    assert_accounted("Apache Kafka killed", s, truth, report)
+    assert s["dropped"] == 0  # a process killed, not the machine: what it acked is in its log
     assert truth["duplicates"] == 0  # the idempotent producer's retries are written once
     # the sends of the time it was away waited in the producer (up to --max-inflight, then in the schedule: send
     # delay), and those past --timeout failed as timeouts; then it served again, every send of the last 5 s answered
     assert set(s["errors_by_cause"]) <= {"timeout"} and s["latency_us"]["max"] > 3_000_000
     last = [iv for iv in report["intervals"] if 25 <= iv["second"] < 30]
     assert sum(iv["completed"] for iv in last) > 0 and sum(iv["errors"] for iv in last) == 0, last
-    assert s["verdict"]["state"] in ("saturated", "degrading")  # the SUT's, not flightwatch's
 
 
 @pytest.mark.parametrize("payload, extra, words", [
