@@ -12,7 +12,7 @@ import sys
 import time
 
 from agents.amqp1_receiver import Amqp1Receiver
-from agents.amqp_agent import CONNECT_S, AmqpExposed
+from agents.amqp_agent import CONNECT_S, ship_and_serve
 from core import amqp, clock, contract, logs, memory, metrics
 from core.units import parse_size
 
@@ -28,7 +28,7 @@ def main_amqp1(a) -> int:
         return 2
     logger = logs.setup(a.agent)
     log, warn = logs.printer(logger), logs.printer(logger, logs.WARNING)
-    from agents.spool import SpoolWriter, start_shipper, stop_shipper
+    from agents.spool import SpoolWriter, stop_shipper
 
     metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)
     spool_dir = os.path.join(a.state_dir, "spool")
@@ -41,11 +41,7 @@ def main_amqp1(a) -> int:
         receiver.close()
         spool.close()
         return 2
-    shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, a.agent,
-                            log_path=os.path.join(a.state_dir, "shipper.log"))
-    exposed = AmqpExposed(receiver)
-    exposed.shared = metrics.Shared()
-    server = metrics.serve(exposed, a.metrics_listen, log=log)
+    shipper, exposed, server = ship_and_serve(a, spool_dir, receiver, log)
     log(f"receiver {a.agent}: address {address.address} at {host}:{port} (prefetch {a.prefetch}, accepted once "
         f"recorded) -> spool {spool_dir} -> {a.telemetry_bootstrap}/{a.telemetry_topic}", flush=True)
     stopping: list[int] = []

@@ -43,6 +43,18 @@ class AmqpExposed:
                              [((agent, s), t.get(s, 0)) for s in ("spooled", "lost")])
 
 
+def ship_and_serve(a, spool_dir: str, receiver, log):
+    """What both AMQP receivers run once connected: the shipper (the spool into the telemetry topic, in a process of
+    its own) and /metrics with the shipper's counters; (shipper, exposed, server)."""
+    from agents.spool import start_shipper
+
+    shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, a.agent,
+                            log_path=os.path.join(a.state_dir, "shipper.log"))
+    exposed = AmqpExposed(receiver)
+    exposed.shared = metrics.Shared()
+    return shipper, exposed, metrics.serve(exposed, a.metrics_listen, log=log)
+
+
 def main_amqp(a) -> int:
     try:
         address, url = amqp.AmqpAddress.from_url(a.url)
@@ -57,7 +69,7 @@ def main_amqp(a) -> int:
     u = urlsplit(a.url)
     logger = logs.setup(a.agent)
     log, warn = logs.printer(logger), logs.printer(logger, logs.WARNING)
-    from agents.spool import SpoolWriter, start_shipper, stop_shipper
+    from agents.spool import SpoolWriter, stop_shipper
 
     metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)
     spool_dir = os.path.join(a.state_dir, "spool")
@@ -79,11 +91,7 @@ def main_amqp(a) -> int:
             print(f"receiver: error: amqp {where}{u.path}: " + (str(e) if isinstance(e, ConnectionError) else
                   f"no AMQP 0-9-1 handshake within {CONNECT_S:g} s: is {where} an AMQP broker?"), file=sys.stderr)
             return 2
-        shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, a.agent,
-                                log_path=os.path.join(a.state_dir, "shipper.log"))
-        exposed = AmqpExposed(receiver)
-        exposed.shared = metrics.Shared()
-        server = metrics.serve(exposed, a.metrics_listen, log=log)
+        shipper, exposed, server = ship_and_serve(a, spool_dir, receiver, log)
         log(f"receiver {a.agent}: {address.where()} at {u.hostname}:{u.port or 5672} (prefetch {a.prefetch}, "
             f"{'auto-ack' if a.auto_ack else 'manual acks'}) -> spool {spool_dir} -> {a.telemetry_bootstrap}/"
             f"{a.telemetry_topic}", flush=True)
