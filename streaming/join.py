@@ -93,7 +93,7 @@ class Taken:
 def take(state: JoinState, records: pa.Table, cfg: EngineConfig, v: Verdicts) -> tuple[Taken, Report]:
     """Step one of a batch in one partition: its sends, acks and receives."""
     batch, out = rules.Records.of(records), partials.Collector(cfg.window_ns)
-    known, sends_ns = rules.take_sends(rules.Known.of(state.known), batch, v.hole_until_before_ns, out)
+    known, sends_ns = rules.take_sends(rules.Known.of(state.known, state.lookup), batch, v.hole_until_before_ns, out)
     known, unnamed = rules.take_acks(known, batch, v.drops_named_before_ns, out)
     received = rules.take_receives(known, state.orphans, batch, v.drops_named_before_ns, cfg, out)
     waiting = rules.waiting_before(received.known, len(state.known))
@@ -122,7 +122,7 @@ def settle(t: Taken, cfg: EngineConfig, v: Verdicts) -> Settled:
     known = rules.forget(known, v.watermark_ns, cfg)
     waiting = (known.status == rules.PENDING) | (known.status == rules.UNKNOWN)
     sizes = {"num_known": int(len(known.frame)), "num_pending": int(waiting.sum()), "num_orphans": int(len(orphans))}
-    return Settled(JoinState(known=known.frame_out(), orphans=orphans), out.counts_frame(), out.hists_frame(),
+    return Settled(JoinState(known=known.frame_out(), orphans=orphans, lookup=known.lookup), out.counts_frame(), out.hists_frame(),
                    [e for e in [*t.exemplars, named] if len(e)], sizes)
 
 

@@ -15,18 +15,30 @@ def window_of(at_ns, window_ns: int) -> np.ndarray:
 
 
 class Collector:
-    """Accumulates (window, name, value) triples (names: ``core.output``) and histogram values for one batch."""
+    """Accumulates (window, name, value) triples (names: ``core.output``) and histogram values for one batch.
+
+    Counts are summed (``max:*`` names: maxed) per window and name as they come: a batch's records fall in a few
+    windows, so this holds a few entries per name, where a row per record and a groupby at the end cost a fifth of
+    the join at 5,000 events/s."""
 
     def __init__(self, window_ns: int) -> None:
         self.window_ns = window_ns
-        self.counts: list[pd.DataFrame] = []
+        self.sums: dict[tuple[int, str], int] = {}
+        self.maxes: dict[tuple[int, str], int] = {}
         self.hist_parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {h: [] for h in output.HISTS}
         self.summed_hists: list[pd.DataFrame] = []  # other collectors' ``hists_frame``s (``take``)
 
+    def _merge(self, window_ns: int, name: str, value: int) -> None:
+        if output.merges_by_max(name):
+            key = (window_ns, name)
+            self.maxes[key] = max(self.maxes.get(key, value), value)
+        else:
+            self.sums[(window_ns, name)] = self.sums.get((window_ns, name), 0) + value
+
     def take(self, counts: pd.DataFrame, hists: pd.DataFrame) -> None:
         """Add a join partition's partials, already summed per window (its ``counts_frame`` and ``hists_frame``)."""
-        if len(counts):
-            self.counts.append(counts)
+        for w, name, value in zip(counts["window_ns"].tolist(), counts["name"].tolist(), counts["value"].tolist()):
+            self._merge(w, name, value)
         if len(hists):
             self.summed_hists.append(hists)
 
@@ -37,13 +49,23 @@ class Collector:
         at_ns = np.asarray(at_ns, dtype=np.int64)
         if at_ns.size == 0:
             return
-        values = np.broadcast_to(np.asarray(values, dtype=np.int64), at_ns.shape)
-        self.counts.append(pd.DataFrame({"window_ns": self.window(at_ns), "name": name, "value": values}))
+        windows, which = np.unique(self.window(at_ns), return_inverse=True)
+        values = np.asarray(values, dtype=np.int64)
+        if values.ndim == 0:
+            per = np.bincount(which, minlength=len(windows)).astype(np.int64) * values
+        elif output.merges_by_max(name):
+            per = np.full(len(windows), np.iinfo(np.int64).min, dtype=np.int64)
+            np.maximum.at(per, which, values)
+        else:
+            per = np.zeros(len(windows), dtype=np.int64)
+            np.add.at(per, which, values)
+        for w, value in zip(windows.tolist(), per.tolist()):
+            self._merge(w, name, value)
 
     def add_names(self, names, at_ns) -> None:
         at_ns = np.asarray(at_ns, dtype=np.int64)
-        if at_ns.size:
-            self.counts.append(pd.DataFrame({"window_ns": self.window(at_ns), "name": np.asarray(names, dtype=object), "value": 1}))
+        for w, name in zip(self.window(at_ns).tolist(), np.asarray(names, dtype=object).tolist()):
+            self._merge(w, name, 1)
 
     def record(self, hist: str, at_ns, values_us, clock_skew_name: str | None = None) -> None:
         """Histogram values by window; negatives and overflows are counted, never lost."""
@@ -59,14 +81,13 @@ class Collector:
         self.hist_parts[hist].append((at_ns[ok], values_us[ok]))
 
     def counts_frame(self) -> pd.DataFrame:
-        if not self.counts:
+        """The counts, a row per window and name (sums first, then maxes; each by window and name), zeros left out."""
+        rows = [(w, n, v) for part in (self.sums, self.maxes) for (w, n), v in sorted(part.items()) if v != 0]
+        if not rows:
             return pd.DataFrame({"window_ns": pd.Series(dtype=np.int64), "name": pd.Series(dtype=object), "value": pd.Series(dtype=np.int64)})
-        df = pd.concat(self.counts, ignore_index=True)
-        is_max = df["name"].pipe(output.merges_by_max)
-        summed = df[~is_max].groupby(["window_ns", "name"], as_index=False, sort=True)["value"].sum()
-        maxed = df[is_max].groupby(["window_ns", "name"], as_index=False, sort=True)["value"].max()
-        out = pd.concat([summed, maxed], ignore_index=True)
-        return out[out["value"] != 0].reset_index(drop=True) if len(out) else out
+        windows, names, values = zip(*rows)
+        return pd.DataFrame({"window_ns": np.array(windows, dtype=np.int64), "name": list(names),
+                             "value": np.array(values, dtype=np.int64)})
 
     def hists_frame(self) -> pd.DataFrame:
         frames = []

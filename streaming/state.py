@@ -66,6 +66,9 @@ class JoinState:
     whose send it has not seen yet (orphans)."""
     known: pd.DataFrame = field(default_factory=_empty_known)
     orphans: pd.DataFrame = field(default_factory=_empty_orphans)
+    lookup: object = field(default=None, compare=False, repr=False)
+    """``known``'s rows by ID hash as the last batch left them (``streaming.rules.KeyLookup``), so the next batch does
+    not build it again; None: built when needed."""
 
 
 @dataclass

@@ -265,3 +265,37 @@ def test_gather_events_keeps_machine_records_within_the_runs_span():
     assert sorted(events["kind"]) == ["node", "run_start", "run_stop"]
     assert (events["window_ns"] == (events["at_ns"] // 10**9) * 10**9).all()
     assert pd.api.types.is_integer_dtype(events["window_ns"])
+
+
+def test_the_key_lookup_kept_across_batches_finds_every_row_as_a_fresh_index_does():
+    # 40 batches: sends appended (some re-sending an ID forgotten earlier), rows forgotten from the front and from
+    # the middle (a second sender's stragglers); after each, every key's row is the table's own index's answer
+    import numpy as np
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({"sent_ns": np.zeros(0, np.int64)}, index=pd.Index([], dtype=np.uint64))
+    lookup, forgotten, next_key = rules.KeyLookup.of(frame.index), [], 0
+    for _ in range(40):
+        again = rng.choice(forgotten, size=min(5, len(forgotten)), replace=False).tolist() if forgotten else []
+        keys = np.array([*range(next_key, next_key + 300), *again], dtype=np.uint64)
+        forgotten = [k for k in forgotten if k not in again]
+        next_key += 300
+        new = pd.DataFrame({"sent_ns": np.zeros(len(keys), np.int64)}, index=pd.Index(keys, dtype=np.uint64))
+        frame, lookup = pd.concat([frame, new]), lookup.appended(new.index)
+        lookup = lookup or rules.KeyLookup.of(frame.index)
+        gone = np.zeros(len(frame), bool)
+        gone[: rng.integers(0, 250)] = True
+        gone[rng.integers(0, len(frame), 20)] = True
+        forgotten += frame.index[gone].tolist()
+        frame, lookup = rules._without(frame, gone), lookup.kept(~gone)
+        probe = np.concatenate([frame.index.to_numpy(), np.array(forgotten[-50:], np.uint64),
+                                np.arange(next_key, next_key + 10, dtype=np.uint64)])
+        assert lookup.size == len(frame)
+        np.testing.assert_array_equal(lookup.positions(probe), frame.index.get_indexer(probe))
+
+
+def test_forgetting_the_first_rows_is_a_slice_and_any_other_rows_a_filter():
+    frame = pd.DataFrame({"a": range(6)})
+    first = rules._without(frame, pd.Series([True, True, False, False, False, False]).to_numpy())
+    some = rules._without(frame, pd.Series([True, False, True, False, False, False]).to_numpy())
+    assert first["a"].tolist() == [2, 3, 4, 5] and some["a"].tolist() == [1, 3, 4, 5]
+    assert rules._without(frame, pd.Series([True] * 6).to_numpy()).empty
