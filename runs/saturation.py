@@ -57,7 +57,8 @@ OBSERVER_LASTED_SHARE = 0.2
 OBSERVER_LASTED_WINDOWS = 5
 """... or this many in a row ..."""
 OBSERVER_DISTURBED_FACTOR = 2.0
-"""... or when in them the send delay's or flight time's p99 exceeded this many times the other windows' median."""
+"""... or when in them the send delay's or flight time's p99 exceeded this many times the median of the other
+windows about them (``runs.verdict.observer_weighs``)."""
 OBSERVER_MAJORITY = 0.5
 """Past this share of observer-bound windows, the run is observer-bound even where the windows left look saturated."""
 DRAIN_WINDOWS = 5

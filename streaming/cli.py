@@ -31,7 +31,8 @@ USAGE = f"""Usage:
 
 The verdict headlines a run observer-bound (flightwatch's own CPU, not the SUT, was the limit) only when that pressure
 lasted: in at least {OBSERVER_LASTED_SHARE:.0%} of the judged windows, or {OBSERVER_LASTED_WINDOWS} in a row; or when it changed what was measured: in
-those windows the send delay's or flight time's p99 over {OBSERVER_DISTURBED_FACTOR:g}x the other windows' median. Fewer such windows
+one of those windows the send delay's or flight time's p99 over {OBSERVER_DISTURBED_FACTOR:g}x the median of the other windows within
+{OBSERVER_LASTED_WINDOWS} of it. Fewer such windows
 (the job's start-up) are named in the message, and the run keeps the state its other windows give; with more than
 {OBSERVER_MAJORITY:.0%} of them, the run is observer-bound even where the windows left look saturated."""
 

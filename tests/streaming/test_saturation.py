@@ -176,13 +176,15 @@ def test_observer_bound_run_names_flightwatch_and_has_no_knee_there():
         "observer-bound: node cpu 99%, flightwatch 1.60 of 1.98 busy cores on n1"), alone["message"]
 
 
-def _observer_run(busy: list[int], n: int = 30, send_delay_ms=None):
+def _observer_run(busy: list[int], n: int = 30, send_delay_ms=None, flight_p99_ms=None):
     """A run of ``n`` windows at 1,000/s, all delivered, where flightwatch takes the node in windows ``busy``."""
     cpu, observer = np.full(n, 0.5), np.full(n, 0.3)
     cpu[busy], observer[busy] = 0.99, 1.5
     w = windows(np.full(n, 1000.0), np.full(n, 1000.0), cpu_util=cpu, cpu_cores=2.0, observer_cpu=observer)
     if send_delay_ms is not None:
         w["send_delay_us_p99"] = np.asarray(send_delay_ms, float) * 1000
+    if flight_p99_ms is not None:
+        w["latency_us_p99"] = np.asarray(flight_p99_ms, float) * 1000
     return verdicts.verdict(w, steps_of([1000], seconds=n), NS)
 
 
@@ -199,6 +201,18 @@ def test_flightwatchs_own_pressure_is_headlined_only_when_it_lasted_or_changed_w
     assert v["state"] == state and words in v["message"], v["message"]
     assert v["message"].startswith(state)
     assert v["observer_bound_windows"] == len(busy)
+
+
+def test_a_sut_whose_latency_drifts_up_is_not_taken_for_flightwatch_disturbing_its_late_windows():
+    # seen with Tansu at 5,000/s: flight p99 rose from 24 to ~100 ms over the minute, and two busy windows near the end
+    # were 2x the run's median though no higher than the windows about them
+    drift = np.linspace(24.0, 100.0, 60)
+    v = _observer_run([45, 55], n=60, flight_p99_ms=drift)
+    assert v["state"] == "ok" and "flightwatch itself was the limit in 2 windows (45 s–56 s)" in v["message"], v["message"]
+    bumped = drift.copy()
+    bumped[45] *= 2.5  # the same run, flightwatch's window far above its neighbours: that did change the measure
+    v = _observer_run([45, 55], n=60, flight_p99_ms=bumped)
+    assert v["state"] == "observer-bound" and "flight time p99 204.9 ms in them, 2.5x the windows' about them (82.0 ms)" in v["message"], v["message"]
 
 
 def test_a_run_where_flightwatch_was_the_limit_almost_throughout_does_not_convict_the_sut():
