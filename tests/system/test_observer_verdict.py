@@ -1,5 +1,8 @@
-"""The verdict in proportion, on a real run: flightwatch's own pressure headlines a run ``observer-bound`` only when it
-lasted, and a short spell of it is named in the message while the run keeps the state its other windows give.
+"""The verdict in proportion, on a real run: flightwatch's own pressure that lasted headlines the run ``observer-bound``
+(a short spell that changed nothing is named, not headlined: ``tests/streaming/test_saturation.py``, on windows as
+given, since on this machine any spell that fills both cores changes the measure: two hogs at SCHED_IDLE and their
+group's nice 19 for 4 s took the load generator's send delay p99 from 2.0 to 10.5 ms, and that run was rightly
+headlined).
 
 Real parts: a Tansu telemetry broker, a real Prometheus and node exporter (1 s scrapes), the node-metrics agent, the
 HTTP receiver agent, the streaming job live and the load generator. The pressure is two CPU hogs, one a core,
@@ -23,16 +26,17 @@ from core.procs import free_port, stop_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]  # the hogs need the machine to themselves
 RATE, SECONDS, LOAD_START_S = 300, 40, 10
-HOG = "import os, sys\nos.setsid()\nwith open('/proc/self/autogroup', 'w') as f: f.write(sys.argv[1])\nwhile True: pass\n"
-"""A core's worth of CPU in a session of its own, its group's nice from argv (19: it takes only what is idle)."""
+HOG = "import sys\nsys.stdin.readline()\nwhile True:\n    pass\n"
+"""A core's worth of CPU from a line on its standard input on (started before, so that its start costs nothing then)."""
 
 
-def _hogs(stack_dir: str, seconds: float, nice: int) -> None:
-    """Two hogs (the machine's two cores), counted as flightwatch's, for ``seconds``."""
-    procs = [subprocess.Popen([sys.executable, "-c", HOG, str(nice)]) for _ in range(2)]
+def _hogs(procs: list[subprocess.Popen], stack_dir: str, seconds: float) -> None:
+    """The hogs, counted as flightwatch's, for ``seconds``."""
     try:
         for p in procs:
             observer.register("hog", p.pid, stack_dir=stack_dir)
+            p.stdin.write(b"go\n")
+            p.stdin.flush()
         time.sleep(seconds)
     finally:
         for p in procs:
@@ -41,7 +45,7 @@ def _hogs(stack_dir: str, seconds: float, nice: int) -> None:
             os.remove(os.path.join(observer.registry_dir(stack_dir), f"hog-{p.pid}.pid"))
 
 
-def _run_beside_hogs(tmp_path, prometheus, broker, name: str, hog_s: float, nice: int) -> dict:
+def _run_beside_hogs(tmp_path, prometheus, broker, name: str, hog_s: float) -> dict:
     """One run of RATE/s for SECONDS into the HTTP receiver, the job live, with the hogs from LOAD_START_S into the
     load for ``hog_s``: the run's summary."""
     d, topic, stack_dir = tmp_path / name, f"tel-{name}", str(tmp_path / name / "stack")
@@ -59,9 +63,10 @@ def _run_beside_hogs(tmp_path, prometheus, broker, name: str, hog_s: float, nice
                                        str(d), "--drop-timeout", "5s"),
                            cwd=ROOT, env=dict(job_env(), FLIGHTWATCH_STACK_DIR=stack_dir), stdout=open(d / "job.log", "w"),
                            stderr=subprocess.STDOUT, start_new_session=True)
+    hog_procs = [subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.PIPE) for _ in range(2)]  # a core each
     try:
         wait_for_first_batch(broker, topic, name, d / name / "batches")
-        hogs = threading.Timer(LOAD_START_S, _hogs, (stack_dir, hog_s, nice))
+        hogs = threading.Timer(LOAD_START_S, _hogs, (hog_procs, stack_dir, hog_s))
         lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--target", f"http://127.0.0.1:{port}/",
                                "--run", name, "--workers", "1", "--out", str(d / "lg"), "--telemetry-bootstrap", broker,
                                "--telemetry-topic", topic, "--rate", str(RATE), "--duration", f"{SECONDS}s"],
@@ -76,23 +81,18 @@ def _run_beside_hogs(tmp_path, prometheus, broker, name: str, hog_s: float, nice
             if p.poll() is None:
                 stop_process(p, wait_s=30, group=True)
         stop_receiver(receiver)
+        for p in hog_procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     return json.load(open(d / name / "summary.json"))
 
 
 def test_a_run_starved_by_flightwatch_for_20_s_is_headlined_observer_bound(tmp_path, prometheus, broker):
-    summary = _run_beside_hogs(tmp_path, prometheus, broker, "starved", 20, 0)
+    summary = _run_beside_hogs(tmp_path, prometheus, broker, "starved", 20)
     verdict = summary["verdict"]
     assert summary["sent"] == RATE * SECONDS, summary
     assert verdict["state"] == State.OBSERVER_BOUND, verdict["message"]
     assert verdict["message"].startswith("observer-bound: node cpu"), verdict["message"]
+    assert "windows in a row" in verdict["message"] and verdict["observer_bound_windows"] >= 15, verdict["message"]
     assert "flightwatch itself, not the SUT, is the limit" in verdict["message"]
-
-
-def test_a_short_spell_of_flightwatchs_own_pressure_is_named_and_not_headlined(tmp_path, prometheus, broker):
-    # the hogs at the lowest priority take only what is idle: the node is full and flightwatch the most of it for
-    # 3 s, and nothing measured changes
-    summary = _run_beside_hogs(tmp_path, prometheus, broker, "spell", 3, 19)
-    verdict = summary["verdict"]
-    assert summary["sent"] == RATE * SECONDS and summary["received"] == summary["sent"], summary
-    assert verdict["state"] == State.OK, verdict["message"]
-    assert "flightwatch itself was the limit in" in verdict["message"], verdict["message"]
