@@ -25,7 +25,7 @@ BASELINE   ?=
 GATE       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo lint test test-fast test-cluster test-brokers bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
+.PHONY: help install up down status ui stream replay summary demo lint test test-serial test-fast test-cluster test-brokers bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -86,8 +86,10 @@ lint: install ## the layers (import-linter contracts in pyproject.toml), ruff, a
 	$(CURDIR)/.venv/bin/ruff check --no-cache .
 	$(CURDIR)/.venv/bin/actionlint .github/workflows/*.yml
 
-test: install lint ## the layers and lint, then the whole test suite (real broker, real Spark): TEST_WORKERS at once, then the tests that need the machine to themselves
+test: install lint ## the layers and lint, then the test suite (real broker, real Spark), TEST_WORKERS at once; the tests that need the machine to themselves are `make test-serial`
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not cluster and not brokers" $(PYTEST_ARGS)
+
+test-serial: install ## the tests whose figures need the machine to themselves (a relay's knee, timings, CPU hogs), one at a time; CI runs them after `make test`
 	$(PYTHON) -m pytest -m "serial and not cluster and not brokers" $(PYTEST_ARGS) || test $$? -eq 5
 
 test-brokers: install ## the seeds' real brokers (RabbitMQ from Debian's packages, over AMQP 0-9-1 and 1.0; Artemis and Apache Kafka from the Maven registry): runs, bad input, kill -9 of the broker; one at a time
