@@ -95,6 +95,11 @@ class Amqp1Target:
             why = self.error
             self._close_now()
             raise ConnectionError(f"amqp1 {self.spec}: {why}")
+        try:
+            self._check_size()
+        except ValueError:
+            self._close_now()
+            raise
 
     def _process(self, timeout_s: float) -> None:
         self.container.timeout = timeout_s
@@ -136,17 +141,31 @@ class Amqp1Target:
         if sender is None or not self.opened:
             book.done(event_id, sent, None, "not connected")
             return
-        props = dict(self._fixed)
-        props[amqp.ID_HEADER] = event_id
-        props[amqp.SENT_HEADER] = sent
         self._tag += 1
         tag = str(self._tag)
-        sender.send(Message(body=self.payload, id=event_id, content_type="application/octet-stream",
-                            properties=props), tag=tag)
+        sender.send(self._message(Message, event_id, sent), tag=tag)
         if self.address.settle == "presettled":
             book.done(event_id, sent, None, None)
         else:
             self.pending[tag.encode()] = (event_id, sent)
+
+    def _message(self, message_class, event_id: str, sent: int):
+        props = dict(self._fixed)
+        props[amqp.ID_HEADER] = event_id
+        props[amqp.SENT_HEADER] = sent
+        return message_class(body=self.payload, id=event_id, content_type="application/octet-stream", properties=props)
+
+    def _check_size(self) -> None:
+        """An event over the ``max-message-size`` the broker gave the link when it attached fails every send:
+        ``ValueError`` before the attack, in one line (the size is the event as encoded, properties and all)."""
+        from proton import Message
+
+        limit = self.sender.remote_max_message_size if self.sender is not None else 0
+        size = len(self._message(Message, "x" * 40, time.time_ns()).encode())
+        if limit and size > limit:
+            raise ValueError(f"an event of {len(self.payload):,} bytes ({size:,} as an AMQP message) is over the "
+                             f"broker's max-message-size for {self.address.address} ({limit:,}): give a smaller "
+                             "--payload, or raise the broker's limit")
 
     def outcome(self, delivery, error: str | None) -> None:
         entry = self.pending.pop(delivery.tag if isinstance(delivery.tag, bytes) else delivery.tag.encode(), None)

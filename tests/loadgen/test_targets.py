@@ -126,3 +126,47 @@ def test_every_receiver_mode_is_one_line_of_the_table():
     assert set(RECEIVERS) == {"http", "kafka", "amqp", "amqp1"}
     for mode in RECEIVERS:
         assert _parser().parse_args([mode]).mode == mode
+
+
+@pytest.mark.parametrize("payload, refused", [(900, False), (2048, True)])
+def test_an_amqp1_event_over_the_links_max_message_size_is_refused_before_the_attack(payload, refused):
+    """A peer that gives the link a ``max-message-size`` of 1,500 bytes on attach: an event over it (as encoded,
+    properties and all) is one ``ValueError`` at connect. The peer is proton's own container listening on loopback: a
+    stand-in, since neither Artemis 2.40 nor RabbitMQ 3.10's plugin sets a limit on the link it attaches."""
+    import asyncio
+    import threading
+
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    from core.procs import free_port
+    from loadgen.targets import TargetOptions, TargetSpec, make_target
+
+    class Peer(MessagingHandler):
+        def on_start(self, event):
+            self.acceptor = event.container.listen(f"127.0.0.1:{port}")
+
+        def on_link_opening(self, event):
+            event.link.max_message_size = 1500
+            event.link.target.copy(event.link.remote_target)
+            event.link.source.copy(event.link.remote_source)
+
+    port = free_port()
+    peer = Container(Peer())
+    thread = threading.Thread(target=peer.run, daemon=True)
+    thread.start()
+    try:
+        target = make_target(TargetSpec.parse(f"amqp1://127.0.0.1:{port}/orders"), TargetOptions(5.0, 1, "r", payload))
+        try:
+            asyncio.run(target.connect())
+            got = None
+        except ValueError as e:
+            got = str(e)
+        finally:
+            asyncio.run(target.close())
+        assert (got is not None) == refused, got
+        if refused:
+            assert "over the broker's max-message-size for orders (1,500)" in got and "--payload" in got, got
+    finally:
+        peer.stop()
+        thread.join(10)
