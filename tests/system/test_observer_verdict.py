@@ -91,7 +91,8 @@ def _run_beside_hogs(tmp_path, prometheus, broker, name: str, hog_s: float) -> d
 def test_a_run_starved_by_flightwatch_for_20_s_is_headlined_observer_bound(tmp_path, prometheus, broker):
     summary = _run_beside_hogs(tmp_path, prometheus, broker, "starved", 20)
     verdict = summary["verdict"]
-    assert summary["sent"] == RATE * SECONDS, summary
+    # the generator may fall short of its schedule beside the hogs (its sends then unsent), never miscount
+    assert summary["sent"] >= 0.99 * RATE * SECONDS and summary["received"] + summary["dropped"] == summary["sent"], summary
     assert verdict["state"] == State.OBSERVER_BOUND, verdict["message"]
     assert verdict["message"].startswith("observer-bound: node cpu"), verdict["message"]
     assert "windows in a row" in verdict["message"] and verdict["observer_bound_windows"] >= 15, verdict["message"]
