@@ -51,11 +51,11 @@ class Collector:
             return
         windows, which = np.unique(self.window(at_ns), return_inverse=True)
         values = np.asarray(values, dtype=np.int64)
-        if values.ndim == 0:
-            per = np.bincount(which, minlength=len(windows)).astype(np.int64) * values
-        elif output.merges_by_max(name):
+        if output.merges_by_max(name):
             per = np.full(len(windows), np.iinfo(np.int64).min, dtype=np.int64)
-            np.maximum.at(per, which, values)
+            np.maximum.at(per, which, np.broadcast_to(values, which.shape))
+        elif values.ndim == 0:
+            per = np.bincount(which, minlength=len(windows)).astype(np.int64) * values
         else:
             per = np.zeros(len(windows), dtype=np.int64)
             np.add.at(per, which, values)

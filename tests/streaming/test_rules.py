@@ -299,3 +299,14 @@ def test_forgetting_the_first_rows_is_a_slice_and_any_other_rows_a_filter():
     some = rules._without(frame, pd.Series([True, False, True, False, False, False]).to_numpy())
     assert first["a"].tolist() == [2, 3, 4, 5] and some["a"].tolist() == [1, 3, 4, 5]
     assert rules._without(frame, pd.Series([True] * 6).to_numpy()).empty
+
+
+def test_the_batch_accumulator_sums_counts_and_maxes_max_names_per_window():
+    out = partials.Collector(1000 * MS)
+    out.add(o.SENT, [S, S + 1, S + 1000 * MS])                               # one each
+    out.add(o.DROPPED, [S, S + 2], [1, -1])                                  # signed: nets to 0, left out
+    out.add(o.max_of(o.LATENCY), [S, S + 1, S + 1000 * MS], 7)               # a scalar is a value, not a count
+    out.add(o.max_of(o.LATENCY), [S + 5], [9])
+    rows = {(w - S, n): v for w, n, v in out.counts_frame().itertuples(index=False)}
+    assert rows == {(0, o.SENT): 2, (1000 * MS, o.SENT): 1, (0, o.max_of(o.LATENCY)): 9,
+                    (1000 * MS, o.max_of(o.LATENCY)): 7}
