@@ -38,6 +38,12 @@ class BatchResult:
     info: dict                 # per-batch bookkeeping (records by kind, state sizes, ...)
     finished: bool
 
+    def work(self) -> tuple:
+        """What the batch did for its run, as its progress line is said on (``core.logs.Progress``): a job left
+        live with no run under way reads only machine records, and says its line every 10 minutes, not every batch."""
+        i = self.info
+        return i["num_send"], i["num_recv"], i["num_pending"], i["num_quarantined"], self.finished
+
 
 def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[EngineState, BatchResult]:
     """Consume one decoded batch (``streaming.decode.DECODED_SCHEMA``); return new state and partials.

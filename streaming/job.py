@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from core import memory, observer
+from core import logs, memory, observer
 from core.cli import wait_for_servers
 from core.procs import lower_priority, servers_unreachable
 from core.rundir import RunPaths
@@ -151,6 +151,7 @@ class Query:
         self.store = self._store()
         self.served = self._metrics()
         self.progress = ReplayProgress(cfg.archive_dir, run_length_s(cfg.source_dir), log) if cfg.command == "replay" else None
+        self.say = logs.Progress(log)  # a batch's line: when its work changed, and every 10 minutes at idle
         self.last_batch_at = time.time()
 
     def _store(self):
@@ -187,8 +188,8 @@ class Query:
             self.progress.add(table.num_rows)
         result = self.store.process_batch(table, batch_id)
         now = time.time()
-        self.log(_progress_line(dict(result.info, batch_id=batch_id, finished=result.finished,
-                                     processing_s=now - self.last_batch_at)))
+        self.say(result.work(), _progress_line(dict(result.info, batch_id=batch_id, finished=result.finished,
+                                                    processing_s=now - self.last_batch_at)))
         self.last_batch_at = now
 
     def run(self) -> bool:
@@ -197,7 +198,7 @@ class Query:
         if cfg.joins_on_executors():
             from streaming.executors import cluster_sink
 
-            sink = cluster_sink(self.spark, self.store, cfg, self.log)
+            sink = cluster_sink(self.spark, self.store, cfg, self.say)
         writer = (telemetry_stream(self.spark, cfg).writeStream.foreachBatch(sink)
                   .option("checkpointLocation", cfg.spark_checkpoint).queryName(f"flightwatch_{cfg.engine.run_id}"))
         writer = (writer.trigger(availableNow=True) if cfg.available_now
