@@ -135,7 +135,8 @@ def _progress_line(info: dict) -> str:
 
 
 def run_query(spark, cfg: JobConfig, log=print) -> bool:
-    """Start the query, print a line per batch, stop when the run is finished. True if finished."""
+    """Start the query, say a batch's line when its work changed (``Query.say``), stop when the run is finished. True if
+    finished."""
     return Query(spark, cfg, log).run()
 
 
