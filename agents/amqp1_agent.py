@@ -1,6 +1,6 @@
 """The AMQP 1.0 receiver agent as a process (``python -m agents.receiver amqp1``): its consumer
 (``agents.amqp1_receiver``), spool and shipper, /metrics (``agents.amqp_agent.AmqpExposed``), and the duties every
-receiver has, between turns of proton's reactor.
+receiver has, between turns of its connection.
 
     main_amqp1(args)   # 0 when stopped (SIGTERM, Ctrl-C); 2 on bad settings, or a broker that refuses us at the start
 """
@@ -60,8 +60,9 @@ def main_amqp1(a) -> int:
                 last_clock = now
             if now - last_progress >= 10:  # every 10 s while it receives, every 10 minutes at idle
                 c = receiver.counters()
-                say((c["received"], c["unattributed"], c["connection_losses"], c["telemetry"]["lost"]),
+                say((c["received"], c["unattributed"], c["malformed"], c["connection_losses"], c["telemetry"]["lost"]),
                     f"receiver {a.agent}: {c['received']:,} received, {c['unattributed']:,} without run/event ID, "
+                    f"{c['malformed']:,} malformed, "
                     f"{c['connection_losses']} connections lost; telemetry spooled {c['telemetry']['spooled']:,} "
                     f"lost {c['telemetry']['lost']:,}")
                 last_progress = now

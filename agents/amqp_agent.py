@@ -33,7 +33,11 @@ class AmqpExposed:
         for name, key, text in (("events", "received", "deliveries recorded (attributed to a run)"),
                                 ("unattributed", "unattributed", "deliveries without a run or event ID, not recorded"),
                                 ("redelivered", "redelivered", "deliveries the broker marked as redelivered"),
+                                ("malformed", "malformed", "deliveries that were no AMQP 1.0 message, accepted and "
+                                 "not recorded"),
                                 ("connection_losses", "connection_losses", "connections to the broker lost")):
+            if key not in c:  # malformed: AMQP 1.0's receiver reads the message itself
+                continue
             yield metrics.family("counter", f"flightwatch_amqp_receiver_{name}", text, ["agent"], [((agent,), c[key])])
         yield metrics.family("gauge", "flightwatch_amqp_receiver_connected", "1 while consuming", ["agent"],
                              [((agent,), c["connected"])])

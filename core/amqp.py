@@ -97,11 +97,13 @@ SETTLE_MODES = ("unsettled", "presettled")
 @dataclass(frozen=True)
 class Amqp1Address:
     """An AMQP 1.0 link address: the URL's path less its first ``/`` (``amqp1://h:p/orders`` is ``orders``;
-    RabbitMQ 3.x's plugin names a queue ``/queue/NAME``, so ``amqp1://h:p//queue/NAME``), and how transfers settle:
+    RabbitMQ 3.x's plugin names a queue ``/queue/NAME``, so ``amqp1://h:p//queue/NAME``), how transfers settle:
     ``?settle=unsettled`` (at least once: each waits for the broker's outcome; the default) or ``presettled`` (at
-    most once)."""
+    most once), and ``?durable=true``: each message's header says durable (a broker keeps it on disk across a
+    restart; without a header it is not durable, AMQP 1.0's default)."""
     address: str
     settle: str = "unsettled"
+    durable: bool = False
 
     @classmethod
     def parse(cls, path: str, query: str) -> Amqp1Address:
@@ -109,13 +111,17 @@ class Amqp1Address:
         if not address:
             raise ValueError("name an address: amqp1://HOST:PORT/ADDRESS (RabbitMQ: //queue/NAME)")
         opts = dict(parse_qsl(query, keep_blank_values=True))
-        unknown = sorted(set(opts) - {"settle"})
+        unknown = sorted(set(opts) - {"settle", "durable"})
         if unknown:
-            raise ValueError(f"unknown option {unknown[0]!r}: amqp1:// takes ?settle=unsettled|presettled")
+            raise ValueError(f"unknown option {unknown[0]!r}: amqp1:// takes ?settle=unsettled|presettled and "
+                             "?durable=true|false")
         settle = opts.get("settle", "unsettled")
         if settle not in SETTLE_MODES:
             raise ValueError(f"?settle={settle!r}: unsettled or presettled")
-        return cls(address, settle)
+        durable = opts.get("durable", "false").lower()
+        if durable not in _TRUE + _FALSE:
+            raise ValueError(f"?durable={opts['durable']!r}: true or false")
+        return cls(address, settle, durable in _TRUE)
 
     @classmethod
     def from_url(cls, url: str) -> tuple[Amqp1Address, str, int, str | None]:

@@ -41,6 +41,7 @@ def test_every_transport_parses_through_the_registry(url, scheme, port, path, qu
     ("amqp://h:99999/?queue=q", "bad port"),                     # a port out of range
     ("amqp1://h/", "name an address"),                           # AMQP 1.0 needs an address
     ("amqp1://h/q?settle=maybe", "unsettled or presettled"),     # two ways to settle
+    ("amqp1://h/q?durable=maybe", "true or false"),             # durable is a boolean
     ("amqp1://h/q?queue=q", "unknown option 'queue'"),           # no other option
 ])
 def test_a_malformed_address_is_one_line_naming_it(url, words):
@@ -62,6 +63,7 @@ def test_amqp_1_0_addresses():
     assert Amqp1Address.parse("//queue/q", "") == Amqp1Address("/queue/q", "unsettled")
     assert Amqp1Address.from_url("amqp1://u:p@h:7/a%2Fb?settle=presettled") == (
         Amqp1Address("a/b", "presettled"), "h", 7, "u:p")
+    assert Amqp1Address.parse("/q", "durable=true") == Amqp1Address("q", "unsettled", True)
 
 
 def test_a_password_in_an_amqp_address_is_never_shown():
@@ -139,7 +141,7 @@ def test_an_amqp1_event_over_the_links_max_message_size_is_refused_before_the_at
     from proton.handlers import MessagingHandler
     from proton.reactor import Container
 
-    from core.procs import free_port
+    from core.procs import free_port, wait_port
     from loadgen.targets import TargetOptions, TargetSpec, make_target
 
     class Peer(MessagingHandler):
@@ -156,6 +158,7 @@ def test_an_amqp1_event_over_the_links_max_message_size_is_refused_before_the_at
     thread = threading.Thread(target=peer.run, daemon=True)
     thread.start()
     try:
+        assert wait_port(port, 10)
         target = make_target(TargetSpec.parse(f"amqp1://127.0.0.1:{port}/orders"), TargetOptions(5.0, 1, "r", payload))
         try:
             asyncio.run(target.connect())

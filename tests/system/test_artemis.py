@@ -45,12 +45,19 @@ def test_bad_input_to_artemis_is_one_line_and_exit_2(broker, broker_artemis, tmp
     assert "wrong" not in lg.stderr
 
 
-def test_an_artemis_killed_mid_attack_and_restarted_is_accounted_exactly(broker, broker_artemis, tmp_path):
+@pytest.mark.parametrize("durable", [False, True], ids=["transient", "durable"])
+def test_an_artemis_killed_mid_attack_and_restarted_is_accounted_exactly(broker, broker_artemis, tmp_path, durable):
     port, _, _ = broker_artemis
     kill_and_restart = broker_artemis.kill_and_restart()  # 6 s into the attack: kill -9, back 3 s later on its journal
-    s, truth, report = run_attack(broker, port, tmp_path, "art-kill", "", 500, 25, during=kill_and_restart,
-                                  target=url1(port, "flightwatch.sut", user=LOGIN))
-    # a message Artemis accepted and lost in the crash is a drop (the messages are not durable: AMQP 1.0's header
-    # says so by default, and Artemis keeps such messages in memory only); 0 or 1 in 4 runs here
-    assert_accounted("Artemis killed", s, truth, report)
+    address = "flightwatch.sut?durable=true" if durable else "flightwatch.sut"
+    s, truth, report = run_attack(broker, port, tmp_path, f"art-kill-{durable}", "", 500, 25, during=kill_and_restart,
+                                  target=url1(port, address, user=LOGIN))
+    # a transient message (no header: AMQP 1.0's default) Artemis accepted and lost in the crash is a drop: Artemis
+    # keeps such messages in memory only (0 or 1 in 4 runs here); a durable one it accepted is in its journal
+    assert_accounted(f"Artemis killed ({'durable' if durable else 'transient'})", s, truth, report)
     assert truth["errored"] > 0
+    # the socket's end is the cause ("connection lost"), not what proton makes of it ("framing error")
+    assert all(c in ("connection lost", "not connected", "timeout") or c.startswith("connection closed")
+               for c in s["errors_by_cause"]), s["errors_by_cause"]
+    if durable:
+        assert s["dropped"] == 0

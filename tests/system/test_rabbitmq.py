@@ -112,3 +112,21 @@ def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_bla
                for c in s["errors_by_cause"]), s["errors_by_cause"]
     if durable:  # persistent messages in a durable queue that the broker confirmed survive its crash
         assert s["dropped"] == 0
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["transient", "durable"])
+def test_rabbitmq_killed_under_amqp_1_0_is_accounted_exactly_and_blamed_on_the_sut(broker, rabbit, tmp_path, durable):
+    """The same kill through RabbitMQ's AMQP 1.0 plugin: the plugin's ``/queue/NAME`` is a durable queue; durable
+    messages (``?durable=true``, a header that says so) that the broker accepted survive its crash."""
+    port, _, _ = rabbit
+    queue = "killed1-durable" if durable else "killed1-transient"
+    target = url1(port, f"/queue/{queue}" + ("?durable=true" if durable else ""))
+    s, truth, report = run_attack(broker, port, tmp_path, f"rmq1-kill-{queue}", "", 1000, 20, target=target,
+                                  during=rabbit.kill_and_restart())
+    assert_accounted(f"RabbitMQ AMQP 1.0 killed ({queue})", s, truth, report)
+    assert truth["errored"] > 0
+    # the socket's end is the cause ("connection lost"), not what proton makes of it ("framing error")
+    assert all(c in ("connection lost", "not connected", "timeout") or c.startswith("connection closed")
+               for c in s["errors_by_cause"]), s["errors_by_cause"]
+    if durable:
+        assert s["dropped"] == 0
