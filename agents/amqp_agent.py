@@ -11,6 +11,7 @@ import signal
 import sys
 
 from agents.amqp_receiver import AmqpReceiver
+from agents.source import Source
 from core import amqp, clock, contract, logs, memory, metrics
 from core.units import parse_size
 
@@ -19,9 +20,10 @@ CONNECT_S = 15.0
 
 
 class AmqpExposed:
-    """The receiver's counters as Prometheus metrics, read at scrape time, with its shipper's (``shared``)."""
+    """An AMQP receiver's counters (0-9-1's or 1.0's) as Prometheus metrics, read at scrape time, with its shipper's
+    (``shared``)."""
 
-    def __init__(self, receiver: AmqpReceiver) -> None:
+    def __init__(self, receiver: Source) -> None:
         self.receiver = receiver
         self.shared = None
 
@@ -47,7 +49,7 @@ class AmqpExposed:
                              [((agent, s), t.get(s, 0)) for s in ("spooled", "lost")])
 
 
-def ship_and_serve(a, spool_dir: str, receiver, log):
+def ship_and_serve(a, spool_dir: str, receiver: Source, log):
     """What both AMQP receivers run once connected: the shipper (the spool into the telemetry topic, in a process of
     its own) and /metrics with the shipper's counters; (shipper, exposed, server)."""
     from agents.spool import start_shipper
@@ -138,7 +140,7 @@ async def _clock_every(loop, spool, a, warn, seconds: float = 30.0) -> None:
         await asyncio.sleep(seconds)
 
 
-async def _progress(receiver: AmqpReceiver, log) -> None:
+async def _progress(receiver: Source, log) -> None:
     say = logs.Progress(lambda line: log(line, flush=True))  # every 10 s while it receives, every 10 minutes at idle
     while True:
         await asyncio.sleep(10)

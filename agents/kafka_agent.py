@@ -148,11 +148,13 @@ class KafkaAgent:
             pass
 
     def progress(self, say: logs.Progress) -> None:
-        r, c = self.receiver, self.spool.counters()
-        figures = (r.num_received, r.num_unattributed, r.num_errors, r.num_skipped, r.num_resets, c["lost"])
-        say(figures, f"receiver {self.a.agent}: {r.num_received:,} received, {r.num_unattributed:,} without run/event "
-                     f"ID, {r.num_errors:,} consumer errors, {r.num_skipped:,} offsets never served, {r.num_resets} "
-                     f"topic resets; telemetry spooled {c['spooled']:,} lost {c['lost']:,}")
+        c = self.receiver.counters()
+        t = c["telemetry"]
+        figures = (c["received"], c["unattributed"], c["consumer_errors"], c["skipped_offsets"], c["topic_resets"],
+                   t["lost"])
+        say(figures, f"receiver {self.a.agent}: {c['received']:,} received, {c['unattributed']:,} without run/event "
+                     f"ID, {c['consumer_errors']:,} consumer errors, {c['skipped_offsets']:,} offsets never served, "
+                     f"{c['topic_resets']} topic resets; telemetry spooled {t['spooled']:,} lost {t['lost']:,}")
 
     def stop(self) -> None:
         from agents.spool import stop_shipper

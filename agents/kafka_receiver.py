@@ -63,6 +63,14 @@ class KafkaReceiver:
         self.num_resets = 0
         self._skip_logged = -1e9
 
+    def counters(self) -> dict:
+        """The ``agents.source.Source`` counts, with the consumer's own."""
+        out = {"agent": self.agent, "received": self.num_received, "unattributed": self.num_unattributed,
+               "consumer_errors": self.num_errors, "skipped_offsets": self.num_skipped, "topic_resets": self.num_resets}
+        if self.spool is not None:
+            out["telemetry"] = self.spool.counters()
+        return out
+
     def _write_ahead(self, offsets: dict, records: list[str]) -> None:
         """First line: the offsets after the batch; then the batch's receive records, one per line."""
         tmp = self.wal + ".tmp"

@@ -89,6 +89,11 @@ class RunPaths:
         """The streaming job's log, when a command started it (``make attack``, benchmarks)."""
         return os.path.join(self.root, "job.log")
 
+    def loadgen(self, shard: int = 0, shards: int = 1) -> str:
+        """The load generator's reports (``report.txt``, ``report.json``, ``latency.hlog``): ``loadgen/``, or
+        ``loadgen<shard>/`` for each shard of a run sent from several machines."""
+        return os.path.join(self.root, "loadgen" if shards == 1 else f"loadgen{shard}")
+
     @classmethod
     def of_run(cls, run_id: str, checkpoints: str | None = None) -> RunPaths:
         """The folder of run ``run_id`` under ``checkpoints`` (``CHECKPOINTS``)."""

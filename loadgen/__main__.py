@@ -238,9 +238,10 @@ def config(a: argparse.Namespace):
     except ValueError as e:
         raise UsageError(f"--shard {a.shard}: {e}") from None
     run_id = a.run or time.strftime("attack-%Y%m%d-%H%M%S", time.gmtime())
-    if a.stream and os.path.exists(RunPaths.of_run(run_id, CHECKPOINTS).run_file):
+    paths = RunPaths.of_run(run_id, CHECKPOINTS)
+    if a.stream and os.path.exists(paths.run_file):
         # its job would resume the old run's checkpoint and archive and mix the two runs' records
-        raise UsageError(f"run {run_id} already has results in {os.path.join(CHECKPOINTS, run_id)}: "
+        raise UsageError(f"run {run_id} already has results in {paths.root}: "
                          "give another --run (or remove that folder)")
     try:
         thresholds = [Threshold.parse(t, "--fail-on") for t in a.fail_on]
@@ -256,7 +257,7 @@ def config(a: argparse.Namespace):
                        shard=shard, shards=shards, kafka_options=client_options(), sut_kafka_options=sut_options,
                        scenario=a.scenario)
     check_baseline(a, cfg)
-    out = a.out or os.path.join(CHECKPOINTS, run_id, "loadgen" if shards == 1 else f"loadgen{shard}")
+    out = a.out or paths.loadgen(shard, shards)
     return cfg, (thresholds, aborts), out
 
 

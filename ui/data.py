@@ -333,7 +333,7 @@ def clock_table(clocks: list[dict]) -> pd.DataFrame:
 
 
 def hlog_path(view: RunView) -> str | None:
-    p = os.path.join(view.path, "loadgen", "latency.hlog")
+    p = os.path.join(RunPaths(view.path).loadgen(), "latency.hlog")
     return p if os.path.exists(p) else None
 
 

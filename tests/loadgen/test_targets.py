@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import tempfile
 
 import pytest
 
@@ -173,3 +174,26 @@ def test_an_amqp1_event_over_the_links_max_message_size_is_refused_before_the_at
     finally:
         peer.stop()
         thread.join(10)
+
+
+def test_every_consumer_of_the_sut_keeps_the_receiver_source_contract():
+    """The Kafka, AMQP 0-9-1 and AMQP 1.0 consumers each keep ``agents.source.Source`` (its attributes and
+    ``counters()``, whose keys the agents' shared code reads), built here as their agents build them."""
+    from agents.amqp1_receiver import Amqp1Receiver
+    from agents.amqp_receiver import AmqpReceiver
+    from agents.kafka_receiver import KafkaReceiver
+    from agents.source import Source
+    from core.amqp import Amqp1Address, AmqpAddress
+
+    spool = type("Spool", (), {"append": staticmethod(lambda line: True),
+                               "counters": staticmethod(lambda: {"spooled": 0, "lost": 0})})()
+    address, url = AmqpAddress.from_url("amqp://guest:guest@127.0.0.1:1/%2F?queue=q")
+    consumers = [Amqp1Receiver("127.0.0.1", 1, None, Amqp1Address("q"), spool, "a1"),
+                 AmqpReceiver(url, address, spool, "a0"),
+                 KafkaReceiver(None, spool, "t", os.path.join(tempfile.mkdtemp(), "state"), "k")]
+    for consumer in consumers:
+        assert isinstance(consumer, Source), type(consumer).__name__
+        c = consumer.counters()
+        assert {"agent", "received", "unattributed", "telemetry"} <= set(c), (type(consumer).__name__, c)
+        assert (c["agent"], c["received"], c["unattributed"], c["telemetry"]) == (
+            consumer.agent, 0, 0, {"spooled": 0, "lost": 0})
