@@ -71,7 +71,9 @@ class Amqp1Receiver:
         if self.link.opened:  # a broker that refuses an address attaches, then detaches at once
             self.process(0.1)
         if self.error is not None:
-            raise ConnectionError(self.error if self.link.opened or "within" in self.error else f"{self.error}: {hint}")
+            # a connection that ended with no reason before the link opened: likely no AMQP 1.0 broker there
+            raise ConnectionError(f"{self.error}: {hint}" if self.error == "connection lost" and not self.link.opened
+                                  else self.error)
         self.num_connects += 1
         self._was_open = True
 

@@ -126,11 +126,14 @@ class EngineLink:
                 return
 
     def _broken(self, why: str | None) -> None:
-        """The socket is done: that is the cause (proton, told next, would call an end of input a framing error)."""
+        """The socket is done. The cause: what proton already knew (a refused login: ``unauthorized access``), else
+        the socket's end (proton, told of it next, would call that a framing error)."""
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        self._lost(why or "connection lost")  # the first cause stays: a remote close before this one wins
+        known = self.transport.condition
+        # the first cause stays: a remote close before this one wins
+        self._lost(amqp.condition_text("connection lost", known) if known is not None else why or "connection lost")
         self.lib.pn_transport_close_tail(self._t)
         self.lib.pn_transport_close_head(self._t)
         self._events()

@@ -89,7 +89,8 @@ class Amqp1Target:
         if self.error is None:  # a broker that refuses an address attaches the link, then detaches it at once
             self.link.pump(0.1)
         if self.error is not None:
-            why = self.error if self.link.opened or "within" in self.error else f"{self.error}: {hint}"
+            # a connection that ended with no reason before the link opened: likely no AMQP 1.0 broker there
+            why = f"{self.error}: {hint}" if self.error == "connection lost" and not self.link.opened else self.error
             self._close_now()
             raise ConnectionError(f"amqp1 {self.spec}: {why}")
         try:

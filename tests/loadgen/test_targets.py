@@ -197,3 +197,43 @@ def test_every_consumer_of_the_sut_keeps_the_receiver_source_contract():
         assert {"agent", "received", "unattributed", "telemetry"} <= set(c), (type(consumer).__name__, c)
         assert (c["agent"], c["received"], c["unattributed"], c["telemetry"]) == (
             consumer.agent, 0, 0, {"spooled": 0, "lost": 0})
+
+
+@pytest.mark.parametrize("event_id, payload_bytes, body_max, mode", [("loadgen-0-1", 2048, 131064, 1),
+                                                                     ("x" * 255, 70_000, 4088, 2), ("é", 0, 4088, 1)])
+def test_a_publish_is_the_frames_pika_itself_writes(event_id, payload_bytes, body_max, mode):
+    """``PublishFrames`` against pika's own marshalling of the same ``basic.publish``: byte for byte, and as pika's
+    frame decoder reads it back (the body split at the connection's frame size)."""
+    import pika
+    from pika import frame
+
+    from loadgen.targets.amqp091 import PublishFrames
+
+    payload, fixed, stamp = os.urandom(payload_bytes), {"cloudEvents_specversion": "1.0", "cloudEvents_fwrun": "r"}, \
+        1_764_217_000_123_456_789
+    ours = PublishFrames(3, "ex", "rk", payload, body_max, "application/octet-stream", fixed, "cloudEvents_id",
+                         "fw_sent_ns", mode).frames(event_id, stamp)
+    props = pika.BasicProperties(content_type="application/octet-stream", message_id=event_id, delivery_mode=mode,
+                                 headers=dict(fixed, cloudEvents_id=event_id, fw_sent_ns=stamp))
+    pikas = [frame.Method(3, pika.spec.Basic.Publish(exchange="ex", routing_key="rk", mandatory=True)).marshal(),
+             frame.Header(3, len(payload), props).marshal()]
+    pikas += [frame.Body(3, payload[i:i + body_max]).marshal() for i in range(0, len(payload), body_max)]
+    assert ours == b"".join(pikas)
+    frames, rest = [], ours
+    while rest:
+        used, f = frame.decode_frame(rest)
+        frames.append(f)
+        rest = rest[used:]
+    method, header, bodies = frames[0], frames[1], frames[2:]
+    assert (method.method.exchange, method.method.routing_key, method.method.mandatory) == ("ex", "rk", True)
+    assert header.body_size == payload_bytes and header.properties.message_id == event_id
+    assert header.properties.headers == dict(fixed, cloudEvents_id=event_id, fw_sent_ns=stamp)
+    assert b"".join(b.fragment for b in bodies) == payload and all(b.channel_number == 3 for b in frames)
+
+
+def test_an_event_id_too_long_for_a_short_string_is_a_value_error():
+    from loadgen.targets.amqp091 import PublishFrames
+
+    frames = PublishFrames(1, "", "q", b"", 4088, "application/octet-stream", {}, "cloudEvents_id", "fw_sent_ns", 1)
+    with pytest.raises(ValueError, match="255 bytes"):
+        frames.frames("x" * 256, 1)
