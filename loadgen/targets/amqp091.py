@@ -100,6 +100,7 @@ class Amqp091Target:
                        amqp.RUN_HEADER: opts.run_id}
         self._mode = 2 if self.address.durable else 1
         self.frames: PublishFrames | None = None
+        self._probe_queue = None
 
     @staticmethod
     def check(path: str, userinfo: str | None, query: str) -> str:
@@ -114,8 +115,50 @@ class Amqp091Target:
     # --- the connection -------------------------------------------------------------------------------------------
 
     async def connect(self) -> None:
-        """Open the connection and channel, turn confirms on, declare the queue (or check it exists)."""
+        """Open the connection and channel, turn confirms on, declare the queue (or check it exists), and find out
+        whether an event is within the broker's size limit (``_probe_size``)."""
         await self._open()
+        await self._probe_size()
+
+    async def _probe_size(self) -> None:
+        """RabbitMQ refuses a message over its ``max_message_size`` by closing the channel, and AMQP 0-9-1 does not
+        tell a client the limit: one event-sized message, on a channel of its own, to a queue of its own (declared
+        exclusive, deleted after), finds it before the attack. ``ValueError`` in one line when it is refused."""
+        import pika
+
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future = loop.create_future()
+        size = len(self.payload)
+
+        def settle(value) -> None:
+            if not outcome.done():
+                outcome.set_result(value)
+
+        def opened(ch) -> None:
+            ch.add_on_close_callback(lambda _ch, reason: settle(reason))
+            ch.confirm_delivery(lambda frame: settle(frame.method),
+                                callback=lambda _f: ch.queue_declare("", exclusive=True, callback=declared(ch)))
+
+        def declared(ch):
+            def publish(frame) -> None:
+                ch.basic_publish("", frame.method.queue, self.payload, pika.BasicProperties(delivery_mode=1))
+                self._probe_queue = (ch, frame.method.queue)
+            return publish
+
+        self._probe_queue = None
+        self.conn.channel(on_open_callback=opened)
+        try:
+            answer = await asyncio.wait_for(outcome, self.opts.timeout_s)
+        except TimeoutError:
+            return  # no answer: the attack says what happens to its events
+        if isinstance(answer, pika.spec.Basic.Ack):
+            ch, queue = self._probe_queue
+            ch.queue_delete(queue, callback=lambda _f: ch.close())
+            return
+        text = str(answer.args[1]) if isinstance(answer, BaseException) and len(answer.args) >= 2 else str(answer)
+        if "larger than" in text:  # RabbitMQ: PRECONDITION_FAILED - message size N is larger than configured max size M
+            raise ValueError(f"an event of {size:,} bytes is over the broker's max_message_size ({text}): give a "
+                             "smaller --payload, or raise the broker's limit")
 
     async def _open(self) -> None:
         from pika.adapters.asyncio_connection import AsyncioConnection

@@ -98,6 +98,22 @@ def test_bad_amqp_input_is_one_line_and_exit_2_for_the_target_and_the_receiver(b
         assert "wrong" not in p.stderr  # the password is never shown
 
 
+def test_an_event_over_rabbitmqs_max_message_size_is_one_line_and_exit_2_before_any_send(rabbit, tmp_path):
+    """AMQP 0-9-1 does not tell a client the broker's size limit (RabbitMQ's ``max_message_size``, 128 MiB by
+    default): the target's probe, one event-sized message to a queue of its own, finds it; the queue the attack
+    aims at gets nothing."""
+    port, _, _ = rabbit
+    lg = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s", "--target",
+                         url(port, "oversized"), "--payload", str(128 * 1024 * 1024 + 1), "--no-telemetry",
+                         "--metrics-listen", "none", "--wait", "0s", "--out", str(tmp_path / "lg")],
+                        cwd=ROOT, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none"))
+    errors = [line for line in lg.stderr.splitlines() if "error" in line]
+    assert lg.returncode == 2 and len(errors) == 1, lg.stderr[-2000:]
+    assert "over the broker's max_message_size" in errors[0] and "134217728" in errors[0], errors
+    assert not (tmp_path / "lg" / "report.json").exists()
+
+
 @pytest.mark.parametrize("durable", [False, True], ids=["transient", "durable"])
 def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_blamed_on_the_sut(broker, rabbit, tmp_path,
                                                                                             durable):
