@@ -46,10 +46,9 @@ class Peer(MessagingHandler):
     def on_sendable(self, event):
         while self.to_send and event.sender.credit:
             raw = self.to_send.pop(0)
-            dlv = event.sender.delivery(str(len(self.to_send)))
+            event.sender.delivery(str(len(self.to_send)))
             event.sender.stream(raw if isinstance(raw, bytes) else raw.encode())
             event.sender.advance()
-            assert dlv is not None
 
     def on_settled(self, event):
         self.settled[event.delivery.remote_state] += 1

@@ -170,6 +170,18 @@ def assert_accounted(what: str, s: dict, truth: dict, report: dict) -> None:
     assert s["verdict"]["state"] in (State.SATURATED, State.DEGRADING), s["verdict"]["message"]
 
 
+def assert_amqp1_kill(what: str, s: dict, truth: dict, report: dict, durable: bool) -> None:
+    """An AMQP 1.0 broker killed mid-attack: accounted as ``assert_accounted`` says, failed sends by the stable
+    causes (the socket's end is ``connection lost``, not what proton makes of it, a framing error), and with durable
+    messages nothing the broker accepted lost."""
+    assert_accounted(what, s, truth, report)
+    assert truth["errored"] > 0
+    assert all(c in ("connection lost", "not connected", "timeout") or c.startswith("connection closed")
+               for c in s["errors_by_cause"]), s["errors_by_cause"]
+    if durable:
+        assert s["dropped"] == 0
+
+
 def run_attack(broker, rabbit_port, tmp_path, run_id: str, queue: str, rate: int, seconds: int, extra: str = "",
                during=None, target: str | None = None, args: tuple = ()) -> tuple[dict, dict, dict]:
     """One run through a real broker (RabbitMQ's queue, or ``target``) with its receiver, the job and the load
