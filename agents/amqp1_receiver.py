@@ -34,7 +34,6 @@ class Amqp1Receiver:
         self.num_received = self.num_unattributed = self.num_malformed = 0
         self.num_connection_losses = self.num_connects = 0
         self.link: EngineLink | None = None
-        self.error: str | None = None
         self._next_try = 0.0
         self._was_open = False
 
@@ -52,28 +51,16 @@ class Amqp1Receiver:
                           prefetch=self.prefetch, name=f"flightwatch-{self.agent}")
         link.on_message = self.on_message
         link.on_lost = lambda why: self.lost(link, why)
-        self.link, self.error, self._was_open = link, None, False
+        self.link, self._was_open = link, False
         link.open()
 
     def connect(self, within_s: float) -> None:
         """The first connection: ``ConnectionError`` with the broker's reason."""
-        hint = f"is {self.host}:{self.port} an AMQP 1.0 broker?"
         try:
             self._open()
         except OSError as e:
             raise ConnectionError(e.strerror or str(e)) from None
-        deadline = time.monotonic() + within_s
-        while self.error is None and not self.link.opened:
-            if time.monotonic() > deadline:
-                self.error = f"no AMQP 1.0 link within {within_s:g} s: {hint}"
-                break
-            self.process(0.05)
-        if self.link.opened:  # a broker that refuses an address attaches, then detaches at once
-            self.process(0.1)
-        if self.error is not None:
-            # a connection that ended with no reason before the link opened: likely no AMQP 1.0 broker there
-            raise ConnectionError(f"{self.error}: {hint}" if self.error == "connection lost" and not self.link.opened
-                                  else self.error)
+        self.link.attach(within_s)
         self.num_connects += 1
         self._was_open = True
 
@@ -101,8 +88,7 @@ class Amqp1Receiver:
                 self._next_try = now + RECONNECT_S
                 try:
                     self._open()
-                except OSError as e:
-                    self.error = e.strerror or str(e)
+                except OSError:  # the broker still away: tried again after RECONNECT_S
                     self.link = None
             self.process(min(end - now, 0.1))
 
@@ -113,7 +99,6 @@ class Amqp1Receiver:
         if self._was_open:
             self.num_connection_losses += 1
             self.warn(f"receiver {self.agent}: {why}; reconnecting every {RECONNECT_S:g} s")
-        self.error = why
         self._next_try = time.monotonic() + RECONNECT_S
 
     def on_message(self, message) -> None:

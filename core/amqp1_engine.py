@@ -5,6 +5,7 @@
     link.on_message = lambda message_bytes: ...     # receiver: one whole message; it is accepted after the call
     link.on_lost = lambda why: ...                  # the link, session or connection went away (a short cause)
     link.open()                                     # OSError if the socket cannot be opened
+    link.attach(within_s)                           # ConnectionError with the broker's reason, or none in time
     link.pump(timeout_s)                            # socket I/O and proton's events, for up to timeout_s
     link.send(tag, message_bytes)                   # -> the delivery (the key its outcome comes back with)
 
@@ -82,6 +83,23 @@ class EngineLink:
         self.sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.setblocking(False)
+
+    def attach(self, within_s: float) -> None:
+        """Serve the connection until the broker attached the link; ``ConnectionError`` with its reason if it did not
+        within ``within_s``, or refused it (a broker that refuses an address attaches the link, then detaches it at
+        once: so 0.1 s more is served after the attach)."""
+        hint = f"is {self.host}:{self.port} an AMQP 1.0 broker?"
+        deadline = time.monotonic() + within_s
+        while not self.opened and self.closed is None:
+            if time.monotonic() > deadline:
+                raise ConnectionError(f"no AMQP 1.0 link within {within_s:g} s: {hint}")
+            self.pump(0.05)
+        if self.closed is None:
+            self.pump(0.1)
+        if self.closed is not None:
+            # a connection that ended with no reason before the link opened: likely no AMQP 1.0 broker there
+            raise ConnectionError(f"{self.closed}: {hint}" if self.closed == "connection lost" and not self.opened
+                                  else self.closed)
 
     def _write(self) -> None:
         lib, t = self.lib, self._t

@@ -48,7 +48,6 @@ class Amqp1Target:
         self.book: Book | None = None
         self.link: EngineLink | None = None
         self.pending: dict = {}  # delivery -> (event ID, send stamp)
-        self.error: str | None = None
         self._next_try = 0.0
         self._next_expiry = 0.0
         self._tag = 0
@@ -68,31 +67,19 @@ class Amqp1Target:
                           settled=self.presettled, name="flightwatch-loadgen")
         link.on_outcome = self.outcome
         link.on_lost = lambda why: self.lost(link, why)
-        self.link, self.error = link, None
+        self.link = link
         link.open(min(self.opts.timeout_s, 5.0))
 
     async def connect(self) -> None:
         """Open the connection and the sending link; ``ConnectionError`` with the broker's reason."""
-        within = min(self.opts.timeout_s, 10.0)
-        hint = f"is {self.spec.host}:{self.spec.port} an AMQP 1.0 broker?"
         try:
             self._open()
+            self.link.attach(min(self.opts.timeout_s, 10.0))
         except OSError as e:
             raise ConnectionError(f"amqp1 {self.spec}: {e.strerror or e}") from None
-        deadline = time.monotonic() + within
-        while not self.link.opened and self.error is None:
-            if time.monotonic() > deadline:
-                self.error = f"no AMQP 1.0 link within {within:g} s: {hint}"
-                break
-            self.link.pump(0.05)
-            await asyncio.sleep(0)
-        if self.error is None:  # a broker that refuses an address attaches the link, then detaches it at once
-            self.link.pump(0.1)
-        if self.error is not None:
-            # a connection that ended with no reason before the link opened: likely no AMQP 1.0 broker there
-            why = f"{self.error}: {hint}" if self.error == "connection lost" and not self.link.opened else self.error
+        except ConnectionError as e:
             self._close_now()
-            raise ConnectionError(f"amqp1 {self.spec}: {why}")
+            raise ConnectionError(f"amqp1 {self.spec}: {e}") from None
         try:
             self._check_size()
         except ValueError:
@@ -103,7 +90,6 @@ class Amqp1Target:
         """The connection or link went away: every send still awaiting its outcome fails with ``why``."""
         if link is not self.link:
             return
-        self.error = why
         self._next_try = time.monotonic() + RECONNECT_S
         pending, self.pending = self.pending, {}
         if self.book is not None:
@@ -162,8 +148,7 @@ class Amqp1Target:
             try:
                 self._open()
                 link = self.link
-            except OSError as e:
-                self.error = f"connection lost: {e.strerror or e}"
+            except OSError:  # the broker still away: tried again after RECONNECT_S
                 self.link = link = None
         if link is not None:
             link.pump(timeout_s)
