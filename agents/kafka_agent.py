@@ -161,6 +161,7 @@ class KafkaAgent:
 
         metrics.stop(self.server)
         self.consumer.close()
+        self.receiver.wal.close()
         self.spool.report_lost()
         self.spool.close()
         self.exposed.shared.close()

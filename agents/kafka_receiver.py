@@ -11,8 +11,8 @@ the telemetry topic, as the HTTP receiver's do, so a telemetry broker that is sl
 past its budget are counted as lost and said so in the telemetry.
 
 Restart-safe without losing or double-reporting: before a batch's receive records go to the spool, the batch (with
-the offsets after it) is written ahead to ``<state-dir>/wal`` (replaced atomically; it survives a crash or kill -9 of
-the agent, not a power loss of the host). On restart the agent spools that batch again *identically* and continues
+the offsets after it) is appended to ``<state-dir>/wal`` (``agents.wal``: it survives a crash or kill -9 of the agent
+at any point, not a power loss of the host). On restart the agent spools that batch again *identically* and continues
 from its offsets; the streaming job treats an identical repeat of a first delivery (same event ID and receive time) as
 a telemetry repeat, not a duplicate.
 """
@@ -22,6 +22,7 @@ import json
 import os
 import time
 
+from agents.wal import WriteAheadLog
 from core import cloudevents, contract
 
 FETCH_MAX_WAIT_MS = 25
@@ -50,7 +51,7 @@ class KafkaReceiver:
     def __init__(self, consumer, spool, topic: str, state_dir: str, agent: str, log=print, warn=None, admin=None) -> None:
         """``spool``: an ``agents.spool.SpoolWriter`` (``append(line) -> bool``, never blocks)."""
         self.consumer, self.spool, self.topic, self.admin = consumer, spool, topic, admin
-        self.wal = os.path.join(state_dir, "wal")
+        self.wal = WriteAheadLog(os.path.join(state_dir, "wal"))
         self.agent, self.log, self.warn = agent, log, warn or log
         self.lines = contract.FastLines("", agent)
         os.makedirs(state_dir, exist_ok=True)
@@ -73,13 +74,7 @@ class KafkaReceiver:
 
     def _write_ahead(self, offsets: dict, records: list[str]) -> None:
         """First line: the offsets after the batch; then the batch's receive records, one per line."""
-        tmp = self.wal + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(json.dumps(offsets))
-            for line in records:
-                f.write("\n")
-                f.write(line)
-        os.replace(tmp, self.wal)
+        self.wal.write("\n".join([json.dumps(offsets), *records]).encode())
 
     def _send(self, records: list[str]) -> None:
         append = self.spool.append
@@ -103,9 +98,8 @@ class KafkaReceiver:
         if not parts:
             raise RuntimeError(f"topic {self.topic!r} not found")
         offsets = {str(p): 0 for p in parts}
-        if os.path.exists(self.wal):
-            with open(self.wal) as f:
-                lines = f.read().split("\n")
+        if (last := self.wal.last()) is not None:
+            lines = last.decode().split("\n")
             offsets.update(json.loads(lines[0]))
             self.positioned.update(json.loads(lines[0]))
             if lines[1:]:
