@@ -6,9 +6,11 @@ rest of a run, which reads like a leak in a soak. Two things keep it there:
 
 - Python's own allocator (pymalloc) gives a 1 MiB arena back only once every object in it is
   gone, and a burst's objects are spread over arenas that also hold long-lived ones. The
-  long-lived commands (``python -m agents.receiver``, ``loadgen``, ``streaming``) therefore
-  restart themselves at once with ``PYTHONMALLOC=malloc`` (``use_c_allocator``): the C library's
-  allocator, no slower here (a receiver spent 48-50 µs of CPU per request with it, 52-63 with pymalloc).
+  long-lived agents (``python -m agents.receiver``) therefore restart themselves at once with
+  ``PYTHONMALLOC=malloc`` (``use_c_allocator``): the C library's allocator, no slower there (a receiver
+  spent 48-50 µs of CPU per request with it, 52-63 with pymalloc). The commands that live for one run
+  (``loadgen``, ``streaming``) keep pymalloc, faster for their many small objects, and take the glibc
+  settings below for the rest.
 - glibc keeps the free pages inside its heap until ``malloc_trim(0)`` hands them back.
 
 A receiver on aiohttp's server (before it had its own) after a burst of 1,500 connections, all
@@ -36,15 +38,19 @@ unmapped on their own, instead of glibc raising that threshold after each large 
 ever larger blocks in its heaps, where they fragment it."""
 
 
-def use_c_allocator(module: str) -> None:
-    """Restart this process (``python -m module`` with the same arguments, same PID) with
-    ``PYTHONMALLOC=malloc`` and ``C_ALLOCATOR_ENV``, unless PYTHONMALLOC is set
-    (``PYTHONMALLOC=pymalloc`` keeps Python's)."""
+def use_c_allocator(module: str, keep_pymalloc: bool = False) -> None:
+    """Restart this process (``python -m module`` with the same arguments, same PID) with ``C_ALLOCATOR_ENV`` and
+    ``PYTHONMALLOC=malloc``, unless PYTHONMALLOC is set (``PYTHONMALLOC=pymalloc`` keeps Python's).
+
+    ``keep_pymalloc``: a process that lives for one run (the load generator, the streaming job) keeps Python's allocator
+    for its objects, and glibc's settings for the rest (Arrow's buffers): at ``make attack RATE=5000`` the load
+    generator spent 41 µs of CPU an event with pymalloc against 47 with glibc's (three runs each, medians), and
+    flightwatch as a whole 0.71 core against 0.92. A run's high-water mark ends with it."""
     if os.environ.get("PYTHONMALLOC"):
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    env = {**C_ALLOCATOR_ENV, **os.environ, "PYTHONMALLOC": "malloc"}
+    env = {**C_ALLOCATOR_ENV, **os.environ, "PYTHONMALLOC": "pymalloc" if keep_pymalloc else "malloc"}
     os.execve(sys.executable, [sys.executable, *subprocess._args_from_interpreter_flags(), "-m", module, *sys.argv[1:]], env)
 
 

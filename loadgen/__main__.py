@@ -330,5 +330,5 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     from core import memory
 
-    memory.use_c_allocator("loadgen")  # a long-lived process: what it frees after a burst goes back
+    memory.use_c_allocator("loadgen", keep_pymalloc=True)  # one run's process: pymalloc, glibc tuned for Arrow
     sys.exit(main())

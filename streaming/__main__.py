@@ -2,7 +2,7 @@ import sys
 
 from core import memory
 
-memory.use_c_allocator("streaming")  # a long-lived process: what it frees after a burst goes back
+memory.use_c_allocator("streaming", keep_pymalloc=True)  # one run's process: pymalloc, glibc tuned for Arrow
 
 from streaming.job import main  # noqa: E402
 
