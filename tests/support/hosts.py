@@ -14,6 +14,7 @@ also when the test failed.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import secrets
 import shlex
@@ -77,12 +78,15 @@ class Host:
             # the image's user (useradd flightwatch, uid 10001): Hadoop's login in Spark's JVMs looks its name up
             f"mount --bind {q(self.hosts.etc)}/passwd /etc/passwd && mount --bind {q(self.hosts.etc)}/group /etc/group",
             keep or "true",
-            f"mkdir -p /mnt/shared /mnt/private && mount --bind {shared} /mnt/shared && mount --bind {q(self.private)} /mnt/private",
+            # staged before /tmp and /root are covered: the checkout, the shared folder or the host's own may be under either
+            "mkdir -p /mnt/shared /mnt/private /mnt/checkout",
+            f"mount --bind {shared} /mnt/shared && mount --bind {q(self.private)} /mnt/private && mount --bind {root} /mnt/checkout",
             "mount --bind /mnt/private /tmp",                       # the host's own /tmp
             "mount -t tmpfs -o mode=0755 tmpfs /root",              # an empty home for root's
             back or "true",
+            f"mkdir -p {root} && mount --bind /mnt/checkout {root} && mount -o remount,bind,ro {root}",  # the checkout (and its venv) read-only
             f"mkdir -p {shared} && mount --bind /mnt/shared {shared}",  # the one folder every host shares
-            f"mount --bind {root} {root} && mount -o remount,bind,ro {root}",  # the checkout (and its venv) read-only
+            f"cd {root}",
             f"hostname {q(self.name)}",
             f"mkdir -p /tmp/home && chown {UID}:{UID} /tmp/home",
             f'exec setpriv --reuid={UID} --regid={UID} --clear-groups --inh-caps=-all env HOME=/tmp/home "$@"',
@@ -172,3 +176,27 @@ class Hosts:
                 time.sleep(0.25)
         _ip("link", "del", self.bridge, check=False)
         self.made_ns = []
+
+
+def wait_for(what: str, ok, seconds: float, logs) -> None:
+    """Until ``ok()``; past ``seconds``, an AssertionError with the tails of ``logs``."""
+    deadline = time.monotonic() + seconds
+    while not ok():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not within {seconds:.0f} s\n" + tails(logs))
+        time.sleep(1)
+
+
+def tails(logs) -> str:
+    return "\n".join(f"--- {p}\n{open(p, errors='replace').read()[-2500:]}" for p in logs if os.path.exists(p))
+
+
+def spark_master_state(asker: Host, master: str, ui_port: int) -> dict:
+    """A Spark standalone master's own account (its web UI's JSON), asked from ``asker``'s namespace ({} until it
+    answers)."""
+    get = f"import urllib.request; print(urllib.request.urlopen('http://{master}:{ui_port}/json/', timeout=3).read().decode())"
+    r = subprocess.run(["ip", "netns", "exec", asker.ns, sys.executable, "-c", get], capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return {}

@@ -17,11 +17,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from support import ROOT, run_job
-from support.hosts import Hosts, usable
+from support.hosts import Hosts, spark_master_state, tails, usable, wait_for
 
 RATE, SECONDS = 5000, 60
 BROKER_PORT, MASTER_PORT, MASTER_UI, RECEIVER_PORT = 9092, 7077, 8080, 18080
@@ -33,18 +32,6 @@ def env(**extra) -> dict:
 
     return dict(os.environ, PYTHONPATH=ROOT, SPARK_HOME=os.path.dirname(pyspark.__file__), PYSPARK_PYTHON=sys.executable,
                 FLIGHTWATCH_STACK_DIR="/tmp/stack", FLIGHTWATCH_CLOCK_REFERENCE="none", **extra)
-
-
-def wait_for(what: str, ok, seconds: float, logs) -> None:
-    deadline = time.monotonic() + seconds
-    while not ok():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {seconds:.0f} s\n" + tails(logs))
-        time.sleep(1)
-
-
-def tails(logs) -> str:
-    return "\n".join(f"--- {p}\n{open(p, errors='replace').read()[-2500:]}" for p in logs if os.path.exists(p))
 
 
 @pytest.mark.cluster
@@ -80,7 +67,8 @@ def test_a_minute_at_5000_per_s_across_seven_hosts_equals_its_local_replay(tmp_p
             h[w].popen([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", h[w].ip, "--cores", "1", "--memory",
                         "1g", "--work-dir", "/tmp/work", f"spark://{master}:{MASTER_PORT}"],
                        env(SPARK_LOCAL_IP=h[w].ip, SPARK_DAEMON_MEMORY="512m"), log(w))
-        wait_for("two workers registered", lambda: master_state(h, master).get("aliveworkers", 0) == 2, 120, logs)
+        wait_for("two workers registered",
+                 lambda: spark_master_state(h["driver"], master, MASTER_UI).get("aliveworkers", 0) == 2, 120, logs)
         receiver = f"{h['receiver'].ip}:{RECEIVER_PORT}"
         h["receiver"].popen([sys.executable, "-m", "agents.receiver", "http", "--listen", receiver, "--telemetry-bootstrap",
                              broker, "--telemetry-topic", topic, "--spool-dir", "/tmp/spool", "--clock-reference", "none"],
@@ -130,13 +118,3 @@ def test_a_minute_at_5000_per_s_across_seven_hosts_equals_its_local_replay(tmp_p
         assert local[k] == s[k], (k, local[k], s[k])
     print(f"\nmultihost run: sent {s['sent']:,}, received {s['received']:,}, p50 {s['latency_us']['p50'] / 1000:.2f} ms "
           f"p99 {s['latency_us']['p99'] / 1000:.2f} ms over {s['num_windows']} windows; join tasks by host {ran}")
-
-
-def master_state(h: Hosts, master: str) -> dict:
-    """The master's own account (its web UI's JSON), asked from the driver's host."""
-    get = f"import urllib.request; print(urllib.request.urlopen('http://{master}:{MASTER_UI}/json/', timeout=3).read().decode())"
-    r = subprocess.run(["ip", "netns", "exec", h["driver"].ns, sys.executable, "-c", get], capture_output=True, text=True)
-    try:
-        return json.loads(r.stdout)
-    except ValueError:
-        return {}
