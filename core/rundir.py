@@ -7,10 +7,13 @@
 """
 from __future__ import annotations
 
+import fcntl
 import glob
 import json
 import os
 import re
+import socket
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -118,3 +121,70 @@ class RunPaths:
     @property
     def run_file(self) -> str:
         return os.path.join(self.root, "run.json")
+
+    @property
+    def lease_file(self) -> str:
+        """The live job's lease on the folder (``DriverLease``)."""
+        return os.path.join(self.root, "driver.lease")
+
+
+class LeaseHeld(Exception):
+    """Another driver holds the run folder: one line, which says who."""
+
+
+class LeaseLost(Exception):
+    """Another driver took the run folder over: this one must write nothing more."""
+
+
+class DriverLease:
+    """One driver per run folder: a lock held while the job lives, and a fencing token checked before each write.
+
+        lease = DriverLease.take(root)   # LeaseHeld if another driver holds it
+        lease.check()                    # LeaseLost once another driver took the folder over
+
+    The lock is ``flock`` on ``driver.lease``: the kernel (or an NFS server) lets it go when the process ends,
+    also by kill -9. The file holds the holder's token (a count of the drivers the run has had and a nonce), its
+    PID, host and start. A driver that took the lease writes its token; ``check`` reads the file again, so a driver
+    whose lock went with the file (the folder removed and made again, an NFS lease that expired while it was cut
+    off) sees that the token is no longer its own before it writes a batch over the new driver's."""
+
+    def __init__(self, path: str, fd: int, token: str) -> None:
+        self.path, self.fd, self.token = path, fd, token
+
+    @classmethod
+    def take(cls, root: str) -> DriverLease:
+        path = RunPaths(root).lease_file
+        os.makedirs(root, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held = _lease_record(path)
+            os.close(fd)
+            since = time.strftime("%H:%M:%S", time.gmtime(held.get("since_ns", 0) / 1e9))
+            raise LeaseHeld(f"run folder {root} is in use by another driver (pid {held.get('pid', '?')} on host "
+                            f"{held.get('host', '?')}, since {since} UTC): stop it first, or give another --run") from None
+        count = int(str(_lease_record(path).get("token", "0")).split("-")[0] or 0) + 1
+        token = f"{count}-{uuid.uuid4().hex[:12]}"
+        data = json.dumps({"token": token, "pid": os.getpid(), "host": socket.gethostname(), "since_ns": time.time_ns()})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data.encode(), 0)
+        return cls(path, fd, token)
+
+    def check(self) -> None:
+        if _lease_record(self.path).get("token") != self.token:
+            raise LeaseLost(f"another driver took run folder {os.path.dirname(self.path)} over: this one stops "
+                            "without writing")
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _lease_record(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.loads(f.read() or "{}")
+    except (FileNotFoundError, ValueError):
+        return {}

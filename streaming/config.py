@@ -96,3 +96,24 @@ def _read_run_config(run_dir: str) -> dict:
 
     with open(RunPaths(run_dir).run_file) as f:
         return json.load(f)
+
+
+RESUMED_AS_STARTED = {"window_ns": "--window", "drop_timeout_ns": "--drop-timeout",
+                      "watermark_delay_ns": "--watermark-delay", "silence_timeout_ns": "--silence-timeout"}
+"""The engine settings a run keeps from its start: its state (windows, deadlines) was built with them."""
+
+
+def resume_problem(run_dir: str, eng: EngineConfig) -> str | None:
+    """A run resumed with other settings than it started with would mix two sets of windows and deadlines in one
+    state: refused, with the settings it has (None when it is new or they are the same)."""
+    if not os.path.exists(RunPaths(run_dir).run_file):
+        return None
+    had = _read_run_config(run_dir)
+    differ = [(flag, had[key], getattr(eng, key)) for key, flag in RESUMED_AS_STARTED.items()
+              if key in had and had[key] != getattr(eng, key)]
+    if not differ:
+        return None
+    started = " ".join(f"{flag} {duration_text(was)}" for flag, was, _ in differ)
+    given = " ".join(f"{flag} {duration_text(now)}" for flag, _, now in differ)
+    return (f"run {eng.run_id} was started with {started}, not {given}: resume it with its own settings, or recompute "
+            "it with others (python -m streaming replay, into a folder of its own)")

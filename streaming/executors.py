@@ -301,6 +301,7 @@ class ClusterRunStore(RunStore):
 
 
 def _plan_batch(store, summary: pa.Table, batch_id: int) -> engine.Plan:
+    store.fence()
     if store.state is None or store.next_batch != batch_id:
         if not store.archive and batch_id > 0:
             raise RuntimeError(f"batch {batch_id} cannot be resumed without an archive: start the replay again")

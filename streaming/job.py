@@ -27,10 +27,10 @@ import time
 from core import logs, memory, observer
 from core.cli import wait_for_servers
 from core.procs import lower_priority, servers_unreachable
-from core.rundir import RunPaths
+from core.rundir import DriverLease, LeaseHeld, RunPaths
 from streaming import session
 from streaming.cli import IDLE_BATCH_MESSAGES, UsageError, build_parser, config_from_args
-from streaming.config import CLUSTER_JOIN_PARTITIONS, JobConfig, engine_problem
+from streaming.config import CLUSTER_JOIN_PARTITIONS, JobConfig, engine_problem, resume_problem
 
 
 def check_broker(cfg: JobConfig, wait: str, log) -> None:
@@ -134,20 +134,20 @@ def _progress_line(info: dict) -> str:
             f"watermark {wm_s}, {info['processing_s']:.2f}s" + (" FINISHED" if info.get("finished") else ""))
 
 
-def run_query(spark, cfg: JobConfig, log=print) -> bool:
+def run_query(spark, cfg: JobConfig, log=print, lease=None) -> bool:
     """Start the query, say a batch's line when its work changed (``Query.say``), stop when the run is finished. True if
-    finished."""
-    return Query(spark, cfg, log).run()
+    finished. ``lease``: the live run's ``core.rundir.DriverLease``, checked before each batch's writes."""
+    return Query(spark, cfg, log, lease).run()
 
 
 class Query:
     """The job's streaming query: ``run`` starts it (``sink`` per batch, or the executors' ``cluster_sink``),
     ``wait``s until the run is finished (or the query ends), and ``close``s what it served."""
 
-    def __init__(self, spark, cfg: JobConfig, log=print) -> None:
+    def __init__(self, spark, cfg: JobConfig, log=print, lease=None) -> None:
         from streaming.archive import ReplayProgress, run_length_s
 
-        self.spark, self.cfg, self.log = spark, cfg, log
+        self.spark, self.cfg, self.log, self.lease = spark, cfg, log, lease
         self.finished = threading.Event()
         self.store = self._store()
         self.served = self._metrics()
@@ -161,7 +161,7 @@ class Query:
         else:
             from streaming.sinks import RunStore as Store
         return Store(self.cfg.run_dir, self.cfg.engine, on_finished=self.finished.set, log=self.log, live_verdict=True,
-                     archive=self.cfg.command != "replay")
+                     archive=self.cfg.command != "replay", lease=self.lease)
 
     def _metrics(self):
         """The run's live figures served for Prometheus (``--metrics-listen``), or None."""
@@ -264,7 +264,15 @@ def main(argv=None) -> int:
 
         if cfg.joins_on_executors() and a.join_partitions is None:  # a cluster's default
             cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, join_partitions=CLUSTER_JOIN_PARTITIONS))
+        lease = None
+        if cfg.command == "run":  # one driver per run folder, before it writes there (a replay makes its folder afresh)
+            try:
+                lease = DriverLease.take(cfg.run_dir)
+            except LeaseHeld as e:
+                raise UsageError(str(e)) from None
         if problem := check_layout(cfg.run_dir, cfg.joins_on_executors(), cfg.engine.join_partitions):
+            raise UsageError(problem)
+        if cfg.command == "run" and (problem := resume_problem(cfg.run_dir, cfg.engine)):
             raise UsageError(problem)
     except UsageError as e:
         print(f"flightwatch streaming: error: {e}", file=sys.stderr)
@@ -287,7 +295,7 @@ def main(argv=None) -> int:
     if cfg.heartbeat and cfg.command == "run":
         threading.Thread(target=_heartbeats, args=(cfg, stop), daemon=True).start()
     try:
-        done = run_query(spark, cfg, log=logs.printer(logger))
+        done = run_query(spark, cfg, log=logs.printer(logger), lease=lease)
     finally:
         stop.set()
         spark.stop()

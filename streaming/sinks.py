@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 
 import pandas as pd
 import pyarrow as pa
@@ -158,8 +159,11 @@ class RunStore:
     snapshot_every = SNAPSHOT_EVERY_BATCHES
 
     def __init__(self, root: str, cfg: engine.EngineConfig, on_finished=None, log=print, live_verdict: bool = False,
-                 archive: bool = True) -> None:
+                 archive: bool = True, lease=None) -> None:
+        """``lease``: the live job's ``core.rundir.DriverLease``, checked before a batch writes anything and before
+        its commit (None: a replay, in a folder of its own)."""
         self.paths = RunPaths(root)
+        self.lease = lease
         self.cfg = cfg
         self.archive = archive
         self.on_finished = on_finished
@@ -171,10 +175,14 @@ class RunStore:
         write_json(self.paths.run_file, cfg.settings())
 
     # --- state recovery
+    def fence(self) -> None:
+        """``core.rundir.LeaseLost`` once another driver took the run folder over."""
+        if self.lease is not None:
+            self.lease.check()
+
     def _save_snapshot(self, batch_id: int) -> None:
         d = os.path.join(self.paths.state, f"snap-{batch_id:08d}")
-        tmp = d + f".tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp, old = d + f".tmp-{uuid.uuid4().hex}", d + f".tmp-{uuid.uuid4().hex}"  # no PID: hosts share the folder
         os.makedirs(tmp)
         for i, j in enumerate(self.state.joins):  # one pair of tables per join partition
             pq.write_table(pa.Table.from_pandas(j.known.reset_index(), preserve_index=False), os.path.join(tmp, f"known-{i}.parquet"))
@@ -182,10 +190,12 @@ class RunStore:
         pq.write_table(pa.Table.from_pandas(self.state.gaps.stamps(), preserve_index=False), os.path.join(tmp, "gap_stamps.parquet"))
         with open(os.path.join(tmp, "scalars.json"), "w") as f:
             json.dump(dict(self.state.scalars(), join_partitions=len(self.state.joins)), f)
-        shutil.rmtree(d, ignore_errors=True)
+        if os.path.isdir(d):  # a batch done again: its snapshot is replaced whole, never removed first
+            os.rename(d, old)
         os.replace(tmp, d)
-        for old in ids_in(self.paths.state, "snap-*")[:-KEEP_SNAPSHOTS]:
-            shutil.rmtree(os.path.join(self.paths.state, f"snap-{old:08d}"), ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+        for gone in ids_in(self.paths.state, "snap-*")[:-KEEP_SNAPSHOTS]:
+            shutil.rmtree(os.path.join(self.paths.state, f"snap-{gone:08d}"), ignore_errors=True)
 
     def _load_snapshot(self, snap_id: int) -> engine.EngineState:
         d = os.path.join(self.paths.state, f"snap-{snap_id:08d}")
@@ -217,6 +227,7 @@ class RunStore:
     # --- the sink
     def process_batch(self, table: pa.Table, batch_id: int) -> engine.BatchResult:
         t0 = time.time()
+        self.fence()
         if self.state is None or self.next_batch != batch_id:
             if not self.archive and batch_id > 0:
                 raise RuntimeError(f"batch {batch_id} cannot be resumed without an archive: start the replay again")
@@ -245,6 +256,7 @@ class RunStore:
             self._save_snapshot(batch_id)
         info = dict(result.info, **info, batch_id=batch_id, written_at_ns=time.time_ns(),
                     processing_s=round(time.time() - t0, 4), finished=result.finished)
+        self.fence()  # the batch's commit
         write_json(batch_file(self.paths.batches, batch_id, "json"), info)
         self.next_batch = batch_id + 1
         if result.finished:

@@ -175,3 +175,38 @@ def test_a_job_started_before_its_broker_waits_then_processes_the_run(tmp_path):
 
     sent = sum(int(r.get("sent", 0)) for r in results.load_windows(str(tmp_path / "late-job")).to_dict("records"))
     assert sent == run.sent_ns.size == 500
+
+
+@pytest.mark.integration
+def test_a_second_driver_on_a_run_folder_refuses_in_one_line(tmp_path, broker):
+    """The first driver holds the folder's lease (here, this test's process): a second job on it exits 2, naming who
+    holds it, and has written nothing there."""
+    import os
+
+    from core.rundir import DriverLease
+
+    lease = DriverLease.take(str(tmp_path / "held"))
+    before = sorted(os.listdir(tmp_path / "held"))
+    try:
+        proc = run_job("run", "--run", "held", "--checkpoints", str(tmp_path), "--bootstrap", broker, "--wait", "5s",
+                       timeout=120)
+    finally:
+        lease.release()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"is in use by another driver (pid {os.getpid()} on host " in lines[0], lines
+    assert sorted(os.listdir(tmp_path / "held")) == before
+
+
+@pytest.mark.integration
+def test_a_run_resumed_with_other_settings_is_refused_naming_its_own(tmp_path, broker):
+    from core.rundir import RunPaths, write_json
+    from streaming.state import EngineConfig
+
+    write_json(RunPaths(str(tmp_path / "r")).run_file, EngineConfig("r", window_ns=500_000_000).settings())
+    proc = run_job("run", "--run", "r", "--checkpoints", str(tmp_path), "--bootstrap", broker, "--wait", "5s",
+                   "--drop-timeout", "30s", timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and lines == [
+        "flightwatch streaming: error: run r was started with --window 500ms, not --window 1s: resume it with its own "
+        "settings, or recompute it with others (python -m streaming replay, into a folder of its own)"], proc.stderr
