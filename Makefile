@@ -15,6 +15,7 @@ MAX_INFLIGHT ?= 1000
 TIMEOUT    ?= 30s
 UI_PORT    ?= $(or $(FLIGHTWATCH_UI_PORT),18501)
 OVERLAY    ?= small
+PROMETHEUS_RELEASE ?=
 DRY_RUN    ?=
 SPARK_WORKERS ?= 2
 PYTEST_ARGS ?=
@@ -128,9 +129,9 @@ bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load 
 spark-cluster: install ## a Spark standalone master + SPARK_WORKERS workers on 127.0.0.1:7077 (then: make stream SPARK_MASTER=spark://127.0.0.1:7077)
 	$(PYTHON) -m stack.spark up --workers $(SPARK_WORKERS)
 
-deploy: install ## apply deploy/overlays/OVERLAY to the current Kubernetes cluster, STORAGE_CLASS a ReadWriteMany class (DRY_RUN=1: only print what it would apply; NODE_EXPORTER=1: with our node exporter, for a cluster without one)
+deploy: install ## apply deploy/overlays/OVERLAY to the current Kubernetes cluster, STORAGE_CLASS a ReadWriteMany class (DRY_RUN=1: only print what it would apply; NODE_EXPORTER=1: with our node exporter, for a cluster without one; PROMETHEUS_RELEASE: kube-prometheus-stack's Helm release name)
 	$(PYTHON) -m stack.deploy apply --overlay $(OVERLAY) $(if $(STORAGE_CLASS),--storage-class $(STORAGE_CLASS)) $(if $(DRY_RUN),--dry-run) \
-	  $(if $(NODE_EXPORTER),--node-exporter)
+	  $(if $(NODE_EXPORTER),--node-exporter) $(if $(PROMETHEUS_RELEASE),--prometheus-release $(PROMETHEUS_RELEASE))
 
 image: install ## build the two images (deploy/Dockerfile) with docker, podman or buildah, whichever is here (REGISTRY, TAG, PUSH=1)
 	$(PYTHON) -m stack.image $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(TAG),--tag $(TAG)) $(if $(PUSH),--push)

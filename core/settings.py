@@ -93,6 +93,8 @@ SETTINGS: dict[str, Setting] = {
     # Kubernetes and images
     "FLIGHTWATCH_STORAGE_CLASS": Setting("--storage-class (STORAGE_CLASS)", "", "the run folders' ReadWriteMany class"),
     "FLIGHTWATCH_NODE_EXPORTER": Setting("--node-exporter (NODE_EXPORTER)", "", "1: deploy flightwatch's node exporter"),
+    "FLIGHTWATCH_PROMETHEUS_RELEASE": Setting("--prometheus-release (PROMETHEUS_RELEASE)", "",
+                                              "kube-prometheus-stack's Helm release name: its PodMonitor label"),
     "FLIGHTWATCH_CRD_DIR": Setting("--crd-dir", "", "the operators' CRD files, to check the custom resources against"),
     "FLIGHTWATCH_KUBECTL": Setting("--kubectl (deploy)", "the venv's kubectl", "which kubectl deploys"),
     "FLIGHTWATCH_REGISTRY": Setting("--registry (REGISTRY)", "ghcr.io/flightwatch", "where `make image` names the images"),

@@ -181,6 +181,58 @@ def set_storage_class(docs: list[dict], storage_class: str | None) -> str:
     raise DeployError(f"the overlay has no {CHECKPOINTS_CLAIM} claim")
 
 
+RELEASE_ENV = "FLIGHTWATCH_PROMETHEUS_RELEASE"
+KAFKA_RECEIVER = "flightwatch-kafka-receiver"
+
+
+def set_prometheus_release(docs: list[dict], release: str | None) -> None:
+    """Label every PodMonitor ``release: <release>``, the label kube-prometheus-stack's Prometheus selects them by
+    (the base has its default release name, ``kube-prometheus-stack``)."""
+    if not release:
+        return
+    for d in docs:
+        if d.get("kind") == "PodMonitor":
+            d["metadata"].setdefault("labels", {})["release"] = release
+
+
+def for_target(docs: list[dict]) -> list[dict]:
+    """The resources the run's target needs: the Kafka receiver (its StatefulSet, PodMonitor, disruption budget)
+    only for a Kafka target (``TARGET`` kafka://... in the flightwatch-run ConfigMap)."""
+    target = next((d["data"].get("TARGET", "") for d in docs
+                   if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == "flightwatch-run"), "")
+    if target.startswith("kafka://"):
+        return docs
+    return [d for d in docs if not d["metadata"]["name"].startswith(KAFKA_RECEIVER)]
+
+
+def _cpu(value) -> float:
+    text = str(value)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def cpu_requests(docs: list[dict]) -> dict[str, float]:
+    """The CPUs each part asks the scheduler for (its pods' requests, times their replicas; a SparkApplication's
+    driver and executors as the Spark operator makes their pods: ``coreRequest``, else ``cores``; the telemetry
+    brokers and Strimzi's entity operator as Strimzi makes theirs). DaemonSets are per node, left out."""
+    out = {}
+    for d in docs:
+        kind, spec, name = d["kind"], d.get("spec") or {}, f"{d['kind']}/{d['metadata']['name']}"
+        if kind in ("Deployment", "StatefulSet", "Job"):
+            count = spec.get("parallelism", 1) if kind == "Job" else spec.get("replicas", 1)
+            pod = spec["template"]["spec"]
+            out[name] = count * sum(_cpu(c.get("resources", {}).get("requests", {}).get("cpu", 0)) for c in pod["containers"])
+        elif kind == "KafkaNodePool":
+            out[name] = spec.get("replicas", 1) * _cpu(spec.get("resources", {}).get("requests", {}).get("cpu", 0))
+        elif kind == "Kafka":
+            ops = (spec.get("entityOperator") or {}).values()
+            out[name] = sum(_cpu(op.get("resources", {}).get("requests", {}).get("cpu", 0)) for op in ops if op)
+        elif kind == "SparkApplication":
+            drv, exe = spec.get("driver", {}), spec.get("executor", {})
+            out[name] = (_cpu(drv.get("coreRequest", drv.get("cores", 1)))
+                         + exe.get("instances", 1) * _cpu(exe.get("coreRequest", exe.get("cores", 1))))
+    return out
+
+
 def _json(kc: str, *args: str) -> dict | None:
     import json
 
@@ -270,6 +322,9 @@ def parser() -> argparse.ArgumentParser:
     settings.add(p, "FLIGHTWATCH_NODE_EXPORTER", "--node-exporter", action="store_true",
                  help="also deploy flightwatch's own node exporter (on port 9110), for a cluster that runs none; by "
                       "default the cluster's is used (1 in the variable)")
+    settings.add(p, RELEASE_ENV, "--prometheus-release", metavar="NAME",
+                 help="the Helm release name of the cluster's kube-prometheus-stack: its Prometheus selects PodMonitors "
+                      "labelled release=NAME (default: the manifests' kube-prometheus-stack)")
     settings.add(p, "FLIGHTWATCH_CRD_DIR", "--crd-dir",
                  help="also check the custom resources against the CRD YAML files in this folder")
     settings.add(p, "FLIGHTWATCH_KUBECTL", "--kubectl", metavar="PATH",
@@ -286,7 +341,10 @@ def main(argv=None) -> int:
     settings.export(a, ("FLIGHTWATCH_KUBECTL",))  # for kubectl()
     try:
         docs = render(a.overlay, a.node_exporter)
+        if a.command != "delete":  # what an earlier apply for another target made goes too
+            docs = for_target(docs)
         storage_class = set_storage_class(docs, a.storage_class)
+        set_prometheus_release(docs, a.prometheus_release)
         problems = validate(docs, a.crd_dir)
         if problems:
             for line in problems:
@@ -304,7 +362,8 @@ def main(argv=None) -> int:
                 ns = (d.get("metadata") or {}).get("namespace")
                 print(f"would {verb}: {d['apiVersion']} {_name(d)}" + (f" (namespace {ns})" if ns else ""), file=sys.stderr)
             print(f"{len(docs)} resources from overlay {a.overlay}, all valid (Kubernetes {KUBERNETES_VERSION} schemas and "
-                  "custom-resource schemas); dry run: nothing sent to a cluster", file=sys.stderr)
+                  f"custom-resource schemas), asking for {sum(cpu_requests(docs).values()):.2f} CPUs; dry run: nothing "
+                  "sent to a cluster", file=sys.stderr)
             sys.stdout.write(manifests)
             return 0
         kc = kubectl()

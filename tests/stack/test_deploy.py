@@ -37,7 +37,7 @@ def pod_specs(docs):
 
 
 def test_every_overlay_renders_and_validates(rendered):
-    assert OVERLAYS == ["large", "small"]
+    assert OVERLAYS == ["kind", "large", "small"]
     for overlay, docs in rendered.items():
         assert deploy.validate(docs, os.environ.get("FLIGHTWATCH_CRD_DIR")) == [], overlay
         kinds = sorted(d["kind"] for d in docs)
@@ -228,8 +228,10 @@ def test_deploy_dry_run_and_errors():
     r = _deploy("apply", "--overlay", "small", "--dry-run", "--storage-class", "nfs-client")
     assert r.returncode == 0, r.stderr
     plan = [line for line in r.stderr.splitlines() if line.startswith("would apply: ")]
-    # with the Grafana dashboard's ConfigMap, the PodMonitors and the network policies; no node exporter of ours
-    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 42
+    # with the Grafana dashboard's ConfigMap, the PodMonitors, the network policies and the disruption budgets; no node
+    # exporter of ours, and no Kafka receiver (its StatefulSet, Service, PodMonitor and budget) for the default HTTP target
+    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 41
+    assert not any("kafka-receiver" in line for line in plan) and "asking for 8.70 CPUs" in r.stderr
     assert not any("DaemonSet" in line for line in plan)
     r = _deploy("apply", "--overlay", "small", "--dry-run", "--storage-class", "nfs-client", "--node-exporter")
     assert r.returncode == 0 and "would apply: apps/v1 DaemonSet/flightwatch-node-exporter (namespace flightwatch-node-exporter)" \
@@ -238,8 +240,9 @@ def test_deploy_dry_run_and_errors():
     assert "storageClassName: nfs-client" in r.stdout
     r = _deploy("delete", "--overlay", "large", "--dry-run", FLIGHTWATCH_STORAGE_CLASS="efs-sc")
     assert r.returncode == 0 and "would delete: batch/v1 Job/flightwatch-loadgen" in r.stderr
+    assert "would delete: apps/v1 StatefulSet/flightwatch-kafka-receiver (namespace flightwatch)" in r.stderr  # any target's
     r = _deploy("apply", "--overlay", "medium")
-    assert r.returncode == 2 and r.stderr.strip() == "deploy: error: unknown overlay 'medium' (have: large, small)"
+    assert r.returncode == 2 and r.stderr.strip() == "deploy: error: unknown overlay 'medium' (have: kind, large, small)"
     # the run folders' claim needs a ReadWriteMany class: without one, one line and nothing applied
     r = _deploy("apply", "--overlay", "small", "--dry-run", FLIGHTWATCH_STORAGE_CLASS="")
     assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
@@ -345,3 +348,76 @@ def test_the_grafana_dashboard_is_mounted_and_names_only_exported_metrics(render
     exported = {s.name for collector in (job, receiver) for f in collector.collect() for s in f.samples}
     assert named and named <= exported, named - exported
     assert len(dash["panels"]) >= 8
+
+
+def test_pod_monitors_carry_kube_prometheus_stacks_release_label(rendered):
+    """kube-prometheus-stack's Prometheus selects PodMonitors by ``release: <its release>``: the manifests carry its
+    default name, and ``--prometheus-release`` gives another."""
+    for overlay, docs in rendered.items():
+        monitors = by_kind(docs, "PodMonitor")
+        assert len(monitors) >= 4 and {m["metadata"]["labels"]["release"] for m in monitors.values()} == \
+            {"kube-prometheus-stack"}, overlay
+    docs = copy.deepcopy(rendered["small"])
+    deploy.set_prometheus_release(docs, "kps")
+    assert {m["metadata"]["labels"]["release"] for m in by_kind(docs, "PodMonitor").values()} == {"kps"}
+    assert all(d["metadata"].get("labels", {}).get("release") != "kps" for d in docs if d["kind"] != "PodMonitor")
+
+
+def test_disruption_budgets_hold_the_receivers_and_the_driver(rendered):
+    """A drain waits for them (maxUnavailable 0), and each budget selects the pods it is for."""
+    for overlay, docs in rendered.items():
+        budgets = by_kind(docs, "PodDisruptionBudget")
+        assert set(budgets) == {"flightwatch-receiver", "flightwatch-kafka-receiver", "flightwatch-streaming-driver"}
+        pods = {"flightwatch-receiver": by_kind(docs, "Deployment")["flightwatch-receiver"]["spec"]["template"],
+                "flightwatch-kafka-receiver": by_kind(docs, "StatefulSet")["flightwatch-kafka-receiver"]["spec"]["template"],
+                "flightwatch-streaming-driver": by_kind(docs, "SparkApplication")["flightwatch-streaming"]["spec"]["driver"]}
+        for name, b in budgets.items():
+            assert b["spec"]["maxUnavailable"] == 0, (overlay, name)
+            labels = pods[name].get("metadata", pods[name]).get("labels", {})
+            assert b["spec"]["selector"]["matchLabels"].items() <= labels.items(), (overlay, name, labels)
+        executor = by_kind(docs, "SparkApplication")["flightwatch-streaming"]["spec"]["executor"]["labels"]
+        assert not budgets["flightwatch-streaming-driver"]["spec"]["selector"]["matchLabels"].items() <= executor.items()
+
+
+def test_the_kafka_receiver_is_deployed_only_for_a_kafka_target(rendered):
+    docs = copy.deepcopy(rendered["small"])
+    assert by_kind(docs, "ConfigMap")["flightwatch-run"]["data"]["TARGET"].startswith("http://")
+    kept = deploy.for_target(docs)
+    gone = sorted(_name(d) for d in docs if d not in kept)
+    assert gone == ["PodDisruptionBudget/flightwatch-kafka-receiver", "PodMonitor/flightwatch-kafka-receiver",
+                    "Service/flightwatch-kafka-receiver", "StatefulSet/flightwatch-kafka-receiver"]
+    assert deploy.validate(kept) == []
+    by_kind(docs, "ConfigMap")["flightwatch-run"]["data"]["TARGET"] = "kafka://my-cluster-kafka-bootstrap.kafka:9092/t"
+    assert deploy.for_target(docs) == docs
+
+
+def test_the_kind_overlay_fits_a_4_cpu_runner(rendered):
+    """The workflow's overlay asks for at most 2.5 CPUs, leaving 1.5 of the runner's 4 to the control plane (~1 CPU
+    of requests on kind), the operators and kube-prometheus-stack. The sum is over every pod flightwatch makes or
+    has made (the Spark operator's driver and executor, Strimzi's broker and entity operator)."""
+    kind = deploy.cpu_requests(deploy.for_target(rendered["kind"]))
+    assert sum(kind.values()) <= 2.5, kind
+    assert {"SparkApplication/flightwatch-streaming", "KafkaNodePool/telemetry", "Job/flightwatch-loadgen",
+            "Deployment/flightwatch-receiver", "Kafka/flightwatch-telemetry"} <= set(kind)
+    assert sum(deploy.cpu_requests(deploy.for_target(rendered["small"])).values()) > 4  # why kind has an overlay
+
+
+def test_the_kind_workflow_pins_versions_fails_fast_and_runs_for_every_image_change():
+    import yaml
+
+    text = open(os.path.join(ROOT, ".github", "workflows", "kind.yml")).read()
+    wf = yaml.safe_load(text)
+    steps = wf["jobs"]["kind"]["steps"]
+    kind_action = next(s for s in steps if s.get("uses", "").startswith("helm/kind-action"))
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", kind_action["with"]["version"])
+    assert re.fullmatch(r"kindest/node:v\d+\.\d+\.\d+", kind_action["with"]["node_image"])
+    installs = re.findall(r"helm install [^\n]*(?:\\\n[^\n]*)*", text)
+    assert len(installs) == 4 and all(re.search(r"--version \d+\.\d+\.\d+", i) for i in installs), installs
+    assert "OVERLAY=kind" in text and "OVERLAY=small" not in text
+    wait = next(s["run"] for s in steps if s.get("name", "").startswith("Watch the attack"))
+    assert "Failed=True" in wait and "exit 1" in wait and "wait --for=condition=complete" not in wait
+    # the workflow runs on a change to anything the images are built from
+    paths = wf[True]["pull_request"]["paths"] if True in wf else wf["on"]["pull_request"]["paths"]
+    copied = re.findall(r"^COPY (.+) \S+$", open(os.path.join(ROOT, "deploy", "Dockerfile")).read(), re.M)
+    for src in " ".join(copied).split():
+        assert any(p in (src, f"{src}/**") or (p.endswith("/**") and src.startswith(p[:-2])) for p in paths), src

@@ -84,4 +84,4 @@ def test_the_readme_follows_the_kind_workflow_step_by_step():
     missing = [c for c in commands if c not in shown]
     assert not missing, missing
     assert [shown.index(c) for c in commands] == sorted(shown.index(c) for c in commands)
-    assert "make undeploy OVERLAY=small STORAGE_CLASS=nfs" in shown and "make image" in " ".join(shown)
+    assert "make undeploy OVERLAY=kind STORAGE_CLASS=nfs" in shown and "make image" in " ".join(shown)
