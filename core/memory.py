@@ -43,9 +43,10 @@ def use_c_allocator(module: str, keep_pymalloc: bool = False) -> None:
     ``PYTHONMALLOC=malloc``, unless PYTHONMALLOC is set (``PYTHONMALLOC=pymalloc`` keeps Python's).
 
     ``keep_pymalloc``: a process that lives for one run (the load generator, the streaming job) keeps Python's allocator
-    for its objects, and glibc's settings for the rest (Arrow's buffers): at ``make attack RATE=5000`` the load
-    generator spent 41 µs of CPU an event with pymalloc against 47 with glibc's (three runs each, medians), and
-    flightwatch as a whole 0.71 core against 0.92. A run's high-water mark ends with it."""
+    for its objects, and glibc's settings for the rest (Arrow's buffers): the Kafka load generator at 5,000/s spent
+    41 µs of CPU an event with pymalloc against 47 with glibc's (medians of three), and at ``make attack RATE=5000``
+    flightwatch as a whole took 0.79-0.81 core (0.88-0.92 before, with the receiver's write-ahead log fixed too). A
+    run's high-water mark ends with it."""
     if os.environ.get("PYTHONMALLOC"):
         return
     sys.stdout.flush()
