@@ -90,6 +90,7 @@ SETTINGS: dict[str, Setting] = {
     "FLIGHTWATCH_JOIN_ON": Setting("--join-on", "auto", "where the join runs (auto: the driver here, executors on a "
                                    "cluster)"),
     "FLIGHTWATCH_JOIN_PARTITIONS": Setting("--join-partitions", "(the shuffle partitions)", "the join's partitions"),
+    "FLIGHTWATCH_JOIN_CACHE": Setting("--join-cache", "256MiB", "what a Python worker keeps of join states, at most"),
     # Kubernetes and images
     "FLIGHTWATCH_STORAGE_CLASS": Setting("--storage-class (STORAGE_CLASS)", "", "the run folders' ReadWriteMany class"),
     "FLIGHTWATCH_NODE_EXPORTER": Setting("--node-exporter (NODE_EXPORTER)", "", "1: deploy flightwatch's node exporter"),

@@ -14,7 +14,7 @@ from core.kafka_options import client_options
 from core.procs import HOST, JOB_METRICS_PORT, telemetry_bootstrap
 from core.rundir import ROOT as PROJECT_ROOT
 from core.slices import setting_problem
-from core.units import one_line, parse_duration_ns
+from core.units import one_line, parse_duration_ns, parse_size
 from runs.saturation import (
     OBSERVER_DISTURBED_FACTOR,
     OBSERVER_LASTED_SHARE,
@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="split the join by event ID hash into P partitions, each joined with its own state: in the "
                           "driver in local mode, in executor tasks on a cluster (the results do not depend on P; default "
                           f"1 in local mode, {CLUSTER_JOIN_PARTITIONS} on a cluster)")
+        settings.add(s, "FLIGHTWATCH_JOIN_CACHE", "--join-cache", default="256MiB", metavar="SIZE",
+                     help="on a cluster, what each Python worker keeps in memory of the join partitions' states it "
+                          "served, at most (e.g. 512MiB); beyond, the states used longest ago go, and a later task of "
+                          "theirs loads a snapshot instead (each batch's hits, misses and evictions are in its record)")
         own = name == "replay"  # a replay recomputes with the run's own settings but those given here
         for flag, default, what in (("--window", "1s", "window length"),
                                     ("--drop-timeout", "30s", "a send unanswered this long is a drop"),
@@ -189,6 +193,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
         slice_grace_ns = parse_duration_ns(getattr(a, "slice_grace", "90s"))
+        join_cache_bytes = parse_size(getattr(a, "join_cache", "256MiB"))
     except ValueError as e:
         raise UsageError(str(e)) from None
     if a.command == "run" and (problem := engine_problem(eng) or setting_problem(a.bootstrap)):
@@ -205,7 +210,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         source=getattr(a, "source", "flightwatch_kafka"), starting_offsets=getattr(a, "starting_offsets", "earliest"),
         max_offsets_per_trigger=getattr(a, "max_offsets_per_trigger", None), kafka_options=kafka_options,
         heartbeat=not getattr(a, "no_heartbeat", True), partitions=getattr(a, "partitions", 2),
-        await_topic=getattr(a, "await_topic", False), join_on=getattr(a, "join_on", "auto"),
+        await_topic=getattr(a, "await_topic", False), join_on=getattr(a, "join_on", "auto"), join_cache_bytes=join_cache_bytes,
         metrics_listen=_metrics_listen(getattr(a, "metrics_listen", "none")), recompute=given if a.command == "replay" else {},
     )
 

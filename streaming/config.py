@@ -33,6 +33,7 @@ class JobConfig:
     heartbeat: bool = True
     partitions: int = 2
     join_on: str = "auto"  # where the join partitions run: auto, driver or executors (``joins_on_executors``)
+    join_cache_bytes: int = 256 << 20  # what a Python worker keeps of join states (``streaming.executors.keep``)
     await_topic: bool = False  # wait for the telemetry topic instead of creating it (a KafkaTopic on Kubernetes)
     metrics_listen: str | None = None  # HOST:PORT of the live figures' /metrics (streaming.metrics); None: off
     recompute: dict = field(default_factory=dict)  # a replay's RECOMPUTABLE settings given on its command line (ns)

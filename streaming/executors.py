@@ -64,10 +64,14 @@ OUTPUT_SCHEMA = pa.schema([
 (``exemplars``), new send or receive stamp (``send``, ``recv``), and one ``meta``; the driver splits it by ``part``
 with Arrow filters, whatever the number of partitions."""
 SNAPSHOT_EVERY_BATCHES = 10
+JOIN_CACHE_BYTES = 256 << 20
+"""What a Python worker keeps of the partitions' states it served, at most (``--join-cache``): beyond, the states it
+used longest ago go (a later task of theirs loads a snapshot and redoes the batches after it)."""
 KEEP_SNAPSHOTS = 2
 
-_STATES: dict[tuple[str, int], tuple[int, JoinState]] = {}
-"""In each Python worker: per (run folder, partition), the batch its state is after and the state."""
+_STATES: dict[tuple[str, int], tuple[int, JoinState, int]] = {}
+"""In each Python worker: per (run folder, partition), the batch its state is after, the state and its bytes (``keep``),
+the one used longest ago first."""
 
 
 # --- on the executors
@@ -80,8 +84,10 @@ def summarize_batches(run_id: str):
     return summarize
 
 
-def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.Verdicts):
-    """``applyInArrow`` keyed by join partition: the partition's step of batch ``batch_id``."""
+def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.Verdicts,
+                   cache_bytes: int = JOIN_CACHE_BYTES):
+    """``applyInArrow`` keyed by join partition: the partition's step of batch ``batch_id``, its worker keeping at most
+    ``cache_bytes`` of states (``keep``)."""
     def run(key, table):  # no annotations: pyspark infers the UDF type from them, and fails on strings
         jp = int(key[0].as_py())
         # the run's sends, acks and receives (the ticks, and the driver's records shuffled with them, are not)
@@ -89,19 +95,31 @@ def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.V
         state, redone = _state_before(root, cfg, jp, batch_id)
         _write_part(root, batch_id, jp, records)  # every batch, empty or not, a replay's too: what a rebuild reads
         settled, report = join.step(state, records, cfg, verdicts)
-        keep(root, jp, batch_id, settled.state)
+        cache = keep(root, jp, batch_id, settled.state, cache_bytes)
         if batch_id % SNAPSHOT_EVERY_BATCHES == 0:
             _save_snapshot(root, jp, batch_id, settled.state)
-        return _output(jp, settled, report, redone)
+        return _output(jp, settled, report, redone, cache)
     return run
 
 
-def keep(root: str, jp: int, batch_id: int, state: JoinState) -> None:
-    """Keep a partition's state in this worker, and only this run's: a worker reused by another run's job drops the
-    states of the run before."""
-    for key in [k for k in _STATES if k[0] != root]:
+def keep(root: str, jp: int, batch_id: int, state: JoinState, bound: int = JOIN_CACHE_BYTES) -> dict:
+    """Keep a partition's state in this worker, within ``bound`` bytes: a worker reused by another run's job drops the
+    states of the run before; a state two batches old or more cannot serve a task again (a task takes the state of the
+    batch just before its own), and goes; then the states used longest ago, while over the bound (the one kept now
+    stays, whatever its size). What it holds after, and how many it dropped."""
+    dropped = 0
+    for key in [k for k, (b, _, _) in _STATES.items() if k[0] != root or b < batch_id - 1]:
         del _STATES[key]
-    _STATES[(root, jp)] = (batch_id, state)
+        dropped += 1
+    _STATES.pop((root, jp), None)
+    _STATES[(root, jp)] = (batch_id, state, state.nbytes())  # the newest last: the order is the order of use
+    held = sum(n for _, _, n in _STATES.values())
+    for key in list(_STATES)[:-1]:
+        if held <= bound:
+            break
+        held -= _STATES.pop(key)[2]
+        dropped += 1
+    return {"held_bytes": held, "evicted": dropped}
 
 
 def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> tuple[JoinState, int | None]:
@@ -184,13 +202,14 @@ def _rows(jp: int, part: str, columns: dict, n: int) -> pa.Table:
     return pa.table(cols, schema=OUTPUT_SCHEMA)
 
 
-def _output(jp: int, settled: join.Settled, report: join.Report, redone: int | None) -> pa.Table:
+def _output(jp: int, settled: join.Settled, report: join.Report, redone: int | None, cache: dict | None = None) -> pa.Table:
     import pandas as pd
 
     c, h = settled.counts, settled.hists
     ex = (pd.concat(settled.exemplars, ignore_index=True) if settled.exemplars else pd.DataFrame()).reindex(
         columns=["kind", "at_ns", "value", "count", "event_id"])
-    meta = {"sizes": settled.sizes, "waiting": list(report.waiting), "executor": executor_name(), "redone": redone}
+    meta = {"sizes": settled.sizes, "waiting": list(report.waiting), "executor": executor_name(), "redone": redone,
+            "cache": cache or {}}
     parts = [
         _rows(jp, "counts", {"window_ns": c.get("window_ns", []), "name": c.get("name", []), "value": c.get("value", [])}, len(c)),
         _rows(jp, "hists", {k: h.get(k, []) for k in ("window_ns", "hist", "bucket", "count")}, len(h)),
@@ -206,7 +225,8 @@ def _output(jp: int, settled: join.Settled, report: join.Report, redone: int | N
 # --- on the driver
 def outputs(table: pa.Table) -> tuple[list[join.Settled], list[join.Report], dict, dict]:
     """The partitions' outputs (``partition_task``) as one merged ``Settled`` and ``Report``, where their tasks ran
-    (executor folder -> tasks), and how many found their state in their worker (``hits`` of ``tasks``)."""
+    (executor folder -> tasks), and the workers' caches: how many tasks found their state there (``hits``) or not
+    (``misses``: a snapshot loaded and ``redone_batches``), states dropped (``evicted``), the most a worker held."""
     part = table["part"]
 
     def of(name: str, cols: list[str]):
@@ -221,7 +241,10 @@ def outputs(table: pa.Table) -> tuple[list[join.Settled], list[join.Report], dic
     for m in metas:
         ran[m["executor"]] = ran.get(m["executor"], 0) + 1
     redone = [m.get("redone") for m in metas]  # None: the state of the batch before was in the task's worker
-    cache = {"tasks": len(metas), "hits": sum(r is None for r in redone), "redone_batches": sum(r or 0 for r in redone)}
+    hits = sum(r is None for r in redone)
+    cache = {"tasks": len(metas), "hits": hits, "misses": len(metas) - hits, "redone_batches": sum(r or 0 for r in redone),
+             "evicted": sum(m.get("cache", {}).get("evicted", 0) for m in metas),
+             "held_bytes_max": max((m.get("cache", {}).get("held_bytes", 0) for m in metas), default=0)}
     settled = join.Settled(None, counts, hists, [ex] if len(ex) else [], sizes)
     report = join.Report(waiting, of("send", ["at_ns"])["at_ns"].to_numpy(), of("recv", ["at_ns"])["at_ns"].to_numpy())
     return [settled], [report], ran, cache
@@ -245,7 +268,7 @@ def cluster_sink(spark, store, cfg, say):
         plan = store.plan_batch(summary, batch_id)
         t2 = time.time()
         data = batch_df.withColumn(PARTITION, F.pmod(F.xxhash64("event_id"), F.lit(num_partitions)).cast("int"))
-        task = partition_task(store.paths.root, cfg.engine, batch_id, plan.verdicts)
+        task = partition_task(store.paths.root, cfg.engine, batch_id, plan.verdicts, cfg.join_cache_bytes)
         # a task per partition (range: no two partitions share a task, as a hash of 0..P-1 could make them)
         out = (data.unionByName(ticks, allowMissingColumns=True).repartitionByRange(num_partitions, PARTITION)
                .groupBy(PARTITION).applyInArrow(task, output_type).toArrow())

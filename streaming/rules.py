@@ -89,6 +89,11 @@ class KeyLookup:
     def of(cls, index: pd.Index) -> KeyLookup:
         return cls([(index, np.arange(len(index)))], len(index))
 
+    @property
+    def nbytes(self) -> int:
+        """Its pieces' arrays, and each index's hash table (about three times its keys')."""
+        return sum(4 * index.nbytes + now.nbytes for index, now in self.pieces)
+
     def positions(self, keys: np.ndarray) -> np.ndarray:
         """Each key's row, -1 for a key not known (a key forgotten and sent again is found in its newer piece)."""
         out = np.full(len(keys), -1, dtype=np.int64)
@@ -138,6 +143,11 @@ class Known:
     @property
     def sent_ns(self) -> np.ndarray:
         return _column(self.frame, "sent_ns")
+
+    @property
+    def nbytes(self) -> int:
+        """Its pieces' arrays, and each index's hash table (about three times its keys')."""
+        return sum(4 * index.nbytes + now.nbytes for index, now in self.pieces)
 
     def positions(self, keys: np.ndarray) -> np.ndarray:
         """Each key's row, -1 for a key not known."""

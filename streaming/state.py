@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,6 +70,16 @@ class JoinState:
     lookup: object = field(default=None, compare=False, repr=False)
     """``known``'s rows by ID hash as the last batch left them (``streaming.rules.KeyLookup``), so the next batch does
     not build it again; None: built when needed."""
+
+    def nbytes(self) -> int:
+        """Its memory, estimated without walking its strings: the arrays' bytes, the IDs as the first one's size
+        times their number (a run's IDs are of one length), and the lookup's hash tables."""
+        total = 0
+        for frame in (self.known, self.orphans):
+            total += int(frame.memory_usage(index=True, deep=False).sum())
+            if len(frame):
+                total += len(frame) * sys.getsizeof(frame["id"].iat[0])
+        return total + (self.lookup.nbytes if self.lookup is not None else 0)
 
 
 @dataclass

@@ -238,3 +238,35 @@ def test_a_task_names_its_host_and_executor_folder():
     import socket
 
     assert executors.executor_name() == f"{socket.gethostname()}:{os.getcwd()}"
+
+
+def test_a_worker_keeps_its_states_within_its_bound_and_drops_those_that_cannot_serve_again():
+    """Stale states go (two batches old: a task takes the state of the batch just before its own), then the ones used
+    longest ago while over the bound; the state kept now stays whatever its size; what it did is counted."""
+    import numpy as np
+    import pandas as pd
+
+    from streaming.state import JoinState
+
+    def state(n: int) -> JoinState:
+        ids = [f"loadgen-{i:08d}" for i in range(n)]
+        known = pd.DataFrame({"sent_ns": np.arange(n, dtype=np.int64), "intended_ns": np.arange(n, dtype=np.int64),
+                              "errored": np.zeros(n, bool), "recv_ns": np.zeros(n, np.int64),
+                              "status": np.zeros(n, np.int8), "id": pd.Series(ids, dtype=object)},
+                             index=pd.Index(np.arange(n, dtype=np.uint64), name="event_id"))
+        return JoinState(known=known)
+
+    one = state(10_000).nbytes()
+    assert 10_000 * (8 * 5 + 1 + 1 + 8 + 50) <= one <= 10_000 * 130  # arrays, index, the ID strings
+    executors._STATES.clear()
+    assert executors.keep("/runs/a", 0, 7, state(10_000), bound=10 * one) == {"held_bytes": one, "evicted": 0}
+    executors.keep("/runs/a", 1, 7, state(10_000), bound=10 * one)
+    executors.keep("/runs/a", 2, 8, state(10_000), bound=10 * one)
+    # partition 0 is used again at batch 8: the longest unused is now partition 1
+    executors.keep("/runs/a", 0, 8, state(10_000), bound=10 * one)
+    assert list(executors._STATES) == [("/runs/a", 1), ("/runs/a", 2), ("/runs/a", 0)]
+    got = executors.keep("/runs/a", 3, 8, state(10_000), bound=int(2.5 * one))  # over the bound: 1 then 2 go
+    assert got == {"held_bytes": 2 * one, "evicted": 2} and list(executors._STATES) == [("/runs/a", 0), ("/runs/a", 3)]
+    got = executors.keep("/runs/a", 4, 10, state(30_000), bound=one)  # batch 10: those of 8 cannot serve; a big one stays
+    assert got["evicted"] == 2 and list(executors._STATES) == [("/runs/a", 4)] and got["held_bytes"] > one
+    assert executors._state_before("/runs/a", None, 4, 11)[1] is None  # still served from the worker

@@ -14,6 +14,7 @@ CASES = [
     (["run", "--run", "x", "--max-offsets-per-trigger", "0"], "positive"),
     (["run", "--run", "x", "--join-partitions", "0"], "--join-partitions must be between 1 and"),
     (["run", "--run", "x", "--join-partitions", "many"], "invalid int value"),
+    (["run", "--run", "x", "--join-cache", "lots"], "bad size"),
     (["frobnicate"], "invalid choice"),
     (["run", "--run", "x", "--bootstrap", "localhost"], "HOST:PORT"),
     (["run", "--run", "x", "--kafka-option", "sasl_plain_password=@/nonexistent/pw"], "cannot read /nonexistent/pw"),
