@@ -76,6 +76,21 @@ def _add_process(s: argparse.ArgumentParser) -> None:
     settings.add_process_wide(s)
 
 
+def _join_flags(s) -> None:
+    """Where the join runs, split how, and what a worker keeps of it (``run`` and ``replay``)."""
+    settings.add(s, "FLIGHTWATCH_JOIN_ON", "--join-on", choices=("auto", "driver", "executors"), default="auto",
+                 help="where the join partitions run: auto puts them on a cluster's executors and in the driver in "
+                      "local mode")
+    settings.add(s, "FLIGHTWATCH_JOIN_PARTITIONS", "--join-partitions", type=int, metavar="P",
+                 help="split the join by event ID hash into P partitions, each joined with its own state: in the "
+                      "driver in local mode, in executor tasks on a cluster (the results do not depend on P; default "
+                      f"1 in local mode, {CLUSTER_JOIN_PARTITIONS} on a cluster)")
+    settings.add(s, "FLIGHTWATCH_JOIN_CACHE", "--join-cache", default="256MiB", metavar="SIZE",
+                 help="on a cluster, what each Python worker keeps in memory of the join partitions' states it "
+                      "served, at most (e.g. 512MiB); beyond, the states used longest ago go, and a later task of "
+                      "theirs loads a snapshot instead (each batch's hits, misses and evictions are in its record)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m streaming", description=__doc__.split("\n\n")[0], epilog=USAGE,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -101,17 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Spark master when Spark was given none (a master given by spark-submit, the Spark operator "
                             "or spark-defaults.conf wins, with that cluster's settings; env SPARK_MASTER; default "
                             "%(default)s)")
-        settings.add(s, "FLIGHTWATCH_JOIN_ON", "--join-on", choices=("auto", "driver", "executors"), default="auto",
-                     help="where the join partitions run: auto puts them on a cluster's executors and in the driver in "
-                          "local mode")
-        settings.add(s, "FLIGHTWATCH_JOIN_PARTITIONS", "--join-partitions", type=int, metavar="P",
-                     help="split the join by event ID hash into P partitions, each joined with its own state: in the "
-                          "driver in local mode, in executor tasks on a cluster (the results do not depend on P; default "
-                          f"1 in local mode, {CLUSTER_JOIN_PARTITIONS} on a cluster)")
-        settings.add(s, "FLIGHTWATCH_JOIN_CACHE", "--join-cache", default="256MiB", metavar="SIZE",
-                     help="on a cluster, what each Python worker keeps in memory of the join partitions' states it "
-                          "served, at most (e.g. 512MiB); beyond, the states used longest ago go, and a later task of "
-                          "theirs loads a snapshot instead (each batch's hits, misses and evictions are in its record)")
+        _join_flags(s)
         own = name == "replay"  # a replay recomputes with the run's own settings but those given here
         for flag, default, what in (("--window", "1s", "window length"),
                                     ("--drop-timeout", "30s", "a send unanswered this long is a drop"),
