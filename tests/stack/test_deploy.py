@@ -230,7 +230,7 @@ def test_deploy_dry_run_and_errors():
     plan = [line for line in r.stderr.splitlines() if line.startswith("would apply: ")]
     # with the Grafana dashboard's ConfigMap, the PodMonitors, the network policies and the disruption budgets; no node
     # exporter of ours, and no Kafka receiver (its StatefulSet, Service, PodMonitor and budget) for the default HTTP target
-    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 41
+    assert len(plan) == r.stdout.count("\nkind: ") + r.stdout.startswith("kind: ") == 42
     assert not any("kafka-receiver" in line for line in plan) and "asking for 8.70 CPUs" in r.stderr
     assert not any("DaemonSet" in line for line in plan)
     r = _deploy("apply", "--overlay", "small", "--dry-run", "--storage-class", "nfs-client", "--node-exporter")
@@ -363,12 +363,14 @@ def test_pod_monitors_carry_kube_prometheus_stacks_release_label(rendered):
     assert all(d["metadata"].get("labels", {}).get("release") != "kps" for d in docs if d["kind"] != "PodMonitor")
 
 
-def test_disruption_budgets_hold_the_receivers_and_the_driver(rendered):
+def test_disruption_budgets_hold_the_receivers_the_driver_and_the_shards(rendered):
     """A drain waits for them (maxUnavailable 0), and each budget selects the pods it is for."""
     for overlay, docs in rendered.items():
         budgets = by_kind(docs, "PodDisruptionBudget")
-        assert set(budgets) == {"flightwatch-receiver", "flightwatch-kafka-receiver", "flightwatch-streaming-driver"}
+        assert set(budgets) == {"flightwatch-receiver", "flightwatch-kafka-receiver", "flightwatch-streaming-driver",
+                                "flightwatch-loadgen"}
         pods = {"flightwatch-receiver": by_kind(docs, "Deployment")["flightwatch-receiver"]["spec"]["template"],
+                "flightwatch-loadgen": by_kind(docs, "Job")["flightwatch-loadgen"]["spec"]["template"],
                 "flightwatch-kafka-receiver": by_kind(docs, "StatefulSet")["flightwatch-kafka-receiver"]["spec"]["template"],
                 "flightwatch-streaming-driver": by_kind(docs, "SparkApplication")["flightwatch-streaming"]["spec"]["driver"]}
         for name, b in budgets.items():
