@@ -195,3 +195,20 @@ def test_driver_memory_is_set_where_a_cluster_takes_it(rendered):
         env = {e["name"]: e.get("value") for e in spark["driver"]["env"]}
         assert env["FLIGHTWATCH_AWAIT_TOPIC"] == "1", overlay
     assert _spark(rendered["small"])["driver"]["memory"] == "2g" and _spark(rendered["large"])["driver"]["memory"] == "6g"
+
+
+EXECUTOR_PYTHON_PEAK_MIB = 440
+"""Measured: a one-core executor's Python workers at their peak, at 5,000 events/s with 8 join partitions on a Spark
+standalone cluster of two one-core workers (2026-11-27; their JVMs 500-730 MiB resident of a 1 GiB heap)."""
+JVM_NON_HEAP_MIB = 256
+"""The executor JVM's own beyond its heap (metaspace, threads, Netty's direct buffers), in the pod's limit too."""
+
+
+def test_executor_memory_overhead_holds_the_measured_python_workers(rendered):
+    """On Kubernetes an executor pod's limit is its heap plus ``memoryOverhead``; its Python workers (one per core)
+    live in the overhead. Spark's default (384 MiB) is less than one worker's measured peak."""
+    def mib(text: str) -> int:
+        return int(text[:-1]) * 1024 if text.endswith("g") else int(text[:-1])
+    for overlay, docs in rendered.items():
+        ex = _spark(docs)["executor"]
+        assert mib(ex["memoryOverhead"]) >= EXECUTOR_PYTHON_PEAK_MIB * ex["cores"] + JVM_NON_HEAP_MIB, (overlay, ex)
