@@ -210,6 +210,11 @@ def _cpu(value) -> float:
     return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
 
+def _requested_cpu(obj: dict) -> float:
+    """The CPU a container, a node pool or an operator's spec requests (0 if none)."""
+    return _cpu(obj.get("resources", {}).get("requests", {}).get("cpu", 0))
+
+
 def cpu_requests(docs: list[dict]) -> dict[str, float]:
     """The CPUs each part asks the scheduler for (its pods' requests, times their replicas; a SparkApplication's
     driver and executors as the Spark operator makes their pods: ``coreRequest``, else ``cores``; the telemetry
@@ -220,12 +225,12 @@ def cpu_requests(docs: list[dict]) -> dict[str, float]:
         if kind in ("Deployment", "StatefulSet", "Job"):
             count = spec.get("parallelism", 1) if kind == "Job" else spec.get("replicas", 1)
             pod = spec["template"]["spec"]
-            out[name] = count * sum(_cpu(c.get("resources", {}).get("requests", {}).get("cpu", 0)) for c in pod["containers"])
+            out[name] = count * sum(_requested_cpu(c) for c in pod["containers"])
         elif kind == "KafkaNodePool":
-            out[name] = spec.get("replicas", 1) * _cpu(spec.get("resources", {}).get("requests", {}).get("cpu", 0))
+            out[name] = spec.get("replicas", 1) * _requested_cpu(spec)
         elif kind == "Kafka":
             ops = (spec.get("entityOperator") or {}).values()
-            out[name] = sum(_cpu(op.get("resources", {}).get("requests", {}).get("cpu", 0)) for op in ops if op)
+            out[name] = sum(_requested_cpu(op) for op in ops if op)
         elif kind == "SparkApplication":
             drv, exe = spec.get("driver", {}), spec.get("executor", {})
             out[name] = (_cpu(drv.get("coreRequest", drv.get("cores", 1)))

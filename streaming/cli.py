@@ -22,7 +22,7 @@ from runs.saturation import (
     OBSERVER_MAJORITY,
 )
 from streaming import engine
-from streaming.config import CLUSTER_JOIN_PARTITIONS, RECOMPUTABLE, JobConfig, engine_problem
+from streaming.config import CLUSTER_JOIN_PARTITIONS, JOIN_CACHE, RECOMPUTABLE, JobConfig, engine_problem
 
 USAGE = f"""Usage:
     python -m streaming run --run RUN_ID [--bootstrap 127.0.0.1:19092] [--topic flightwatch.telemetry]
@@ -85,7 +85,7 @@ def _join_flags(s) -> None:
                  help="split the join by event ID hash into P partitions, each joined with its own state: in the "
                       "driver in local mode, in executor tasks on a cluster (the results do not depend on P; default "
                       f"1 in local mode, {CLUSTER_JOIN_PARTITIONS} on a cluster)")
-    settings.add(s, "FLIGHTWATCH_JOIN_CACHE", "--join-cache", default="256MiB", metavar="SIZE",
+    settings.add(s, "FLIGHTWATCH_JOIN_CACHE", "--join-cache", default=JOIN_CACHE, metavar="SIZE",
                  help="on a cluster, what each Python worker keeps in memory of the join partitions' states it "
                       "served, at most (e.g. 512MiB); beyond, the states used longest ago go, and a later task of "
                       "theirs loads a snapshot instead (each batch's hits, misses and evictions are in its record)")
@@ -198,7 +198,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
         slice_grace_ns = parse_duration_ns(getattr(a, "slice_grace", "90s"))
-        join_cache_bytes = parse_size(getattr(a, "join_cache", "256MiB"))
+        join_cache_bytes = parse_size(getattr(a, "join_cache", JOIN_CACHE))
     except ValueError as e:
         raise UsageError(str(e)) from None
     if a.command == "run" and (problem := engine_problem(eng) or setting_problem(a.bootstrap)):

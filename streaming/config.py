@@ -6,9 +6,13 @@ import os
 from dataclasses import dataclass, field
 
 from core.rundir import RunPaths
-from core.units import duration_text
+from core.units import duration_text, parse_size
 from streaming.state import EngineConfig
 
+JOIN_CACHE = "256MiB"
+JOIN_CACHE_BYTES = parse_size(JOIN_CACHE)
+"""What a Python worker keeps of the join partitions' states it served, at most (``--join-cache``): beyond, the states
+it used longest ago go (a later task of theirs loads a snapshot and redoes the batches after it)."""
 RECOMPUTABLE = {"drop_timeout_ns": "drop", "window_ns": "window", "watermark_delay_ns": "watermark"}
 """Engine settings a replay may change (``replay --drop-timeout 10s``: the key without ``_ns``), and how its folder's
 name spells them."""
@@ -33,7 +37,7 @@ class JobConfig:
     heartbeat: bool = True
     partitions: int = 2
     join_on: str = "auto"  # where the join partitions run: auto, driver or executors (``joins_on_executors``)
-    join_cache_bytes: int = 256 << 20  # what a Python worker keeps of join states (``streaming.executors.keep``)
+    join_cache_bytes: int = JOIN_CACHE_BYTES  # what a Python worker keeps of join states (``streaming.executors.keep``)
     await_topic: bool = False  # wait for the telemetry topic instead of creating it (a KafkaTopic on Kubernetes)
     metrics_listen: str | None = None  # HOST:PORT of the live figures' /metrics (streaming.metrics); None: off
     recompute: dict = field(default_factory=dict)  # a replay's RECOMPUTABLE settings given on its command line (ns)

@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 
 from core.rundir import RunPaths, batch_file, ids_in, write_json
 from streaming import engine, join, membership
+from streaming.config import JOIN_CACHE_BYTES
 from streaming.decode import DECODED_SCHEMA
 from streaming.sinks import RunStore, join_state
 from streaming.state import EngineConfig, JoinState
@@ -64,9 +65,6 @@ OUTPUT_SCHEMA = pa.schema([
 (``exemplars``), new send or receive stamp (``send``, ``recv``), and one ``meta``; the driver splits it by ``part``
 with Arrow filters, whatever the number of partitions."""
 SNAPSHOT_EVERY_BATCHES = 10
-JOIN_CACHE_BYTES = 256 << 20
-"""What a Python worker keeps of the partitions' states it served, at most (``--join-cache``): beyond, the states it
-used longest ago go (a later task of theirs loads a snapshot and redoes the batches after it)."""
 KEEP_SNAPSHOTS = 2
 
 _STATES: dict[tuple[str, int], tuple[int, JoinState, int]] = {}

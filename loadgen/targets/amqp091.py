@@ -6,8 +6,9 @@ pika, not aiormq or aio-pika: at 5,000 messages/s with confirms it took 70 µs o
 (``python -m bench.amqp_clients``). Each event is one ``basic.publish`` with ``mandatory`` set, its frames written by
 ``PublishFrames`` (byte for byte pika's) and handed to pika's transport, its send stamp taken right before that. Its
 outcome comes back as the broker's confirm: an ack (taken), a nack, a return before the ack (unroutable: counted as
-``returned no route``), or the channel or connection closing first (counted by the broker's reason). A connection that is lost is opened again every ``RECONNECT_S`` while the attack runs; sends
-meanwhile fail at once as ``not connected``.
+``returned no route``), or the channel or connection closing first (counted by the broker's reason). A connection
+that is lost is opened again every ``RECONNECT_S`` while the attack runs; sends meanwhile fail at once as ``not
+connected``.
 """
 from __future__ import annotations
 

@@ -51,7 +51,9 @@ def test_the_hosts_start_from_a_checkout(place, tmp_path):
     top = os.path.dirname(checkout)
     try:
         python = _clone(checkout)
-        spark_home = os.path.join(checkout, ".venv", "lib", "python3.11", "site-packages", "pyspark")
+        import pyspark
+
+        spark_home = os.path.join(checkout, os.path.relpath(os.path.dirname(pyspark.__file__), ROOT))  # the clone's
         env = dict(os.environ, PYTHONPATH=checkout, SPARK_HOME=spark_home, PYSPARK_PYTHON=python,
                    FLIGHTWATCH_STACK_DIR="/tmp/stack", FLIGHTWATCH_CLOCK_REFERENCE="none")
         logs = []
