@@ -22,6 +22,8 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 SOAK_ARGS  ?=
 SCENARIO   ?=
+WARMUP     ?=
+COOLDOWN   ?=
 BASELINE   ?=
 GATE       ?=
 
@@ -67,12 +69,13 @@ demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --no-heartbeat --available-now
 	$(PYTHON) -m streaming summary --run $(RUN)
 
-attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first) at RATE for DURATION, or PACE; streams the run (BASELINE=run: then compares with it; SCENARIO=name: a series for `make history`)
+attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first) at RATE for DURATION, or PACE; streams the run (WARMUP=5s COOLDOWN=1s: left out of its latency figures) (BASELINE=run: then compares with it; SCENARIO=name: a series for `make history`)
 	$(PYTHON) -m stack $(if $(TARGET),up,renew-sut) $(if $(SUT),--sut $(SUT))
 	$(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) $(if $(SUT),--sut $(SUT)) \
 	  $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
 	  --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
 	  $(if $(filter command line,$(origin RUN)),--run $(RUN)) $(if $(SCENARIO),--scenario '$(SCENARIO)') \
+	  $(if $(WARMUP),--warmup $(WARMUP)) $(if $(COOLDOWN),--cooldown $(COOLDOWN)) \
 	  $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)')
 
 compare: install ## is RUN worse than BASELINE beyond the noise? per figure and pace step, with 95% intervals (GATE='p99>+10%': exit 1 past it)

@@ -18,6 +18,7 @@ With --stream --baseline RUN, the run is compared with RUN once it closes (``pyt
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -84,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--pace", help="steps RATE:SECONDS[,...] or a ramp FROM-TO:SECONDS, e.g. 1000:60,1200:60")
     a.add_argument("--duration", default="60s", help="run length with --rate, as vegeta and k6 write it: 60s, 1m30s, 2h "
                    "(default %(default)s)")
+    a.add_argument("--warmup", default="0s", metavar="DURATION",
+                   help="the schedule's first DURATION is sent and counted, but its windows are left out of the run's "
+                        "latency figures and of `runs compare`, and greyed on the dashboard (as artemis perf's "
+                        "--warmup; default %(default)s)")
+    a.add_argument("--cooldown", default="0s", metavar="DURATION",
+                   help="the same for the schedule's last DURATION (the Dispatch Router tests trim their last second; "
+                        "default %(default)s)")
     settings.add(a, "FLIGHTWATCH_TARGET", "--target",
                  help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC, "
                       "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME (RabbitMQ), amqp1://USER:PASS@HOST:PORT/ADDRESS "
@@ -189,6 +197,20 @@ def sut_kafka_options(texts: list[str], target: TargetSpec) -> dict | None:
     return options
 
 
+def trim_of(a: argparse.Namespace, duration_ns: int) -> dict:
+    """``--warmup`` and ``--cooldown`` in seconds; ``UsageError`` unless they leave some of the schedule measured."""
+    try:
+        warmup_s, cooldown_s = parse_duration_s(a.warmup), parse_duration_s(a.cooldown)
+    except UsageError as e:
+        raise UsageError(f"--warmup/--cooldown: {e}") from None
+    if warmup_s < 0 or cooldown_s < 0:
+        raise UsageError("--warmup and --cooldown must be >= 0")
+    if (warmup_s + cooldown_s) * NS_PER_S >= duration_ns:
+        raise UsageError(f"--warmup {a.warmup} and --cooldown {a.cooldown} leave nothing of the "
+                         f"{duration_ns / NS_PER_S:g} s schedule to measure")
+    return {"warmup_s": warmup_s, "cooldown_s": cooldown_s}
+
+
 def config(a: argparse.Namespace):
     from loadgen.attack import AttackConfig
 
@@ -256,6 +278,7 @@ def config(a: argparse.Namespace):
                        telemetry_topic=a.telemetry_topic, sender="loadgen" if shards == 1 else f"loadgen{shard}",
                        shard=shard, shards=shards, kafka_options=client_options(), sut_kafka_options=sut_options,
                        scenario=a.scenario)
+    cfg = dataclasses.replace(cfg, **trim_of(a, schedule.duration_ns))
     check_baseline(a, cfg)
     out = a.out or paths.loadgen(shard, shards)
     return cfg, (thresholds, aborts), out

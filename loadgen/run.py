@@ -245,6 +245,8 @@ def run_config(cfg) -> dict:
               "payload_bytes": cfg.payload_bytes, "max_inflight": cfg.max_inflight}
     if cfg.scenario:
         config["scenario"] = cfg.scenario
+    if cfg.warmup_s or cfg.cooldown_s:
+        config.update(warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s)
     if cfg.shards > 1:  # the run's pace is the sum of the shards'; the job waits for every shard's stop
         config.update(pace=cfg.schedule.share(1.0 / cfg.shards).describe(), shard=cfg.shard, shards=cfg.shards,
                       shard_pace=cfg.schedule.describe())

@@ -98,6 +98,11 @@ def wait_job(cfg, job, timeout_s: float = 120) -> output.Summary | None:
     print(f"flight time (sender -> receiver): sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,} "
           f"duplicates {s['duplicates']:,} late {s['late']:,} errors {s['errors']:,}; latency p50 {report._ms(lat['p50'])} "
           f"p90 {report._ms(lat['p90'])} p99 {report._ms(lat['p99'])} max {report._ms(lat['max'])}; gaps {len(s['gaps'])}")
+    if m := s.get("measured"):
+        lat = m[output.LATENCY]
+        print(f"measured ({m['num_windows']} windows, warm-up {m['warmup_s']:g} s and cool-down {m['cooldown_s']:g} s "
+              f"left out): sent {m['sent']:,} received {m['received']:,}; latency p50 {report._ms(lat['p50'])} "
+              f"p90 {report._ms(lat['p90'])} p99 {report._ms(lat['p99'])} max {report._ms(lat['max'])}")
     v = s.get("verdict") or {}
     if v.get("message"):
         knee = v.get("knee")

@@ -85,6 +85,7 @@ class RunSample:
     scope: Scope                   # the whole run
     steps: list[tuple[dict, Scope]]
     left_out: int = 0              # windows of the sending span left out: telemetry incomplete (our outage)
+    trim: tuple[float, float] = (0.0, 0.0)  # the run's --warmup and --cooldown (s), left out of every figure
 
     @classmethod
     def load(cls, root: str) -> RunSample:
@@ -118,12 +119,18 @@ class RunSample:
             return span[(span["window_ns"] >= lo) & (span["window_ns"] + window_ns <= hi)]
         if paced:
             span = inside(paced[0]["start_ns"], paced[-1]["end_ns"])
+        # the warm-up and cool-down the run set are left out of every figure compared
+        measured = runinfo.measured_span(attack, paced, window_ns)
+        span = span[runinfo.in_span(span["window_ns"], measured)]
         run_scope = _scope(span, hists, window_ns)
         steps = [(s, _scope(inside(s["start_ns"], s["end_ns"]), hists, window_ns)) for s in paced]
+        if span.empty:
+            raise Incomparable(f"run {_name(root)} has no window left once its warm-up and cool-down are left out")
         return cls(run_id=str(cfg.get("run_id", _name(root))), root=root, target_kind=runinfo.target_kind(attack),
                    pace=str(attack.get("pace", "")), scenario=attack.get("scenario"), summary=summary,
                    window_ns=window_ns, windows=span["window_ns"].to_numpy(np.int64), scope=run_scope, steps=steps,
-                   left_out=int(holes.sum()))
+                   left_out=int(holes.sum()),
+                   trim=(measured["warmup_s"], measured["cooldown_s"]) if measured else (0.0, 0.0))
 
     @property
     def knee(self) -> float | None:
@@ -260,6 +267,7 @@ def compare(base: RunSample, cand: RunSample, block_s: float = BLOCK_S, reps: in
             "loss_noise_points": LOSS_NOISE_POINTS,
             "windows": {"baseline": base.scope.n, "candidate": cand.scope.n},
             "windows_left_out": {"baseline": base.left_out, "candidate": cand.left_out},
+            "trim": {"baseline": list(base.trim), "candidate": list(cand.trim)},
             "headline": headline(whole), "whole_run": [c.record() for c in whole], "steps": steps}
 
 
@@ -328,6 +336,10 @@ def text(report: dict) -> str:
     if any(out.values()):
         lines.insert(1, f"left out, telemetry incomplete (flightwatch's own outage, not the SUT's): {out['baseline']} "
                         f"windows of the baseline, {out['candidate']} of the candidate")
+    trim = report.get("trim") or {}
+    if any(any(t) for t in trim.values()):
+        lines.insert(1, "left out, warm-up and cool-down: " + ", ".join(
+            f"{t[0]:g} s and {t[1]:g} s of the {who}" for who, t in trim.items()))
     lines += _table("whole run", report["whole_run"])
     for s in report["steps"]:
         rate = f"{s['rate']:,.0f}/s" if s["rate"] == s["end_rate"] else f"{s['rate']:,.0f}-{s['end_rate']:,.0f}/s"

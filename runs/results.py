@@ -114,10 +114,11 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
     starts = events[events["kind"] == "run_start"]["at_ns"] if not events.empty else []
     stops = events[events["kind"] == "run_stop"]["at_ns"] if not events.empty else []
     finished = bool(len(batches) and batches["finished"].any())
+    attack = runinfo.attack_config(events)
     return {
         "run_id": cfg["run_id"],
         "state": "finished" if finished else "running",
-        "attack": runinfo.attack_config(events),
+        "attack": attack,
         "settings": {key[:-3]: duration_text(cfg[key]) for key in ("window_ns", "drop_timeout_ns", "watermark_delay_ns")},
         "started_at_ns": int(min(starts)) if len(starts) else None,
         "stopped_at_ns": int(max(stops)) if len(stops) else None,
@@ -131,6 +132,7 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
         "quarantined": int(batches["num_quarantined"].sum()) if len(batches) else 0,
         **{name: merged_percentiles(run, name, hists=hists)
            for name in output.HISTS},
+        "measured": measured(runinfo.measured_span(attack, runinfo.pace_steps(events), cfg["window_ns"]), windows, hists),
         "exemplars": table.exemplar_records(events),
         # a silence inside a hole in the telemetry is not the SUT's gap
         "gaps": [g for g in gaps if not _overlaps(incomplete, g["start_ns"], g["end_ns"], cfg["window_ns"])],
@@ -150,6 +152,18 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
         "watermark_ns": int(batches["watermark_ns"].max()) if len(batches) else None,
         "num_batches": int(len(batches)),
     }
+
+
+def measured(span: dict | None, windows: pd.DataFrame, hists: pd.DataFrame) -> dict | None:
+    """The run's figures over its measured span (``runs.runinfo.measured_span``: the schedule less its warm-up and
+    cool-down): the span, its windows, the events sent and received in them, and the percentiles of every histogram.
+    None for a run that left nothing out. The counts above it stay the whole run's: every event is accounted for."""
+    if span is None:
+        return None
+    inside = windows[runinfo.in_span(windows[output.WINDOW], span)]
+    return {**span, "num_windows": int(len(inside)), output.SENT: int(inside[output.SENT].sum()),
+            output.RECEIVED: int(inside[output.RECEIVED].sum()),
+            **{name: merged_percentiles(None, name, span["from_ns"], span["to_ns"], hists) for name in output.HISTS}}
 
 
 def _overlaps(windows: pd.Series, start_ns: int, end_ns: int, window_ns: int) -> bool:

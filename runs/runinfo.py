@@ -56,6 +56,27 @@ def pace_steps(events: pd.DataFrame) -> list[dict]:
     return sched.steps_from(int(start))
 
 
+def measured_span(attack: dict, steps: list[dict], window_ns: int) -> dict | None:
+    """The part of the schedule its latency figures are taken over, left of ``--warmup`` and ``--cooldown``
+    (``warmup_s``, ``cooldown_s`` in the run's configuration): ``from_ns``, ``to_ns``, both on window bounds, the
+    windows wholly inside; None when the run set neither (or its schedule is unknown)."""
+    warmup_s, cooldown_s = float(attack.get("warmup_s") or 0), float(attack.get("cooldown_s") or 0)
+    if not (warmup_s or cooldown_s) or not steps:
+        return None
+    lo = steps[0]["start_ns"] + int(warmup_s * 1e9)
+    hi = steps[-1]["end_ns"] - int(cooldown_s * 1e9)
+    lo, hi = -(-lo // window_ns) * window_ns, hi // window_ns * window_ns
+    return {"from_ns": int(lo), "to_ns": int(max(hi, lo)), "warmup_s": warmup_s, "cooldown_s": cooldown_s}
+
+
+def in_span(window_ns: pd.Series | np.ndarray, span: dict | None) -> np.ndarray:
+    """Which windows (their start, ns) a measured span keeps: all of them without one."""
+    w = np.asarray(window_ns, np.int64)
+    if span is None:
+        return np.ones(len(w), bool)
+    return (w >= span["from_ns"]) & (w < span["to_ns"])
+
+
 def records(events: pd.DataFrame, kind: str, columns: list[str]) -> list[dict]:
     if events.empty:
         return []

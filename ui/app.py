@@ -128,7 +128,10 @@ def after_run(view: data.RunView, runs: list[data.RunInfo]) -> None:
     w = view.windows
     end_s = float(view.t(int(w["window_ns"].max())) + view.window_ns / 1e9)
     st.subheader("Time range")
-    lo, hi = st.slider("seconds since the run's start", 0.0, max(end_s, 1.0), (0.0, max(end_s, 1.0)), step=1.0,
+    m = view.summary.get("measured")  # a run with a warm-up or cool-down opens on its measured span
+    top = max(end_s, 1.0)
+    start = (min(max(float(view.t(m["from_ns"])), 0.0), top), min(float(view.t(m["to_ns"])), top)) if m else (0.0, top)
+    lo, hi = st.slider("seconds since the run's start", 0.0, top, start, step=1.0,
                        key=f"range-{view.run_id}")
     f = data.range_figures(view, lo, hi, reader(view.path))
     cols = st.columns(6)

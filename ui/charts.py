@@ -39,6 +39,9 @@ def _ms(series):
 INCOMPLETE_COLOR = "#6a3d9a"
 
 
+LEFT_OUT_COLOR = "#bbbbbb"
+
+
 def _spans(window_ns, length_ns: int) -> list[tuple[int, int]]:
     """Consecutive windows as (start, end) spans."""
     out: list[tuple[int, int]] = []
@@ -48,6 +51,16 @@ def _spans(window_ns, length_ns: int) -> list[tuple[int, int]]:
         else:
             out.append((t, t + length_ns))
     return out
+
+
+def left_out_spans(view: RunView) -> list[tuple[float, float, str]]:
+    """The run's warm-up and cool-down as (start s, end s, name) on the time axis: greyed, as left out."""
+    m = view.summary.get("measured")
+    if not m or not view.steps:
+        return []
+    first, last = view.steps[0].start_s, view.steps[-1].end_s
+    lo, hi = float(view.t(m["from_ns"])), float(view.t(m["to_ns"]))
+    return [(a, b, what) for a, b, what in ((first, lo, "warm-up"), (hi, last, "cool-down")) if b > a]
 
 
 def add_markers(fig: go.Figure, view: RunView) -> None:
@@ -64,6 +77,13 @@ def add_markers(fig: go.Figure, view: RunView) -> None:
                                text="telemetry incomplete", showarrow=False, font=dict(size=11, color=INCOMPLETE_COLOR),
                                hovertext="flightwatch's own telemetry lost records here (its broker restarted): "
                                          "not judged, not the SUT's")
+    for x0, x1, what in left_out_spans(view):
+        fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1, fillcolor=LEFT_OUT_COLOR,
+                      opacity=0.35, line_width=0, layer="below")
+        fig.add_annotation(x=(x0 + x1) / 2, xref="x", yref="paper", y=0.93, yanchor="top", text=what,
+                           showarrow=False, font=dict(size=10, color="#777"),
+                           hovertext=f"{what}: sent and counted, but left out of the latency figures and of "
+                                     "`runs compare` (--warmup, --cooldown)")
     for g in view.gaps:
         x0, x1 = view.t(g["start_ns"]), view.t(g["end_ns"])
         fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1, fillcolor="#888", opacity=0.18,

@@ -254,6 +254,8 @@ def test_a_target_that_dies_mid_run_is_reported_not_a_crash(tmp_path):
     (["--rate", "10", "--target", "http://127.0.0.1:9/", "--kafka-option", "acks=1"], "the target is http://"),
     (["--rate", "10", "--fail-on-regression", "p99>+10%"], "--fail-on-regression needs --baseline RUN"),
     (["--rate", "10", "--baseline", "some-run"], "--baseline needs --stream"),
+    (["--rate", "10", "--duration", "10s", "--warmup", "8s", "--cooldown", "2s"], "leave nothing of the 10 s schedule"),
+    (["--rate", "10", "--warmup", "a while"], "--warmup/--cooldown: bad duration"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, words):
     proc = attack(*args, "--no-telemetry", timeout=30)

@@ -199,3 +199,31 @@ def test_history_names_the_first_run_after_a_change(tmp_path):
     assert "<- change: p99" in next(line for line in p.stdout.splitlines() if line.startswith("hist-6 "))
     listing = cli("history", checkpoints=tmp_path)
     assert listing.stdout.split() == ["10", "runs", "nightly"]
+
+
+def test_warmup_and_cooldown_are_left_out_of_the_latency_figures_and_the_comparison(folder):
+    """A run that set ``--warmup 10s --cooldown 5s``: its summary's ``measured`` percentiles are the injected
+    receives' in the 45 s between (nearest rank, to the HDR bucket), its counts stay the whole run's, and
+    ``runs compare`` takes only those windows and says what it left out."""
+    root, spec = run_of(folder, "trimmed", 3)
+    spec.config = dict(spec.config, warmup_s=10.0, cooldown_s=5.0)
+    build_run(root + "-t", spec)
+    summary = json.load(open(os.path.join(root + "-t", "summary.json")))
+    run = generate(spec)
+    start = spec.config["schedule_start_ns"]
+    lo, hi = start + 10 * NS, start + (SECONDS - 5) * NS
+    m = summary["measured"]
+    assert (m["from_ns"], m["to_ns"], m["num_windows"]) == (lo, hi, SECONDS - 15)
+    ok = (run.recv_ns > 0) & (run.recv_ns - run.sent_ns <= spec.drop_timeout_s * NS)
+    inside = ok & (run.recv_ns >= lo) & (run.recv_ns < hi)
+    lat_us = (run.recv_ns[inside] - run.sent_ns[inside]) // 1000
+    for p in (50, 99):
+        truth = nearest_rank(lat_us, p)
+        assert truth <= m["latency_us"][f"p{p}"] <= truth * (1 + 1 / 1024) + 1, p
+    assert m["received"] == inside.sum()
+    assert summary["sent"] == len(run.sent_ns)  # the whole run's counts: nothing is left uncounted
+    sample = RunSample.load(root + "-t")
+    assert sample.windows.min() == lo and sample.windows.max() == hi - NS and sample.trim == (10.0, 5.0)
+    rep = compare.compare(RunSample.load(root), sample)
+    assert rep["windows"]["candidate"] == SECONDS - 15
+    assert "left out, warm-up and cool-down: 0 s and 0 s of the baseline, 10 s and 5 s of the candidate" in compare.text(rep)

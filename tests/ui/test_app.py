@@ -407,3 +407,24 @@ def test_history_view_marks_the_change_point(app, tmp_path):
     assert [w.value for w in at.warning] == [next(w.value for w in at.warning if "p99" in w.value)]
     assert at.warning[0].value.startswith("change point: p99 +") and at.warning[0].value.endswith("from run n3")
     assert list(at.dataframe[0].value["run"]) == [f"n{i}" for i in range(6)]
+
+
+def test_warmup_and_cooldown_are_greyed_and_the_range_opens_on_the_measured_span(app, tmp_path):
+    """A run that set ``--warmup 4s --cooldown 2s``: the timeline greys its first 4 and last 2 seconds (named), and
+    the time range's exact figures open on the 14 s between."""
+    from bench.compare import build_run as build
+    from bench.compare import spec_for
+    from ui import charts
+
+    s = spec_for("trimmed", 7, 20, 300)
+    s.config = dict(s.config, pace="300:20", schedule_start_ns=s.start_ns, warmup_s=4.0, cooldown_s=2.0)
+    build(str(tmp_path / "trimmed"), s)
+    view = data.load_run(str(tmp_path / "trimmed"))
+    spans = charts.left_out_spans(view)
+    assert [(round(a - view.steps[0].start_s, 3), round(b - view.steps[0].start_s, 3), what) for a, b, what in spans] \
+        == [(0.0, 4.0, "warm-up"), (18.0, 20.0, "cool-down")]
+    fig = charts.timeline(view)
+    assert sum(1 for sh in fig.layout.shapes if sh.fillcolor == charts.LEFT_OUT_COLOR) == 2
+    at = app(tmp_path)
+    lo, hi = at.slider(key="range-trimmed").value
+    assert hi - lo == 14.0
