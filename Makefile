@@ -24,11 +24,14 @@ SOAK_ARGS  ?=
 SCENARIO   ?=
 WARMUP     ?=
 COOLDOWN   ?=
+NAME       ?=
+SHORT      ?=
+ONLY       ?=
 BASELINE   ?=
 GATE       ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install up down status ui stream replay summary demo lint test test-serial test-fast test-cluster test-brokers bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
+.PHONY: scenario help install up down status ui stream replay summary demo lint test test-serial test-fast test-cluster test-brokers bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -77,6 +80,10 @@ attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu
 	  $(if $(filter command line,$(origin RUN)),--run $(RUN)) $(if $(SCENARIO),--scenario '$(SCENARIO)') \
 	  $(if $(WARMUP),--warmup $(WARMUP)) $(if $(COOLDOWN),--cooldown $(COOLDOWN)) \
 	  $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)')
+
+scenario: install ## run a seed's experiment on the stack, one report (NAME=kafka-matrix; SUT=, SHORT=1: the CI's form; ONLY=payload=128,1024); `python -m scenarios list`
+	$(if $(NAME),,$(error give NAME=<scenario>: $(shell $(PYTHON) -m scenarios list 2>/dev/null | cut -d' ' -f1 | tr '\n' ' ')))
+	$(PYTHON) -m scenarios run $(NAME) $(if $(SUT),--sut $(SUT)) $(if $(SHORT),--short) $(if $(ONLY),--only $(ONLY))
 
 compare: install ## is RUN worse than BASELINE beyond the noise? per figure and pace step, with 95% intervals (GATE='p99>+10%': exit 1 past it)
 	$(if $(BASELINE),,$(error give BASELINE=<run> (and RUN=<run>): make compare BASELINE=r1 RUN=r2))

@@ -35,15 +35,19 @@ def main_amqp1(a) -> int:
     spool = SpoolWriter(spool_dir, budget_bytes=budget_bytes, agent=a.agent)
     receiver = Amqp1Receiver(host, port, userinfo, address, spool, a.agent, a.prefetch, log=log, warn=warn)
     try:
-        receiver.connect(CONNECT_S)
+        receiver.connect(CONNECT_S + address.pairs / 100)  # 1,000 links: 10 s more
     except ConnectionError as e:
         print(f"receiver: error: amqp1 {host}:{port} {address.address}: {e}", file=sys.stderr)
         receiver.close()
         spool.close()
         return 2
     shipper, exposed, server = ship_and_serve(a, spool_dir, receiver, log)
-    log(f"receiver {a.agent}: address {address.address} at {host}:{port} (prefetch {a.prefetch}, accepted once "
+    where = address.address if address.pairs == 1 else (
+        f"{address.pairs:,} pairs' addresses {address.address}.0 ... .{address.pairs - 1}, every link attached")
+    log(f"receiver {a.agent}: {where} at {host}:{port} (prefetch {a.prefetch}, accepted once "
         f"recorded) -> spool {spool_dir} -> {a.telemetry_bootstrap}/{a.telemetry_topic}", flush=True)
+    if address.pairs > 1:
+        amqp.write_attached(a.state_dir, address, receiver.link.attached_ns)
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     say = logs.Progress(lambda line: log(line, flush=True))

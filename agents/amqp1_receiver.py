@@ -17,6 +17,8 @@ from core.amqp1_codec import read_event
 from core.amqp1_engine import EngineLink
 
 PREFETCH = 1000
+PAIR_PREFETCH_MIN = 20
+"""With ``?pairs=N``, each link's credit is ``--prefetch`` / N, at least this."""
 RECONNECT_S = 0.5
 _ID, _RUN = amqp.ID_HEADER.encode(), amqp.RUN_HEADER.encode()
 
@@ -47,8 +49,10 @@ class Amqp1Receiver:
         return out
 
     def _open(self) -> None:
+        pairs = self.address.pairs  # credit per link: 10/s a pair needs little, and 1,000 links share the budget
         link = EngineLink(self.host, self.port, self.userinfo, self.address.address, sending=False,
-                          prefetch=self.prefetch, name=f"flightwatch-{self.agent}")
+                          prefetch=self.prefetch if pairs == 1 else max(self.prefetch // pairs, PAIR_PREFETCH_MIN),
+                          name=f"flightwatch-{self.agent}", pairs=pairs)
         link.on_message = self.on_message
         link.on_lost = lambda why: self.lost(link, why)
         self.link, self._was_open = link, False

@@ -94,16 +94,23 @@ class AmqpAddress:
 SETTLE_MODES = ("unsettled", "presettled")
 
 
+MAX_PAIRS = 5000
+"""Pairs over one connection, at most: a link each way (the Dispatch Router tests went to 2,000 pairs)."""
+
+
 @dataclass(frozen=True)
 class Amqp1Address:
     """An AMQP 1.0 link address: the URL's path less its first ``/`` (``amqp1://h:p/orders`` is ``orders``;
     RabbitMQ 3.x's plugin names a queue ``/queue/NAME``, so ``amqp1://h:p//queue/NAME``), how transfers settle:
     ``?settle=unsettled`` (at least once: each waits for the broker's outcome; the default) or ``presettled`` (at
     most once), and ``?durable=true``: each message's header says durable (a broker keeps it on disk across a
-    restart; without a header it is not durable, AMQP 1.0's default)."""
+    restart; without a header it is not durable, AMQP 1.0's default). ``?pairs=N``: N sender-receiver pairs, each on
+    its own address ``ADDRESS.0`` ... ``ADDRESS.<N-1>`` over one connection (the Dispatch Router tests' method): the
+    load generator sends event k to pair k mod N, the receiver consumes all N."""
     address: str
     settle: str = "unsettled"
     durable: bool = False
+    pairs: int = 1
 
     @classmethod
     def parse(cls, path: str, query: str) -> Amqp1Address:
@@ -111,17 +118,20 @@ class Amqp1Address:
         if not address:
             raise ValueError("name an address: amqp1://HOST:PORT/ADDRESS (RabbitMQ: //queue/NAME)")
         opts = dict(parse_qsl(query, keep_blank_values=True))
-        unknown = sorted(set(opts) - {"settle", "durable"})
+        unknown = sorted(set(opts) - {"settle", "durable", "pairs"})
         if unknown:
-            raise ValueError(f"unknown option {unknown[0]!r}: amqp1:// takes ?settle=unsettled|presettled and "
-                             "?durable=true|false")
+            raise ValueError(f"unknown option {unknown[0]!r}: amqp1:// takes ?settle=unsettled|presettled, "
+                             "?durable=true|false and ?pairs=N")
+        pairs = opts.get("pairs", "1")
+        if not pairs.isdigit() or not 1 <= int(pairs) <= MAX_PAIRS:
+            raise ValueError(f"?pairs={pairs!r}: a number of sender-receiver pairs, 1 to {MAX_PAIRS:,}")
         settle = opts.get("settle", "unsettled")
         if settle not in SETTLE_MODES:
             raise ValueError(f"?settle={settle!r}: unsettled or presettled")
         durable = opts.get("durable", "false").lower()
         if durable not in _TRUE + _FALSE:
             raise ValueError(f"?durable={opts['durable']!r}: true or false")
-        return cls(address, settle, durable in _TRUE)
+        return cls(address, settle, durable in _TRUE, int(pairs))
 
     @classmethod
     def from_url(cls, url: str) -> tuple[Amqp1Address, str, int, str | None]:
@@ -137,6 +147,33 @@ class Amqp1Address:
             return cls.parse(u.path, u.query), u.hostname, u.port or 5672, userinfo
         except ValueError as e:
             raise ValueError(f"bad AMQP 1.0 address {shown!r}: {e}") from None
+
+
+ATTACHED_FILE = "attached.json"
+
+
+def write_attached(state_dir: str, address: Amqp1Address, attached_ns: int) -> None:
+    """The AMQP 1.0 receiver's word that every link of its pairs is attached (``ATTACHED_FILE`` in its state
+    folder): a scenario starts no sender before it (``read_attached``)."""
+    import json
+    import os
+
+    tmp = os.path.join(state_dir, f".{ATTACHED_FILE}.tmp")
+    with open(tmp, "w") as f:
+        json.dump({"address": address.address, "pairs": address.pairs, "attached_ns": attached_ns}, f)
+    os.replace(tmp, os.path.join(state_dir, ATTACHED_FILE))
+
+
+def read_attached(state_dir: str) -> dict | None:
+    """What ``write_attached`` wrote in ``state_dir``, or None."""
+    import json
+    import os
+
+    try:
+        with open(os.path.join(state_dir, ATTACHED_FILE)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def condition_text(what: str, cond) -> str:

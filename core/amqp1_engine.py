@@ -1,4 +1,6 @@
-"""One AMQP 1.0 link over its own socket, with proton's engine driven by hand: no reactor, no handler objects.
+"""One AMQP 1.0 link over its own socket, with proton's engine driven by hand: no reactor, no handler objects. With
+``pairs=N``, N links on the one connection, to ``ADDRESS.0`` ... ``ADDRESS.<N-1>``: ``send(..., pair=i)`` picks one,
+and the link is open once the broker attached all of them.
 
     link = EngineLink(host, port, userinfo, address, sending=True, settled=False)
     link.on_outcome = lambda delivery, error: ...   # sender: the broker's outcome (None: accepted; else its cause)
@@ -27,15 +29,22 @@ READ_BYTES = 256 * 1024
 TICK_S = 0.25
 
 
+def pair_addresses(address: str, pairs: int) -> list[str]:
+    """The addresses of ``pairs`` sender-receiver pairs, each its own: ``address`` alone for one, else
+    ``address.0`` ... ``address.<pairs-1>`` (the Dispatch Router tests' one address per pair)."""
+    return [address] if pairs == 1 else [f"{address}.{i}" for i in range(pairs)]
+
+
 class EngineLink:
     def __init__(self, host: str, port: int, userinfo: str | None, address: str, sending: bool,
-                 settled: bool = False, prefetch: int = 1000, name: str = "flightwatch") -> None:
+                 settled: bool = False, prefetch: int = 1000, name: str = "flightwatch", pairs: int = 1) -> None:
         from cproton_ffi import ffi, lib
-        from proton import Collector, Connection, Link, Transport
+        from proton import Collector, Connection, Transport
 
         self.ffi, self.lib = ffi, lib
         self.host, self.port, self.address, self.sending, self.prefetch = host, port, address, sending, prefetch
         self.opened = False
+        self.attached_ns: int | None = None  # when the broker had attached every link (epoch ns)
         self.closed: str | None = None  # why, once the link, session or connection went away
         self.on_outcome = self.on_message = None
         self.on_lost = lambda why: None
@@ -55,26 +64,36 @@ class EngineLink:
         self.conn.open()
         self.session = self.conn.session()
         self.session.open()
-        if sending:
-            self.link = self.session.sender(name)
-            self.link.target.address = address
-            self.link.source.address = name
-            if settled:
-                self.link.snd_settle_mode = Link.SND_SETTLED
-        else:
-            self.link = self.session.receiver(name)
-            self.link.source.address = address
-            self.link.target.address = name
-        self.link.open()
-        if not sending:
-            self.link.flow(prefetch)
+        self.links = [self._link(a, n, sending, settled, prefetch) for a, n in zip(pair_addresses(address, pairs),
+                                                                                  pair_addresses(name, pairs))]
+        self.link = self.links[0]
         self._t, self._c, self._l = self.transport._impl, self.collector._impl, self.link._impl
+        self._ls = [link._impl for link in self.links]
+        self._open_links = 0
         self._out = bytearray(READ_BYTES)
         self._out_c = ffi.from_buffer(self._out)
         self._in = bytearray(READ_BYTES)
         self._in_view = memoryview(self._in)
         self._next_tick = 0.0
         self._terminal = (lib.PN_REJECTED, lib.PN_RELEASED, lib.PN_MODIFIED)
+
+    def _link(self, address: str, name: str, sending: bool, settled: bool, prefetch: int):
+        from proton import Link
+
+        if sending:
+            link = self.session.sender(name)
+            link.target.address = address
+            link.source.address = name
+            if settled:
+                link.snd_settle_mode = Link.SND_SETTLED
+        else:
+            link = self.session.receiver(name)
+            link.source.address = address
+            link.target.address = name
+        link.open()
+        if not sending:
+            link.flow(prefetch)
+        return link
 
     # --- the socket -----------------------------------------------------------------------------------------------
 
@@ -203,10 +222,14 @@ class EngineLink:
                 elif lib.pn_delivery_readable(d) and not lib.pn_delivery_partial(d):
                     self._receive(d)
             elif kind == lib.PN_LINK_REMOTE_OPEN:
-                if lib.pn_event_link(ev) == self._l:
+                self._open_links += 1
+                if self._open_links >= len(self._ls):  # every link attached: the link (the pairs) is open
                     self.opened = True
+                    self.attached_ns = time.time_ns()
             elif kind in (lib.PN_LINK_REMOTE_CLOSE, lib.PN_LINK_REMOTE_DETACH):
-                self._lost(amqp.condition_text("link closed", self.link.remote_condition))
+                from proton import Link
+
+                self._lost(amqp.condition_text("link closed", Link.wrap(lib.pn_event_link(ev)).remote_condition))
             elif kind == lib.PN_SESSION_REMOTE_CLOSE:  # RabbitMQ's plugin ends the session for an address it refuses
                 self._lost(amqp.condition_text("session closed", self.session.remote_condition))
             elif kind == lib.PN_CONNECTION_REMOTE_CLOSE:
@@ -226,17 +249,18 @@ class EngineLink:
 
     def _receive(self, d) -> None:
         lib = self.lib
+        link = self._l if len(self._ls) == 1 else lib.pn_delivery_link(d)
         size = lib.pn_delivery_pending(d)
         buf = bytearray(size)
-        lib.pn_link_recv(self._l, self.ffi.from_buffer(buf), size)
-        lib.pn_link_advance(self._l)
+        lib.pn_link_recv(link, self.ffi.from_buffer(buf), size)
+        lib.pn_link_advance(link)
         self.on_message(buf)
         if not lib.pn_delivery_settled(d):  # a pre-settled transfer has no outcome to give
             lib.pn_delivery_update(d, lib.PN_ACCEPTED)
         lib.pn_delivery_settle(d)
-        credit = lib.pn_link_credit(self._l)
+        credit = lib.pn_link_credit(link)
         if credit < self.prefetch // 2:
-            lib.pn_link_flow(self._l, self.prefetch - credit)
+            lib.pn_link_flow(link, self.prefetch - credit)
 
     def _lost(self, why: str) -> None:
         if self.closed is None:
@@ -245,19 +269,21 @@ class EngineLink:
 
     # --- sends ----------------------------------------------------------------------------------------------------
 
-    def send(self, tag: bytes, message: bytes, settle: bool = False):
-        """One transfer of ``message`` (already encoded); its delivery, the key of its outcome."""
+    def send(self, tag: bytes, message: bytes, settle: bool = False, pair: int = 0):
+        """One transfer of ``message`` (already encoded) on link ``pair``; its delivery, the key of its outcome."""
         lib, ffi = self.lib, self.ffi
-        d = lib.pn_delivery(self._l, (len(tag), ffi.from_buffer(tag)))
-        lib.pn_link_send(self._l, ffi.from_buffer(message), len(message))
-        lib.pn_link_advance(self._l)
+        link = self._ls[pair]
+        d = lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
+        lib.pn_link_send(link, ffi.from_buffer(message), len(message))
+        lib.pn_link_advance(link)
         if settle:
             lib.pn_delivery_settle(d)
         return d
 
     def flushed(self) -> bool:
         """Every transfer has left: none waits for credit in proton, no byte waits for the socket."""
-        return self.lib.pn_link_queued(self._l) == 0 and self.lib.pn_transport_pending(self._t) <= 0
+        return (all(self.lib.pn_link_queued(link) == 0 for link in self._ls)
+                and self.lib.pn_transport_pending(self._t) <= 0)
 
     @property
     def max_message_size(self) -> int:

@@ -55,6 +55,10 @@ SETTINGS: dict[str, Setting] = {
                                         "protocol, AMQP 1.0 among them, on one port)"),
     "FLIGHTWATCH_KAFKA_PORT": Setting("--kafka-port (stack)", "29192", "the stack's Apache Kafka (its KRaft "
                                       "controller on the next port)"),
+    "FLIGHTWATCH_SUT_PARTITIONS": Setting("--partitions (stack)", "2", "partitions of the SUT topic the stack's Kafka "
+                                          "receiver makes, and of every topic its Apache Kafka makes (on a renewed SUT)"),
+    "FLIGHTWATCH_SUT_PAIRS": Setting("--pairs (stack)", "1", "sender-receiver pairs the stack's AMQP 1.0 receiver "
+                                     "consumes, each on its own address (the SUT queue's name .0 ... .N-1)"),
     "FLIGHTWATCH_RABBITMQ_PORT": Setting("--rabbitmq-port (stack)", "29672", "the stack's RabbitMQ (AMQP; Erlang "
                                          "distribution and epmd on the next two ports)"),
     "FLIGHTWATCH_PROMETHEUS_PORT": Setting("--prometheus-port (stack)", "19090", "the embedded Prometheus"),

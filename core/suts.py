@@ -64,3 +64,8 @@ def check(sut: str) -> str:
     if sut not in SUTS:
         raise ValueError(f"unknown SUT {sut!r}: one of {', '.join(SUTS)}")
     return sut
+
+
+def pairs_target(target: str, pairs: int) -> str:
+    """An AMQP 1.0 target as ``pairs`` sender-receiver pairs, each on its own address (``core.amqp.Amqp1Address``)."""
+    return target if pairs == 1 else f"{target}{'&' if '?' in target else '?'}pairs={pairs}"

@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
                         "summary once it has closed the run")
+    a.add_argument("--drop-timeout", metavar="DURATION",
+                   help="with --stream: the job's drop timeout, a send unanswered this long is a drop, and the run "
+                        "closes this long after its last send (the job's default, 30s)")
     a.add_argument("--scenario", metavar="NAME",
                    help="the series this run belongs to: `python -m runs history NAME` shows the series' runs and "
                         "change points (default: the series of its target kind and schedule)")
@@ -270,6 +273,11 @@ def config(a: argparse.Namespace):
         aborts = [Threshold.parse(t, "--abort-on") for t in a.abort_on]
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if a.drop_timeout is not None:
+        if not a.stream:
+            raise UsageError("--drop-timeout is the streaming job's: it needs --stream")
+        if parse_duration_s(a.drop_timeout) <= 0:
+            raise UsageError("--drop-timeout must be > 0")
     if any(t.metric == "loss" for t in thresholds) and not a.stream:
         raise UsageError("--fail-on loss needs --stream (loss is measured by the streaming job)")
     cfg = AttackConfig(run_id=run_id, target=target, schedule=schedule, workers=a.workers,
@@ -326,14 +334,14 @@ def main(argv=None) -> int:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
     try:
-        job = start_job(cfg) if a.stream else None
+        job = start_job(cfg, a.drop_timeout) if a.stream else None
     except UsageError as e:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
     fail_on, abort_on = thresholds
     code = attack(cfg, fail_on, abort_on, out, quiet=a.quiet, metrics_listen=a.metrics_listen)
     if job is not None:
-        summary = wait_job(cfg, job)
+        summary = wait_job(cfg, job, a.drop_timeout)
         loss = [t for t in fail_on if t.metric == "loss"]
         crossed = [t for t in loss if t.holds(run_value(t, {}, summary))]
         for t in crossed:

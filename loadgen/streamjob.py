@@ -15,8 +15,9 @@ from loadgen.errors import UsageError
 from loadgen.run import telemetry_marker
 
 
-def start_job(cfg):
-    """The streaming job for this run, in the background (it stops by itself once the run is closed)."""
+def start_job(cfg, drop_timeout: str | None = None):
+    """The streaming job for this run, in the background (it stops by itself once the run is closed);
+    ``drop_timeout``: the job's (``--drop-timeout``), else its default."""
     import subprocess
 
     paths = RunPaths.of_run(cfg.run_id, CHECKPOINTS)
@@ -27,7 +28,8 @@ def start_job(cfg):
     # (after five runs at 5,000/s, reading them back held the first batch for 37 s); a restarted job resumes
     # from its checkpoint, not from here
     job = subprocess.Popen([sys.executable, "-m", "streaming", "run", "--run", cfg.run_id, "--bootstrap",
-                            cfg.telemetry_bootstrap, "--topic", cfg.telemetry_topic, "--starting-offsets", "latest"],
+                            cfg.telemetry_bootstrap, "--topic", cfg.telemetry_topic, "--starting-offsets", "latest",
+                            *(["--drop-timeout", drop_timeout] if drop_timeout else [])],
                            cwd=ROOT, stdout=log,
                            stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=ROOT), start_new_session=True)
     print(f"streaming job: pid {job.pid}, results in {run_dir} (log job.log); waiting for it to start ...", flush=True)
@@ -70,12 +72,17 @@ def warm(batches: str) -> bool:
     return False
 
 
-def wait_job(cfg, job, timeout_s: float = 120) -> output.Summary | None:
+def wait_job(cfg, job, drop_timeout: str | None = None) -> output.Summary | None:
+    """The run's summary once its job has closed it (it waits its drop timeout past the last send, then some); None,
+    said, if it has not within 90 s more."""
     import subprocess
 
-    print("waiting for the streaming job to close the run (drop timeout 30 s) ...", flush=True)
+    from core.units import duration_text, parse_duration_ns
+
+    drop_ns = parse_duration_ns(drop_timeout or "30s")
+    print(f"waiting for the streaming job to close the run (drop timeout {duration_text(drop_ns)}) ...", flush=True)
     try:
-        job.wait(timeout_s)
+        job.wait(drop_ns / 1e9 + 90)
     except subprocess.TimeoutExpired:
         print(f"streaming job still running (pid {job.pid}); see `make summary RUN={cfg.run_id}` later")
         return None

@@ -31,6 +31,7 @@ import sys
 import time
 
 from core import settings
+from core.amqp import MAX_PAIRS
 from core.procs import (
     AMQP_RECEIVER_METRICS_PORT,
     JOB_METRICS_PORT,
@@ -44,7 +45,7 @@ from core.procs import (
     write_pid_file,
 )
 from core.rundir import ROOT
-from core.suts import DEFAULT_SUT, SUTS, default_target, receiver_bootstrap
+from core.suts import DEFAULT_SUT, SUTS, default_target, pairs_target, receiver_bootstrap
 from stack import artemis, debian, kafka, rabbitmq
 from stack.tansu import tansu_command
 
@@ -57,7 +58,8 @@ PORT_SETTINGS = {"telemetry-broker": ("FLIGHTWATCH_TELEMETRY_PORT", 19092), "sut
                  "http-receiver": ("FLIGHTWATCH_RECEIVER_PORT", 18080), "ui": ("FLIGHTWATCH_UI_PORT", 18501),
                  "clock": ("FLIGHTWATCH_CLOCK_PORT", 19123)}
 """Each component's port: its setting (``--telemetry-port`` ..., or the variable) and default."""
-STACK_SETTINGS = ("FLIGHTWATCH_STACK_DIR", "FLIGHTWATCH_NO_INSTALL", "FLIGHTWATCH_SUT",
+STACK_SETTINGS = ("FLIGHTWATCH_STACK_DIR", "FLIGHTWATCH_NO_INSTALL", "FLIGHTWATCH_SUT", "FLIGHTWATCH_SUT_PARTITIONS",
+                  "FLIGHTWATCH_SUT_PAIRS",
                   *(name for name, _ in PORT_SETTINGS.values()))
 
 
@@ -117,6 +119,10 @@ def ui_command(port: int) -> list[str]:
             "--client.toolbarMode", "viewer"]
 
 
+def sut_partitions() -> int:
+    return int(settings.get("FLIGHTWATCH_SUT_PARTITIONS") or 2)
+
+
 def _maven_broker_command(name: str) -> list[str] | None:
     """Artemis' or Apache Kafka's command when it is the SUT (fetched from the Maven registry, its instance made or
     its storage formatted, as needed); None, said in one line, if it cannot be had."""
@@ -125,7 +131,7 @@ def _maven_broker_command(name: str) -> list[str] | None:
     folder = os.path.join(STACK_DIR, name)
     try:
         if name == "kafka":
-            return kafka.command(PORTS["kafka"], folder)
+            return kafka.command(PORTS["kafka"], folder, sut_partitions())
         return artemis.command(artemis.prepare(PORTS["artemis"], folder))
     except RuntimeError as e:
         print(f"stack: error: {e}", file=sys.stderr)
@@ -157,11 +163,12 @@ def commands() -> dict[str, list[str] | None]:
         "artemis": _maven_broker_command("artemis"),
         "kafka": _maven_broker_command("kafka"),
         "amqp1-receiver": [sys.executable, "-m", "agents.receiver", "amqp1", "--url",
-                           default_target(SUT if SUTS[SUT].receiver == "amqp1-receiver" else "rabbitmq-amqp1"),
+                           pairs_target(default_target(SUT if SUTS[SUT].receiver == "amqp1-receiver" else "rabbitmq-amqp1"),
+                                        int(settings.get("FLIGHTWATCH_SUT_PAIRS") or 1)),
                            "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                            "--state-dir", os.path.join(STACK_DIR, "amqp1-receiver"),
                            "--metrics-listen", f"{HOST}:{METRICS_PORTS['amqp1-receiver']}"],
-        "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka",
+        "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka", "--create-topic", str(sut_partitions()),
                            "--bootstrap", receiver_bootstrap(SUT), "--telemetry-bootstrap", telemetry,
                            "--clock-reference", clock, "--state-dir", os.path.join(STACK_DIR, "kafka-receiver"),
                            "--metrics-listen", f"{HOST}:{METRICS_PORTS['kafka-receiver']}"],
@@ -361,6 +368,14 @@ def _parser():
                      help=what.get(name, f"the {name.replace('-', ' ')}") + " (every command's default follows it)")
     settings.add(p, "FLIGHTWATCH_SUT", "--sut", default=DEFAULT_SUT, choices=tuple(SUTS),
                  help="the system under test the stack runs: " + "; ".join(f"{k}: {v.what}" for k, v in SUTS.items()))
+    settings.add(p, "FLIGHTWATCH_SUT_PARTITIONS", "--partitions", type=int, default=2, metavar="N",
+                 help="partitions of the SUT topic, which the Kafka receiver makes (Tansu, Apache Kafka), and of every "
+                      "topic Apache Kafka makes when first named; takes effect on a SUT started here, as renew-sut "
+                      "starts one")
+    settings.add(p, "FLIGHTWATCH_SUT_PAIRS", "--pairs", type=int, default=1, metavar="N",
+                 help="the AMQP 1.0 receiver consumes N pairs' addresses, the SUT queue's name .0 ... .N-1, each its "
+                      "own link (`loadgen attack --target ...?pairs=N` sends to them); takes effect on a receiver "
+                      "started here, as renew-sut starts one")
     settings.add(p, "FLIGHTWATCH_NO_INSTALL", "--no-install", action="store_true",
                  help="install no Debian package for a missing Prometheus or node exporter (1 in the variable)")
     return p
@@ -375,6 +390,9 @@ def main(argv=None) -> int:
         a = _parser().parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
+    if a.partitions < 1 or not 1 <= a.pairs <= MAX_PAIRS:
+        print(f"stack: error: --partitions must be at least 1, --pairs 1 to {MAX_PAIRS:,}", file=sys.stderr)
+        return 2
     settings.export(a, STACK_SETTINGS)  # for this process and every component it starts: their defaults follow
     SUT = a.sut
     STACK_DIR, ports, metrics_ports = _configured()

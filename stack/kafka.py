@@ -50,14 +50,15 @@ def fetch(log=print) -> str:
     return maven.fetch(f"kafka-{VERSION}", ARTIFACTS, f"Apache Kafka {VERSION}", log=log)
 
 
-def server_properties(port: int, data: str) -> str:
-    """One node, broker and controller, on ``HOST:port`` and ``HOST:port+1``; topics of one replica, made when first
-    named; the broker's defaults otherwise (flushed by the OS, as Kafka is run)."""
+def server_properties(port: int, data: str, partitions: int = 1) -> str:
+    """One node, broker and controller, on ``HOST:port`` and ``HOST:port+1``; topics of one replica and
+    ``partitions`` partitions, made when first named; the broker's defaults otherwise (flushed by the OS, as Kafka is
+    run)."""
     return (f"process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@{HOST}:{port + 1}\n"
             f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{port + 1}\n"
             f"advertised.listeners=PLAINTEXT://{HOST}:{port}\ncontroller.listener.names=CONTROLLER\n"
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n"
-            f"log.dirs={data}\nnum.partitions=1\noffsets.topic.replication.factor=1\n"
+            f"log.dirs={data}\nnum.partitions={partitions}\noffsets.topic.replication.factor=1\n"
             "transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n"
             "share.coordinator.state.topic.replication.factor=1\nshare.coordinator.state.topic.min.isr=1\n"
             "group.initial.rebalance.delay.ms=0\n")
@@ -69,13 +70,13 @@ def _java(lib: str, folder: str, main: str, *args: str) -> list[str]:
             "-cp", os.path.join(lib, "*"), main, *args]
 
 
-def create(lib: str, folder: str, port: int) -> str:
+def create(lib: str, folder: str, port: int, partitions: int = 1) -> str:
     """The node's ``server.properties`` in ``folder`` for ``port``, and its storage formatted if it is not yet
     (``data/`` is its whole state: remove it for an empty broker)."""
     os.makedirs(folder, exist_ok=True)
     props, data = os.path.join(folder, "server.properties"), os.path.join(folder, "data")
     with open(props, "w") as f:
-        f.write(server_properties(port, data))
+        f.write(server_properties(port, data, partitions))
     with open(os.path.join(folder, "log4j2.properties"), "w") as f:
         f.write(LOG_CONFIG)
     if not os.path.exists(os.path.join(data, "meta.properties")):
@@ -87,10 +88,10 @@ def create(lib: str, folder: str, port: int) -> str:
     return props
 
 
-def command(port: int, folder: str) -> list[str]:
+def command(port: int, folder: str, partitions: int = 1) -> list[str]:
     """The node's command line (fetched and its storage formatted, as needed)."""
     lib = fetch()
-    return _java(lib, folder, "kafka.Kafka", create(lib, folder, port))
+    return _java(lib, folder, "kafka.Kafka", create(lib, folder, port, partitions))
 
 
 def start_kafka(port: int, folder: str, log=subprocess.DEVNULL) -> subprocess.Popen:

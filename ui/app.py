@@ -73,6 +73,26 @@ def history_view(folder: str) -> None:
     st.dataframe(data.history_table(h), hide_index=True)
 
 
+def scenarios_view(folder: str) -> None:
+    """The scenario reports (``make scenario``), newest first: the report's tables and its chart, each cell's run."""
+    reports = data.list_scenario_reports(folder)
+    st.subheader("Scenario reports")
+    if not reports:
+        st.info("no scenario reports yet: `make scenario NAME=kafka-matrix` (`python -m scenarios list`)")
+        return
+    label = {d["run"]: f"{d['run']}  ({'finished' if d.get('finished') else 'running'}; "
+                       f"{len(d.get('cells', []))} cells)" for d in reports}
+    chosen = st.selectbox("report", list(label), format_func=label.get, key="scenario-report")
+    doc = next(d for d in reports if d["run"] == chosen)
+    draw = {"matrix": charts.scenario_matrix, "pairs": charts.scenario_pairs}.get(doc.get("kind"))
+    if draw is not None and doc.get("cells"):
+        st.plotly_chart(draw(doc), key=f"scenario-{chosen}", width="stretch",
+                        config=charts.png_config(f"flightwatch-{chosen}"))
+    st.dataframe(data.scenario_cells(doc), hide_index=True)
+    with st.expander("report.md", expanded=False):
+        st.code(doc["markdown"], language="markdown")
+
+
 def current(path: str) -> data.RunView:
     return cached_run(path, data.version(path))
 
@@ -221,6 +241,9 @@ def main() -> None:
     st.sidebar.title("flightwatch")
     if runs and st.sidebar.toggle("scenario history", key="history-mode"):
         history_view(folder)
+        return
+    if st.sidebar.toggle("scenario reports", key="scenarios-mode"):
+        scenarios_view(folder)
         return
     if not runs:
         st.info(f"waiting for data: no runs in {folder} yet. Start one with `make attack RATE=5000`.")

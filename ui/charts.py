@@ -227,3 +227,40 @@ def history(h: dict, height: int = 520) -> go.Figure:
     fig.update_xaxes(type="category")
     fig.update_layout(height=height, margin=dict(t=60, b=40, l=60, r=20), legend=dict(orientation="h"))
     return fig
+
+
+def scenario_matrix(doc: dict, height: int = 480) -> go.Figure:
+    """A matrix scenario's cells: the throughput ceiling (bars, above) and the flight p99 (below) against the row
+    axis, one series per combination of the column axes (the Event Streams report's charts)."""
+    rows, cols = doc["rows"], doc["columns"]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=("throughput ceiling (/s)", "flight p99 (ms)"))
+    series: dict[str, list[dict]] = {}
+    for c in doc["cells"]:
+        series.setdefault(", ".join(f"{a}={c['cell'].get(a)}" for a in cols) or "all", []).append(c)
+    for name, cells in series.items():
+        x = [str(c["cell"].get(rows)) for c in cells]
+        fig.add_trace(go.Bar(x=x, y=[c.get("ceiling_per_s") for c in cells], name=name, legendgroup=name), row=1, col=1)
+        fig.add_trace(go.Bar(x=x, y=[None if c.get("p99_us") is None else c["p99_us"] / 1000 for c in cells],
+                             name=name, legendgroup=name, showlegend=False), row=2, col=1)
+    fig.update_xaxes(type="category", title_text=rows, row=2, col=1)
+    fig.update_layout(barmode="group", height=height, margin=dict(t=60, b=40, l=60, r=20), legend=dict(orientation="h"))
+    return fig
+
+
+def scenario_pairs(doc: dict, height: int = 420) -> go.Figure:
+    """A pairs scenario's flight time against the number of pairs: pooled p50 and p99, and across the pairs the
+    median pair's p99, the p99 of the pairs' p99s and the worst pair's (the Dispatch Router tests' chart)."""
+    cells = [c for c in doc["cells"] if c.get("pairs")]
+    x = [f"{c['cell']['pairs']:,}" for c in cells]
+    fig = go.Figure()
+    for name, get in (("p50", lambda c: c.get("p50_us")), ("p99", lambda c: c.get("p99_us")),
+                      ("pairs' p99: median", lambda c: c["pairs"]["pair_p99_median_us"]),
+                      ("pairs' p99: p99", lambda c: c["pairs"]["pair_p99_p99_us"]),
+                      ("worst pair's p99", lambda c: c["pairs"]["worst_pair_p99_us"])):
+        fig.add_trace(go.Scatter(x=x, y=[None if get(c) is None else get(c) / 1000 for c in cells], name=name,
+                                 mode="lines+markers"))
+    fig.update_xaxes(type="category", title_text="pairs")
+    fig.update_yaxes(title_text="flight time (ms)", type="log")
+    fig.update_layout(height=height, margin=dict(t=30, b=40, l=60, r=20), legend=dict(orientation="h"))
+    return fig

@@ -4,6 +4,7 @@
     amqp1://artemis:artemis@127.0.0.1:61616/flightwatch.sut         Artemis: the queue's (or address') plain name
     ...?settle=presettled                                            at most once: no outcome is awaited
     ...?durable=true                                                 durable messages (a header says so)
+    ...?pairs=1000                                                   1,000 links, to ADDRESS.0 ... ADDRESS.999
 
 The URL's path, less its first ``/``, is the link's target address (``core.amqp`` has the grammar). Each event is one
 transfer, unsettled by default (at least once): its outcome comes back as the broker's disposition, counted by kind
@@ -51,6 +52,7 @@ class Amqp1Target:
         self._next_try = 0.0
         self._next_expiry = 0.0
         self._tag = 0
+        self.attached_ns: int | None = None  # every link attached (epoch ns), before the first send
 
     @staticmethod
     def check(path: str, userinfo: str | None, query: str) -> str:
@@ -58,13 +60,16 @@ class Amqp1Target:
         return path
 
     def shaping(self) -> dict | None:
-        return {"settle": self.address.settle, "durable": self.address.durable, "address": self.address.address}
+        out = {"settle": self.address.settle, "durable": self.address.durable, "address": self.address.address}
+        if self.address.pairs > 1:  # the report shows every sender attached before the first send
+            out.update(pairs=self.address.pairs, attached_ns=self.attached_ns)
+        return out
 
     # --- the connection -------------------------------------------------------------------------------------------
 
     def _open(self) -> None:
         link = EngineLink(self.spec.host, self.spec.port, self.spec.userinfo, self.address.address, sending=True,
-                          settled=self.presettled, name="flightwatch-loadgen")
+                          settled=self.presettled, name="flightwatch-loadgen", pairs=self.address.pairs)
         link.on_outcome = self.outcome
         link.on_lost = lambda why: self.lost(link, why)
         self.link = link
@@ -74,7 +79,8 @@ class Amqp1Target:
         """Open the connection and the sending link; ``ConnectionError`` with the broker's reason."""
         try:
             self._open()
-            self.link.attach(min(self.opts.timeout_s, 10.0))
+            self.link.attach(min(self.opts.timeout_s, 10.0) + self.address.pairs / 100)  # 1,000 links: 10 s more
+            self.attached_ns = self.link.attached_ns
         except OSError as e:
             raise ConnectionError(f"amqp1 {self.spec}: {e.strerror or e}") from None
         except ConnectionError as e:
@@ -114,7 +120,9 @@ class Amqp1Target:
             book.done(event_id, sent, None, "not connected")
             return
         self._tag += 1
-        d = link.send(self._tag.to_bytes(8, "big"), self.encoder.encode(event_id, sent), self.presettled)
+        pairs = self.address.pairs
+        d = link.send(self._tag.to_bytes(8, "big"), self.encoder.encode(event_id, sent), self.presettled,
+                      int(event_id.rpartition("-")[2]) % pairs if pairs > 1 else 0)  # event k to pair k mod N
         if self.presettled:
             book.done(event_id, sent, None, None)
         else:

@@ -32,6 +32,12 @@ class Peer(MessagingHandler):
         self.received: list[str] = []
         self.settled = collections.Counter()
         self.connections = 0
+        self.addressed: dict[str, str] = {}  # event ID -> the address of the link it came on
+        self.sources: list[str] = []         # the addresses of the links the peer was asked to give from
+
+    def on_link_opened(self, event):
+        if event.link.is_sender:
+            self.sources.append(event.link.remote_source.address)
 
     def on_start(self, event):
         self.acceptor = event.container.listen(f"127.0.0.1:{self.port}")
@@ -56,6 +62,7 @@ class Peer(MessagingHandler):
     def on_message(self, event):
         n = len(self.received)
         self.received.append(event.message.properties[amqp.ID_HEADER])
+        self.addressed[event.message.properties[amqp.ID_HEADER]] = event.link.target.address
         kind, d = self.outcome(n), event.delivery
         if kind == "rejected":
             d.local.condition = Condition("amqp:precondition-failed", "no")
@@ -103,9 +110,12 @@ class Book:
         self.answers[eid] = error
 
 
-def _attack(port: int, n: int, settle: str = "unsettled", gap_s: float = 0.0, within_s: float = 10.0):
-    target = make_target(TargetSpec.parse(f"amqp1://127.0.0.1:{port}/orders?settle={settle}"),
+def _attack(port: int, n: int, settle: str = "unsettled", gap_s: float = 0.0, within_s: float = 10.0, extra: str = "",
+            kept: list | None = None):
+    target = make_target(TargetSpec.parse(f"amqp1://127.0.0.1:{port}/orders?settle={settle}{extra}"),
                          TargetOptions(5.0, 1000, "run-1", 64))
+    if kept is not None:
+        kept.append(target)
     asyncio.run(target.connect())
     book = Book()
     target.start(book)
@@ -172,3 +182,29 @@ def test_the_receiver_records_each_event_once_and_counts_the_rest_apart(peer_at)
     records = [json.loads(line) for line in lines]
     assert [r["event_id"] for r in records] == [f"e-{i}" for i in range(2500)]  # once each, in order
     assert {(r["run_id"], r["bytes_in"], r["agent"]) for r in records} == {("run-1", 32, "rx")}
+
+
+def test_pairs_each_send_on_their_own_address_and_the_receiver_consumes_every_one(peer_at):
+    """``?pairs=7``: seven links on one connection, event k on ``orders.<k mod 7>``, every link attached before the
+    first send; a receiver of ``?pairs=4`` attaches four links, ``orders.0`` ... ``orders.3``, and takes what each
+    gives, once."""
+    peer = peer_at()
+    kept: list = []
+    book = _attack(peer.port, 350, extra="&pairs=7", kept=kept)
+    assert collections.Counter(book.answers.values()) == {None: 350}
+    assert {eid: peer.addressed[eid] for eid in book.sends} == {f"e-{k}": f"orders.{k % 7}" for k in range(350)}
+    shaping = kept[0].shaping()
+    assert shaping["pairs"] == 7 and 0 < shaping["attached_ns"] <= time.time_ns()
+    enc = EventEncoder({amqp.RUN_HEADER: "run-1"}, b"p", "application/octet-stream", amqp.ID_HEADER, amqp.SENT_HEADER)
+    peer = peer_at(to_send=[enc.encode(f"r-{i}", time.time_ns()) for i in range(400)])
+    lines = []
+    spool = type("Spool", (), {"append": staticmethod(lines.append), "counters": staticmethod(dict)})()
+    receiver = Amqp1Receiver("127.0.0.1", peer.port, None, amqp.Amqp1Address.parse("/orders", "pairs=4"), spool, "rx")
+    receiver.connect(5.0)
+    assert receiver.link.attached_ns and len(receiver.link.links) == 4
+    deadline = time.monotonic() + 20
+    while sum(peer.settled.values()) < 400 and time.monotonic() < deadline:
+        receiver.serve(0.1)
+    receiver.close()
+    assert sorted(peer.sources) == [f"orders.{i}" for i in range(4)]
+    assert sorted(json.loads(line)["event_id"] for line in lines) == sorted(f"r-{i}" for i in range(400))

@@ -428,3 +428,26 @@ def test_warmup_and_cooldown_are_greyed_and_the_range_opens_on_the_measured_span
     at = app(tmp_path)
     lo, hi = at.slider(key="range-trimmed").value
     assert hi - lo == 14.0
+
+
+def test_scenario_reports_are_listed_beside_the_runs_with_their_cells_and_chart(app, tmp_path):
+    """A scenario report (``scenarios.report.write``) in the checkpoints folder: the sidebar's "scenario reports"
+    lists it, newest first, with a row per cell and the matrix chart (a bar per cell in each panel)."""
+    from scenarios import report, spec
+
+    sc = spec.load("kafka-matrix", short=True)
+    cells = [{"cell": c, "run_id": f"m-c{k}", "exit": 0, "sent": 100, "received": 100, "dropped": 0, "errors": 0,
+              "p50_us": 900, "p99_us": 2000 + k, "ceiling_per_s": 2000.0, "limit": None, "state": "ok", "message": "ok"}
+             for k, c in enumerate(sc.cells())]
+    report.write(str(tmp_path / "older"), report.document(sc, "kafka", "older", cells[:1], 1_800_000_000 * NS, False))
+    report.write(str(tmp_path / "m"), report.document(sc, "kafka", "m", cells, 1_800_000_100 * NS, True))
+    at = app(tmp_path)
+    at.sidebar.toggle(key="scenarios-mode").set_value(True).run()
+    assert not at.exception
+    assert at.selectbox(key="scenario-report").value == "m"
+    table = at.dataframe[0].value
+    assert list(table["run"]) == [f"m-c{k}" for k in range(4)] and list(table["p99"]) == ["2.00 ms", "2.00 ms", "2.00 ms", "2.00 ms"]
+    from ui import charts
+
+    fig = charts.scenario_matrix(report.document(sc, "kafka", "m", cells, 0, True))
+    assert len(fig.data) == 8 and all(len(t.x) == 1 for t in fig.data)  # 4 series (acks x partitions), 2 panels

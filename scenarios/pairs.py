@@ -1,0 +1,104 @@
+"""Figures for each sender-receiver pair of a run (``?pairs=N``), from its archive: the run's own telemetry, as the
+job archived it, joined by event ID here.
+
+Event k went to pair k mod N (``loadgen.targets.amqp1``). For each pair: its sends, its receives, the lost (sent and
+never received within the run), the late (received past the drop timeout), the duplicates, its flight time p50 and
+p99 (nearest rank, exact: no histogram) and its send delay p99. Then the distribution across pairs, as the Dispatch
+Router tests report it: the median pair's p99, the p99 of the pairs' p99s, the worst pair. The pairs' sums are checked
+against the job's own totals (``consistent``): two ways of counting one run must agree.
+
+    figures = pair_figures(run_root, pairs=1000, drop_timeout_ns=30 * 10**9)
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from core.rundir import RunPaths
+
+COLUMNS = ["kind", "run_id", "agent", "event_id", "at_ns", "intended_at_ns"]
+
+
+def events(root: str) -> pd.DataFrame:
+    """The run's sends and receives from its archive, each telemetry record once (a record the telemetry broker
+    gave twice is one record; a receive the SUT gave twice has its own stamp, and stays)."""
+    run_id = os.path.basename(os.path.normpath(root))
+    parts = []
+    for path in sorted(glob.glob(os.path.join(RunPaths(root).archive, "batch-*.parquet"))):
+        t = pq.read_table(path, columns=COLUMNS).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)  # ns exact
+        parts.append(t[t["kind"].isin(("send", "recv")) & (t["run_id"] == run_id)])
+    if not parts:
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.concat(parts, ignore_index=True).drop_duplicates(["kind", "agent", "event_id", "at_ns"])
+
+
+def per_pair(ev: pd.DataFrame, pairs: int, drop_timeout_ns: int) -> pd.DataFrame:
+    """One row per pair (0 ... pairs-1): sent, received, lost, late, duplicates, p50_us, p99_us, send_delay_p99_us."""
+    sends = ev[ev["kind"] == "send"].drop_duplicates("event_id").set_index("event_id")
+    recvs = ev[ev["kind"] == "recv"].groupby("event_id")["at_ns"]
+    joined = pd.DataFrame({"at_ns": sends["at_ns"].astype(np.int64),  # integers throughout: epoch ns lose ~100 ns in
+                           "intended_at_ns": sends["intended_at_ns"].fillna(sends["at_ns"]).astype(np.int64),  # a float
+                           "first": recvs.min().reindex(sends.index, fill_value=-1).astype(np.int64),
+                           "receives": recvs.size().reindex(sends.index, fill_value=0)})
+    joined["pair"] = joined.index.to_series().str.rpartition("-")[2].astype(np.int64).to_numpy() % pairs
+    flight = joined["first"] - joined["at_ns"]
+    joined["flight_us"] = flight / 1000
+    joined["in_time"] = flight <= drop_timeout_ns
+    joined["delay_us"] = (joined["at_ns"] - joined["intended_at_ns"]) / 1000
+    rows = []
+    for pair, g in joined.groupby("pair"):
+        got = g["first"] >= 0
+        ok = g.loc[got & g["in_time"], "flight_us"].to_numpy()
+        rows.append({"pair": int(pair), "sent": len(g), "received": int(got.sum()), "lost": int((~got).sum()),
+                     "late": int((got & ~g["in_time"]).sum()), "duplicates": int((g["receives"] - 1).clip(lower=0).sum()),
+                     "p50_us": nearest_rank(ok, 50), "p99_us": nearest_rank(ok, 99),
+                     "send_delay_p99_us": nearest_rank(g["delay_us"].dropna().to_numpy(), 99)})
+    out = pd.DataFrame(rows, columns=["pair", "sent", "received", "lost", "late", "duplicates", "p50_us", "p99_us",
+                                      "send_delay_p99_us"])
+    missing = sorted(set(range(pairs)) - set(out["pair"]))
+    if missing:  # a pair that sent nothing is a pair too
+        out = pd.concat([out, pd.DataFrame({"pair": missing, "sent": 0, "received": 0, "lost": 0, "late": 0,
+                                            "duplicates": 0})], ignore_index=True)
+    return out.sort_values("pair", ignore_index=True)
+
+
+def nearest_rank(values: np.ndarray, p: float) -> float | None:
+    if not len(values):
+        return None
+    v = np.sort(values)
+    return float(v[max(int(np.ceil(p / 100 * len(v))), 1) - 1])
+
+
+def distribution(rows: pd.DataFrame) -> dict:
+    """Across the pairs: how many, how many lost or were late, their p99s' median, p99 and worst (which pair)."""
+    p99 = rows["p99_us"].dropna()
+    worst = rows.loc[p99.idxmax()] if len(p99) else None
+    return {"pairs": int(len(rows)), "lost": int(rows["lost"].sum()), "pairs_with_loss": int((rows["lost"] > 0).sum()),
+            "pairs_late": int((rows["late"] > 0).sum()), "pairs_silent": int((rows["sent"] == 0).sum()),
+            "pair_p99_median_us": nearest_rank(p99.to_numpy(), 50), "pair_p99_p99_us": nearest_rank(p99.to_numpy(), 99),
+            "worst_pair": None if worst is None else int(worst["pair"]),
+            "worst_pair_p99_us": None if worst is None else float(worst["p99_us"]),
+            "pair_p50_median_us": nearest_rank(rows["p50_us"].dropna().to_numpy(), 50),
+            "send_delay_p99_worst_us": float(rows["send_delay_p99_us"].max()) if rows["send_delay_p99_us"].notna().any()
+            else None}
+
+
+def consistent(rows: pd.DataFrame, summary: dict) -> list[str]:
+    """Where the pairs' sums disagree with the job's totals: empty when they agree. The job's ``received`` is the
+    events received in time, once each; ``late`` those received past the drop timeout; ``duplicates`` the receives
+    beyond an event's first."""
+    sums = {"sent": int(rows["sent"].sum()), "received": int(rows["received"].sum() - rows["late"].sum()),
+            "late": int(rows["late"].sum()), "duplicates": int(rows["duplicates"].sum())}
+    return [f"{k}: pairs {v:,}, job {summary.get(k)}" for k, v in sums.items() if summary.get(k) != v]
+
+
+def pair_figures(root: str, pairs: int, drop_timeout_ns: int, summary: dict) -> dict:
+    """A run's per-pair figures, their distribution, and any disagreement with its summary's totals."""
+    rows = per_pair(events(root), pairs, drop_timeout_ns)
+    return {**distribution(rows), "disagreements": consistent(rows, summary),
+            "per_pair": rows.replace({np.nan: None}).to_dict("records")}

@@ -1,0 +1,139 @@
+"""A scenario's report, in the shape of its seed's: ``report.json`` (every cell's figures, for the dashboard and for
+a later comparison) and ``report.md`` (the tables, as the README quotes them), in ``checkpoints/<scenario run>/``.
+
+    matrix   one table per figure, rows by one axis, columns by the others (the Event Streams report's size x acks
+             tables): the throughput ceiling (the highest step's rate the saturation verdict still called ok: the
+             open model's answer, not a closed loop's best burst) and the flight p99 over the measured span; then
+             every cell in full
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+
+from scenarios.spec import Scenario
+
+REPORT_JSON, REPORT_MD = "report.json", "report.md"
+
+
+def document(sc: Scenario, sut: str, scenario_run: str, cells: list[dict], started_ns: int, finished: bool) -> dict:
+    return {"scenario": sc.name, "run": scenario_run, "title": sc.title, "seed": sc.seed, "method": sc.method,
+            "kind": sc.kind, "sut": sut, "form": "short" if sc.short else "full", "started_ns": started_ns,
+            "finished": finished, "settings": {"pace": sc.pace, "warmup": sc.warmup, "cooldown": sc.cooldown,
+                                               "drop_timeout": sc.drop_timeout, "axes": sc.axes,
+                                               "attack": list(sc.attack)},
+            "rows": sc.rows, "columns": list(sc.columns), "cells": cells}
+
+
+def write(folder: str, doc: dict) -> None:
+    """Both files, each replaced whole (a reader never sees half of one)."""
+    os.makedirs(folder, exist_ok=True)
+    for name, text in ((REPORT_JSON, json.dumps(doc, indent=1, default=str)), (REPORT_MD, markdown(doc))):
+        tmp = os.path.join(folder, f".{name}.tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(folder, name))
+
+
+def _ms(us) -> str:
+    return "-" if us is None else f"{us / 1000:,.2f} ms"
+
+
+def _rate(x) -> str:
+    return "-" if x is None else f"{x:,.0f}/s"
+
+
+def _value(axis: str, v) -> str:
+    return f"{v:,} B" if axis == "payload" else f"{v} partition{'s' if v != 1 else ''}" if axis == "partitions" \
+        else f"{axis}={v}"
+
+
+def matrix_table(doc: dict, figure: str, fmt) -> list[str]:
+    """One figure of every cell: a row per value of the row axis, a column per combination of the column axes."""
+    rows, cols, axes = doc["rows"], doc["columns"], doc["settings"]["axes"]
+    combos = list(itertools.product(*(axes[c] for c in cols))) if cols else [()]
+    by_cell = {tuple(c["cell"].get(a) for a in [rows, *cols]): c for c in doc["cells"]}
+    head = [rows] + [", ".join(_value(a, v) for a, v in zip(cols, combo)) or figure for combo in combos]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in axes[rows]:
+        line = [_value(rows, r) if rows != "payload" else f"{r:,} B"]
+        for combo in combos:
+            c = by_cell.get((r, *combo))
+            line.append("not run" if c is None else "failed" if c.get("problem") else fmt(c))
+        out.append("| " + " | ".join(line) + " |")
+    return out
+
+
+def _ceiling(c: dict) -> str:
+    text = _rate(c.get("ceiling_per_s")) if c.get("ceiling_per_s") else "below the first step"
+    return text + ("" if c.get("limit") else " (every step ok: the ceiling is higher)")
+
+
+def _clock(ns) -> str:
+    return "-" if not ns else time.strftime("%H:%M:%S", time.gmtime(ns / 1e9)) + f".{int(ns % 10**9) // 10**6:03d}"
+
+
+def attached_text(c: dict) -> str:
+    a = (c.get("pairs") or {}).get("attached") or {}
+    if not a.get("first_send_ns"):
+        return "-"
+    last = max(x for x in (a.get("receivers_ns"), a.get("senders_ns")) if x) if a.get("senders_ns") else None
+    if not a.get("before_first_send") or last is None:
+        return f"**no**: receivers {_clock(a.get('receivers_ns'))}, senders {_clock(a.get('senders_ns'))}, first send " \
+               f"{_clock(a['first_send_ns'])}"
+    return f"yes, {(a['first_send_ns'] - last) / 1e9:.1f} s before the first send"
+
+
+def pairs_table(doc: dict) -> list[str]:
+    """The Dispatch Router tests' table: a row per number of pairs, the pooled flight time beside the pairs' spread."""
+    out = ["| pairs | every link attached before the first send | sent | received | lost | late | p50 | p99 | "
+           "pairs' p99: median | p99 of pairs' p99s | worst pair (p99) | send delay p99 | loadgen µs/event | verdict |",
+           "|" + "---|" * 14]
+    for c in doc["cells"]:
+        n = c["cell"].get("pairs")
+        if c.get("problem") or not c.get("pairs"):
+            out.append(f"| {n:,} | exit {c['exit']}: {c.get('problem') or 'no pair figures'} |" + " |" * 12)
+            continue
+        p, cpu = c["pairs"], c.get("cpu_us_per_event")
+        out.append(f"| {n:,} | {attached_text(c)} | {c['sent']:,} | {c['received']:,} | {p['lost']:,} "
+                   f"({p['pairs_with_loss']} pairs) | {c['late']:,} | {_ms(c.get('p50_us'))} | {_ms(c.get('p99_us'))} | "
+                   f"{_ms(p['pair_p99_median_us'])} | {_ms(p['pair_p99_p99_us'])} | "
+                   f"#{p['worst_pair']} ({_ms(p['worst_pair_p99_us'])}) | {_ms(c.get('send_delay_p99_us'))} | "
+                   f"{'-' if cpu is None else f'{cpu:.1f}'} | {(c.get('message') or '').replace('|', '/')} |")
+    notes = [f"- {c['cell']['pairs']:,} pairs: the pairs' sums disagree with the job's: {'; '.join(c['pairs']['disagreements'])}"
+             for c in doc["cells"] if (c.get("pairs") or {}).get("disagreements")]
+    return out + ([""] + notes if notes else [])
+
+
+def markdown(doc: dict) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(doc["started_ns"] / 1e9))
+    s = doc["settings"]
+    lines = [f"# {doc['title']}: {doc['scenario']} on {doc['sut']}", "",
+             f"Scenario run `{doc['run']}`, {when}, {doc['form']} form" + ("" if doc["finished"] else
+                                                                            " (**not finished**: the cells so far)"),
+             "", f"Method (after the {doc['seed']}): {doc['method']}", "",
+             f"Every cell: pace `{s['pace']}`, warm-up {s['warmup']} and cool-down {s['cooldown']} left out of its "
+             f"latency figures, drop timeout {s['drop_timeout']}" + (f", `{' '.join(s['attack'])}`" if s["attack"]
+                                                                       else "") + ".", ""]
+    if doc["kind"] == "matrix":
+        lines += ["## Throughput ceiling (the highest step's rate the saturation verdict called ok)", "",
+                  *matrix_table(doc, "ceiling", _ceiling), "", "## Flight time p99 (measured span)", "",
+                  *matrix_table(doc, "p99", lambda c: _ms(c.get("p99_us"))), ""]
+    if doc["kind"] == "pairs":
+        lines += ["## Flight time against pairs (each pair on its own address; pooled, and across the pairs)", "",
+                  *pairs_table(doc), "", "Each pair's own figures: `pairs.json` in its run's folder.", ""]
+    lines += ["## Every cell", "", "| cell | run | sent | received | dropped | errors | p50 | p99 | ceiling | beyond it |"
+              " loadgen µs/event | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in doc["cells"]:
+        name = ", ".join(f"{k}={v}" for k, v in c["cell"].items())
+        if c.get("problem"):
+            lines.append(f"| {name} | `{c['run_id']}` | exit {c['exit']}: {c['problem']} |" + " |" * 9)
+            continue
+        cpu = c.get("cpu_us_per_event")
+        lines.append(f"| {name} | `{c['run_id']}` | {c['sent']:,} | {c['received']:,} | {c['dropped']:,} | "
+                     f"{c['errors']:,} | {_ms(c.get('p50_us'))} | {_ms(c.get('p99_us'))} | {_rate(c.get('ceiling_per_s'))} | "
+                     f"{c.get('limit') or 'every step ok'} | {'-' if cpu is None else f'{cpu:.1f}'} | "
+                     f"{(c.get('message') or '').replace('|', '/')} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,181 @@
+"""Run a scenario's cells one after another on the stack, each a whole flightwatch run, and gather their figures.
+
+Each cell: the SUT broker renewed empty with the cell's broker settings (``python -m stack renew-sut``), then
+``python -m loadgen attack --stream`` with the cell's flags, its warm-up and cool-down, under the run ID
+``<scenario run>-cNN`` and the series ``<scenario>/<cell>`` (``runs history`` follows each cell across scenario
+runs). The attack's own lines pass through as they come, prefixed with the cell; its run folder is a run like any
+other (the dashboard shows it live). A cell that fails is recorded with its exit code and the scenario goes on;
+Ctrl-C stops at once and keeps the report of the cells done.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from core import amqp, settings
+from core.rundir import CHECKPOINTS, ROOT, RunPaths
+from core.suts import default_target, pairs_target
+from core.units import parse_duration_ns
+from scenarios.spec import Scenario
+
+CELL_LIMIT_S = 600.0
+"""A cell's attack and its run's close, beyond its schedule and drop timeout, before it is stopped as hung."""
+
+
+def cell_name(cell: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in cell.items())
+
+
+def cell_flags(cell: dict, sut: str) -> tuple[dict, list[str]]:
+    """What a cell's knobs set (``scenarios.spec.KNOBS``): the stack's environment, and the attack's flags."""
+    env, flags = {}, []
+    for knob, value in cell.items():
+        if knob == "payload":
+            flags += ["--payload", str(value)]
+        elif knob == "acks":
+            flags += ["--kafka-option", f"acks={value}"]
+        elif knob == "partitions":
+            env["FLIGHTWATCH_SUT_PARTITIONS"] = str(value)
+        elif knob == "pairs":
+            env["FLIGHTWATCH_SUT_PAIRS"] = str(value)
+            flags += ["--target", pairs_target(default_target(sut), value)]
+    return env, flags
+
+
+def attack_command(sc: Scenario, sut: str, cell: dict, run_id: str, flags: list[str]) -> list[str]:
+    return [sys.executable, "-m", "loadgen", "attack", "--sut", sut, "--pace", sc.cell_pace(cell), "--run", run_id,
+            "--stream",
+            "--scenario", f"{sc.name}/{cell_name(cell)}", "--warmup", sc.warmup, "--cooldown", sc.cooldown,
+            "--drop-timeout", sc.drop_timeout, *flags, *sc.attack]
+
+
+def _passthrough(cmd: list[str], env: dict, prefix: str, limit_s: float, log) -> int:
+    """Run ``cmd``, its lines said with ``prefix`` as they come; its exit code (124 if it outlived ``limit_s``)."""
+    import threading
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
+    reader = threading.Thread(target=lambda: [log(f"{prefix} {line.rstrip()}") for line in proc.stdout], daemon=True)
+    reader.start()
+    try:
+        try:
+            code = proc.wait(limit_s)
+        except subprocess.TimeoutExpired:
+            log(f"{prefix} still running after {limit_s:.0f} s: stopped")
+            os.killpg(proc.pid, 15)
+            proc.wait(30)
+            code = 124
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, 2)  # the attack stops its workers and its job itself on SIGINT
+        proc.wait(60)
+        raise
+    reader.join(5)
+    return code
+
+
+def renew(sut: str, env: dict, prefix: str, log) -> None:
+    """The SUT broker empty, with the cell's settings; ``RuntimeError`` if the stack could not."""
+    code = _passthrough([sys.executable, "-m", "stack", "renew-sut", "--sut", sut], env, prefix, 300.0, log)
+    if code != 0:
+        raise RuntimeError(f"`python -m stack renew-sut --sut {sut}` failed (exit {code}); see the lines above")
+
+
+def receivers_attached(pairs: int, since_ns: int, within_s: float = 120.0) -> int:
+    """When the stack's AMQP 1.0 receiver had attached every pair's link (epoch ns), waited for: no sender starts
+    before it. ``RuntimeError`` if it has not within ``within_s``."""
+    state = os.path.join(settings.get("FLIGHTWATCH_STACK_DIR") or os.path.join(ROOT, ".stack"), "amqp1-receiver")
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        a = amqp.read_attached(state)
+        if a and a["pairs"] == pairs and a["attached_ns"] and a["attached_ns"] >= since_ns:
+            return int(a["attached_ns"])
+        time.sleep(0.5)
+    raise RuntimeError(f"the stack's AMQP 1.0 receiver did not attach its {pairs:,} links within {within_s:.0f} s "
+                       f"(see {state}/../amqp1-receiver.log)")
+
+
+def pair_figures(run_id: str, cell: dict, drop_timeout: str, summary: dict, receivers_ns: int, lg: dict) -> dict:
+    """The cell's pairs: their distribution for the report (each pair's rows in the run folder's ``pairs.json``), and
+    when every client was attached against the first send."""
+    from scenarios import pairs as pair_stats
+
+    root = RunPaths.of_run(run_id, CHECKPOINTS).root
+    f = pair_stats.pair_figures(root, cell["pairs"], parse_duration_ns(drop_timeout), summary)
+    with open(os.path.join(root, "pairs.json"), "w") as out:
+        json.dump(f.pop("per_pair"), out)
+    first = (summary.get("attack") or {}).get("schedule_start_ns")
+    senders = (lg.get("client") or {}).get("attached_ns")
+    f["attached"] = {"receivers_ns": receivers_ns, "senders_ns": senders, "first_send_ns": first,
+                     "before_first_send": bool(first and senders and max(receivers_ns, senders) < first)}
+    return f
+
+
+def cell_figures(run_id: str) -> dict:
+    """A cell's figures from its run folder: the job's summary and the load generator's report."""
+    paths = RunPaths.of_run(run_id, CHECKPOINTS)
+    out: dict = {"run_id": run_id}
+    try:
+        with open(paths.summary_file) as f:
+            s = json.load(f)
+    except (OSError, ValueError):
+        return {**out, "problem": "no summary: the run was not closed (see its job.log)"}
+    try:
+        with open(os.path.join(paths.root, "loadgen", "report.json")) as f:
+            lg = json.load(f)
+    except (OSError, ValueError):
+        lg = {}
+    v = s.get("verdict") or {}
+    lat = (s.get("measured") or {}).get("latency_us") or s.get("latency_us") or {}
+    knee = v.get("knee") or {}
+    knee_step = next((st for st in v.get("steps", []) if st.get("step") == knee.get("step")), {})
+    first_bad = next((st for st in v.get("steps", []) if st.get("state") not in ("ok", None)), None)
+    return {**out, "summary": s, "loadgen": lg,
+            **{k: s.get(k) for k in ("sent", "received", "dropped", "duplicates", "late", "errors", "unaccounted")},
+            "loadgen_sent": lg.get("requests"), "p50_us": lat.get("p50"), "p99_us": lat.get("p99"),
+            "max_us": lat.get("max"), "state": v.get("state"), "message": v.get("message"),
+            "ceiling_per_s": knee.get("rate"), "delivered_per_s": knee_step.get("received_per_s"),
+            "knee_p99_us": knee.get("p99_us"),
+            "limit": f"{first_bad['state']} at {first_bad['rate']:,.0f}/s" if first_bad else None,
+            "steps": v.get("steps", []), "send_delay_p99_us": (s.get("send_delay_us") or {}).get("p99"),
+            "cpu_us_per_event": (lg.get("cpu") or {}).get("us_per_event")}
+
+
+def run(sc: Scenario, sut: str, scenario_run: str, log=print, on_cell=None) -> list[dict]:
+    """Every cell of ``sc`` on ``sut``; their figures in order. ``on_cell(cells_so_far)`` after each (the report
+    is written as the scenario goes)."""
+    cells = sc.cells()
+    schedule_s = sc.schedule().duration_ns / 1e9
+    out: list[dict] = []
+    for k, cell in enumerate(cells, 1):
+        run_id = f"{scenario_run}-c{k:02d}"
+        prefix = f"[{k}/{len(cells)} {cell_name(cell)}]"
+        env, flags = cell_flags(cell, sut)
+        log(f"{prefix} run {run_id}: {sut} renewed, then {sc.cell_pace(cell)} ...")
+        started = time.time_ns()
+        renew(sut, env, prefix, log)
+        receivers_ns = None
+        if "pairs" in cell:
+            receivers_ns = receivers_attached(cell["pairs"], started)
+            log(f"{prefix} the receiver attached all {cell['pairs']:,} links; the senders attach theirs next")
+        code = _passthrough(attack_command(sc, sut, cell, run_id, flags), {}, prefix, schedule_s + CELL_LIMIT_S, log)
+        figures = {"cell": cell, "exit": code, "started_ns": started, **cell_figures(run_id)}
+        summary, lg = figures.pop("summary", None), figures.pop("loadgen", None)
+        if "pairs" in cell and summary is not None:
+            figures["pairs"] = pair_figures(run_id, cell, sc.drop_timeout, summary, receivers_ns, lg)
+        out.append(figures)
+        log(f"{prefix} done: {one_line(figures)}")
+        if on_cell is not None:
+            on_cell(out)
+    return out
+
+
+def one_line(f: dict) -> str:
+    if f.get("problem"):
+        return f"exit {f['exit']}: {f['problem']}"
+    ceiling = f"{f['ceiling_per_s']:,.0f}/s" if f.get("ceiling_per_s") else "below the first step"
+    p99 = f"{f['p99_us'] / 1000:,.2f} ms" if f.get("p99_us") is not None else "-"
+    return (f"sent {f['sent']:,} received {f['received']:,} dropped {f['dropped']:,}; p99 {p99}; ceiling {ceiling}"
+            + (f" ({f['limit']})" if f.get("limit") else "") + f"; {f['state']}")

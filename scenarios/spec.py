@@ -1,0 +1,187 @@
+"""A scenario as data: one TOML file in ``scenarios/`` per published method, read and checked here.
+
+    title = "Size and acks matrix"                 # what the report is called
+    seed = "Event Streams (Kafka) performance report"
+    method = "..."                                 # the method, as the report states it
+    kind = "matrix"                                # the report's shape (``scenarios.report``)
+    sut = "kafka"                                  # the stack's SUT it runs on by default; ``suts``: every one it can
+    warmup = "2s"                                  # left out of every cell's latency figures (``--warmup``)
+    cooldown = "1s"
+    drop_timeout = "10s"                           # a send unanswered this long is a drop (the job's)
+    pace = "1000:10,2000:10"                       # every cell's schedule (the pace syntax)
+
+    [axes]                                         # one cell per combination, in this order
+    payload = [128, 1024, 10240]                   # what each knob means: ``KNOBS``
+    acks = ["1", "all"]
+
+    [short]                                        # the CI's form: any key above, replaced
+    pace = "500:4"
+    axes = { payload = [128] }
+
+    [report]                                       # the table: rows and columns are axes
+    rows = "payload"
+    columns = ["acks"]
+
+``load(name)`` returns a ``Scenario`` or raises ``ScenarioError`` naming the file and the key at fault.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import tomllib
+from dataclasses import dataclass
+
+from core.pacer import Schedule
+from core.suts import SUTS
+from core.units import parse_duration_ns
+
+FOLDER = os.path.dirname(os.path.abspath(__file__))
+
+KNOBS = {
+    "payload": "event payload in bytes (the attack's --payload)",
+    "acks": "the Kafka producer's acks, 1 or all (--kafka-option acks=)",
+    "partitions": "partitions of the SUT topic (the stack's --partitions, on a renewed SUT)",
+    "pairs": "sender-receiver pairs, each on its own AMQP 1.0 address (the target's ?pairs=N, the stack's --pairs)",
+}
+"""Every axis a scenario may vary, and what it sets for its cells."""
+KNOB_SUTS = {"acks": ("tansu", "kafka"), "partitions": ("tansu", "kafka"), "pairs": ("artemis", "rabbitmq-amqp1")}
+"""The axes that mean something on some SUTs only."""
+
+KINDS = ("matrix", "pairs")
+"""The report shapes ``scenarios.report`` draws."""
+
+_KEYS = {"title", "seed", "method", "kind", "sut", "suts", "warmup", "cooldown", "drop_timeout", "pace", "axes",
+         "short", "report", "attack", "pace_per_pair"}
+_REPORT_KEYS = {"rows", "columns"}
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be read or run as given: one line saying which file and what."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: str
+    title: str
+    seed: str
+    method: str
+    kind: str
+    sut: str
+    suts: tuple[str, ...]
+    warmup: str
+    cooldown: str
+    drop_timeout: str
+    pace: str
+    axes: dict[str, list]                 # axis -> its values, in the file's order
+    rows: str
+    columns: tuple[str, ...]
+    attack: tuple[str, ...] = ()          # more flags for every cell's attack
+    pace_per_pair: bool = False           # the pace is each pair's: a cell of N pairs runs N times it
+    short: bool = False                   # this is the CI's form
+
+    def cells(self) -> list[dict]:
+        """Every combination of the axes' values, the last axis fastest."""
+        names = list(self.axes)
+        return [dict(zip(names, values)) for values in itertools.product(*(self.axes[n] for n in names))]
+
+    def schedule(self) -> Schedule:
+        return Schedule.parse(self.pace)
+
+    def cell_pace(self, cell: dict) -> str:
+        """The pace of a cell's whole run: the scenario's, times the cell's pairs when the pace is each pair's."""
+        if not self.pace_per_pair or cell.get("pairs", 1) == 1:
+            return self.pace
+        return self.schedule().share(1.0 / cell["pairs"]).describe()
+
+    def only(self, axis: str, values: list) -> Scenario:
+        """The scenario with one axis restricted (``--only pairs=1000``); ``ScenarioError`` for an unknown axis."""
+        if axis not in self.axes:
+            raise ScenarioError(f"scenario {self.name} has no axis {axis!r} (its axes: {', '.join(self.axes) or 'none'})")
+        kind = type(self.axes[axis][0])
+        try:
+            typed = [kind(v) for v in values]
+        except ValueError:
+            raise ScenarioError(f"--only {axis}=...: {values!r} are not {kind.__name__}s") from None
+        return _replace(self, axes={**self.axes, axis: typed})
+
+
+def _replace(s: Scenario, **changes) -> Scenario:
+    import dataclasses
+
+    return dataclasses.replace(s, **changes)
+
+
+def names() -> list[str]:
+    """The scenarios in ``scenarios/``, by name (their file's, less ``.toml``)."""
+    return sorted(n[:-5] for n in os.listdir(FOLDER) if n.endswith(".toml"))
+
+
+def load(name: str, short: bool = False, folder: str = FOLDER) -> Scenario:
+    """The scenario ``name`` (``short``: its CI form); ``ScenarioError`` if it is missing or wrong."""
+    path = os.path.join(folder, f"{name}.toml")
+    if not os.path.isfile(path):
+        raise ScenarioError(f"no scenario {name!r} (there are: {', '.join(names()) or 'none'})")
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{path}: {e}") from None
+    return parse(name, path, raw, short)
+
+
+def parse(name: str, path: str, raw: dict, short: bool = False) -> Scenario:
+    def bad(what: str) -> ScenarioError:
+        return ScenarioError(f"{path}: {what}")
+
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise bad(f"unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_KEYS))})")
+    form = dict(raw)
+    short_form = raw.get("short") or {}
+    if short:
+        if not short_form:
+            raise bad("has no [short] form")
+        unknown = set(short_form) - _KEYS
+        if unknown:
+            raise bad(f"[short]: unknown key {sorted(unknown)[0]!r}")
+        form.update({k: v for k, v in short_form.items() if k != "axes"})
+        form["axes"] = {**raw.get("axes", {}), **short_form.get("axes", {})}
+    for key in ("title", "seed", "method", "kind", "sut", "pace"):
+        if not isinstance(form.get(key), str) or not form[key].strip():
+            raise bad(f"{key!r} must be given, as text")
+    if form["kind"] not in KINDS:
+        raise bad(f"kind {form['kind']!r} is not one of {', '.join(KINDS)}")
+    suts = tuple(form.get("suts") or (form["sut"],))
+    for s in (form["sut"], *suts):
+        if s not in SUTS:
+            raise bad(f"SUT {s!r} is not one of the stack's ({', '.join(SUTS)})")
+    try:
+        Schedule.parse(form["pace"])
+        for key in ("warmup", "cooldown", "drop_timeout"):
+            parse_duration_ns(str(form.get(key, "0s")))
+    except ValueError as e:
+        raise bad(str(e)) from None
+    axes = form.get("axes") or {}
+    for axis, values in axes.items():
+        if axis not in KNOBS:
+            raise bad(f"unknown axis {axis!r} (known: {', '.join(KNOBS)})")
+        if not isinstance(values, list) or not values or len({type(v) for v in values}) != 1:
+            raise bad(f"axis {axis!r}: a non-empty list of values of one type")
+        if axis in KNOB_SUTS and set(suts) - set(KNOB_SUTS[axis]):
+            raise bad(f"axis {axis!r} means something on {', '.join(KNOB_SUTS[axis])} only, not on every SUT in {suts}")
+    if form.get("pace_per_pair") and "pairs" not in axes:
+        raise bad("pace_per_pair needs a pairs axis")
+    report = raw.get("report") or {}
+    if set(report) - _REPORT_KEYS:
+        raise bad(f"[report]: unknown key {sorted(set(report) - _REPORT_KEYS)[0]!r}")
+    rows, columns = report.get("rows", next(iter(axes), "")), tuple(report.get("columns", [a for a in axes][1:]))
+    for a in (rows, *columns):
+        if a and a not in axes:
+            raise bad(f"[report] names {a!r}, which is not an axis")
+    return Scenario(name=name, path=path, title=form["title"], seed=form["seed"], method=" ".join(form["method"].split()),
+                    kind=form["kind"], sut=form["sut"], suts=suts, warmup=str(form.get("warmup", "0s")),
+                    cooldown=str(form.get("cooldown", "0s")), drop_timeout=str(form.get("drop_timeout", "30s")),
+                    pace=form["pace"], axes={k: list(v) for k, v in axes.items()}, rows=rows, columns=columns,
+                    attack=tuple(str(x) for x in form.get("attack", ())), short=short,
+                    pace_per_pair=bool(form.get("pace_per_pair", False)))

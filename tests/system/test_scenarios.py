@@ -1,0 +1,110 @@
+"""The seeds' experiments in their short form (``python -m scenarios run NAME --short``), each on a stack of its own
+on free loopback ports with the real brokers, job and receivers (``make test-brokers``): every cell's counts exact
+against the load generator's own, each knob taking effect in the broker or the client, and the report's tables
+present. Their figures are the benchmarks' (``make scenario``), not asserted here."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from support import ROOT, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.brokers,
+              pytest.mark.skipif(shutil.which("java") is None, reason="Apache Kafka needs Java 17 (.ci/run has it)")]
+NS = 10**9
+
+
+@pytest.fixture
+def stack_env(tmp_path):
+    """A stack of its own: every port free, its state and the run folders under tmp_path; stopped after."""
+    ports = {k: free_port() for k in ("TELEMETRY", "SUT", "PROMETHEUS", "NODE_EXPORTER", "RECEIVER", "UI", "CLOCK",
+                                      "RABBITMQ", "ARTEMIS")}
+    kafka = free_port()
+    while kafka + 1 in ports.values():  # its controller takes the next port
+        kafka = free_port()
+    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_STACK_DIR=str(tmp_path / "stack"),
+               FLIGHTWATCH_CHECKPOINTS=str(tmp_path / "checkpoints"), FLIGHTWATCH_KAFKA_PORT=str(kafka),
+               **{f"FLIGHTWATCH_{k}_PORT": str(v) for k, v in ports.items()},
+               **{f"FLIGHTWATCH_{k}_METRICS_LISTEN": f"127.0.0.1:{free_port()}"
+                  for k in ("JOB", "KAFKA_RECEIVER", "AMQP_RECEIVER", "NODE_METRICS")},
+               FLIGHTWATCH_LOADGEN_METRICS_LISTEN=f"127.0.0.1:{free_port()}")
+    yield env
+    subprocess.run([sys.executable, "-m", "stack", "down"], cwd=ROOT, env=env, capture_output=True, timeout=180)
+
+
+def run_scenario(env, name: str, *args: str) -> tuple[dict, str, str]:
+    p = subprocess.run([sys.executable, "-m", "scenarios", "run", name, "--short", "--run", f"ci-{name}", *args],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    folder = os.path.join(env["FLIGHTWATCH_CHECKPOINTS"], f"ci-{name}")
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr
+    with open(os.path.join(folder, "report.json")) as f:
+        doc = json.load(f)
+    with open(os.path.join(folder, "report.md")) as f:
+        return doc, f.read(), p.stdout
+
+
+def run_files(env, run_id: str) -> tuple[dict, dict]:
+    root = os.path.join(env["FLIGHTWATCH_CHECKPOINTS"], run_id)
+    with open(os.path.join(root, "summary.json")) as f, open(os.path.join(root, "loadgen", "report.json")) as g:
+        return json.load(f), json.load(g)
+
+
+def assert_cells_exact(env, doc: dict, cells: int) -> list[tuple[dict, dict]]:
+    """Every cell closed its run with every event the load generator sent received once: nothing dropped, late,
+    duplicated or unaccounted."""
+    assert len(doc["cells"]) == cells and doc["finished"]
+    out = []
+    for c in doc["cells"]:
+        s, lg = run_files(env, c["run_id"])
+        assert c["exit"] == 0 and not c.get("problem"), c
+        assert s["sent"] == lg["requests"] == s["received"] > 0, (c["cell"], s["sent"], lg["requests"], s["received"])
+        assert s["dropped"] == s["duplicates"] == s["late"] == s["errors"] == s["unaccounted"] == 0, c
+        out.append((s, lg))
+    return out
+
+
+def test_the_size_and_acks_matrix_on_apache_kafka(stack_env):
+    """kafka-matrix --short: 1 KiB x acks 1, all x 1, 3 partitions, each cell a 1,000 then 2,000/s ramp. The acks
+    reach the producer, the partitions the broker, the warm-up and cool-down the figures; the report's two tables
+    have a row per size and a column per acks and partitions."""
+    doc, text, out = run_scenario(stack_env, "kafka-matrix")
+    runs = assert_cells_exact(stack_env, doc, 4)
+    assert [c["cell"] for c in doc["cells"]] == [{"payload": 1024, "acks": a, "partitions": p}
+                                                  for a in ("1", "all") for p in (1, 3)]
+    for c, (s, lg) in zip(doc["cells"], runs):
+        assert str(lg["client"]["acks"]) == c["cell"]["acks"] and s["attack"]["payload_bytes"] == 1024
+        m, steps = s["measured"], s["attack"]["steps"]
+        assert m["from_ns"] >= steps[0]["start_ns"] + 2 * NS and m["to_ns"] <= steps[-1]["end_ns"] - 1 * NS
+        assert m["num_windows"] >= 4 and m["latency_us"]["count"] < s["latency_us"]["count"]
+        assert c["ceiling_per_s"] in (None, 1000.0, 2000.0)
+    from confluent_kafka.admin import AdminClient  # the last cell's topic, on the broker it ran on
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{stack_env['FLIGHTWATCH_KAFKA_PORT']}"})
+    assert len(admin.list_topics("flightwatch.sut", timeout=20).topics["flightwatch.sut"].partitions) == 3
+    assert "| payload | acks=1, 1 partition | acks=1, 3 partitions | acks=all, 1 partition | acks=all, 3 partitions |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 1,024 B |"))
+    assert row.count("/s") == 4 and "failed" not in row and "not run" not in row
+    assert "[4/4 payload=1024,acks=all,partitions=3] done: sent 12,000 received 12,000 dropped 0" in out
+
+
+def test_fifty_sender_receiver_pairs_on_artemis(stack_env):
+    """dispatch-pairs --short: 50 pairs, each on its own address, 10/s each for 20 s. Every link is attached before
+    the first send (shown in the report); each pair sent 200 and received them all, once; the pairs' sums are the
+    job's totals; the report has the pairs' table."""
+    doc, text, out = run_scenario(stack_env, "dispatch-pairs")
+    (s, lg), = assert_cells_exact(stack_env, doc, 1)
+    c = doc["cells"][0]
+    assert s["sent"] == 50 * 10 * 20 and lg["client"]["pairs"] == 50
+    p = c["pairs"]
+    assert p["pairs"] == 50 and p["disagreements"] == [] and p["lost"] == p["pairs_with_loss"] == p["pairs_late"] == 0
+    assert p["attached"]["before_first_send"] and p["attached"]["receivers_ns"] < p["attached"]["senders_ns"]
+    rows = json.load(open(os.path.join(stack_env["FLIGHTWATCH_CHECKPOINTS"], c["run_id"], "pairs.json")))
+    assert [(r["pair"], r["sent"], r["received"], r["duplicates"]) for r in rows] == [(i, 200, 200, 0) for i in range(50)]
+    assert p["worst_pair_p99_us"] == max(r["p99_us"] for r in rows) >= p["pair_p99_median_us"] > 0
+    row = next(line for line in text.splitlines() if line.startswith("| 50 |"))
+    assert "| yes, " in row and "before the first send" in row and "| 10,000 | 10,000 | 0 (0 pairs) | 0 |" in row
+    assert "the receiver attached all 50 links" in out
