@@ -213,6 +213,7 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
         producer = telemetry_producer(cfg.telemetry_bootstrap, cfg.kafka_options, **topic.producer_settings())
         writer = TelemetryWriter(producer, topic, agent=f"{cfg.sender}-{worker}")
     await target.connect()
+    attached_ns = getattr(target, "attached_ns", None)  # every link attached (AMQP 1.0 pairs), before the start
     out.put(("ready", worker, None))
     while start_at.value == 0:  # the parent sets the common start once every worker is ready
         if stop.is_set():
@@ -242,7 +243,8 @@ async def _attack(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop)
     if writer:
         writer.close()
         counters = writer.counters()
-    return {"attack_end_ns": attack_end, "telemetry": counters, "cpu_s": time.process_time() - cpu0}
+    return {"attack_end_ns": attack_end, "telemetry": counters, "cpu_s": time.process_time() - cpu0,
+            "attached_ns": attached_ns}
 
 
 def worker_main(cfg: AttackConfig, worker: int, start_at, out: mp.Queue, stop) -> None:

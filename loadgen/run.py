@@ -202,6 +202,9 @@ class Attack:
         shaped = make_target(cfg.target, TargetOptions(cfg.timeout_s, cfg.max_inflight, cfg.run_id, 0,
                                                        cfg.sut_kafka_options or {})).shaping()
         if shaped is not None:  # what shaped its latency, as it took effect
+            attached = [r["attached_ns"] for r in results.values() if r.get("attached_ns")]
+            if attached:  # when the last worker had attached all its links, before the schedule started
+                shaped["attached_ns"] = max(attached)
             figs["client"] = shaped
         workers_cpu = sum(r.get("cpu_s", 0.0) for r in results.values())
         parent = time.process_time() - self.parent_cpu[0] if self.parent_cpu else 0.0

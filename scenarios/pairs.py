@@ -1,5 +1,6 @@
 """Figures for each sender-receiver pair of a run (``?pairs=N``), from its archive: the run's own telemetry, as the
-job archived it, joined by event ID here.
+job archived it, joined by event ID here. Counts are the whole run's; percentiles leave out the run's warm-up and
+cool-down, as its pooled ones do.
 
 Event k went to pair k mod N (``loadgen.targets.amqp1``). For each pair: its sends, its receives, the lost (sent and
 never received within the run), the late (received past the drop timeout), the duplicates, its flight time p50 and
@@ -37,8 +38,10 @@ def events(root: str) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True).drop_duplicates(["kind", "agent", "event_id", "at_ns"])
 
 
-def per_pair(ev: pd.DataFrame, pairs: int, drop_timeout_ns: int) -> pd.DataFrame:
-    """One row per pair (0 ... pairs-1): sent, received, lost, late, duplicates, p50_us, p99_us, send_delay_p99_us."""
+def per_pair(ev: pd.DataFrame, pairs: int, drop_timeout_ns: int, span: tuple[int, int] | None = None) -> pd.DataFrame:
+    """One row per pair (0 ... pairs-1): sent, received, lost, late, duplicates (the whole run's), and p50_us, p99_us
+    (the receives in ``span``, as the job windows them; the whole run without one) and send_delay_p99_us (the sends
+    in it)."""
     sends = ev[ev["kind"] == "send"].drop_duplicates("event_id").set_index("event_id")
     recvs = ev[ev["kind"] == "recv"].groupby("event_id")["at_ns"]
     joined = pd.DataFrame({"at_ns": sends["at_ns"].astype(np.int64),  # integers throughout: epoch ns lose ~100 ns in
@@ -50,10 +53,13 @@ def per_pair(ev: pd.DataFrame, pairs: int, drop_timeout_ns: int) -> pd.DataFrame
     joined["flight_us"] = flight / 1000
     joined["in_time"] = flight <= drop_timeout_ns
     joined["delay_us"] = (joined["at_ns"] - joined["intended_at_ns"]) / 1000
+    lo, hi = span or (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+    joined["measured"] = (joined["first"] >= lo) & (joined["first"] < hi)
+    joined.loc[(joined["at_ns"] < lo) | (joined["at_ns"] >= hi), "delay_us"] = np.nan
     rows = []
     for pair, g in joined.groupby("pair"):
         got = g["first"] >= 0
-        ok = g.loc[got & g["in_time"], "flight_us"].to_numpy()
+        ok = g.loc[got & g["in_time"] & g["measured"], "flight_us"].to_numpy()
         rows.append({"pair": int(pair), "sent": len(g), "received": int(got.sum()), "lost": int((~got).sum()),
                      "late": int((got & ~g["in_time"]).sum()), "duplicates": int((g["receives"] - 1).clip(lower=0).sum()),
                      "p50_us": nearest_rank(ok, 50), "p99_us": nearest_rank(ok, 99),
@@ -99,6 +105,7 @@ def consistent(rows: pd.DataFrame, summary: dict) -> list[str]:
 
 def pair_figures(root: str, pairs: int, drop_timeout_ns: int, summary: dict) -> dict:
     """A run's per-pair figures, their distribution, and any disagreement with its summary's totals."""
-    rows = per_pair(events(root), pairs, drop_timeout_ns)
+    m = summary.get("measured")  # the warm-up and cool-down left out of the percentiles, as from the pooled ones
+    rows = per_pair(events(root), pairs, drop_timeout_ns, (m["from_ns"], m["to_ns"]) if m else None)
     return {**distribution(rows), "disagreements": consistent(rows, summary),
             "per_pair": rows.replace({np.nan: None}).to_dict("records")}

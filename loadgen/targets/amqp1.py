@@ -61,8 +61,8 @@ class Amqp1Target:
 
     def shaping(self) -> dict | None:
         out = {"settle": self.address.settle, "durable": self.address.durable, "address": self.address.address}
-        if self.address.pairs > 1:  # the report shows every sender attached before the first send
-            out.update(pairs=self.address.pairs, attached_ns=self.attached_ns)
+        if self.address.pairs > 1:  # the report shows every sender attached before the first send (``attached_ns``)
+            out["pairs"] = self.address.pairs
         return out
 
     # --- the connection -------------------------------------------------------------------------------------------

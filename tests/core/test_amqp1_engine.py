@@ -193,8 +193,7 @@ def test_pairs_each_send_on_their_own_address_and_the_receiver_consumes_every_on
     book = _attack(peer.port, 350, extra="&pairs=7", kept=kept)
     assert collections.Counter(book.answers.values()) == {None: 350}
     assert {eid: peer.addressed[eid] for eid in book.sends} == {f"e-{k}": f"orders.{k % 7}" for k in range(350)}
-    shaping = kept[0].shaping()
-    assert shaping["pairs"] == 7 and 0 < shaping["attached_ns"] <= time.time_ns()
+    assert kept[0].shaping()["pairs"] == 7 and 0 < kept[0].attached_ns <= time.time_ns()
     enc = EventEncoder({amqp.RUN_HEADER: "run-1"}, b"p", "application/octet-stream", amqp.ID_HEADER, amqp.SENT_HEADER)
     peer = peer_at(to_send=[enc.encode(f"r-{i}", time.time_ns()) for i in range(400)])
     lines = []

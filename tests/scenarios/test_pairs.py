@@ -69,3 +69,18 @@ def pd_rows(f):
     import pandas as pd
 
     return pd.DataFrame(f["per_pair"])
+
+
+def test_a_measured_span_leaves_the_warm_up_out_of_each_pairs_percentiles_not_of_its_counts(run):
+    root, spec, truth = run
+    lo, hi = spec.start_ns + 5 * NS, spec.start_ns + 15 * NS
+    whole = pairs.per_pair(pairs.events(root), PAIRS, spec.drop_timeout_s * NS)
+    rows = pairs.per_pair(pairs.events(root), PAIRS, spec.drop_timeout_s * NS, (lo, hi))
+    assert rows[["sent", "received", "lost", "late", "duplicates"]].equals(whole[["sent", "received", "lost", "late", "duplicates"]])
+    k = np.arange(len(truth.sent_ns))
+    flight = truth.recv_ns - truth.sent_ns
+    for pair in (0, 6):
+        sel = (k % PAIRS == pair) & (truth.recv_ns >= lo) & (truth.recv_ns < hi) & (flight <= spec.drop_timeout_s * NS)
+        assert rows.iloc[pair]["p99_us"] == nearest(flight[sel] / 1000, 99)
+        sends = (k % PAIRS == pair) & (truth.sent_ns >= lo) & (truth.sent_ns < hi)
+        assert rows.iloc[pair]["send_delay_p99_us"] == nearest((truth.sent_ns - truth.intended_ns)[sends] / 1000, 99)
