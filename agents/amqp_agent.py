@@ -91,7 +91,7 @@ def main_amqp(a) -> int:
     async def run() -> int:
         nonlocal shipper
         try:
-            await asyncio.wait_for(receiver.connect(), CONNECT_S)
+            await asyncio.wait_for(receiver.connect(), CONNECT_S + address.bindings / 50)  # 1,000 bindings: 20 s more
         except (TimeoutError, ConnectionError) as e:
             where = f"{u.hostname}:{u.port or 5672}"
             print(f"receiver: error: amqp {where}{u.path}: " + (str(e) if isinstance(e, ConnectionError) else
@@ -101,6 +101,8 @@ def main_amqp(a) -> int:
         log(f"receiver {a.agent}: {address.where()} at {u.hostname}:{u.port or 5672} (prefetch {a.prefetch}, "
             f"{'auto-ack' if a.auto_ack else 'manual acks'}) -> spool {spool_dir} -> {a.telemetry_bootstrap}/"
             f"{a.telemetry_topic}", flush=True)
+        if address.bindings:  # a scenario starts no sender before every queue is bound and consumed
+            amqp.write_attached(a.state_dir, address, receiver.consumed_ns)
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

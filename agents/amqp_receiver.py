@@ -10,7 +10,8 @@ never recorded is lost, as with any auto-ack consumer).
 
 A delivery the broker marks as redelivered is counted (``redelivered``): the broker sent it again because an earlier
 delivery was not acked (a consumer or connection that went away). Whether it is a duplicate is the job's call.
-An address with an exchange and no queue consumes through a server-named exclusive queue bound with the routing key.
+An address with an exchange and no queue consumes through a server-named exclusive queue bound with the routing key;
+with ``?bindings=N``, a topic exchange, N named queues each bound with its own key, every one consumed.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from core import amqp, contract
 
 PREFETCH = 1000
 """Unacked deliveries the broker may have in flight to the receiver (``basic.qos``)."""
+PREFETCH_MIN = 20
+"""With ``?bindings=N``, each queue's consumer may have ``PREFETCH`` / N in flight, at least this."""
 RECONNECT_S = 0.5
 
 
@@ -41,6 +44,7 @@ class AmqpReceiver:
         self.num_connects = self.num_connection_losses = 0
         self.conn = self.channel = None
         self.last_error: str | None = None
+        self.consumed_ns: int | None = None  # when it last began consuming every queue (epoch ns)
         self._opened: asyncio.Future | None = None
         self._lost: asyncio.Event | None = None
         self._ack_tag = 0
@@ -80,7 +84,10 @@ class AmqpReceiver:
     def _on_channel(self, channel) -> None:
         channel.add_on_close_callback(self._on_channel_closed)
         a = self.address
-        if a.queue is None:  # an exchange: a queue of our own, bound to it
+        if a.bindings:  # a topic exchange, a queue and a binding for each route, every queue consumed
+            channel.exchange_declare(a.exchange, "topic", durable=a.durable,
+                                     callback=lambda _f: self._bind_all(channel, a.routes()))
+        elif a.queue is None:  # an exchange: a queue of our own, bound to it
             channel.queue_declare("", exclusive=True, auto_delete=True,
                                   callback=lambda f: channel.queue_bind(f.method.queue, a.exchange, a.routing_key,
                                                                         callback=lambda _b: self._consume(channel,
@@ -89,13 +96,27 @@ class AmqpReceiver:
             channel.queue_declare(a.queue, passive=not a.declare, durable=a.durable,
                                   callback=lambda _f: self._consume(channel, a.queue))
 
-    def _consume(self, channel, queue: str) -> None:
+    def _bind_all(self, channel, routes: list[tuple[str, str]]) -> None:
+        """Declare and bind each route's queue, one after the other (pika runs one synchronous method at a time on a
+        channel), then consume them all; ``routes`` is what is left to declare."""
+        if not routes:
+            self._consume(channel, *[q for q, _key in self.address.routes()])
+            return
+        (queue, key), rest = routes[0], routes[1:]
+        channel.queue_declare(queue, durable=self.address.durable, callback=lambda _f: channel.queue_bind(
+            queue, self.address.exchange, key, callback=lambda _b: self._bind_all(channel, rest)))
+
+    def _consume(self, channel, *queues: str) -> None:
         def go(_f) -> None:
-            channel.basic_consume(queue, self._on_message, auto_ack=self.auto_ack)
+            for queue in queues:
+                channel.basic_consume(queue, self._on_message, auto_ack=self.auto_ack)
             self.channel = channel
+            self.consumed_ns = time.time_ns()
             if not self._opened.done():
                 self._opened.set_result(None)
-        channel.basic_qos(prefetch_count=self.prefetch, callback=go)
+        # per consumer: many queues share the budget (each of 1,000 bindings needs little at a fixed total rate)
+        per_queue = self.prefetch if len(queues) == 1 else max(self.prefetch // len(queues), PREFETCH_MIN)
+        channel.basic_qos(prefetch_count=per_queue, callback=go)
 
     def _on_channel_closed(self, _channel, reason) -> None:
         self.channel = None

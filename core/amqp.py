@@ -7,6 +7,10 @@ query options beside the client's.
     ...&durable=true    a durable queue and persistent messages (delivery mode 2)
     ...&declare=false   the queue must exist (a missing one is an error, not created)
     ...&heartbeat=30    any other option is pika's own (heartbeat, frame_max, connection_attempts, ...)
+    amqp://...?exchange=fw.topic&bindings=100                        a topic exchange, 100 queues, one binding each
+                        (RabbitMQ's "Measuring Scalability" method: event k is published with the routing key
+                        fw.<k mod 100>; the receiver declares the exchange, the queues fw.topic.q0 ... and their
+                        bindings, and consumes every queue)
 
 AMQP 1.0 (Artemis, RabbitMQ's plugin, Dispatch Router): ``amqp1://user:password@host:port/ADDRESS``
 (``Amqp1Address``).
@@ -27,8 +31,10 @@ RUN_HEADER = CE_PREFIX + "fwrun"
 SENT_HEADER = "fw_sent_ns"
 SCHEMES = ("amqp",)
 SCHEMES_1 = ("amqp1",)
-OURS = ("queue", "exchange", "routing_key", "durable", "declare")
+OURS = ("queue", "exchange", "routing_key", "durable", "declare", "bindings")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+MAX_PAIRS = 5000
+"""Pairs (AMQP 1.0) or bindings (0-9-1) at most: a link each way, or a queue and a consumer, each."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class AmqpAddress:
     durable: bool = False
     declare: bool = True
     client_query: str = ""     # what is left for pika's URLParameters
+    bindings: int = 0          # given: a topic exchange, a queue and a binding for each routing key (``routes``)
 
     @classmethod
     def parse(cls, path: str, query: str) -> AmqpAddress:
@@ -61,7 +68,17 @@ class AmqpAddress:
             if text and text not in _TRUE + _FALSE:
                 raise ValueError(f"?{name}={opts[name]!r}: true or false")
             flags[name] = default if not text else text in _TRUE
-        return cls(vhost, queue, exchange, opts.get("routing_key", queue or ""), client_query=urlencode(rest), **flags)
+        bindings = opts.get("bindings", "0")
+        if not bindings.isdigit() or not 0 <= int(bindings) <= MAX_PAIRS:
+            raise ValueError(f"?bindings={bindings!r}: a number of queues bound to the exchange, 1 to {MAX_PAIRS:,}")
+        if "bindings" in opts and (not exchange or not int(bindings)):
+            raise ValueError("?bindings=N needs ?exchange=NAME (the topic exchange the queues are bound to) and N >= 1")
+        return cls(vhost, queue, exchange, opts.get("routing_key", "fw" if int(bindings) else queue or ""),
+                   client_query=urlencode(rest), bindings=int(bindings), **flags)
+
+    def routes(self) -> list[tuple[str, str]]:
+        """With ``bindings``: each queue and its binding key, ``(EXCHANGE.q<i>, ROUTING_KEY.<i>)``."""
+        return [(f"{self.exchange}.q{i}", f"{self.routing_key}.{i}") for i in range(self.bindings)]
 
     @classmethod
     def from_url(cls, url: str) -> tuple[AmqpAddress, str]:
@@ -87,15 +104,14 @@ class AmqpAddress:
 
     def where(self) -> str:
         """Where the events go, as a line shows it."""
+        if self.bindings:
+            return (f"topic exchange {self.exchange}, {self.bindings:,} queues bound with keys {self.routing_key}.0 ... "
+                    f".{self.bindings - 1} on vhost {self.vhost}")
         return (f"queue {self.queue}" if self.queue else f"exchange {self.exchange} key {self.routing_key}") + \
             f" on vhost {self.vhost}"
 
 
 SETTLE_MODES = ("unsettled", "presettled")
-
-
-MAX_PAIRS = 5000
-"""Pairs over one connection, at most: a link each way (the Dispatch Router tests went to 2,000 pairs)."""
 
 
 @dataclass(frozen=True)
@@ -152,15 +168,18 @@ class Amqp1Address:
 ATTACHED_FILE = "attached.json"
 
 
-def write_attached(state_dir: str, address: Amqp1Address, attached_ns: int) -> None:
-    """The AMQP 1.0 receiver's word that every link of its pairs is attached (``ATTACHED_FILE`` in its state
-    folder): a scenario starts no sender before it (``read_attached``)."""
+def write_attached(state_dir: str, address, attached_ns: int) -> None:
+    """A receiver's word that every link of its pairs (AMQP 1.0), or every queue of its bindings (0-9-1), is attached
+    and consumed (``ATTACHED_FILE`` in its state folder, ``count`` of them): a scenario starts no sender before it
+    (``read_attached``)."""
     import json
     import os
 
     tmp = os.path.join(state_dir, f".{ATTACHED_FILE}.tmp")
     with open(tmp, "w") as f:
-        json.dump({"address": address.address, "pairs": address.pairs, "attached_ns": attached_ns}, f)
+        count = address.pairs if isinstance(address, Amqp1Address) else address.bindings
+        json.dump({"address": getattr(address, "address", None) or address.exchange, "count": count,
+                   "pairs": count, "attached_ns": attached_ns}, f)
     os.replace(tmp, os.path.join(state_dir, ATTACHED_FILE))
 
 

@@ -59,6 +59,8 @@ SETTINGS: dict[str, Setting] = {
                                           "receiver makes, and of every topic its Apache Kafka makes (on a renewed SUT)"),
     "FLIGHTWATCH_SUT_PAIRS": Setting("--pairs (stack)", "1", "sender-receiver pairs the stack's AMQP 1.0 receiver "
                                      "consumes, each on its own address (the SUT queue's name .0 ... .N-1)"),
+    "FLIGHTWATCH_SUT_BINDINGS": Setting("--bindings (stack)", "0", "queues, each bound with its own key, the stack's "
+                                        "AMQP 0-9-1 receiver declares on a topic exchange and consumes (0: the SUT queue)"),
     "FLIGHTWATCH_RABBITMQ_PORT": Setting("--rabbitmq-port (stack)", "29672", "the stack's RabbitMQ (AMQP; Erlang "
                                          "distribution and epmd on the next two ports)"),
     "FLIGHTWATCH_PROMETHEUS_PORT": Setting("--prometheus-port (stack)", "19090", "the embedded Prometheus"),

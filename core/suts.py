@@ -69,3 +69,13 @@ def check(sut: str) -> str:
 def pairs_target(target: str, pairs: int) -> str:
     """An AMQP 1.0 target as ``pairs`` sender-receiver pairs, each on its own address (``core.amqp.Amqp1Address``)."""
     return target if pairs == 1 else f"{target}{'&' if '?' in target else '?'}pairs={pairs}"
+
+
+ROUTING_EXCHANGE = "flightwatch.topic"
+"""The topic exchange of the routing scenario (``?bindings=N``): its queues are ``flightwatch.topic.q0`` ..."""
+
+
+def routing_target(bindings: int) -> str:
+    """The stack's RabbitMQ as a topic exchange with ``bindings`` queues, each bound with its own key
+    (``core.amqp.AmqpAddress``)."""
+    return f"amqp://guest:guest@{HOST}:{rabbitmq_port()}/%2F?exchange={ROUTING_EXCHANGE}&bindings={bindings}"

@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         if a.command == "list":
             for name in spec.names():
                 sc = spec.load(name)
-                print(f"{name:18} {sc.title} (after the {sc.seed}; {', '.join(sc.suts)}; {len(sc.cells())} cells)")
+                print(f"{name:20} {sc.title} (after the {sc.seed}; {', '.join(sc.suts)}; {len(sc.cells())} cells)")
             return 0
         sc, sut = scenario_of(a)
     except SystemExit as e:

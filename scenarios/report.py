@@ -107,6 +107,37 @@ def pairs_table(doc: dict) -> list[str]:
     return out + ([""] + notes if notes else [])
 
 
+def routing_slope(doc: dict) -> dict:
+    """The fitted growth of the broker's CPU per message across the cells, and its verdict (``scenarios.routing``)."""
+    import numpy as np
+
+    from scenarios import routing
+
+    cells = [c for c in doc["cells"] if (c.get("broker") or {}).get("seconds")]
+    return routing.slope([c["cell"]["bindings"] for c in cells],
+                         [np.array(c["broker"]["per_second_us"]) for c in cells])
+
+
+def routing_table(doc: dict) -> list[str]:
+    """The RabbitMQ post's table: a row per number of bindings, the flight time and the broker's cost per message."""
+    from scenarios import routing
+
+    out = ["| bindings (queues) | sent | received | lost | p50 | p99 | broker CPU per message (mean, p90 of the seconds) "
+           "| seconds measured | loadgen µs/event | verdict |", "|" + "---|" * 10]
+    for c in doc["cells"]:
+        if c.get("problem"):
+            out.append(f"| {c['cell']['bindings']:,} | exit {c['exit']}: {c['problem']} |" + " |" * 8)
+            continue
+        b, cpu = c.get("broker") or {}, c.get("cpu_us_per_event")
+        cost = (f"{b['cpu_us_per_message']:,.1f} µs, {b['cpu_us_per_message_p90']:,.1f} µs"
+                if b.get("cpu_us_per_message") is not None else "not measured")
+        out.append(f"| {c['cell']['bindings']:,} | {c['sent']:,} | {c['received']:,} | "
+                   f"{c['sent'] - c['received'] - c['late']:,} | {_ms(c.get('p50_us'))} | {_ms(c.get('p99_us'))} | "
+                   f"{cost} | {b.get('seconds', 0)} | {'-' if cpu is None else f'{cpu:.1f}'} | "
+                   f"{(c.get('message') or '').replace('|', '/')} |")
+    return out + ["", "**Routing cost: " + routing.verdict_text(routing_slope(doc)) + "**"]
+
+
 def markdown(doc: dict) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(doc["started_ns"] / 1e9))
     s = doc["settings"]
@@ -124,6 +155,8 @@ def markdown(doc: dict) -> str:
     if doc["kind"] == "pairs":
         lines += ["## Flight time against pairs (each pair on its own address; pooled, and across the pairs)", "",
                   *pairs_table(doc), "", "Each pair's own figures: `pairs.json` in its run's folder.", ""]
+    if doc["kind"] == "routing":
+        lines += ["## Flight time and the broker's CPU per message against bindings", "", *routing_table(doc), ""]
     lines += ["## Every cell", "", "| cell | run | sent | received | dropped | errors | p50 | p99 | ceiling | beyond it |"
               " loadgen µs/event | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in doc["cells"]:

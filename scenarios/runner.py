@@ -15,12 +15,17 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 from core import amqp, settings
+from core.procs import pid_from_file
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
-from core.suts import default_target, pairs_target
+from core.suts import SUTS, default_target, pairs_target, routing_target
 from core.units import parse_duration_ns
 from scenarios.spec import Scenario
 
+SUT_BROKERS = {name: sut.broker for name, sut in SUTS.items()}
+"""The stack's component that runs each SUT's broker (its PID file: ``<stack dir>/<component>.pid``)."""
 CELL_LIMIT_S = 600.0
 """A cell's attack and its run's close, beyond its schedule and drop timeout, before it is stopped as hung."""
 
@@ -42,6 +47,9 @@ def cell_flags(cell: dict, sut: str) -> tuple[dict, list[str]]:
         elif knob == "pairs":
             env["FLIGHTWATCH_SUT_PAIRS"] = str(value)
             flags += ["--target", pairs_target(default_target(sut), value)]
+        elif knob == "bindings":
+            env["FLIGHTWATCH_SUT_BINDINGS"] = str(value)
+            flags += ["--target", routing_target(value)]
     return env, flags
 
 
@@ -83,18 +91,39 @@ def renew(sut: str, env: dict, prefix: str, log) -> None:
         raise RuntimeError(f"`python -m stack renew-sut --sut {sut}` failed (exit {code}); see the lines above")
 
 
-def receivers_attached(pairs: int, since_ns: int, within_s: float = 120.0) -> int:
-    """When the stack's AMQP 1.0 receiver had attached every pair's link (epoch ns), waited for: no sender starts
-    before it. ``RuntimeError`` if it has not within ``within_s``."""
-    state = os.path.join(settings.get("FLIGHTWATCH_STACK_DIR") or os.path.join(ROOT, ".stack"), "amqp1-receiver")
+def stack_dir() -> str:
+    return settings.get("FLIGHTWATCH_STACK_DIR") or os.path.join(ROOT, ".stack")
+
+
+def receivers_attached(receiver: str, count: int, since_ns: int, within_s: float = 120.0) -> int:
+    """When the stack's ``receiver`` had attached every pair's link, or bound and consumed every queue (epoch ns),
+    waited for: no sender starts before it. ``RuntimeError`` if it has not within ``within_s``."""
+    state = os.path.join(stack_dir(), receiver)
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         a = amqp.read_attached(state)
-        if a and a["pairs"] == pairs and a["attached_ns"] and a["attached_ns"] >= since_ns:
+        if a and a.get("count") == count and a["attached_ns"] and a["attached_ns"] >= since_ns:
             return int(a["attached_ns"])
         time.sleep(0.5)
-    raise RuntimeError(f"the stack's AMQP 1.0 receiver did not attach its {pairs:,} links within {within_s:.0f} s "
-                       f"(see {state}/../amqp1-receiver.log)")
+    raise RuntimeError(f"the stack's {receiver} did not attach its {count:,} links or queues within {within_s:.0f} s "
+                       f"(see {stack_dir()}/{receiver}.log)")
+
+
+def broker_cost(run_id: str, samples: list, summary: dict) -> dict:
+    """The broker's CPU per message, second by second over the run's measured span (``scenarios.routing``)."""
+    import pandas as pd
+
+    from scenarios import routing
+
+    paths = RunPaths.of_run(run_id, CHECKPOINTS)
+    windows = pd.read_parquet(paths.windows_file, columns=["window_ns", "received"])
+    m = summary.get("measured") or {}
+    steps = (summary.get("attack") or {}).get("steps") or []
+    span = (m["from_ns"], m["to_ns"]) if m else (steps[0]["start_ns"], steps[-1]["end_ns"]) if steps else (0, 2**62)
+    costs = routing.cost_per_second(samples, windows, span)
+    return {"cpu_us_per_message": float(costs.mean()) if len(costs) else None,
+            "cpu_us_per_message_p90": float(np.percentile(costs, 90)) if len(costs) else None,
+            "seconds": int(len(costs)), "per_second_us": [round(float(c), 3) for c in costs]}
 
 
 def pair_figures(run_id: str, cell: dict, drop_timeout: str, summary: dict, receivers_ns: int, lg: dict) -> dict:
@@ -158,13 +187,25 @@ def run(sc: Scenario, sut: str, scenario_run: str, log=print, on_cell=None) -> l
         renew(sut, env, prefix, log)
         receivers_ns = None
         if "pairs" in cell:
-            receivers_ns = receivers_attached(cell["pairs"], started)
+            receivers_ns = receivers_attached("amqp1-receiver", cell["pairs"], started)
             log(f"{prefix} the receiver attached all {cell['pairs']:,} links; the senders attach theirs next")
+        if "bindings" in cell:
+            receivers_attached("amqp-receiver", cell["bindings"], started)
+            log(f"{prefix} the receiver bound and consumes all {cell['bindings']:,} queues")
+        sampler = None
+        if sc.kind == "routing":
+            from scenarios.routing import CpuSampler
+
+            pid = pid_from_file(os.path.join(stack_dir(), f"{SUT_BROKERS[sut]}.pid"))
+            sampler = CpuSampler(pid) if pid else None
         code = _passthrough(attack_command(sc, sut, cell, run_id, flags), {}, prefix, schedule_s + CELL_LIMIT_S, log)
+        samples = sampler.stop() if sampler is not None else None
         figures = {"cell": cell, "exit": code, "started_ns": started, **cell_figures(run_id)}
         summary, lg = figures.pop("summary", None), figures.pop("loadgen", None)
         if "pairs" in cell and summary is not None:
             figures["pairs"] = pair_figures(run_id, cell, sc.drop_timeout, summary, receivers_ns, lg)
+        if samples is not None and summary is not None:
+            figures["broker"] = broker_cost(run_id, samples, summary)
         out.append(figures)
         log(f"{prefix} done: {one_line(figures)}")
         if on_cell is not None:

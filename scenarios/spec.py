@@ -42,12 +42,14 @@ KNOBS = {
     "acks": "the Kafka producer's acks, 1 or all (--kafka-option acks=)",
     "partitions": "partitions of the SUT topic (the stack's --partitions, on a renewed SUT)",
     "pairs": "sender-receiver pairs, each on its own AMQP 1.0 address (the target's ?pairs=N, the stack's --pairs)",
+    "bindings": "queues on RabbitMQ's topic exchange, each bound with its own key (?bindings=N, the stack's --bindings)",
 }
 """Every axis a scenario may vary, and what it sets for its cells."""
-KNOB_SUTS = {"acks": ("tansu", "kafka"), "partitions": ("tansu", "kafka"), "pairs": ("artemis", "rabbitmq-amqp1")}
+KNOB_SUTS = {"acks": ("tansu", "kafka"), "partitions": ("tansu", "kafka"), "pairs": ("artemis", "rabbitmq-amqp1"),
+             "bindings": ("rabbitmq",)}
 """The axes that mean something on some SUTs only."""
 
-KINDS = ("matrix", "pairs")
+KINDS = ("matrix", "pairs", "routing")
 """The report shapes ``scenarios.report`` draws."""
 
 _KEYS = {"title", "seed", "method", "kind", "sut", "suts", "warmup", "cooldown", "drop_timeout", "pace", "axes",

@@ -45,7 +45,7 @@ from core.procs import (
     write_pid_file,
 )
 from core.rundir import ROOT
-from core.suts import DEFAULT_SUT, SUTS, default_target, pairs_target, receiver_bootstrap
+from core.suts import DEFAULT_SUT, SUTS, default_target, pairs_target, receiver_bootstrap, routing_target
 from stack import artemis, debian, kafka, rabbitmq
 from stack.tansu import tansu_command
 
@@ -59,7 +59,7 @@ PORT_SETTINGS = {"telemetry-broker": ("FLIGHTWATCH_TELEMETRY_PORT", 19092), "sut
                  "clock": ("FLIGHTWATCH_CLOCK_PORT", 19123)}
 """Each component's port: its setting (``--telemetry-port`` ..., or the variable) and default."""
 STACK_SETTINGS = ("FLIGHTWATCH_STACK_DIR", "FLIGHTWATCH_NO_INSTALL", "FLIGHTWATCH_SUT", "FLIGHTWATCH_SUT_PARTITIONS",
-                  "FLIGHTWATCH_SUT_PAIRS",
+                  "FLIGHTWATCH_SUT_PAIRS", "FLIGHTWATCH_SUT_BINDINGS",
                   *(name for name, _ in PORT_SETTINGS.values()))
 
 
@@ -156,7 +156,9 @@ def commands() -> dict[str, list[str] | None]:
                          "--telemetry-bootstrap", telemetry, "--clock-listen", clock,
                          "--metrics-listen", f"{HOST}:{METRICS_PORTS['node-metrics']}"],
         "rabbitmq": rabbitmq.command() if SUTS[SUT].broker == "rabbitmq" and debian.ensure_rabbitmq() else None,
-        "amqp-receiver": [sys.executable, "-m", "agents.receiver", "amqp", "--url", default_target("rabbitmq"),
+        "amqp-receiver": [sys.executable, "-m", "agents.receiver", "amqp", "--url",
+                          routing_target(bindings) if (bindings := int(settings.get("FLIGHTWATCH_SUT_BINDINGS") or 0))
+                          else default_target("rabbitmq"),
                           "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                           "--state-dir", os.path.join(STACK_DIR, "amqp-receiver"),
                           "--metrics-listen", f"{HOST}:{METRICS_PORTS['amqp-receiver']}"],
@@ -376,6 +378,10 @@ def _parser():
                  help="the AMQP 1.0 receiver consumes N pairs' addresses, the SUT queue's name .0 ... .N-1, each its "
                       "own link (`loadgen attack --target ...?pairs=N` sends to them); takes effect on a receiver "
                       "started here, as renew-sut starts one")
+    settings.add(p, "FLIGHTWATCH_SUT_BINDINGS", "--bindings", type=int, default=0, metavar="N",
+                 help="the AMQP 0-9-1 receiver declares RabbitMQ's topic exchange flightwatch.topic with N queues, each "
+                      "bound with its own key, and consumes them all (`loadgen attack --target amqp://...?exchange="
+                      "flightwatch.topic&bindings=N` publishes to them); 0: the SUT queue; on a receiver started here")
     settings.add(p, "FLIGHTWATCH_NO_INSTALL", "--no-install", action="store_true",
                  help="install no Debian package for a missing Prometheus or node exporter (1 in the variable)")
     return p
@@ -390,8 +396,9 @@ def main(argv=None) -> int:
         a = _parser().parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
-    if a.partitions < 1 or not 1 <= a.pairs <= MAX_PAIRS:
-        print(f"stack: error: --partitions must be at least 1, --pairs 1 to {MAX_PAIRS:,}", file=sys.stderr)
+    if a.partitions < 1 or not 1 <= a.pairs <= MAX_PAIRS or not 0 <= a.bindings <= MAX_PAIRS:
+        print(f"stack: error: --partitions must be at least 1, --pairs 1 to {MAX_PAIRS:,}, --bindings 0 to "
+              f"{MAX_PAIRS:,}", file=sys.stderr)
         return 2
     settings.export(a, STACK_SETTINGS)  # for this process and every component it starts: their defaults follow
     SUT = a.sut

@@ -84,7 +84,8 @@ def scenarios_view(folder: str) -> None:
                        f"{len(d.get('cells', []))} cells)" for d in reports}
     chosen = st.selectbox("report", list(label), format_func=label.get, key="scenario-report")
     doc = next(d for d in reports if d["run"] == chosen)
-    draw = {"matrix": charts.scenario_matrix, "pairs": charts.scenario_pairs}.get(doc.get("kind"))
+    draw = {"matrix": charts.scenario_matrix, "pairs": charts.scenario_pairs,
+            "routing": charts.scenario_routing}.get(doc.get("kind"))
     if draw is not None and doc.get("cells"):
         st.plotly_chart(draw(doc), key=f"scenario-{chosen}", width="stretch",
                         config=charts.png_config(f"flightwatch-{chosen}"))

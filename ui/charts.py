@@ -264,3 +264,20 @@ def scenario_pairs(doc: dict, height: int = 420) -> go.Figure:
     fig.update_yaxes(title_text="flight time (ms)", type="log")
     fig.update_layout(height=height, margin=dict(t=30, b=40, l=60, r=20), legend=dict(orientation="h"))
     return fig
+
+
+def scenario_routing(doc: dict, height: int = 480) -> go.Figure:
+    """A routing scenario against the number of bindings (log axis): the broker's CPU per message above, the flight
+    time's p50 and p99 below (the RabbitMQ post's charts)."""
+    cells = [c for c in doc["cells"] if not c.get("problem")]
+    x = [c["cell"]["bindings"] for c in cells]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=("broker CPU per message (µs)", "flight time (ms)"))
+    _line(fig, x, [(c.get("broker") or {}).get("cpu_us_per_message") for c in cells], "broker CPU/message", 1,
+          COLORS["received"])
+    for name in ("p50", "p99"):
+        _line(fig, x, [None if c.get(f"{name}_us") is None else c[f"{name}_us"] / 1000 for c in cells], name, 2,
+              COLORS[name])
+    fig.update_xaxes(type="log", title_text="bindings (queues)", row=2, col=1)
+    fig.update_layout(height=height, margin=dict(t=60, b=40, l=60, r=20), legend=dict(orientation="h"))
+    return fig

@@ -1,6 +1,7 @@
 """AMQP 0-9-1 (RabbitMQ): pika's asyncio connection, publisher confirms, many publishes in flight.
 
     amqp://guest:guest@127.0.0.1:29672/%2F?queue=flightwatch.sut     (``core.amqp`` has the address' options)
+    amqp://guest:guest@127.0.0.1:29672/%2F?exchange=fw.topic&bindings=100   event k with the routing key fw.<k mod 100>
 
 pika, not aiormq or aio-pika: at 5,000 messages/s with confirms it took 70 µs of CPU a publish against aiormq's 215
 (``python -m bench.amqp_clients``). Each event is one ``basic.publish`` with ``mandatory`` set, its frames written by
@@ -45,16 +46,17 @@ class PublishFrames:
     ID as a long string and the send stamp as a long long, as pika writes them), ``delivery-mode`` and
     ``message-id``. The tests decode what this writes with pika's own frame decoder."""
 
-    def __init__(self, channel_number: int, exchange: str, routing_key: str, payload: bytes, body_max: int,
+    def __init__(self, channel_number: int, exchange: str, routing_key: str | list[str], payload: bytes, body_max: int,
                  content_type: str, fixed: dict[str, str], id_key: str, stamp_key: str, delivery_mode: int) -> None:
         import pika
         from pika import frame
 
-        method = frame.Method(channel_number, pika.spec.Basic.Publish(exchange=exchange, routing_key=routing_key,
-                                                                     mandatory=True)).marshal()
+        keys = [routing_key] if isinstance(routing_key, str) else routing_key  # a method frame per route, made once
+        self._heads = [frame.Method(channel_number, pika.spec.Basic.Publish(exchange=exchange, routing_key=key,
+                                                                           mandatory=True)).marshal() for key in keys]
         body = b"".join(frame.Body(channel_number, payload[i:i + body_max]).marshal()
                         for i in range(0, len(payload), body_max))
-        self._head, self._body = method, body
+        self._head, self._body = self._heads[0], body
         self._frame = struct.pack(">BH", 2, channel_number)  # a content header frame on this channel
         flags = (pika.spec.BasicProperties.FLAG_CONTENT_TYPE | pika.spec.BasicProperties.FLAG_HEADERS
                  | pika.spec.BasicProperties.FLAG_DELIVERY_MODE | pika.spec.BasicProperties.FLAG_MESSAGE_ID)
@@ -65,13 +67,14 @@ class PublishFrames:
         self._stamp_key = _shortstr(stamp_key) + b"l"
         self._mode = bytes((delivery_mode,))
 
-    def frames(self, event_id: str, sent_ns: int) -> bytes:
+    def frames(self, event_id: str, sent_ns: int, route: int = 0) -> bytes:
+        """The event's frames, published with routing key ``route`` (its index in the keys given)."""
         eid = event_id.encode()
         if len(eid) > 255:  # the message ID is a short string
             raise ValueError(f"event ID {event_id[:40]!r}...: over 255 bytes, too long for an AMQP 0-9-1 message ID")
         table = self._fixed + struct.pack(">I", len(eid)) + eid + self._stamp_key + _LONG.pack(sent_ns)
         payload = (self._props + struct.pack(">I", len(table)) + table + self._mode + bytes((len(eid),)) + eid)
-        return (self._head + self._frame + struct.pack(">I", len(payload)) + payload + b"\xce" + self._body)
+        return (self._heads[route] + self._frame + struct.pack(">I", len(payload)) + payload + b"\xce" + self._body)
 
 
 class Amqp091Target:
@@ -111,7 +114,7 @@ class Amqp091Target:
     def shaping(self) -> dict | None:
         a = self.address
         return {"confirms": True, "mandatory": True, "delivery_mode": self._mode, "exchange": a.exchange,
-                "routing_key": a.routing_key, "queue": a.queue, "vhost": a.vhost}
+                "routing_key": a.routing_key, "queue": a.queue, "vhost": a.vhost, "bindings": a.bindings}
 
     # --- the connection -------------------------------------------------------------------------------------------
 
@@ -195,6 +198,9 @@ class Amqp091Target:
 
     def _declare(self, channel) -> None:
         a = self.address
+        if a.bindings:  # the topic exchange the receiver binds its queues to (the same declaration: idempotent)
+            channel.exchange_declare(a.exchange, "topic", durable=a.durable, callback=lambda _f: self._ready(channel))
+            return
         if a.queue is None:
             self._ready(channel)
             return
@@ -205,7 +211,8 @@ class Amqp091Target:
         self._fail_pending("channel closed: replaced")  # none are left by now: the old channel's failed as it closed
         self.tag = 0  # a channel numbers its publishes from 1
         a, conn = self.address, channel.connection
-        self.frames = PublishFrames(channel.channel_number, a.exchange, a.routing_key, self.payload,
+        keys = [key for _queue, key in a.routes()] if a.bindings else a.routing_key
+        self.frames = PublishFrames(channel.channel_number, a.exchange, keys, self.payload,
                                     conn._body_max_length, CONTENT_TYPE, self._fixed, amqp.ID_HEADER,
                                     amqp.SENT_HEADER, self._mode)
         self.channel = channel
@@ -270,7 +277,9 @@ class Amqp091Target:
             if not channel.is_open:
                 raise pika.exceptions.ChannelWrongStateError("Channel is closed.")
             # what channel.basic_publish would write, marshalled by PublishFrames (pika's write path from there on)
-            channel.connection._output_marshaled_frames((self.frames.frames(event_id, sent),))
+            bindings = self.address.bindings  # event k to routing key k mod N
+            route = int(event_id.rpartition("-")[2]) % bindings if bindings else 0
+            channel.connection._output_marshaled_frames((self.frames.frames(event_id, sent, route),))
         except Exception as e:  # noqa: BLE001 - the channel closed under us: that send's error, by its kind
             book.done(event_id, sent, None, "channel closed: " + amqp.close_cause(e))
             return

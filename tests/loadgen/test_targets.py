@@ -237,3 +237,20 @@ def test_an_event_id_too_long_for_a_short_string_is_a_value_error():
     frames = PublishFrames(1, "", "q", b"", 4088, "application/octet-stream", {}, "cloudEvents_id", "fw_sent_ns", 1)
     with pytest.raises(ValueError, match="255 bytes"):
         frames.frames("x" * 256, 1)
+
+
+def test_publish_frames_of_many_routes_carry_each_events_routing_key():
+    """The routing scenario's publisher: one method frame per routing key, made once; event k's frames carry key k's
+    (as pika's decoder reads them), the rest of the frames unchanged."""
+    from pika import frame
+
+    from loadgen.targets.amqp091 import PublishFrames
+
+    keys = [f"fw.{i}" for i in range(5)]
+    frames = PublishFrames(1, "fw.topic", keys, b"p" * 10, 4088, "application/octet-stream", {}, "cloudEvents_id",
+                           "fw_sent_ns", 1)
+    for route in (0, 3, 4):
+        raw = frames.frames("loadgen-8", 7, route)
+        used, method = frame.decode_frame(raw)
+        assert (method.method.exchange, method.method.routing_key) == ("fw.topic", f"fw.{route}")
+        assert raw[used:] == frames.frames("loadgen-8", 7, 0)[len(frames._heads[0]):]

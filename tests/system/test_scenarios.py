@@ -108,3 +108,26 @@ def test_fifty_sender_receiver_pairs_on_artemis(stack_env):
     row = next(line for line in text.splitlines() if line.startswith("| 50 |"))
     assert "| yes, " in row and "before the first send" in row and "| 10,000 | 10,000 | 0 (0 pairs) | 0 |" in row
     assert "the receiver attached all 50 links" in out
+
+
+def test_routing_scalability_on_rabbitmq(stack_env):
+    """routing-scalability --short: a topic exchange with 1, then 100 queues each bound with its own key, 500/s for
+    12 s. Every event routed (mandatory: an unroutable one would be an error) and received once; the last cell's
+    100 queues are on the broker; the broker's CPU per message is measured second by second; the report has the
+    table and the fitted verdict."""
+    doc, text, out = run_scenario(stack_env, "routing-scalability")
+    assert_cells_exact(stack_env, doc, 2)
+    for c in doc["cells"]:
+        b = c["broker"]
+        assert b["seconds"] >= 5 and b["cpu_us_per_message"] > 0 and len(b["per_second_us"]) == b["seconds"]
+    import pika
+
+    conn = pika.BlockingConnection(pika.URLParameters(
+        f"amqp://guest:guest@127.0.0.1:{stack_env['FLIGHTWATCH_RABBITMQ_PORT']}/%2F"))
+    ch = conn.channel()
+    assert ch.queue_declare("flightwatch.topic.q99", passive=True).method.message_count == 0  # all consumed
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+        ch.queue_declare("flightwatch.topic.q100", passive=True)
+    conn.close()
+    assert "| 1 | 6,000 | 6,000 | 0 |" in text and "| 100 | 6,000 | 6,000 | 0 |" in text
+    assert "**Routing cost: " in text and "the receiver bound and consumes all 100 queues" in out

@@ -451,3 +451,31 @@ def test_scenario_reports_are_listed_beside_the_runs_with_their_cells_and_chart(
 
     fig = charts.scenario_matrix(report.document(sc, "kafka", "m", cells, 0, True))
     assert len(fig.data) == 8 and all(len(t.x) == 1 for t in fig.data)  # 4 series (acks x partitions), 2 panels
+
+
+def test_the_pairs_and_routing_reports_draw_their_seeds_charts(app, tmp_path):
+    """A pairs report: flight time against the number of pairs, pooled and across the pairs (5 series, a point per
+    cell); a routing report: the broker's CPU per message and the flight time against bindings, on a log axis."""
+    from scenarios import report, spec
+    from ui import charts
+
+    base = {"exit": 0, "sent": 100, "received": 100, "late": 0, "dropped": 0, "errors": 0, "p50_us": 900,
+            "p99_us": 3000, "state": "ok", "message": "ok"}
+    dist = {"pair_p99_median_us": 2000, "pair_p99_p99_us": 5000, "worst_pair_p99_us": 6000, "worst_pair": 3,
+            "lost": 0, "pairs_with_loss": 0, "attached": {}}
+    pairs_doc = report.document(spec.load("dispatch-pairs"), "artemis", "p", [
+        {**base, "cell": {"pairs": n, "payload": 100}, "run_id": f"p-{n}", "pairs": dist} for n in (10, 100)], 0, True)
+    fig = charts.scenario_pairs(pairs_doc)
+    assert len(fig.data) == 5 and list(fig.data[1].x) == ["10", "100"] and list(fig.data[4].y) == [6.0, 6.0]
+    routing_doc = report.document(spec.load("routing-scalability"), "rabbitmq", "r", [
+        {**base, "cell": {"bindings": n}, "run_id": f"r-{n}",
+         "broker": {"cpu_us_per_message": 40.0 + n / 100, "cpu_us_per_message_p90": 50.0, "seconds": 3,
+                    "per_second_us": [40.0, 41.0, 39.0]}} for n in (1, 10, 100)], 0, True)
+    fig = charts.scenario_routing(routing_doc)
+    assert list(fig.data[0].y) == [40.01, 40.1, 41.0] and fig.layout.xaxis2.type == "log"
+    text = report.markdown(routing_doc)
+    assert "| 10 | 100 | 100 | 0 | 0.90 ms | 3.00 ms | 40.1 µs, 50.0 µs | 3 |" in text and "**Routing cost: " in text
+    report.write(str(tmp_path / "r"), routing_doc)
+    at = app(tmp_path)
+    at.sidebar.toggle(key="scenarios-mode").set_value(True).run()
+    assert not at.exception and len(at.dataframe[0].value) == 3
