@@ -55,7 +55,9 @@ def _add_http(h: argparse.ArgumentParser) -> None:
     settings.add(h, "FLIGHTWATCH_RECEIVER_LISTEN", "--listen", default="127.0.0.1:18080", metavar="HOST:PORT",
                  help="where to listen")
     h.add_argument("--run", default=None, help="run ID for events that carry no ce-fwrun (default: count them as unattributed)")
-    h.add_argument("--workers", type=int, default=1, help="serving processes sharing the port (SO_REUSEPORT; default %(default)s)")
+    settings.add(h, "FLIGHTWATCH_RECEIVER_WORKERS", "--workers", type=int, default=1,
+                 help="serving processes sharing the port (SO_REUSEPORT), each its own receiver in the telemetry "
+                      "(<agent>-<i>): the Knative method's receivers")
     h.add_argument("--no-telemetry", action="store_true", help="record nothing (to measure the sink's own capacity)")
     h.add_argument("--spool-dir", default=os.path.join(ROOT, ".stack", "spool"),
                    help="where receive records wait for the shipper (one folder per agent; default %(default)s)")
@@ -258,7 +260,8 @@ def _serve_workers(a, host: str, port: int) -> int:
     import multiprocessing as mp
 
     probe = socket.socket()
-    try:
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind: a restart's old connections
+    try:                                                          # in TIME_WAIT do not hold the port
         probe.bind((host, port))
     except OSError as e:
         print(f"receiver: error: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)

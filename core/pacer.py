@@ -5,6 +5,7 @@ A schedule is a list of steps, each a constant rate or a linear ramp for a durat
     "5000"                 5,000/s for the run's --duration
     "1000:60,1200:60"      Knative's pace syntax: 1,000/s for 60 s, then 1,200/s for 60 s
     "100-1000:30,1000:60"  a linear ramp from 100/s to 1,000/s over 30 s, then 1,000/s
+    "500:20,1000:10,0:10"  a burst at twice the rate, then 10 s of silence (a step of rate 0 sends nothing)
 
 ``intended_ns(k)`` never looks at the clock or at responses: a sender that falls behind
 fires at once and records how late it was (the send delay), so coordinated omission shows.
@@ -86,14 +87,18 @@ class Schedule:
         return cls(tuple(steps)).validated()
 
     def validated(self) -> Schedule:
+        """The schedule, or ``ValueError``: a step may be silence (rate 0: ``1000:10,0:10``), not the whole."""
         if not self.steps:
             raise ValueError("empty pace")
         for s in self.steps:
             if s.duration_ns <= 0:
                 raise ValueError("every pace step needs a duration > 0")
             for r in (s.rate_per_sec, s.final_rate_per_sec):
-                if not 0 < r <= MAX_RATE_PER_SEC:
+                if not 0 <= r <= MAX_RATE_PER_SEC:
                     raise ValueError(f"rate {r:g}/s out of range (0 < rate <= {MAX_RATE_PER_SEC:,})")
+        if not any(s.count for s in self.steps):
+            raise ValueError(f"rate {self.steps[0].rate_per_sec:g}/s out of range (0 < rate <= {MAX_RATE_PER_SEC:,}): "
+                             "the pace sends nothing (a step of rate 0 is silence between others: 1000:10,0:10)")
         return self
 
     def share(self, count: int) -> Schedule:

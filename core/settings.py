@@ -85,6 +85,8 @@ SETTINGS: dict[str, Setting] = {
     "FLIGHTWATCH_WAIT": Setting("--wait", "10m", "how long a starting process waits for its brokers and target"),
     "FLIGHTWATCH_AWAIT_TOPIC": Setting("--await-topic (job)", "", "1: the job waits for the telemetry topic instead of creating it"),
     "FLIGHTWATCH_RECEIVER_LISTEN": Setting("--listen (HTTP receiver)", "127.0.0.1:18080", "the HTTP receiver's address"),
+    "FLIGHTWATCH_RECEIVER_WORKERS": Setting("--workers (HTTP receiver)", "1", "the HTTP receiver's processes on its port "
+                                            "(SO_REUSEPORT), each a receiver of its own in the telemetry"),
     "FLIGHTWATCH_RATE_WINDOW": Setting("--rate-window", "auto", "the node metrics' irate window"),
     "FLIGHTWATCH_OOM_CGROUPS": Setting("--oom-cgroup (node metrics)", "", "memory cgroups watched for OOM kills (comma-separated)"),
     "FLIGHTWATCH_OBSERVER_PROMQL": Setting("--observer-promql", "", "PromQL of flightwatch's own cores per node"),

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.choices["run"]
     r.add_argument("--run", metavar="ID", help="the scenario run's ID (default scenario-<name>-<UTC time>); its "
                                                "cells' runs are ID-c01, ID-c02, ...")
+    r.add_argument("--target", metavar="URL", help="a scenario of HTTP (bursts): attack this HTTP broker, e.g. a "
+                   "Knative broker's ingress, instead of the stack's HTTP receiver (its subscribers are the receivers)")
     return p
 
 
@@ -49,6 +51,10 @@ def scenario_of(a: argparse.Namespace) -> tuple[spec.Scenario, str]:
         if not eq or not values:
             raise spec.ScenarioError(f"bad --only {text!r}: AXIS=V[,V...], e.g. payload=128,1024")
         sc = sc.only(axis.strip(), [v.strip() for v in values.split(",") if v.strip()])
+    if getattr(a, "target", None) and sc.target != "http":
+        raise spec.ScenarioError(f"--target is for a scenario of HTTP (bursts); {sc.name} runs on the stack's SUT")
+    if getattr(a, "target", None) and not a.target.startswith(("http://", "http+structured://")):
+        raise spec.ScenarioError(f"bad --target {a.target!r}: http://HOST:PORT/PATH")
     sut = a.sut or sc.sut
     if sut not in sc.suts:
         raise spec.ScenarioError(f"scenario {sc.name} runs on {', '.join(sc.suts)}, not on {sut}")
@@ -57,7 +63,8 @@ def scenario_of(a: argparse.Namespace) -> tuple[spec.Scenario, str]:
 
 def show(sc: spec.Scenario, sut: str) -> None:
     cells = sc.cells()
-    print(f"{sc.name}: {sc.title} (after the {sc.seed}); on {sut}, {'short' if sc.short else 'full'} form")
+    where = "the stack's HTTP receiver (or --target)" if sc.target == "http" else sut
+    print(f"{sc.name}: {sc.title} (after the {sc.seed}); at {where}, {'short' if sc.short else 'full'} form")
     print(f"method: {sc.method}")
     print(f"every cell: pace {sc.pace} ({sc.schedule().duration_ns / 1e9:g} s), warm-up {sc.warmup}, cool-down "
           f"{sc.cooldown}, drop timeout {sc.drop_timeout}")
@@ -73,7 +80,8 @@ def main(argv=None) -> int:
         if a.command == "list":
             for name in spec.names():
                 sc = spec.load(name)
-                print(f"{name:20} {sc.title} (after the {sc.seed}; {', '.join(sc.suts)}; {len(sc.cells())} cells)")
+                where = "HTTP" if sc.target == "http" else ", ".join(sc.suts)
+                print(f"{name:20} {sc.title} (after the {sc.seed}; {where}; {len(sc.cells())} cells)")
             return 0
         sc, sut = scenario_of(a)
     except SystemExit as e:
@@ -93,7 +101,8 @@ def main(argv=None) -> int:
     write = lambda cells, done=False: report.write(folder, report.document(sc, sut, scenario_run, cells, started, done))
     print(f"scenario {sc.name} on {sut}: {len(sc.cells())} cells, report in {folder}/{report.REPORT_MD}", flush=True)
     try:
-        cells = runner.run(sc, sut, scenario_run, log=lambda line: print(line, flush=True), on_cell=write)
+        cells = runner.run(sc, sut, scenario_run, log=lambda line: print(line, flush=True), on_cell=write,
+                           target=a.target)
     except KeyboardInterrupt:
         print(f"interrupted: the report of the cells done is in {folder}", file=sys.stderr)
         return 130

@@ -62,14 +62,15 @@ def per_pair(ev: pd.DataFrame, pairs: int, drop_timeout_ns: int, span: tuple[int
         ok = g.loc[got & g["in_time"] & g["measured"], "flight_us"].to_numpy()
         rows.append({"pair": int(pair), "sent": len(g), "received": int(got.sum()), "lost": int((~got).sum()),
                      "late": int((got & ~g["in_time"]).sum()), "duplicates": int((g["receives"] - 1).clip(lower=0).sum()),
+                     "measured": int(len(ok)), "mean_us": float(ok.mean()) if len(ok) else None,
                      "p50_us": nearest_rank(ok, 50), "p99_us": nearest_rank(ok, 99),
                      "send_delay_p99_us": nearest_rank(g["delay_us"].dropna().to_numpy(), 99)})
-    out = pd.DataFrame(rows, columns=["pair", "sent", "received", "lost", "late", "duplicates", "p50_us", "p99_us",
-                                      "send_delay_p99_us"])
+    out = pd.DataFrame(rows, columns=["pair", "sent", "received", "lost", "late", "duplicates", "measured", "mean_us",
+                                      "p50_us", "p99_us", "send_delay_p99_us"])
     missing = sorted(set(range(pairs)) - set(out["pair"]))
     if missing:  # a pair that sent nothing is a pair too
         out = pd.concat([out, pd.DataFrame({"pair": missing, "sent": 0, "received": 0, "lost": 0, "late": 0,
-                                            "duplicates": 0})], ignore_index=True)
+                                            "duplicates": 0, "measured": 0})], ignore_index=True)
     return out.sort_values("pair", ignore_index=True)
 
 
@@ -84,7 +85,10 @@ def distribution(rows: pd.DataFrame) -> dict:
     """Across the pairs: how many, how many lost or were late, their p99s' median, p99 and worst (which pair)."""
     p99 = rows["p99_us"].dropna()
     worst = rows.loc[p99.idxmax()] if len(p99) else None
+    weight = rows["measured"].fillna(0)
+    mean = float((rows["mean_us"].fillna(0) * weight).sum() / weight.sum()) if weight.sum() else None
     return {"pairs": int(len(rows)), "lost": int(rows["lost"].sum()), "pairs_with_loss": int((rows["lost"] > 0).sum()),
+            "mean_us": mean,
             "pairs_late": int((rows["late"] > 0).sum()), "pairs_silent": int((rows["sent"] == 0).sum()),
             "pair_p99_median_us": nearest_rank(p99.to_numpy(), 50), "pair_p99_p99_us": nearest_rank(p99.to_numpy(), 99),
             "worst_pair": None if worst is None else int(worst["pair"]),

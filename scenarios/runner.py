@@ -20,7 +20,7 @@ import numpy as np
 from core import amqp, settings
 from core.procs import pid_from_file
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
-from core.suts import SUTS, default_target, pairs_target, routing_target
+from core.suts import SUTS, default_target, pairs_target, receiver_target, routing_target
 from core.units import parse_duration_ns
 from scenarios.spec import Scenario
 
@@ -50,6 +50,8 @@ def cell_flags(cell: dict, sut: str) -> tuple[dict, list[str]]:
         elif knob == "bindings":
             env["FLIGHTWATCH_SUT_BINDINGS"] = str(value)
             flags += ["--target", routing_target(value)]
+        elif knob == "receivers":
+            env["FLIGHTWATCH_RECEIVER_WORKERS"] = str(value)
     return env, flags
 
 
@@ -172,40 +174,72 @@ def cell_figures(run_id: str) -> dict:
             "cpu_us_per_event": (lg.get("cpu") or {}).get("us_per_event")}
 
 
-def run(sc: Scenario, sut: str, scenario_run: str, log=print, on_cell=None) -> list[dict]:
-    """Every cell of ``sc`` on ``sut``; their figures in order. ``on_cell(cells_so_far)`` after each (the report
-    is written as the scenario goes)."""
+def prepare(sc: Scenario, sut: str, cell: dict, target: str | None, prefix: str, log) -> tuple[list[str], int | None]:
+    """The cell's SUT as the cell wants it, every receiver attached: renewed (or the stack's HTTP receiver restarted
+    with the cell's processes); the attack's flags, and when the receivers had attached (pairs)."""
+    env, flags = cell_flags(cell, sut)
+    started = time.time_ns()
+    if sc.target == "http":
+        flags += ["--target", target or receiver_target()]
+        if target is None:
+            code = _passthrough([sys.executable, "-m", "stack", "restart", "http-receiver"], env, prefix, 120.0, log)
+            if code != 0:
+                raise RuntimeError(f"`python -m stack restart http-receiver` failed (exit {code}); see the lines above")
+        elif "receivers" in cell:
+            log(f"{prefix} receivers={cell['receivers']} sets the stack's HTTP receiver only: at {target}, the "
+                "receivers are your broker's subscribers")
+        return flags, None
+    renew(sut, env, prefix, log)
+    if "bindings" in cell:
+        receivers_attached("amqp-receiver", cell["bindings"], started)
+        log(f"{prefix} the receiver bound and consumes all {cell['bindings']:,} queues")
+    if "pairs" in cell:
+        attached = receivers_attached("amqp1-receiver", cell["pairs"], started)
+        log(f"{prefix} the receiver attached all {cell['pairs']:,} links; the senders attach theirs next")
+        return flags, attached
+    return flags, None
+
+
+def run_cell(sc: Scenario, sut: str, cell: dict, run_id: str, target: str | None, prefix: str, log) -> dict:
+    """One cell: its SUT prepared, its attack and run, its figures (with the scenario kind's own)."""
+    started = time.time_ns()
+    flags, receivers_ns = prepare(sc, sut, cell, target, prefix, log)
+    sampler = None
+    if sc.kind == "routing":
+        from scenarios.routing import CpuSampler
+
+        pid = pid_from_file(os.path.join(stack_dir(), f"{SUT_BROKERS[sut]}.pid"))
+        sampler = CpuSampler(pid) if pid else None
+    limit_s = sc.schedule().duration_ns / 1e9 + CELL_LIMIT_S
+    code = _passthrough(attack_command(sc, sut, cell, run_id, flags), {}, prefix, limit_s, log)
+    samples = sampler.stop() if sampler is not None else None
+    figures = {"cell": cell, "exit": code, "started_ns": started, **cell_figures(run_id)}
+    summary, lg = figures.pop("summary", None), figures.pop("loadgen", None)
+    if summary is None:
+        return figures
+    if "pairs" in cell:
+        figures["pairs"] = pair_figures(run_id, cell, sc.drop_timeout, summary, receivers_ns, lg)
+    if samples is not None:
+        figures["broker"] = broker_cost(run_id, samples, summary)
+    if sc.kind == "bursts":
+        from scenarios.bursts import burst_figures
+
+        figures["bursts"] = burst_figures(RunPaths.of_run(run_id, CHECKPOINTS).root,
+                                          (summary.get("attack") or {}).get("steps") or [])
+    return figures
+
+
+def run(sc: Scenario, sut: str, scenario_run: str, log=print, on_cell=None, target: str | None = None) -> list[dict]:
+    """Every cell of ``sc`` on ``sut`` (or at ``target``, for a scenario of the HTTP receiver); their figures in
+    order. ``on_cell(cells_so_far)`` after each (the report is written as the scenario goes)."""
     cells = sc.cells()
-    schedule_s = sc.schedule().duration_ns / 1e9
     out: list[dict] = []
     for k, cell in enumerate(cells, 1):
         run_id = f"{scenario_run}-c{k:02d}"
         prefix = f"[{k}/{len(cells)} {cell_name(cell)}]"
-        env, flags = cell_flags(cell, sut)
-        log(f"{prefix} run {run_id}: {sut} renewed, then {sc.cell_pace(cell)} ...")
-        started = time.time_ns()
-        renew(sut, env, prefix, log)
-        receivers_ns = None
-        if "pairs" in cell:
-            receivers_ns = receivers_attached("amqp1-receiver", cell["pairs"], started)
-            log(f"{prefix} the receiver attached all {cell['pairs']:,} links; the senders attach theirs next")
-        if "bindings" in cell:
-            receivers_attached("amqp-receiver", cell["bindings"], started)
-            log(f"{prefix} the receiver bound and consumes all {cell['bindings']:,} queues")
-        sampler = None
-        if sc.kind == "routing":
-            from scenarios.routing import CpuSampler
-
-            pid = pid_from_file(os.path.join(stack_dir(), f"{SUT_BROKERS[sut]}.pid"))
-            sampler = CpuSampler(pid) if pid else None
-        code = _passthrough(attack_command(sc, sut, cell, run_id, flags), {}, prefix, schedule_s + CELL_LIMIT_S, log)
-        samples = sampler.stop() if sampler is not None else None
-        figures = {"cell": cell, "exit": code, "started_ns": started, **cell_figures(run_id)}
-        summary, lg = figures.pop("summary", None), figures.pop("loadgen", None)
-        if "pairs" in cell and summary is not None:
-            figures["pairs"] = pair_figures(run_id, cell, sc.drop_timeout, summary, receivers_ns, lg)
-        if samples is not None and summary is not None:
-            figures["broker"] = broker_cost(run_id, samples, summary)
+        where = target or ("the stack's HTTP receiver" if sc.target == "http" else f"{sut}, renewed")
+        log(f"{prefix} run {run_id}: {where}, then {sc.cell_pace(cell)} ...")
+        figures = run_cell(sc, sut, cell, run_id, target, prefix, log)
         out.append(figures)
         log(f"{prefix} done: {one_line(figures)}")
         if on_cell is not None:

@@ -43,17 +43,18 @@ KNOBS = {
     "partitions": "partitions of the SUT topic (the stack's --partitions, on a renewed SUT)",
     "pairs": "sender-receiver pairs, each on its own AMQP 1.0 address (the target's ?pairs=N, the stack's --pairs)",
     "bindings": "queues on RabbitMQ's topic exchange, each bound with its own key (?bindings=N, the stack's --bindings)",
+    "receivers": "processes of the stack's HTTP receiver on its port, each a receiver of its own (its --workers)",
 }
 """Every axis a scenario may vary, and what it sets for its cells."""
 KNOB_SUTS = {"acks": ("tansu", "kafka"), "partitions": ("tansu", "kafka"), "pairs": ("artemis", "rabbitmq-amqp1"),
              "bindings": ("rabbitmq",)}
 """The axes that mean something on some SUTs only."""
 
-KINDS = ("matrix", "pairs", "routing")
+KINDS = ("matrix", "pairs", "routing", "bursts")
 """The report shapes ``scenarios.report`` draws."""
 
 _KEYS = {"title", "seed", "method", "kind", "sut", "suts", "warmup", "cooldown", "drop_timeout", "pace", "axes",
-         "short", "report", "attack", "pace_per_pair"}
+         "short", "report", "attack", "pace_per_pair", "target"}
 _REPORT_KEYS = {"rows", "columns"}
 
 
@@ -80,6 +81,7 @@ class Scenario:
     columns: tuple[str, ...]
     attack: tuple[str, ...] = ()          # more flags for every cell's attack
     pace_per_pair: bool = False           # the pace is each pair's: a cell of N pairs runs N times it
+    target: str = "sut"                   # "sut": the SUT broker's queue or topic; "http": the stack's HTTP receiver
     short: bool = False                   # this is the CI's form
 
     def cells(self) -> list[dict]:
@@ -174,6 +176,10 @@ def parse(name: str, path: str, raw: dict, short: bool = False) -> Scenario:
             raise bad(f"axis {axis!r} means something on {', '.join(KNOB_SUTS[axis])} only, not on every SUT in {suts}")
     if form.get("pace_per_pair") and "pairs" not in axes:
         raise bad("pace_per_pair needs a pairs axis")
+    if form.get("target", "sut") not in ("sut", "http"):
+        raise bad(f"target {form['target']!r}: sut (the SUT broker) or http (the stack's HTTP receiver, or --target)")
+    if "receivers" in axes and form.get("target") != "http":
+        raise bad("axis 'receivers' is the stack's HTTP receiver's: it needs target = \"http\"")
     report = raw.get("report") or {}
     if set(report) - _REPORT_KEYS:
         raise bad(f"[report]: unknown key {sorted(set(report) - _REPORT_KEYS)[0]!r}")
@@ -186,4 +192,4 @@ def parse(name: str, path: str, raw: dict, short: bool = False) -> Scenario:
                     cooldown=str(form.get("cooldown", "0s")), drop_timeout=str(form.get("drop_timeout", "30s")),
                     pace=form["pace"], axes={k: list(v) for k, v in axes.items()}, rows=rows, columns=columns,
                     attack=tuple(str(x) for x in form.get("attack", ())), short=short,
-                    pace_per_pair=bool(form.get("pace_per_pair", False)))
+                    pace_per_pair=bool(form.get("pace_per_pair", False)), target=form.get("target", "sut"))

@@ -327,6 +327,15 @@ def renew_sut() -> int:
     return up()
 
 
+def restart(name: str) -> int:
+    """Stop one component and start it again, with the settings of this call (and everything else ``up`` starts)."""
+    if name not in all_components():
+        print(f"stack: error: no component {name!r} (one of {', '.join(all_components())})", file=sys.stderr)
+        return 2
+    _stop(name)
+    return up()
+
+
 def status() -> int:
     for name in all_components():
         pid = recorded_pid(name)
@@ -361,7 +370,10 @@ def _parser():
 
     p = OneLineParser(prog="python -m stack", description=__doc__.split("\n\n")[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("action", choices=("up", "down", "status", "renew-sut", "clean"))
+    p.add_argument("action", choices=("up", "down", "status", "renew-sut", "restart", "clean"))
+    p.add_argument("component", nargs="?",
+                   help="restart: the component to stop and start again with the settings given now (`status` lists "
+                        "them), e.g. FLIGHTWATCH_RECEIVER_WORKERS=5 python -m stack restart http-receiver")
     settings.add(p, "FLIGHTWATCH_STACK_DIR", "--stack-dir", metavar="DIR",
                  help="the stack's PID files, logs and state (default .stack/ in the checkout)")
     what = {"http-receiver": "the HTTP receiver", "clock": "the clock reference (UDP)", "ui": "the dashboard"}
@@ -406,6 +418,12 @@ def main(argv=None) -> int:
     CLOCK_PORT = ports.pop("clock")
     PORTS.update(ports)
     METRICS_PORTS.update(metrics_ports)
+    if (a.action == "restart") != (a.component is not None):
+        print("stack: error: give a component with restart, and with restart only (`python -m stack status` lists "
+              "them)", file=sys.stderr)
+        return 2
+    if a.action == "restart":
+        return restart(a.component)
     actions = {"up": up, "down": down, "status": status, "renew-sut": renew_sut, "clean": clean}
     return actions[a.action]()
 

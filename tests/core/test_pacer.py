@@ -138,3 +138,15 @@ def test_the_published_steps_are_the_schedules_in_absolute_ns_and_the_reader_tak
     assert runinfo.pace_steps(events({"pace": "999:1", "schedule_start_ns": t0, "steps": steps})) == steps
     assert runinfo.pace_steps(events({"pace": "200:15,350-500:15", "schedule_start_ns": t0})) == steps
     assert runinfo.pace_steps(events({"steps": [{"rate": "x"}]})) == []
+
+
+def test_a_step_of_rate_zero_is_silence_and_a_pace_of_only_silence_is_refused():
+    s = Schedule.parse("5:2,10:1,0:1,5:1")
+    offsets = list(s.offsets(0, 1))
+    assert s.total_hits == 25 and len(offsets) == 25
+    assert [t for _, t in offsets[18:22]] == [2_800_000_000, 2_900_000_000, 4_000_000_000, 4_200_000_000]
+    assert not [t for _, t in offsets if 3_000_000_000 <= t < 4_000_000_000]  # nothing in the silent second
+    assert s.describe() == "5:2,10:1,0:1,5:1" and s.rate_at(3_500_000_000) == 0
+    for text in ("0:10", "0:5,0:5"):
+        with pytest.raises(ValueError, match="sends nothing"):
+            Schedule.parse(text)

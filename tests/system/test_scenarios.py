@@ -131,3 +131,18 @@ def test_routing_scalability_on_rabbitmq(stack_env):
     conn.close()
     assert "| 1 | 6,000 | 6,000 | 0 |" in text and "| 100 | 6,000 | 6,000 | 0 |" in text
     assert "**Routing cost: " in text and "the receiver bound and consumes all 100 queues" in out
+
+
+def test_bursts_to_five_receivers_of_http(stack_env):
+    """bursts --short: the stack's HTTP receiver restarted as 5 processes on its port; 500/s with two bursts at
+    1,000/s, each followed by silence. Every event received once; each burst's figures and its recovery (the burst's
+    last event received); the receivers' throughputs add up to what was received."""
+    doc, text, out = run_scenario(stack_env, "bursts")
+    (s, lg), = assert_cells_exact(stack_env, doc, 1)
+    b = doc["cells"][0]["bursts"]
+    assert [(x["rate"], x["sent"], x["unreceived"]) for x in b["bursts"]] == [(1000.0, 5000, 0), (1000.0, 5000, 0)]
+    assert all(x["recovery_s"] is not None and x["p99_us"] > 0 for x in b["bursts"])
+    assert b["sustained"]["sent"] == 5000 and b["sustained"]["received"] == 5000
+    assert set(b["receivers"]) <= {f"receiver-http-{i}" for i in range(5)} and b["receivers"]
+    assert sum(r["received"] for r in b["receivers"].values()) == s["received"] + s["duplicates"]
+    assert "| 5 | 15,000 | 15,000 |" in text and "recovered in" in text
