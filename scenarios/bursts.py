@@ -2,7 +2,7 @@
 system took to recover from it, and the throughput of each receiver, from a run's archive.
 
 A *burst* is a pace step at 1.5 times the first step's rate or more (the scenario's 10 s at twice the sustained
-rate), followed by silence. Its *recovery time* is from the burst's end until the last event sent in it was received:
+rate), followed by silence; an event belongs to the step it was due in (its intended send time). Its *recovery time* is from the burst's end until the last event sent in it was received:
 the backlog it left drained (an event never received leaves it unrecovered, and is counted). The *sustained* figures
 are those of the events sent in the other steps with a rate. A receiver is an agent that wrote receive records (the
 HTTP receiver's processes are ``receiver-http-<i>``); its throughput is its receives over the seconds the schedule
@@ -21,10 +21,13 @@ BURST_FACTOR = 1.5
 
 
 def _joined(ev: pd.DataFrame) -> pd.DataFrame:
-    """Per event: its send stamp and first receive (-1: none), integers throughout."""
-    sends = ev[ev["kind"] == "send"].drop_duplicates("event_id").set_index("event_id")["at_ns"].astype(np.int64)
+    """Per event: when it was due (its step is the schedule's), its send stamp and first receive (-1: none),
+    integers throughout."""
+    sends = ev[ev["kind"] == "send"].drop_duplicates("event_id").set_index("event_id")
     first = ev[ev["kind"] == "recv"].groupby("event_id")["at_ns"].min()
-    return pd.DataFrame({"sent": sends, "first": first.reindex(sends.index, fill_value=-1).astype(np.int64)})
+    return pd.DataFrame({"due": sends["intended_at_ns"].fillna(sends["at_ns"]).astype(np.int64),
+                         "sent": sends["at_ns"].astype(np.int64),
+                         "first": first.reindex(sends.index, fill_value=-1).astype(np.int64)})
 
 
 def _flight(j: pd.DataFrame) -> dict:
@@ -41,7 +44,7 @@ def burst_figures(root: str, steps: list[dict]) -> dict:
     base = steps[0]["rate"] if steps else 0
     bursts, sustained = [], np.zeros(len(j), bool)
     for i, s in enumerate(steps):
-        sel = ((j["sent"] >= s["start_ns"]) & (j["sent"] < s["end_ns"])).to_numpy()
+        sel = ((j["due"] >= s["start_ns"]) & (j["due"] < s["end_ns"])).to_numpy()  # a late send stays in its step
         if base and s["rate"] >= BURST_FACTOR * base:
             part = j[sel]
             unreceived = int((part["first"] < 0).sum())

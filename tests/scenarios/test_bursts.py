@@ -30,12 +30,12 @@ def test_each_burst_its_flight_time_and_recovery_and_each_receivers_throughput(r
              {"rate": 300.0, "start_ns": t0 + 12 * NS, "end_ns": t0 + 16 * NS}]
     f = bursts.burst_figures(root, steps)
     flight = (truth.recv_ns - truth.sent_ns) / 1000
-    in_burst = (truth.sent_ns >= t0 + 8 * NS) & (truth.sent_ns < t0 + 10 * NS)
+    in_burst = (truth.intended_ns >= t0 + 8 * NS) & (truth.intended_ns < t0 + 10 * NS)
     (b,) = f["bursts"]
     assert (b["step"], b["rate"], b["sent"], b["received"], b["unreceived"]) == (2, 600.0, in_burst.sum(), in_burst.sum(), 0)
     assert b["p99_us"] == nearest_rank(flight[in_burst], 99)
     assert b["recovery_s"] == pytest.approx((truth.recv_ns[in_burst].max() - (t0 + 10 * NS)) / 1e9)
-    sustained = (truth.sent_ns < t0 + 8 * NS) | (truth.sent_ns >= t0 + 12 * NS)  # not the burst, nor the silence
+    sustained = (truth.intended_ns < t0 + 8 * NS) | (truth.intended_ns >= t0 + 12 * NS)  # not the burst, nor the silence
     assert f["sustained"]["sent"] == sustained.sum() and f["sustained"]["p99_us"] == nearest_rank(flight[sustained], 99)
     assert f["receivers"] == {"receiver-0": {"received": len(truth.sent_ns), "per_s": len(truth.sent_ns) / 14}}
     assert np.isclose(b["max_us"], flight[in_burst].max())
