@@ -5,6 +5,7 @@
     python -m scenarios run kafka-matrix             # every cell, then checkpoints/scenario-kafka-matrix-<time>/report.md
     python -m scenarios run kafka-matrix --short     # the CI's form: fewer cells, shorter steps
     python -m scenarios run kafka-matrix --only payload=128,1024
+    python -m scenarios report checkpoints/scenario-kafka-matrix-<time>   # its report.md again, from report.json
 
 (``make scenario NAME=kafka-matrix [SUT=kafka] [SHORT=1]``.) Each cell is a whole run (``python -m loadgen attack
 --stream``) on a SUT broker renewed empty: the dashboard shows it live, and lists the scenario's report beside the
@@ -29,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     sub.add_parser("list", help="the scenarios, and the report each method is after")
+    rp = sub.add_parser("report", help="write a scenario run's report.md again from its report.json, with this "
+                                       "version's tables", description="write a scenario run's report.md again")
+    rp.add_argument("folder", help="the scenario run's folder (checkpoints/scenario-<name>-<time>)")
     for name, what in (("show", "a scenario's method, settings and cells"), ("run", "run a scenario's cells, write its report")):
         s = sub.add_parser(name, help=what, description=what)
         s.add_argument("name", help="the scenario (`python -m scenarios list`)")
@@ -74,9 +78,30 @@ def show(sc: spec.Scenario, sut: str) -> None:
         print(f"  c{k:02d}  {runner.cell_name(cell)}" + (f"  (pace {pace})" if pace != sc.pace else ""))
 
 
+def rewrite(folder: str) -> int:
+    """report.md again from report.json (what each ramp's limit was is read again from its steps)."""
+    import json
+
+    try:
+        with open(os.path.join(folder, report.REPORT_JSON)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"scenarios: error: {folder}: no readable {report.REPORT_JSON} ({e})", file=sys.stderr)
+        return 2
+    for c in doc["cells"]:
+        if c.get("steps") is not None:
+            c["limit"] = runner.limit(c["steps"], next((st["step"] for st in c["steps"]
+                                                        if st.get("rate") == c.get("ceiling_per_s")), None))
+    report.write(folder, doc)
+    print(report.markdown(doc))
+    return 0
+
+
 def main(argv=None) -> int:
     try:
         a = build_parser().parse_args(argv)
+        if a.command == "report":
+            return rewrite(a.folder)
         if a.command == "list":
             for name in spec.names():
                 sc = spec.load(name)

@@ -144,6 +144,14 @@ def pair_figures(run_id: str, cell: dict, drop_timeout: str, summary: dict, rece
     return f
 
 
+def limit(steps: list[dict], knee_step: int | None) -> str | None:
+    """What stopped the ramp above its ceiling: the first step past the knee the verdict did not call ok (a step
+    below the knee that wobbled and recovered is not the limit); None when every step past it was ok."""
+    above = [st for st in steps if knee_step is None or st.get("step", 0) > knee_step]
+    bad = next((st for st in above if st.get("state") not in ("ok", None)), None)
+    return f"{bad['state']} at {bad['rate']:,.0f}/s" if bad else None
+
+
 def cell_figures(run_id: str) -> dict:
     """A cell's figures from its run folder: the job's summary and the load generator's report."""
     paths = RunPaths.of_run(run_id, CHECKPOINTS)
@@ -162,14 +170,13 @@ def cell_figures(run_id: str) -> dict:
     lat = (s.get("measured") or {}).get("latency_us") or s.get("latency_us") or {}
     knee = v.get("knee") or {}
     knee_step = next((st for st in v.get("steps", []) if st.get("step") == knee.get("step")), {})
-    first_bad = next((st for st in v.get("steps", []) if st.get("state") not in ("ok", None)), None)
     return {**out, "summary": s, "loadgen": lg,
             **{k: s.get(k) for k in ("sent", "received", "dropped", "duplicates", "late", "errors", "unaccounted")},
             "loadgen_sent": lg.get("requests"), "p50_us": lat.get("p50"), "p99_us": lat.get("p99"),
             "max_us": lat.get("max"), "state": v.get("state"), "message": v.get("message"),
             "ceiling_per_s": knee.get("rate"), "delivered_per_s": knee_step.get("received_per_s"),
             "knee_p99_us": knee.get("p99_us"),
-            "limit": f"{first_bad['state']} at {first_bad['rate']:,.0f}/s" if first_bad else None,
+            "limit": limit(v.get("steps", []), knee.get("step")),
             "steps": v.get("steps", []), "send_delay_p99_us": (s.get("send_delay_us") or {}).get("p99"),
             "cpu_us_per_event": (lg.get("cpu") or {}).get("us_per_event")}
 
@@ -234,17 +241,30 @@ def run(sc: Scenario, sut: str, scenario_run: str, log=print, on_cell=None, targ
     order. ``on_cell(cells_so_far)`` after each (the report is written as the scenario goes)."""
     cells = sc.cells()
     out: list[dict] = []
-    for k, cell in enumerate(cells, 1):
-        run_id = f"{scenario_run}-c{k:02d}"
-        prefix = f"[{k}/{len(cells)} {cell_name(cell)}]"
-        where = target or ("the stack's HTTP receiver" if sc.target == "http" else f"{sut}, renewed")
-        log(f"{prefix} run {run_id}: {where}, then {sc.cell_pace(cell)} ...")
-        figures = run_cell(sc, sut, cell, run_id, target, prefix, log)
-        out.append(figures)
-        log(f"{prefix} done: {one_line(figures)}")
-        if on_cell is not None:
-            on_cell(out)
+    try:
+        for k, cell in enumerate(cells, 1):
+            run_id = f"{scenario_run}-c{k:02d}"
+            prefix = f"[{k}/{len(cells)} {cell_name(cell)}]"
+            where = target or ("the stack's HTTP receiver" if sc.target == "http" else f"{sut}, renewed")
+            log(f"{prefix} run {run_id}: {where}, then {sc.cell_pace(cell)} ...")
+            figures = run_cell(sc, sut, cell, run_id, target, prefix, log)
+            out.append(figures)
+            log(f"{prefix} done: {one_line(figures)}")
+            if on_cell is not None:
+                on_cell(out)
+    finally:
+        restore(sc, sut, target, log)
     return out
+
+
+def restore(sc: Scenario, sut: str, target: str | None, log) -> None:
+    """The stack as the user's settings have it again: the receiver a cell reshaped (5 HTTP processes, 1,000 links
+    or queues) started afresh without the cell's settings, so an idle stack does not keep them."""
+    if not any(k in sc.axes for k in ("receivers", "pairs", "bindings")) or (sc.target == "http" and target):
+        return
+    cmd = ["restart", "http-receiver"] if sc.target == "http" else ["renew-sut", "--sut", sut]
+    code = _passthrough([sys.executable, "-m", "stack", *cmd], {}, "[restore]", 300.0, lambda line: None)
+    log(f"the stack's receiver is as before the scenario again (`python -m stack {' '.join(cmd)}`: exit {code})")
 
 
 def one_line(f: dict) -> str:

@@ -6,6 +6,7 @@ Usage:
     python -m stack status
     python -m stack clean    # remove the run folders and .stack/, refused while anything of them still runs
     python -m stack renew-sut  # restart the SUT broker empty, with its receiver (before each attack on it)
+    python -m stack restart http-receiver   # one component again, with the settings given now
     python -m stack up --sut rabbitmq   # RabbitMQ as the SUT (FLIGHTWATCH_SUT; core.suts lists them)
 
 Two separate brokers: the telemetry plane (Tansu, Kafka protocol, in memory) never shares
@@ -31,7 +32,6 @@ import sys
 import time
 
 from core import settings
-from core.amqp import MAX_PAIRS
 from core.procs import (
     AMQP_RECEIVER_METRICS_PORT,
     JOB_METRICS_PORT,
@@ -364,39 +364,9 @@ def clean() -> int:
 
 
 def _parser():
-    import argparse
+    from stack import cli
 
-    from core.cli import OneLineParser
-
-    p = OneLineParser(prog="python -m stack", description=__doc__.split("\n\n")[0],
-                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("action", choices=("up", "down", "status", "renew-sut", "restart", "clean"))
-    p.add_argument("component", nargs="?",
-                   help="restart: the component to stop and start again with the settings given now (`status` lists "
-                        "them), e.g. FLIGHTWATCH_RECEIVER_WORKERS=5 python -m stack restart http-receiver")
-    settings.add(p, "FLIGHTWATCH_STACK_DIR", "--stack-dir", metavar="DIR",
-                 help="the stack's PID files, logs and state (default .stack/ in the checkout)")
-    what = {"http-receiver": "the HTTP receiver", "clock": "the clock reference (UDP)", "ui": "the dashboard"}
-    for name, (env, default) in PORT_SETTINGS.items():
-        settings.add(p, env, f"--{env[12:-5].lower().replace('_', '-')}-port", type=int, default=default, metavar="PORT",
-                     help=what.get(name, f"the {name.replace('-', ' ')}") + " (every command's default follows it)")
-    settings.add(p, "FLIGHTWATCH_SUT", "--sut", default=DEFAULT_SUT, choices=tuple(SUTS),
-                 help="the system under test the stack runs: " + "; ".join(f"{k}: {v.what}" for k, v in SUTS.items()))
-    settings.add(p, "FLIGHTWATCH_SUT_PARTITIONS", "--partitions", type=int, default=2, metavar="N",
-                 help="partitions of the SUT topic, which the Kafka receiver makes (Tansu, Apache Kafka), and of every "
-                      "topic Apache Kafka makes when first named; takes effect on a SUT started here, as renew-sut "
-                      "starts one")
-    settings.add(p, "FLIGHTWATCH_SUT_PAIRS", "--pairs", type=int, default=1, metavar="N",
-                 help="the AMQP 1.0 receiver consumes N pairs' addresses, the SUT queue's name .0 ... .N-1, each its "
-                      "own link (`loadgen attack --target ...?pairs=N` sends to them); takes effect on a receiver "
-                      "started here, as renew-sut starts one")
-    settings.add(p, "FLIGHTWATCH_SUT_BINDINGS", "--bindings", type=int, default=0, metavar="N",
-                 help="the AMQP 0-9-1 receiver declares RabbitMQ's topic exchange flightwatch.topic with N queues, each "
-                      "bound with its own key, and consumes them all (`loadgen attack --target amqp://...?exchange="
-                      "flightwatch.topic&bindings=N` publishes to them); 0: the SUT queue; on a receiver started here")
-    settings.add(p, "FLIGHTWATCH_NO_INSTALL", "--no-install", action="store_true",
-                 help="install no Debian package for a missing Prometheus or node exporter (1 in the variable)")
-    return p
+    return cli.parser(__doc__, PORT_SETTINGS)
 
 
 SUT = settings.get("FLIGHTWATCH_SUT") or DEFAULT_SUT
@@ -408,9 +378,10 @@ def main(argv=None) -> int:
         a = _parser().parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
-    if a.partitions < 1 or not 1 <= a.pairs <= MAX_PAIRS or not 0 <= a.bindings <= MAX_PAIRS:
-        print(f"stack: error: --partitions must be at least 1, --pairs 1 to {MAX_PAIRS:,}, --bindings 0 to "
-              f"{MAX_PAIRS:,}", file=sys.stderr)
+    from stack.cli import problem
+
+    if error := problem(a):
+        print(f"stack: error: {error}", file=sys.stderr)
         return 2
     settings.export(a, STACK_SETTINGS)  # for this process and every component it starts: their defaults follow
     SUT = a.sut
@@ -418,10 +389,6 @@ def main(argv=None) -> int:
     CLOCK_PORT = ports.pop("clock")
     PORTS.update(ports)
     METRICS_PORTS.update(metrics_ports)
-    if (a.action == "restart") != (a.component is not None):
-        print("stack: error: give a component with restart, and with restart only (`python -m stack status` lists "
-              "them)", file=sys.stderr)
-        return 2
     if a.action == "restart":
         return restart(a.component)
     actions = {"up": up, "down": down, "status": status, "renew-sut": renew_sut, "clean": clean}

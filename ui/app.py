@@ -23,7 +23,7 @@ import streamlit as st  # noqa: E402
 from core import settings  # noqa: E402
 from core.output import State  # noqa: E402
 from runs.reader import RunReader  # noqa: E402
-from ui import charts, data  # noqa: E402
+from ui import charts, data, reports  # noqa: E402
 
 REFRESH_S = 1.0
 
@@ -75,21 +75,21 @@ def history_view(folder: str) -> None:
 
 def scenarios_view(folder: str) -> None:
     """The scenario reports (``make scenario``), newest first: the report's tables and its chart, each cell's run."""
-    reports = data.list_scenario_reports(folder)
+    docs = reports.list_scenario_reports(folder)
     st.subheader("Scenario reports")
-    if not reports:
+    if not docs:
         st.info("no scenario reports yet: `make scenario NAME=kafka-matrix` (`python -m scenarios list`)")
         return
     label = {d["run"]: f"{d['run']}  ({'finished' if d.get('finished') else 'running'}; "
-                       f"{len(d.get('cells', []))} cells)" for d in reports}
+                       f"{len(d.get('cells', []))} cells)" for d in docs}
     chosen = st.selectbox("report", list(label), format_func=label.get, key="scenario-report")
-    doc = next(d for d in reports if d["run"] == chosen)
+    doc = next(d for d in docs if d["run"] == chosen)
     draw = {"matrix": charts.scenario_matrix, "pairs": charts.scenario_pairs,
-            "routing": charts.scenario_routing}.get(doc.get("kind"))
+            "routing": charts.scenario_routing, "bursts": charts.scenario_bursts}.get(doc.get("kind"))
     if draw is not None and doc.get("cells"):
         st.plotly_chart(draw(doc), key=f"scenario-{chosen}", width="stretch",
                         config=charts.png_config(f"flightwatch-{chosen}"))
-    st.dataframe(data.scenario_cells(doc), hide_index=True)
+    st.dataframe(reports.scenario_cells(doc), hide_index=True)
     with st.expander("report.md", expanded=False):
         st.code(doc["markdown"], language="markdown")
 

@@ -281,3 +281,24 @@ def scenario_routing(doc: dict, height: int = 480) -> go.Figure:
     fig.update_xaxes(type="log", title_text="bindings (queues)", row=2, col=1)
     fig.update_layout(height=height, margin=dict(t=60, b=40, l=60, r=20), legend=dict(orientation="h"))
     return fig
+
+
+def scenario_bursts(doc: dict, height: int = 480) -> go.Figure:
+    """A bursts scenario: the flight p99 of the sustained load and of each burst (above), and each receiver's
+    throughput (below), a group of bars per cell (its number of receivers)."""
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.15,
+                        subplot_titles=("flight p99 (ms): sustained, each burst", "throughput of each receiver (/s)"))
+    for c in doc["cells"]:
+        b = c.get("bursts")
+        if not b:
+            continue
+        name = f"{c['cell'].get('receivers', '?')} receivers"
+        labels = ["sustained"] + [f"burst {i}" for i in range(1, len(b["bursts"]) + 1)]
+        p99 = [b["sustained"]["p99_us"]] + [x["p99_us"] for x in b["bursts"]]
+        fig.add_trace(go.Bar(x=labels, y=[None if v is None else v / 1000 for v in p99], name=name, legendgroup=name),
+                      row=1, col=1)
+        agents = sorted(b["receivers"])
+        fig.add_trace(go.Bar(x=agents, y=[b["receivers"][a]["per_s"] for a in agents], name=name, legendgroup=name,
+                             showlegend=False), row=2, col=1)
+    fig.update_layout(barmode="group", height=height, margin=dict(t=60, b=40, l=60, r=20), legend=dict(orientation="h"))
+    return fig

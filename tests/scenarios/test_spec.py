@@ -94,3 +94,13 @@ def test_the_matrix_report_has_the_seeds_shape_rows_by_size_columns_by_the_other
     assert "| 1,024 B | 2,000/s (every step ok: the ceiling is higher) | not run |" in text
     assert "| 128 B | 2.50 ms | 3.50 ms |" in text and "(**not finished**: the cells so far)" in text
     assert text.count("| payload=") == 3 and "loadgen-bound at 16,000/s" in text
+
+
+def test_a_ramps_limit_is_the_first_step_past_its_knee_that_was_not_ok():
+    from scenarios.runner import limit
+
+    steps = [{"step": 1, "rate": 1000.0, "state": "ok"}, {"step": 2, "rate": 2000.0, "state": "degrading"},
+             {"step": 3, "rate": 4000.0, "state": "ok"}, {"step": 4, "rate": 6000.0, "state": "observer-bound"},
+             {"step": 5, "rate": 8000.0, "state": "saturated"}]
+    assert limit(steps, 3) == "observer-bound at 6,000/s"  # the wobble at 2,000/s, below the knee, is not it
+    assert limit(steps, None) == "degrading at 2,000/s" and limit(steps[:3], 3) is None

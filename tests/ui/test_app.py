@@ -475,6 +475,12 @@ def test_the_pairs_and_routing_reports_draw_their_seeds_charts(app, tmp_path):
     assert list(fig.data[0].y) == [40.01, 40.1, 41.0] and fig.layout.xaxis2.type == "log"
     text = report.markdown(routing_doc)
     assert "| 10 | 100 | 100 | 0 | 0.90 ms | 3.00 ms | 40.1 µs, 50.0 µs | 3 |" in text and "**Routing cost: " in text
+    bursts_doc = report.document(spec.load("bursts"), "tansu", "b", [
+        {**base, "cell": {"receivers": 2}, "run_id": "b-2", "bursts": {
+            "sustained": {"p99_us": 1000}, "bursts": [{"p99_us": 3000}, {"p99_us": 5000}],
+            "receivers": {"receiver-http-0": {"per_s": 300.0}, "receiver-http-1": {"per_s": 200.0}}}}], 0, True)
+    fig = charts.scenario_bursts(bursts_doc)
+    assert list(fig.data[0].y) == [1.0, 3.0, 5.0] and list(fig.data[1].y) == [300.0, 200.0]
     report.write(str(tmp_path / "r"), routing_doc)
     at = app(tmp_path)
     at.sidebar.toggle(key="scenarios-mode").set_value(True).run()
