@@ -72,14 +72,18 @@ def is_live(path: str) -> bool:
     return run_info(path).live
 
 
+def folder_names(checkpoints: str) -> list[str]:
+    """What a checkpoints folder holds (none if it is not there yet)."""
+    try:
+        return os.listdir(checkpoints)
+    except OSError:
+        return []
+
+
 def list_runs(checkpoints: str) -> list[RunInfo]:
     """Runs in a checkpoints folder, and their replays and recomputations (``<run>/replay*``), newest first."""
     out = []
-    try:
-        names = os.listdir(checkpoints)
-    except OSError:
-        return []
-    for name in names:
+    for name in folder_names(checkpoints):
         path = os.path.join(checkpoints, name)
         if not os.path.isfile(RunPaths(path).run_file):
             continue

@@ -6,18 +6,14 @@ import os
 
 import pandas as pd
 
-from ui.data import fmt_us, plain
+from ui.data import fmt_us, folder_names, plain
 
 
 def list_scenario_reports(checkpoints: str) -> list[dict]:
     """The scenario reports in a checkpoints folder (``<scenario run>/report.json``, written by ``python -m
     scenarios run`` after each cell), newest first; a report being replaced right now is read at the next refresh."""
     out = []
-    try:
-        names = os.listdir(checkpoints)
-    except OSError:
-        return []
-    for name in names:
+    for name in folder_names(checkpoints):
         path = os.path.join(checkpoints, name, "report.json")
         try:
             with open(path) as f:

@@ -5,20 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.compare import build_run
-from loadgen.synthetic import NS, SyntheticSpec, generate
+from loadgen.synthetic import NS
 from scenarios import bursts
 from scenarios.pairs import nearest_rank
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    spec = SyntheticSpec(run_id="bursty", duration_s=16, rate_per_sec=300, drop_fraction=0.0, duplicate_fraction=0.0,
-                         error_fraction=0.0, late_count=0, pause=(8.0, 2.0), oom_at_s=(), num_malformed=0,
-                         drop_timeout_s=5)
-    root = str(tmp_path_factory.mktemp("runs") / "bursty")
-    build_run(root, spec)
-    return root, spec, generate(spec)
+def run(synthetic):
+    return synthetic("bursty", duration_s=16, rate_per_sec=300, drop_fraction=0.0, duplicate_fraction=0.0,
+                     error_fraction=0.0, late_count=0, pause=(8.0, 2.0))
 
 
 def test_each_burst_its_flight_time_and_recovery_and_each_receivers_throughput(run):

@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from bench.compare import build_run
-from loadgen.synthetic import NS, SyntheticSpec, generate
+from loadgen.synthetic import NS
 from scenarios import pairs
 
 PAIRS = 7
@@ -21,13 +20,9 @@ def nearest(v, p):
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    spec = SyntheticSpec(run_id="pairs", duration_s=20, rate_per_sec=350, drop_fraction=0.02, duplicate_fraction=0.01,
-                         error_fraction=0.01, late_count=9, pause=(8.0, 2.0), oom_at_s=(), num_malformed=3,
-                         drop_timeout_s=5)
-    root = str(tmp_path_factory.mktemp("runs") / "pairs")
-    build_run(root, spec)
-    return root, spec, generate(spec)
+def run(synthetic):
+    return synthetic("pairs", duration_s=20, rate_per_sec=350, drop_fraction=0.02, duplicate_fraction=0.01,
+                     error_fraction=0.01, late_count=9, pause=(8.0, 2.0), num_malformed=3)
 
 
 def test_each_pairs_counts_and_percentiles_are_the_injected_ones(run):
