@@ -179,7 +179,7 @@ def write_attached(state_dir: str, address, attached_ns: int) -> None:
     with open(tmp, "w") as f:
         count = address.pairs if isinstance(address, Amqp1Address) else address.bindings
         json.dump({"address": getattr(address, "address", None) or address.exchange, "count": count,
-                   "pairs": count, "attached_ns": attached_ns}, f)
+                   "attached_ns": attached_ns}, f)
     os.replace(tmp, os.path.join(state_dir, ATTACHED_FILE))
 
 
