@@ -36,6 +36,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from core.observer import tree_cpu_s  # noqa: E402
+
 PAYLOAD = 2048
 INFLIGHT = 1000
 PERFTEST = [("com.rabbitmq", "perf-test", "2.22.1")]
@@ -56,25 +58,6 @@ LINES = {  # a tool's line a second -> what it sent in that second
 }
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of a process and its children (those alive now)."""
-    import psutil
-
-    total = 0.0
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
-
-
 def measure(cmd: list[str], kind: str, seconds: float, env: dict | None = None) -> dict:
     """Run ``cmd`` (stopped after ``seconds`` + 20 at most, by its PID); read its per-second lines as they come, the
     CPU of its processes at each: {events_per_s, us_per_event, lines} over the lines kept, or {error}."""
@@ -88,7 +71,7 @@ def measure(cmd: list[str], kind: str, seconds: float, env: dict | None = None) 
         for line in proc.stdout:
             m = pattern.search(line)
             if m:
-                samples.append((tree_cpu_s(proc.pid), int(m.group(1).replace(",", ""))))
+                samples.append((tree_cpu_s(proc.pid) or 0.0, int(m.group(1).replace(",", ""))))
             tail.append(line)
             del tail[:-20]
     reader = threading.Thread(target=read, daemon=True)

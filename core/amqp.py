@@ -21,6 +21,8 @@ an AMQP long), since AMQP 0-9-1's ``timestamp`` holds seconds.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlencode
@@ -172,9 +174,6 @@ def write_attached(state_dir: str, address, attached_ns: int) -> None:
     """A receiver's word that every link of its pairs (AMQP 1.0), or every queue of its bindings (0-9-1), is attached
     and consumed (``ATTACHED_FILE`` in its state folder, ``count`` of them): a scenario starts no sender before it
     (``read_attached``)."""
-    import json
-    import os
-
     tmp = os.path.join(state_dir, f".{ATTACHED_FILE}.tmp")
     with open(tmp, "w") as f:
         count = address.pairs if isinstance(address, Amqp1Address) else address.bindings
@@ -185,9 +184,6 @@ def write_attached(state_dir: str, address, attached_ns: int) -> None:
 
 def read_attached(state_dir: str) -> dict | None:
     """What ``write_attached`` wrote in ``state_dir``, or None."""
-    import json
-    import os
-
     try:
         with open(os.path.join(state_dir, ATTACHED_FILE)) as f:
             return json.load(f)

@@ -96,6 +96,23 @@ def with_children(root_pids: dict[int, str]) -> dict[int, str]:
     return out
 
 
+def tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process and of its descendants alive now; None if it is gone."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0.0
+    for p in tree:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:  # a helper that just exited: its time is gone with it
+            continue
+    return total
+
+
 def read_cpu(pids) -> dict[tuple[int, float], float]:
     """(pid, start time) -> CPU seconds used so far (user + system); gone processes are left out."""
     out = {}

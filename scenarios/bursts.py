@@ -15,24 +15,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scenarios.pairs import events, nearest_rank
+from scenarios.pairs import events, join, nearest_rank
 
 BURST_FACTOR = 1.5
 
 
-def _joined(ev: pd.DataFrame) -> pd.DataFrame:
-    """Per event: when it was due (its step is the schedule's), its send stamp and first receive (-1: none),
-    integers throughout."""
-    sends = ev[ev["kind"] == "send"].drop_duplicates("event_id").set_index("event_id")
-    first = ev[ev["kind"] == "recv"].groupby("event_id")["at_ns"].min()
-    return pd.DataFrame({"due": sends["intended_at_ns"].fillna(sends["at_ns"]).astype(np.int64),
-                         "sent": sends["at_ns"].astype(np.int64),
-                         "first": first.reindex(sends.index, fill_value=-1).astype(np.int64)})
-
-
 def _flight(j: pd.DataFrame) -> dict:
     got = j[j["first"] >= 0]
-    f = (got["first"] - got["sent"]).to_numpy() / 1000
+    f = (got["first"] - got["at_ns"]).to_numpy() / 1000
     return {"sent": int(len(j)), "received": int(len(got)), "p50_us": nearest_rank(f, 50), "p99_us": nearest_rank(f, 99),
             "max_us": float(f.max()) if len(f) else None}
 
@@ -40,11 +30,12 @@ def _flight(j: pd.DataFrame) -> dict:
 def burst_figures(root: str, steps: list[dict]) -> dict:
     """The sustained steps' flight time, each burst's (with its recovery time), and each receiver's throughput."""
     ev = events(root)
-    j = _joined(ev)
+    j = join(ev)
     base = steps[0]["rate"] if steps else 0
     bursts, sustained = [], np.zeros(len(j), bool)
     for i, s in enumerate(steps):
-        sel = ((j["due"] >= s["start_ns"]) & (j["due"] < s["end_ns"])).to_numpy()  # a late send stays in its step
+        due = j["intended_at_ns"]  # a late send stays in the step it was due in
+        sel = ((due >= s["start_ns"]) & (due < s["end_ns"])).to_numpy()
         if base and s["rate"] >= BURST_FACTOR * base:
             part = j[sel]
             unreceived = int((part["first"] < 0).sum())

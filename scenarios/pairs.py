@@ -38,16 +38,22 @@ def events(root: str) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True).drop_duplicates(["kind", "agent", "event_id", "at_ns"])
 
 
+def join(ev: pd.DataFrame) -> pd.DataFrame:
+    """Per event sent: ``at_ns`` (its send stamp), ``intended_at_ns`` (when it was due), ``first`` (its first
+    receive, -1: none) and ``receives``; integers throughout (epoch ns lose ~100 ns in a float)."""
+    sends = ev[ev["kind"] == "send"].drop_duplicates("event_id").set_index("event_id")
+    recvs = ev[ev["kind"] == "recv"].groupby("event_id")["at_ns"]
+    return pd.DataFrame({"at_ns": sends["at_ns"].astype(np.int64),
+                         "intended_at_ns": sends["intended_at_ns"].fillna(sends["at_ns"]).astype(np.int64),
+                         "first": recvs.min().reindex(sends.index, fill_value=-1).astype(np.int64),
+                         "receives": recvs.size().reindex(sends.index, fill_value=0)})
+
+
 def per_pair(ev: pd.DataFrame, pairs: int, drop_timeout_ns: int, span: tuple[int, int] | None = None) -> pd.DataFrame:
     """One row per pair (0 ... pairs-1): sent, received, lost, late, duplicates (the whole run's), and p50_us, p99_us
     (the receives in ``span``, as the job windows them; the whole run without one) and send_delay_p99_us (the sends
     in it)."""
-    sends = ev[ev["kind"] == "send"].drop_duplicates("event_id").set_index("event_id")
-    recvs = ev[ev["kind"] == "recv"].groupby("event_id")["at_ns"]
-    joined = pd.DataFrame({"at_ns": sends["at_ns"].astype(np.int64),  # integers throughout: epoch ns lose ~100 ns in
-                           "intended_at_ns": sends["intended_at_ns"].fillna(sends["at_ns"]).astype(np.int64),  # a float
-                           "first": recvs.min().reindex(sends.index, fill_value=-1).astype(np.int64),
-                           "receives": recvs.size().reindex(sends.index, fill_value=0)})
+    joined = join(ev)
     joined["pair"] = joined.index.to_series().str.rpartition("-")[2].astype(np.int64).to_numpy() % pairs
     flight = joined["first"] - joined["at_ns"]
     joined["flight_us"] = flight / 1000

@@ -58,7 +58,7 @@ def matrix_table(doc: dict, figure: str, fmt) -> list[str]:
     head = [rows] + [", ".join(_value(a, v) for a, v in zip(cols, combo)) or figure for combo in combos]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in axes[rows]:
-        line = [_value(rows, r) if rows != "payload" else f"{r:,} B"]
+        line = [_value(rows, r)]
         for combo in combos:
             c = by_cell.get((r, *combo))
             line.append("not run" if c is None else "failed" if c.get("problem") else fmt(c))
@@ -79,11 +79,21 @@ def attached_text(c: dict) -> str:
     a = (c.get("pairs") or {}).get("attached") or {}
     if not a.get("first_send_ns"):
         return "-"
-    last = max(x for x in (a.get("receivers_ns"), a.get("senders_ns")) if x) if a.get("senders_ns") else None
-    if not a.get("before_first_send") or last is None:
+    if not a.get("before_first_send"):  # the runner set it only with both attach times before the first send
         return f"**no**: receivers {_clock(a.get('receivers_ns'))}, senders {_clock(a.get('senders_ns'))}, first send " \
                f"{_clock(a['first_send_ns'])}"
+    last = max(a["receivers_ns"], a["senders_ns"])
     return f"yes, {(a['first_send_ns'] - last) / 1e9:.1f} s before the first send"
+
+
+def _cpu(c: dict) -> str:
+    cpu = c.get("cpu_us_per_event")
+    return "-" if cpu is None else f"{cpu:.1f}"
+
+
+def _verdict(c: dict) -> str:
+    """The cell's verdict, safe inside a Markdown table."""
+    return (c.get("message") or "").replace("|", "/")
 
 
 SCHEDULE_KEPT_US = 10_000
@@ -111,12 +121,12 @@ def pairs_table(doc: dict) -> list[str]:
         if c.get("problem") or not c.get("pairs"):
             out.append(f"| {n:,} | exit {c['exit']}: {c.get('problem') or 'no pair figures'} |" + " |" * 13)
             continue
-        p, cpu = c["pairs"], c.get("cpu_us_per_event")
+        p = c["pairs"]
         out.append(f"| {n:,} | {attached_text(c)} | {c['sent']:,} | {c['received']:,} | {p['lost']:,} "
                    f"({p['pairs_with_loss']} pairs) | {c['late']:,} | {_ms(p.get('mean_us'))} | {_ms(c.get('p50_us'))} | "
                    f"{_ms(c.get('p99_us'))} | {_ms(p['pair_p99_median_us'])} | {_ms(p['pair_p99_p99_us'])} | "
                    f"#{p['worst_pair']} ({_ms(p['worst_pair_p99_us'])}) | {schedule_text(p)} | "
-                   f"{'-' if cpu is None else f'{cpu:.1f}'} | {(c.get('message') or '').replace('|', '/')} |")
+                   f"{_cpu(c)} | {_verdict(c)} |")
     notes = [f"- {c['cell']['pairs']:,} pairs: the pairs' sums disagree with the job's: {'; '.join(c['pairs']['disagreements'])}"
              for c in doc["cells"] if (c.get("pairs") or {}).get("disagreements")]
     return out + ([""] + notes if notes else [])
@@ -143,13 +153,12 @@ def routing_table(doc: dict) -> list[str]:
         if c.get("problem"):
             out.append(f"| {c['cell']['bindings']:,} | exit {c['exit']}: {c['problem']} |" + " |" * 8)
             continue
-        b, cpu = c.get("broker") or {}, c.get("cpu_us_per_event")
+        b = c.get("broker") or {}
         cost = (f"{b['cpu_us_per_message']:,.1f} µs, {b['cpu_us_per_message_p90']:,.1f} µs"
                 if b.get("cpu_us_per_message") is not None else "not measured")
         out.append(f"| {c['cell']['bindings']:,} | {c['sent']:,} | {c['received']:,} | "
                    f"{c['sent'] - c['received'] - c['late']:,} | {_ms(c.get('p50_us'))} | {_ms(c.get('p99_us'))} | "
-                   f"{cost} | {b.get('seconds', 0)} | {'-' if cpu is None else f'{cpu:.1f}'} | "
-                   f"{(c.get('message') or '').replace('|', '/')} |")
+                   f"{cost} | {b.get('seconds', 0)} | {_cpu(c)} | {_verdict(c)} |")
     return out + ["", "**Routing cost: " + routing.verdict_text(routing_slope(doc)) + "**"]
 
 
@@ -176,7 +185,7 @@ def bursts_table(doc: dict) -> list[str]:
                            for a, r in sorted(b["receivers"].items()) if r["per_s"] is not None) or "-"
         sus = b["sustained"]
         out.append(f"| {n} | {c['sent']:,} | {c['received']:,} | {_ms(sus['p50_us'])} / {_ms(sus['p99_us'])} | "
-                   f"{bursts} | {spread} | {(c.get('message') or '').replace('|', '/')} |")
+                   f"{bursts} | {spread} | {_verdict(c)} |")
     return out
 
 
@@ -210,9 +219,7 @@ def markdown(doc: dict) -> str:
         if c.get("problem"):
             lines.append(f"| {name} | `{c['run_id']}` | exit {c['exit']}: {c['problem']} |" + " |" * 9)
             continue
-        cpu = c.get("cpu_us_per_event")
         lines.append(f"| {name} | `{c['run_id']}` | {c['sent']:,} | {c['received']:,} | {c['dropped']:,} | "
                      f"{c['errors']:,} | {_ms(c.get('p50_us'))} | {_ms(c.get('p99_us'))} | {_rate(c.get('ceiling_per_s'))} | "
-                     f"{c.get('limit') or 'every step ok'} | {'-' if cpu is None else f'{cpu:.1f}'} | "
-                     f"{(c.get('message') or '').replace('|', '/')} |")
+                     f"{c.get('limit') or 'every step ok'} | {_cpu(c)} | {_verdict(c)} |")
     return "\n".join(lines) + "\n"

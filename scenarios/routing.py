@@ -17,6 +17,8 @@ import time
 import numpy as np
 import pandas as pd
 
+from core.observer import tree_cpu_s
+
 FLAT_PER_DECADE = 0.10
 """A growth of the broker's CPU per message below 10% for each tenfold of bindings is called flat."""
 RESAMPLES = 2000
@@ -33,26 +35,9 @@ class CpuSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _cpu(self) -> float | None:
-        import psutil
-
-        try:
-            p = psutil.Process(self.pid)
-            procs = [p, *p.children(recursive=True)]
-        except psutil.Error:
-            return None
-        total = 0.0
-        for q in procs:
-            try:
-                t = q.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:  # a helper that just exited: its time is gone with it
-                continue
-        return total
-
     def _run(self) -> None:
         while not self._stop.is_set():
-            cpu = self._cpu()
+            cpu = tree_cpu_s(self.pid)
             if cpu is not None:
                 self.samples.append((time.time_ns(), cpu))
             self._stop.wait(self.every_s)

@@ -17,7 +17,8 @@ import time
 
 import numpy as np
 
-from core import amqp, settings
+from core import amqp
+from core.observer import STACK_DIR
 from core.procs import pid_from_file
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from core.suts import SUTS, default_target, pairs_target, receiver_target, routing_target
@@ -93,14 +94,10 @@ def renew(sut: str, env: dict, prefix: str, log) -> None:
         raise RuntimeError(f"`python -m stack renew-sut --sut {sut}` failed (exit {code}); see the lines above")
 
 
-def stack_dir() -> str:
-    return settings.get("FLIGHTWATCH_STACK_DIR") or os.path.join(ROOT, ".stack")
-
-
 def receivers_attached(receiver: str, count: int, since_ns: int, within_s: float = 120.0) -> int:
     """When the stack's ``receiver`` had attached every pair's link, or bound and consumed every queue (epoch ns),
     waited for: no sender starts before it. ``RuntimeError`` if it has not within ``within_s``."""
-    state = os.path.join(stack_dir(), receiver)
+    state = os.path.join(STACK_DIR, receiver)
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         a = amqp.read_attached(state)
@@ -108,7 +105,7 @@ def receivers_attached(receiver: str, count: int, since_ns: int, within_s: float
             return int(a["attached_ns"])
         time.sleep(0.5)
     raise RuntimeError(f"the stack's {receiver} did not attach its {count:,} links or queues within {within_s:.0f} s "
-                       f"(see {stack_dir()}/{receiver}.log)")
+                       f"(see {STACK_DIR}/{receiver}.log)")
 
 
 def broker_cost(run_id: str, samples: list, summary: dict) -> dict:
@@ -215,7 +212,7 @@ def run_cell(sc: Scenario, sut: str, cell: dict, run_id: str, target: str | None
     if sc.kind == "routing":
         from scenarios.routing import CpuSampler
 
-        pid = pid_from_file(os.path.join(stack_dir(), f"{SUT_BROKERS[sut]}.pid"))
+        pid = pid_from_file(os.path.join(STACK_DIR, f"{SUT_BROKERS[sut]}.pid"))
         sampler = CpuSampler(pid) if pid else None
     limit_s = sc.schedule().duration_ns / 1e9 + CELL_LIMIT_S
     code = _passthrough(attack_command(sc, sut, cell, run_id, flags), {}, prefix, limit_s, log)
