@@ -82,9 +82,9 @@ attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu
 	  $(if $(WARMUP),--warmup $(WARMUP)) $(if $(COOLDOWN),--cooldown $(COOLDOWN)) \
 	  $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)')
 
-scenario: install ## run a seed's experiment on the stack, one report (NAME=kafka-matrix; SUT=, SHORT=1: the CI's form; ONLY=payload=128,1024; PAIRS=1000; TARGET=http://...: bursts at your broker); `python -m scenarios list`
+scenario: install ## run a seed's experiment on the stack, one report (NAME=kafka-matrix; SUT=, SHORT=1: the CI's form; ONLY=payload=128,1024; PAIRS=1000; TARGET=http://...: bursts at your broker; PEER=1: the broker's own tool after each cell); `python -m scenarios list`
 	$(if $(NAME),,$(error give NAME=<scenario>: $(shell $(PYTHON) -m scenarios list 2>/dev/null | cut -d' ' -f1 | tr '\n' ' ')))
-	$(PYTHON) -m scenarios run $(NAME) $(if $(SUT),--sut $(SUT)) $(if $(SHORT),--short) $(if $(ONLY),--only $(ONLY)) \
+	$(PYTHON) -m scenarios run $(NAME) $(if $(SUT),--sut $(SUT)) $(if $(SHORT),--short) $(if $(PEER),--peer) $(if $(ONLY),--only $(ONLY)) \
 	  $(if $(TARGET),--target $(TARGET)) $(if $(PAIRS),--only pairs=$(PAIRS))
 
 compare: install ## is RUN worse than BASELINE beyond the noise? per figure and pace step, with 95% intervals (GATE='p99>+10%': exit 1 past it)

@@ -24,77 +24,24 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from core.observer import tree_cpu_s  # noqa: E402
+from stack.peers import MAX_PENDING as ARTEMIS_PENDING  # noqa: E402
+from stack.peers import SKIP_LINES, measure, producer_perf  # noqa: E402
 
 PAYLOAD = 2048
 INFLIGHT = 1000
-PERFTEST = [("com.rabbitmq", "perf-test", "2.22.1")]
-"""2.22.1: the newest the registry serves here (2.23.0 and 2.24.0 are refused)."""
 UNBOUNDED = 200_000
 """The load generator's rate when unbounded: far above what it can send."""
-ARTEMIS_PENDING = 100
-"""``artemis perf producer --max-pending``: with 1,000 it stopped sending 2 s into every run at 5,000/s (the broker
-answered no more); 100 is the most that ran through."""
-SKIP_LINES = 3
 QUEUE = "bench.transports"
-
-LINES = {  # a tool's line a second -> what it sent in that second
-    "flightwatch": re.compile(r"^\s*\d+s\s+sent\s+([\d,]+)/s"),
-    "perftest": re.compile(r"time [\d.]+ s, sent: (\d+) msg/s"),
-    "artemis": re.compile(r"^--- sent:\s+(\d+) msg/sec"),
-    "kafka": re.compile(r"^(\d+) records sent, [\d.]+ records/sec .* max latency\.\s*$"),  # not the summary
-}
-
-
-def measure(cmd: list[str], kind: str, seconds: float, env: dict | None = None) -> dict:
-    """Run ``cmd`` (stopped after ``seconds`` + 20 at most, by its PID); read its per-second lines as they come, the
-    CPU of its processes at each: {events_per_s, us_per_event, lines} over the lines kept, or {error}."""
-    pattern = LINES[kind]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                            env=env or os.environ, start_new_session=True)
-    samples: list[tuple[float, int]] = []  # (CPU s at the line, events sent in its second)
-    tail: list[str] = []
-
-    def read() -> None:
-        for line in proc.stdout:
-            m = pattern.search(line)
-            if m:
-                samples.append((tree_cpu_s(proc.pid) or 0.0, int(m.group(1).replace(",", ""))))
-            tail.append(line)
-            del tail[:-20]
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        proc.wait(seconds + 20)
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        from core.procs import stop_session
-
-        stop_session(proc.pid, wait_s=5)
-        reader.join(5)
-    kept = samples[SKIP_LINES:-1]
-    if len(kept) < 3:
-        return {"error": f"{len(samples)} lines a second: " + "".join(tail[-5:]).strip()[-300:]}
-    events = sum(n for _, n in kept[1:])
-    if not events:
-        return {"error": f"sent nothing in the seconds measured, after {[n for _, n in samples[:SKIP_LINES + 1]]} in "
-                         f"its first: {' '.join(cmd[:4])} ..."}
-    cpu = kept[-1][0] - kept[0][0]
-    return {"events_per_s": statistics.median(n for _, n in kept[1:]), "us_per_event": cpu * 1e6 / events,
-            "lines": len(kept)}
 
 
 class Brokers:
@@ -181,11 +128,8 @@ def peer(transport: str, port: int, rate: int, seconds: float, libs: dict) -> tu
                            f"amqp://127.0.0.1:{port}", "--protocol", "AMQP", "--user", "artemis", "--password",
                            "artemis", "--message-size", str(PAYLOAD), "--max-pending", str(ARTEMIS_PENDING), "--duration",
                            f"{seconds:.0f}", *(["--rate", str(rate)] if rate else []), f"queue://{QUEUE}"]
-    n = int((rate or UNBOUNDED) * seconds)
-    return "kafka", ["java", "-cp", os.path.join(libs["kafka"], "*"), "org.apache.kafka.tools.ProducerPerformance",
-                     "--topic", QUEUE, "--num-records", str(n), "--record-size", str(PAYLOAD), "--throughput",
-                     str(rate or -1), "--reporting-interval", "1000", "--command-property",
-                     f"bootstrap.servers=127.0.0.1:{port}", "acks=all", "linger.ms=5"]
+    return "kafka", producer_perf(libs["kafka"], port, QUEUE, rate or -1, seconds, PAYLOAD, "all",
+                                  int((rate or UNBOUNDED) * seconds))
 
 
 PEER_NAMES = {"amqp": "RabbitMQ PerfTest", "amqp1": "artemis perf producer", "kafka": "kafka-producer-perf-test"}
@@ -215,16 +159,10 @@ def _parse(argv) -> argparse.Namespace:
 
 
 def _libs(only: set[str]) -> dict:
-    from stack import artemis, kafka, maven
+    from stack.peers import fetch
 
-    libs = {}
-    if "amqp" in only:
-        libs["perftest"] = maven.fetch("perf-test-2.22.1", PERFTEST, "RabbitMQ PerfTest 2.22.1")
-    if "amqp1" in only:
-        libs["artemis"] = artemis.fetch()
-    if "kafka" in only:
-        libs["kafka"] = kafka.fetch()
-    return libs
+    tools = {"amqp": ("perftest", "rabbitmq"), "amqp1": ("artemis", "artemis"), "kafka": ("kafka", "kafka")}
+    return {key: fetch(sut) for t, (key, sut) in tools.items() if t in only}
 
 
 def _row(figures: list[dict], notes: list[str]) -> tuple[str, float | None]:

@@ -5,6 +5,7 @@
     python -m scenarios run kafka-matrix             # every cell, then checkpoints/scenario-kafka-matrix-<time>/report.md
     python -m scenarios run kafka-matrix --short     # the CI's form: fewer cells, shorter steps
     python -m scenarios run kafka-matrix --only payload=128,1024
+    python -m scenarios run kafka-matrix --peer      # each cell, then Kafka's own tools at its rate, side by side
     python -m scenarios report checkpoints/scenario-kafka-matrix-<time>   # its report.md again, from report.json
 
 (``make scenario NAME=kafka-matrix [SUT=kafka] [SHORT=1]``.) Each cell is a whole run (``python -m loadgen attack
@@ -23,6 +24,7 @@ from core.cli import OneLineParser
 from core.rundir import CHECKPOINTS
 from core.suts import SUTS
 from scenarios import report, runner, spec
+from scenarios.peers import PEER_SUTS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.choices["run"]
     r.add_argument("--run", metavar="ID", help="the scenario run's ID (default scenario-<name>-<UTC time>); its "
                                                "cells' runs are ID-c01, ID-c02, ...")
+    r.add_argument("--peer", action="store_true", help="after each cell, the broker's own tool on the same broker "
+                   "at the same rate (Kafka: kafka-producer-perf-test and EndToEndLatency; Artemis: artemis perf "
+                   "client; RabbitMQ: PerfTest), and a table of both: throughput, flight p50/p99/p99.9, the "
+                   "generator's CPU per message (`python -m stack.peers --help`)")
     r.add_argument("--target", metavar="URL", help="a scenario of HTTP (bursts): attack this HTTP broker, e.g. a "
                    "Knative broker's ingress, instead of the stack's HTTP receiver (its subscribers are the receivers)")
     return p
@@ -62,6 +68,9 @@ def scenario_of(a: argparse.Namespace) -> tuple[spec.Scenario, str]:
     sut = a.sut or sc.sut
     if sut not in sc.suts:
         raise spec.ScenarioError(f"scenario {sc.name} runs on {', '.join(sc.suts)}, not on {sut}")
+    if getattr(a, "peer", False) and (sc.target == "http" or sut not in PEER_SUTS):
+        raise spec.ScenarioError(f"--peer: no peer's tool for {'HTTP' if sc.target == 'http' else sut} (there are "
+                                 f"for {', '.join(PEER_SUTS)})")
     return sc, sut
 
 
@@ -72,6 +81,9 @@ def show(sc: spec.Scenario, sut: str) -> None:
     print(f"method: {sc.method}")
     print(f"every cell: pace {sc.pace} ({sc.schedule().duration_ns / 1e9:g} s), warm-up {sc.warmup}, cool-down "
           f"{sc.cooldown}, drop timeout {sc.drop_timeout}")
+    if sut in PEER_SUTS and sc.target != "http":
+        print(f"with --peer: after each cell, the broker's own tool at the cell's {'rate' if sc.peer_rate is None else f'step of {sc.peer_rate:,}/s'} "
+              f"for {sc.peer_seconds} s (`python -m stack.peers --help`)")
     print(f"{len(cells)} cells:")
     for k, cell in enumerate(cells, 1):
         pace = sc.cell_pace(cell)
@@ -127,7 +139,7 @@ def main(argv=None) -> int:
     print(f"scenario {sc.name} on {sut}: {len(sc.cells())} cells, report in {folder}/{report.REPORT_MD}", flush=True)
     try:
         cells = runner.run(sc, sut, scenario_run, log=lambda line: print(line, flush=True), on_cell=write,
-                           target=a.target)
+                           target=a.target, peer=a.peer)
     except KeyboardInterrupt:
         print(f"interrupted: the report of the cells done is in {folder}", file=sys.stderr)
         return 130

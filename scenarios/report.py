@@ -189,6 +189,34 @@ def bursts_table(doc: dict) -> list[str]:
     return out
 
 
+def _pair(a, b, fmt) -> str:
+    return f"{fmt(a)} / {fmt(b)}"
+
+
+def peers_table(doc: dict) -> list[str]:
+    """Each cell beside the broker's own tool at the same rate (``scenarios.peers``): flightwatch / the peer."""
+    cpu = lambda x: "-" if x is None else f"{x:,.1f}"
+    out = ["| cell | the peer's tool | rate | throughput | p50 | p99 | p99.9 | CPU µs/message (what it counts) | "
+           "CPU ratio | the peer's model, resolution | agreement |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in doc["cells"]:
+        row = c.get("peer")
+        if not row:
+            continue
+        name = ", ".join(f"{k}={v}" for k, v in c["cell"].items())
+        fw, pe = row["flightwatch"], row["peer"]
+        ratio = "-" if row.get("cpu_ratio") is None else f"{row['cpu_ratio']:.2f}x"
+        if row.get("problem"):
+            out.append(f"| {name} | {pe.get('tool', '-')} | | {row['problem']} |" + " |" * 7)
+            continue
+        out.append(f"| {name} | {pe['tool']} | {pe['rate']:,}/s | {_pair(fw['throughput_per_s'], pe['throughput_per_s'], _rate)}"
+                   f" | {_pair(fw['p50_us'], pe.get('p50_us'), _ms)} | {_pair(fw['p99_us'], pe.get('p99_us'), _ms)} | "
+                   f"{_pair(fw['p999_us'], pe.get('p999_us'), _ms)} | {_pair(fw['cpu_us_per_message'], pe['cpu_us_per_message'], cpu)}"
+                   f" ({fw['cpu_of']} / {pe['cpu_of']}) | "
+                   f"{ratio} | "
+                   f"{pe['model']}; {pe['resolution_us'] / 1000:g} ms | {row['agreement']['text']} |")
+    return out
+
+
 def markdown(doc: dict) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(doc["started_ns"] / 1e9))
     s = doc["settings"]
@@ -212,6 +240,11 @@ def markdown(doc: dict) -> str:
                   *bursts_table(doc), ""]
     if doc["kind"] == "routing":
         lines += ["## Flight time and the broker's CPU per message against bindings", "", *routing_table(doc), ""]
+    if any(c.get("peer") for c in doc["cells"]):
+        lines += ["## Beside the broker's own tool (flightwatch / the peer, at the same rate, one after the other)", "",
+                  "flightwatch's figures are the sends of the steps at the peer's rate inside the measured span; the "
+                  "peer's are its own, as it prints them. CPU ratio: flightwatch's CPU per message over the peer's.",
+                  "", *peers_table(doc), ""]
     lines += ["## Every cell", "", "| cell | run | sent | received | dropped | errors | p50 | p99 | ceiling | beyond it |"
               " loadgen µs/event | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in doc["cells"]:

@@ -204,8 +204,56 @@ def prepare(sc: Scenario, sut: str, cell: dict, target: str | None, prefix: str,
     return flags, None
 
 
-def run_cell(sc: Scenario, sut: str, cell: dict, run_id: str, target: str | None, prefix: str, log) -> dict:
-    """One cell: its SUT prepared, its attack and run, its figures (with the scenario kind's own)."""
+LOADGEN_PAYLOAD = 2048
+"""The attack's payload when a scenario sets none (``loadgen attack --payload``'s default): the peer sends the same."""
+
+
+def peer_flags(sc: Scenario, sut: str, cell: dict, out: str) -> list[str]:
+    """``python -m stack.peers``' flags for a cell: its rate, payload and broker settings."""
+    payload = cell.get("payload") or next((sc.attack[i + 1] for i, f in enumerate(sc.attack[:-1]) if f == "--payload"),
+                                          LOADGEN_PAYLOAD)
+    flags = ["--sut", sut, "--rate", str(sc.peer_rate_of(cell)), "--seconds", str(sc.peer_seconds), "--payload",
+             str(payload), "--warmup", str(max(1, round(parse_duration_ns(sc.warmup) / 1e9))), "--json", out]
+    for knob in ("acks", "partitions", "pairs", "bindings"):
+        if knob in cell:
+            flags += [f"--{knob}", str(cell[knob])]
+    return flags
+
+
+def run_peer(sc: Scenario, sut: str, cell: dict, run_id: str, summary: dict, lg: dict,
+             receiver_cpu_s: float | None, prefix: str, log) -> dict:
+    """The broker's own tool after the cell, at its rate (``scenarios.peers``): the row of both."""
+    from scenarios import peers
+
+    root = RunPaths.of_run(run_id, CHECKPOINTS).root
+    out = os.path.join(root, "peer.json")
+    log(f"{prefix} the broker's own tool at {sc.peer_rate_of(cell):,}/s for {sc.peer_seconds} s ...")
+    code = _passthrough([sys.executable, "-m", "stack.peers", *peer_flags(sc, sut, cell, out)], {}, f"{prefix} [peer]",
+                        sc.peer_seconds + CELL_LIMIT_S, log)
+    try:
+        with open(out) as f:
+            peer = json.load(f)
+    except (OSError, ValueError):
+        peer = {"error": f"`python -m stack.peers` wrote no figures (exit {code}); see the lines above"}
+    fw = peers.ours(root, summary, lg or {}, sc.peer_rate_of(cell), parse_duration_ns(sc.drop_timeout),
+                    receiver_cpu_s, sut in peers.WITH_CONSUMER)
+    row = peers.compare(fw, peer)
+    log(f"{prefix} [peer] " + (row.get("problem") or row["agreement"]["text"]))
+    return row
+
+
+def receiver_cpu(sut: str) -> float | None:
+    """The stack's receiver of ``sut``: its process tree's CPU seconds so far (None: not running)."""
+    from core.observer import tree_cpu_s
+
+    pid = pid_from_file(os.path.join(STACK_DIR, f"{SUTS[sut].receiver}.pid"))
+    return tree_cpu_s(pid) if pid else None
+
+
+def run_cell(sc: Scenario, sut: str, cell: dict, run_id: str, target: str | None, prefix: str, log,
+             peer: bool = False) -> dict:
+    """One cell: its SUT prepared, its attack and run, its figures (with the scenario kind's own; with ``peer``,
+    the broker's own tool's beside them)."""
     started = time.time_ns()
     flags, receivers_ns = prepare(sc, sut, cell, target, prefix, log)
     sampler = None
@@ -215,7 +263,9 @@ def run_cell(sc: Scenario, sut: str, cell: dict, run_id: str, target: str | None
         pid = pid_from_file(os.path.join(STACK_DIR, f"{SUT_BROKERS[sut]}.pid"))
         sampler = CpuSampler(pid) if pid else None
     limit_s = sc.schedule().duration_ns / 1e9 + CELL_LIMIT_S
+    cpu0 = receiver_cpu(sut) if peer else None
     code = _passthrough(attack_command(sc, sut, cell, run_id, flags), {}, prefix, limit_s, log)
+    cpu1 = receiver_cpu(sut) if peer else None
     samples = sampler.stop() if sampler is not None else None
     figures = {"cell": cell, "exit": code, "started_ns": started, **cell_figures(run_id)}
     summary, lg = figures.pop("summary", None), figures.pop("loadgen", None)
@@ -230,12 +280,17 @@ def run_cell(sc: Scenario, sut: str, cell: dict, run_id: str, target: str | None
 
         figures["bursts"] = burst_figures(RunPaths.of_run(run_id, CHECKPOINTS).root,
                                           (summary.get("attack") or {}).get("steps") or [])
+    if peer:
+        used = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+        figures["peer"] = run_peer(sc, sut, cell, run_id, summary, lg, used, prefix, log)
     return figures
 
 
-def run(sc: Scenario, sut: str, scenario_run: str, log=print, on_cell=None, target: str | None = None) -> list[dict]:
+def run(sc: Scenario, sut: str, scenario_run: str, log=print, on_cell=None, target: str | None = None,
+        peer: bool = False) -> list[dict]:
     """Every cell of ``sc`` on ``sut`` (or at ``target``, for a scenario of the HTTP receiver); their figures in
-    order. ``on_cell(cells_so_far)`` after each (the report is written as the scenario goes)."""
+    order. ``on_cell(cells_so_far)`` after each (the report is written as the scenario goes); ``peer``: each cell
+    followed by the broker's own tool (``scenarios.peers``)."""
     cells = sc.cells()
     out: list[dict] = []
     try:
@@ -244,7 +299,7 @@ def run(sc: Scenario, sut: str, scenario_run: str, log=print, on_cell=None, targ
             prefix = f"[{k}/{len(cells)} {cell_name(cell)}]"
             where = target or ("the stack's HTTP receiver" if sc.target == "http" else f"{sut}, renewed")
             log(f"{prefix} run {run_id}: {where}, then {sc.cell_pace(cell)} ...")
-            figures = run_cell(sc, sut, cell, run_id, target, prefix, log)
+            figures = run_cell(sc, sut, cell, run_id, target, prefix, log, peer)
             out.append(figures)
             log(f"{prefix} done: {one_line(figures)}")
             if on_cell is not None:

@@ -9,6 +9,8 @@
     cooldown = "1s"
     drop_timeout = "10s"                           # a send unanswered this long is a drop (the job's)
     pace = "1000:10,2000:10"                       # every cell's schedule (the pace syntax)
+    peer_rate = 2000                               # --peer: the broker's own tool at this step's rate (default:
+    peer_seconds = 20                              #   the cell's highest), for this long (``scenarios.peers``)
 
     [axes]                                         # one cell per combination, in this order
     payload = [128, 1024, 10240]                   # what each knob means: ``KNOBS``
@@ -54,7 +56,7 @@ KINDS = ("matrix", "pairs", "routing", "bursts")
 """The report shapes ``scenarios.report`` draws."""
 
 _KEYS = {"title", "seed", "method", "kind", "sut", "suts", "warmup", "cooldown", "drop_timeout", "pace", "axes",
-         "short", "report", "attack", "pace_per_pair", "target"}
+         "short", "report", "attack", "pace_per_pair", "target", "peer_rate", "peer_seconds"}
 _REPORT_KEYS = {"rows", "columns"}
 
 
@@ -83,6 +85,13 @@ class Scenario:
     pace_per_pair: bool = False           # the pace is each pair's: a cell of N pairs runs N times it
     target: str = "sut"                   # "sut": the SUT broker's queue or topic; "http": the stack's HTTP receiver
     short: bool = False                   # this is the CI's form
+    peer_rate: int | None = None          # the rate the peer's tool runs at (--peer): one of the pace's steps
+    peer_seconds: int = 20                # and how long
+
+    def peer_rate_of(self, cell: dict) -> int:
+        """The rate a cell's peer runs at, and flightwatch's figures beside it are taken at: the scenario's
+        ``peer_rate`` (a step of its ramp), else the cell's highest step."""
+        return self.peer_rate or int(max(s.rate_per_sec for s in Schedule.parse(self.cell_pace(cell)).steps))
 
     def cells(self) -> list[dict]:
         """Every combination of the axes' values, the last axis fastest."""
@@ -174,6 +183,12 @@ def parse(name: str, path: str, raw: dict, short: bool = False) -> Scenario:
             raise bad(f"axis {axis!r}: a non-empty list of values of one type")
         if axis in KNOB_SUTS and set(suts) - set(KNOB_SUTS[axis]):
             raise bad(f"axis {axis!r} means something on {', '.join(KNOB_SUTS[axis])} only, not on every SUT in {suts}")
+    peer_rate, peer_seconds = form.get("peer_rate"), form.get("peer_seconds", 20)
+    if peer_rate is not None and (not isinstance(peer_rate, int) or
+                                  peer_rate not in {int(st.rate_per_sec) for st in Schedule.parse(form["pace"]).steps}):
+        raise bad(f"peer_rate {peer_rate!r} must be the rate of one of the pace's steps ({form['pace']})")
+    if not isinstance(peer_seconds, int) or peer_seconds < 8:
+        raise bad(f"peer_seconds {peer_seconds!r}: whole seconds, at least 8")
     if form.get("pace_per_pair") and "pairs" not in axes:
         raise bad("pace_per_pair needs a pairs axis")
     if form.get("target", "sut") not in ("sut", "http"):
@@ -192,4 +207,5 @@ def parse(name: str, path: str, raw: dict, short: bool = False) -> Scenario:
                     cooldown=str(form.get("cooldown", "0s")), drop_timeout=str(form.get("drop_timeout", "30s")),
                     pace=form["pace"], axes={k: list(v) for k, v in axes.items()}, rows=rows, columns=columns,
                     attack=tuple(str(x) for x in form.get("attack", ())), short=short,
-                    pace_per_pair=bool(form.get("pace_per_pair", False)), target=form.get("target", "sut"))
+                    pace_per_pair=bool(form.get("pace_per_pair", False)), target=form.get("target", "sut"),
+                    peer_rate=peer_rate, peer_seconds=peer_seconds)

@@ -67,11 +67,31 @@ def assert_cells_exact(env, doc: dict, cells: int) -> list[tuple[dict, dict]]:
     return out
 
 
+def assert_peer(c: dict, s: dict, tool: str, rate: int, resolution_us: int, p999: bool) -> dict:
+    """The cell's peer ran at its rate and said its figures; flightwatch's side beside it counts the sends of the
+    peer's step inside the measured span, every one received; the CPU ratio and the agreement are there."""
+    row = c["peer"]
+    assert not row.get("problem"), row
+    fw, pe = row["flightwatch"], row["peer"]
+    assert pe["tool"].startswith(tool) and pe["rate"] == rate and pe["resolution_us"] == resolution_us
+    assert abs(pe["throughput_per_s"] - rate) <= 0.1 * rate, pe
+    assert 0 < pe["p50_us"] <= pe["p99_us"] and (pe["p999_us"] is not None) == p999
+    assert pe["cpu_us_per_message"] > 0 and row["cpu_ratio"] == fw["cpu_us_per_message"] / pe["cpu_us_per_message"]
+    span_s = (fw["to_ns"] - fw["from_ns"]) / NS
+    assert fw["received"] == fw["sent"] and abs(fw["sent"] - rate * span_s) <= 0.02 * rate * span_s + 5, fw
+    m = s["measured"]
+    assert m["from_ns"] <= fw["from_ns"] < fw["to_ns"] <= m["to_ns"]
+    assert 0 < fw["p50_us"] <= fw["p99_us"] <= fw["p999_us"] <= s["latency_us"]["max"] * 1.001 + 1
+    assert row["agreement"]["agree"] is not None and row["agreement"]["text"]
+    return row
+
+
 def test_the_size_and_acks_matrix_on_apache_kafka(stack_env):
-    """kafka-matrix --short: 1 KiB x acks 1, all x 1, 3 partitions, each cell a 1,000 then 2,000/s ramp. The acks
-    reach the producer, the partitions the broker, the warm-up and cool-down the figures; the report's two tables
-    have a row per size and a column per acks and partitions."""
-    doc, text, out = run_scenario(stack_env, "kafka-matrix")
+    """kafka-matrix --short --peer: 1 KiB x acks 1, all x 1, 3 partitions, each cell a 1,000 then 2,000/s ramp,
+    then kafka-producer-perf-test at 2,000/s and EndToEndLatency. The acks reach the producer, the partitions the
+    broker, the warm-up and cool-down the figures; the report's two tables have a row per size and a column per
+    acks and partitions, and the peers' table a row per cell."""
+    doc, text, out = run_scenario(stack_env, "kafka-matrix", "--peer")
     runs = assert_cells_exact(stack_env, doc, 4)
     assert [c["cell"] for c in doc["cells"]] == [{"payload": 1024, "acks": a, "partitions": p}
                                                   for a in ("1", "all") for p in (1, 3)]
@@ -81,6 +101,10 @@ def test_the_size_and_acks_matrix_on_apache_kafka(stack_env):
         assert m["from_ns"] >= steps[0]["start_ns"] + 2 * NS and m["to_ns"] <= steps[-1]["end_ns"] - 1 * NS
         assert m["num_windows"] >= 4 and m["latency_us"]["count"] < s["latency_us"]["count"]
         assert c["ceiling_per_s"] in (None, 1000.0, 2000.0)
+        row = assert_peer(c, s, "kafka-producer-perf-test", 2000, 1000, True)
+        assert row["peer"]["settings"]["acks"] == c["cell"]["acks"] and row["peer"]["e2e_records"] == 2000
+        assert row["peer"]["p50_us"] % 1000 == 0  # EndToEndLatency's whole milliseconds
+        assert fw_step(s, 2000) == (row["flightwatch"]["from_ns"], min(row["flightwatch"]["to_ns"], s["measured"]["to_ns"]))
     from confluent_kafka.admin import AdminClient  # the last cell's topic, on the broker it ran on
 
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{stack_env['FLIGHTWATCH_KAFKA_PORT']}"})
@@ -89,15 +113,25 @@ def test_the_size_and_acks_matrix_on_apache_kafka(stack_env):
     row = next(line for line in text.splitlines() if line.startswith("| 1,024 B |"))
     assert row.count("/s") == 4 and "failed" not in row and "not run" not in row
     assert "[4/4 payload=1024,acks=all,partitions=3] done: sent 12,000 received 12,000 dropped 0" in out
+    assert "## Beside the broker's own tool" in text and text.count("| kafka-producer-perf-test + EndToEndLatency") == 4
+
+
+def fw_step(s: dict, rate: int) -> tuple[int, int]:
+    """Where the run's step at ``rate`` starts, and where it or the measured span ends."""
+    st = next(x for x in s["verdict"]["steps"] if x["rate"] == rate)
+    return st["start_ns"], min(st["end_ns"], s["measured"]["to_ns"])
 
 
 def test_fifty_sender_receiver_pairs_on_artemis(stack_env):
     """dispatch-pairs --short: 50 pairs, each on its own address, 10/s each for 20 s. Every link is attached before
     the first send (shown in the report); each pair sent 200 and received them all, once; the pairs' sums are the
     job's totals; the report has the pairs' table."""
-    doc, text, out = run_scenario(stack_env, "dispatch-pairs")
+    doc, text, out = run_scenario(stack_env, "dispatch-pairs", "--peer")
     (s, lg), = assert_cells_exact(stack_env, doc, 1)
     c = doc["cells"][0]
+    row = assert_peer(c, s, "artemis perf client", 500, 1, True)
+    assert row["peer"]["settings"]["pairs"] == 50 and row["flightwatch"]["cpu_of"] == "generator and receiver"
+    assert row["peer"]["received"] == row["peer"]["sent"] > 0
     assert s["sent"] == 50 * 10 * 20 and lg["client"]["pairs"] == 50
     p = c["pairs"]
     assert p["pairs"] == 50 and p["disagreements"] == [] and p["lost"] == p["pairs_with_loss"] == p["pairs_late"] == 0
@@ -115,9 +149,11 @@ def test_routing_scalability_on_rabbitmq(stack_env):
     12 s. Every event routed (mandatory: an unroutable one would be an error) and received once from the 100 queues
     the receiver bound; the broker's CPU per message is measured second by second; the report has the table and the
     fitted verdict; after it, the stack's RabbitMQ is renewed without the scenario's queues."""
-    doc, text, out = run_scenario(stack_env, "routing-scalability")
-    assert_cells_exact(stack_env, doc, 2)
-    for c in doc["cells"]:
+    doc, text, out = run_scenario(stack_env, "routing-scalability", "--peer")
+    runs = assert_cells_exact(stack_env, doc, 2)
+    for c, (s, _) in zip(doc["cells"], runs):
+        row = assert_peer(c, s, "RabbitMQ PerfTest", 500, 1, False)
+        assert row["peer"]["settings"]["bindings"] == c["cell"]["bindings"]
         b = c["broker"]
         assert b["seconds"] >= 5 and b["cpu_us_per_message"] > 0 and len(b["per_second_us"]) == b["seconds"]
     import pika
