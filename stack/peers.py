@@ -17,6 +17,8 @@ What each tool measures, and how it is read here:
             addresses (its --num-destinations), 100 sends pending at most, its own --warmup left out: throughput,
             the transfer time (receive less the send time the message carries, in µs of one clock: an open model
             like flightwatch's) p50/p99/p99.9, and the CPU per message of its one JVM (producer and consumer).
+            Its producers share one connection and its consumers another (--shared-connections,
+            --consumer-connections 1), as flightwatch's links do: a connection each ran out of 4 GiB at 1,000.
   rabbitmq  PerfTest (com.rabbitmq:perf-test 2.22.1) with --bindings queues on a topic exchange, each bound with
             its own key, a producer and a consumer per queue, publisher confirms (1,000 unconfirmed at most):
             throughput, the consumer latency (one JVM's nanoTime, µs) p50 and p99 (it prints no p99.9; its summary
@@ -138,7 +140,8 @@ def artemis_client(home: str, port: int, rate: int, seconds: float, payload: int
     return [os.path.join(home, "bin", "artemis"), "perf", "client", "--url", f"amqp://{HOST}:{port}", "--protocol",
             "AMQP", "--user", "artemis", "--password", "artemis", "--message-size", str(payload), "--rate", str(rate),
             "--duration", f"{seconds:.0f}", "--warmup", str(warmup), "--max-pending", str(MAX_PENDING), "--json",
-            report, *(["--num-destinations", str(pairs)] if pairs > 1 else []), f"queue://{PREFIX}"]
+            report, *(["--num-destinations", str(pairs), "--shared-connections", "--consumer-connections", "1"]
+                      if pairs > 1 else []), f"queue://{PREFIX}"]
 
 
 def perftest(lib: str, port: int, rate: int, seconds: float, payload: int, bindings: int) -> list[str]:
@@ -191,11 +194,17 @@ def run_kafka(lib: str, port: int, a: argparse.Namespace, log) -> dict:
             "latency_from": "EndToEndLatency: receive less send, one JVM's nanoTime, whole ms (truncated)"}
 
 
+def heap_mb(pairs: int) -> int:
+    """``artemis perf client``'s heap: its default 1 GiB and 3 MiB more for each address (each producer and consumer
+    keeps latency histograms of its own: at 100 addresses 512 MiB ran out), 4 GiB at most."""
+    return min(4096, 1024 + 3 * pairs)
+
+
 def run_artemis(home: str, port: int, a: argparse.Namespace, log) -> dict:
     with tempfile.TemporaryDirectory(prefix="peer-artemis-") as tmp:
         report = os.path.join(tmp, "report.json")
         m = measure(artemis_client(home, port, a.rate, a.seconds, a.payload, a.pairs, a.warmup, report), "artemis",
-                    a.seconds, env=dict(os.environ, JAVA_ARGS="-Xms512m -Xmx512m"), log=log)
+                    a.seconds, env=dict(os.environ, JAVA_ARGS=f"-Xms512m -Xmx{heap_mb(a.pairs)}m"), log=log)
         try:
             with open(report) as f:
                 samples = json.load(f)
