@@ -73,14 +73,16 @@ demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --no-heartbeat --available-now
 	$(PYTHON) -m streaming summary --run $(RUN)
 
-attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first) at RATE for DURATION, or PACE; streams the run (WARMUP=5s COOLDOWN=1s: left out of its latency figures) (BASELINE=run: then compares with it; SCENARIO=name: a series for `make history`)
-	$(PYTHON) -m stack $(if $(TARGET),up,renew-sut) $(if $(SUT),--sut $(SUT))
-	$(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) $(if $(SUT),--sut $(SUT)) \
-	  $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
-	  --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
-	  $(if $(filter command line,$(origin RUN)),--run $(RUN)) $(if $(SCENARIO),--scenario '$(SCENARIO)') \
-	  $(if $(WARMUP),--warmup $(WARMUP)) $(if $(COOLDOWN),--cooldown $(COOLDOWN)) \
-	  $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)')
+attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first) at RATE for DURATION, or PACE; streams the run (WARMUP=5s COOLDOWN=1s: left out of its latency figures) (BASELINE=run or r1,r2,r3: then compares with it; SCENARIO=name: a series for `make history`; REPEAT=3: three runs one after the other, RUN-1 ... RUN-3, a baseline set)
+	@set -e; for i in $$(seq 1 $(or $(REPEAT),1)); do \
+	  $(PYTHON) -m stack $(if $(TARGET),up,renew-sut) $(if $(SUT),--sut $(SUT)); \
+	  $(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) $(if $(SUT),--sut $(SUT)) \
+	    $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
+	    --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
+	    $(if $(filter command line,$(origin RUN)),--run $(RUN)$(if $(REPEAT),-$$i)) $(if $(SCENARIO),--scenario '$(SCENARIO)') \
+	    $(if $(WARMUP),--warmup $(WARMUP)) $(if $(COOLDOWN),--cooldown $(COOLDOWN)) \
+	    $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)'); \
+	done
 
 scenario: install ## run a seed's experiment on the stack, one report (NAME=kafka-matrix; SUT=, SHORT=1: the CI's form; ONLY=payload=128,1024; PAIRS=1000; TARGET=http://...: bursts at your broker; PEER=1: the broker's own tool after each cell); `python -m scenarios list`
 	$(if $(NAME),,$(error give NAME=<scenario>: $(shell $(PYTHON) -m scenarios list 2>/dev/null | cut -d' ' -f1 | tr '\n' ' ')))
@@ -123,7 +125,7 @@ soak: up ## 15 minutes at 2,000 events/s through the stack (MINUTES=30 RATE=5000
 workday: install ## a day of testing, compressed: make up, 9 attacks over 45 minutes with idle stretches, every process's CPU, memory and logs (SHORT=1: 12 minutes, 3 runs)
 	$(PYTHON) -m bench.workday $(if $(SHORT),--short) $(if $(MINUTES),--minutes $(MINUTES))
 
-bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the executors' join state (commit protocol vs Spark's state store), the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, change-point detectors, each transport's generator beside the broker's own tool (RabbitMQ PerfTest, artemis perf, kafka-producer-perf-test)
+bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the executors' join state (commit protocol vs Spark's state store), the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, its calibration with run-to-run effects (false alarms, detection, coverage), change-point detectors, each transport's generator beside the broker's own tool (RabbitMQ PerfTest, artemis perf, kafka-producer-perf-test)
 	$(PYTHON) -m bench.footprint
 	$(PYTHON) -m bench.encoding
 	$(PYTHON) -m bench.loadgen
@@ -135,6 +137,7 @@ bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load 
 	$(PYTHON) -m bench.replay
 	$(PYTHON) -m bench.verdict
 	$(PYTHON) -m bench.compare
+	$(PYTHON) -m bench.calibrate
 	$(PYTHON) -m bench.changepoints
 	$(PYTHON) -m bench.transports
 

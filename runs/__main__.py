@@ -1,6 +1,8 @@
 """Compare finished runs, and follow a scenario's history.
 
     python -m runs compare BASELINE CANDIDATE [--fail-on-regression 'p99>+10%' ...]
+    python -m runs compare --baseline r1,r2,r3 CANDIDATE             # a baseline of several runs
+    python -m runs compare --baseline-series NAME --last 5 CANDIDATE  # the series' last 5 runs before it
     python -m runs history [NAME]
 
 A run is named by its ID (a folder under checkpoints/, FLIGHTWATCH_CHECKPOINTS) or by a path to its folder.
@@ -28,17 +30,25 @@ def run_folder(name: str, checkpoints: str | None = None) -> str:
     raise ValueError(f"no run {name!r} (not a run folder, nor a run in {checkpoints or CHECKPOINTS})")
 
 
-def run_compare(baseline: str, candidate: str, gates_text: list[str], block_s: float = 5.0, noise: float = 0.05,
-                reps: int = 2000, out: str | None = None, floor_us: float = 1000.0, print_=print) -> int:
-    """Compare two runs (IDs or folders): print the comparison, write ``compare.json`` (in the candidate's folder
-    unless ``out``), apply the gates. Exit code 0, 1 (a gate crossed) or 2 (bad input, said in one line)."""
+def run_compare(baseline: str | list[str], candidate: str, gates_text: list[str], block_s: float | None = None,
+                noise: float = 0.05, reps: int = 2000, out: str | None = None, floor_us: float = 0.0, print_=print,
+                run_spread: float | None = None) -> int:
+    """Compare a run with one baseline run or several (IDs or folders; a comma-separated text is several): print the
+    comparison, write ``compare.json`` (in the candidate's folder unless ``out``), apply the gates. Exit code 0, 1 (a
+    gate crossed) or 2 (bad input, said in one line)."""
     from runs import compare
 
+    names = [b for b in (baseline.split(",") if isinstance(baseline, str) else baseline) if b.strip()]
     try:
         gates = [compare.Gate.parse(t) for t in gates_text]
-        base = compare.RunSample.load(run_folder(baseline))
+        if not names:
+            raise ValueError("no baseline run given")
+        bases = [compare.RunSample.load(run_folder(b.strip())) for b in names]
         cand = compare.RunSample.load(run_folder(candidate))
-        report = compare.compare(base, cand, block_s=block_s, reps=reps, noise=noise, floor_us=floor_us)
+        if cand.root in {b.root for b in bases}:
+            raise ValueError(f"the candidate {cand.run_id} is one of its baseline runs")
+        report = compare.compare(bases, cand, block_s=block_s, reps=reps, noise=noise, floor_us=floor_us,
+                                 run_spread=compare.RUN_SPREAD if run_spread is None else run_spread)
     except ValueError as e:  # Incomparable is one
         print(f"runs compare: error: {e}", file=sys.stderr)
         return 2
@@ -58,25 +68,38 @@ def build_parser() -> OneLineParser:
                       epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("compare", help="is the candidate worse than the baseline, beyond the noise?",
-                       description="Compare two finished runs of the same schedule and target kind: flight-time "
+                       description="Compare a finished run with one baseline run or several, of the same schedule "
+                       "and target kind: flight-time "
                        "p50/p90/p99/max, send delay, achieved and delivered throughput, loss and the knee, for the whole "
                        "run and each pace step, each change with a 95%% confidence interval from a block bootstrap over "
-                       "the runs' windows. Written to the candidate's compare.json.")
-    c.add_argument("baseline", help="the run to compare against (run ID or folder)")
-    c.add_argument("candidate", help="the run under judgement (run ID or folder)")
+                       "the runs' windows (the baseline runs drawn first), judged with Holm's rule across the figures. "
+                       "Written to the candidate's compare.json.")
+    c.add_argument("runs", nargs="+", metavar="[BASELINE] CANDIDATE",
+                   help="the baseline run (run ID or folder; several: r1,r2,r3) and the run under judgement; the "
+                        "candidate alone with --baseline or --baseline-series")
+    c.add_argument("--baseline", metavar="R1,R2,...", help="the baseline runs: their run-to-run spread is measured and "
+                   "taken into every interval (runs drawn, then blocks within each)")
+    c.add_argument("--baseline-series", metavar="NAME", help="the baseline: the last --last finished runs of this "
+                   "series before the candidate (`python -m runs history` lists the series)")
+    c.add_argument("--last", type=int, default=5, help="runs of --baseline-series (default %(default)s)")
+    c.add_argument("--run-spread", default="5%", metavar="PERCENT",
+                   help="with one baseline run the run-to-run spread is unknown: times are taken to spread this much "
+                        "a run, in both runs (default %(default)s); with two, their measured spread is shrunk toward "
+                        "it; from three on, their own spread sets the least width (a prediction interval)")
     c.add_argument("--fail-on-regression", action="append", default=[], metavar="GATE",
                    help="exit 1 when the change's interval lies wholly beyond the limit: 'p99>+10%%' (the lower bound "
                         "above +10%%), 'delivered<-5%%' (the upper bound below -5%%), 'loss>+0.5%%' (loss in "
                         "percentage points); metrics p50 p90 p99 send_delay_p50 send_delay_p99 achieved delivered loss; "
                         "repeatable")
-    c.add_argument("--block", default="5s", metavar="DURATION",
-                   help="bootstrap block length: windows drawn together, as long as a stall lasts (default %(default)s)")
+    c.add_argument("--block", default="auto", metavar="DURATION",
+                   help="bootstrap block length: windows drawn together; auto (the default): from the runs' own "
+                        "autocorrelation (Politis-White), printed")
     c.add_argument("--noise", default="5%", metavar="PERCENT",
                    help="changes whose interval reaches inside ±this are within noise (default %(default)s; loss: "
                         "±0.1 points)")
-    c.add_argument("--floor", default="1ms", metavar="DURATION",
-                   help="changes of a time (flight time, send delay) smaller than this are within noise too: the "
-                        "machine's own jitter between repeats (default %(default)s; 0s: judge every µs)")
+    c.add_argument("--floor", default="0s", metavar="DURATION",
+                   help="an absolute floor as well: changes of a time smaller than this are within noise too (default "
+                        "%(default)s: the relative --noise alone)")
     c.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
     c.add_argument("--json", metavar="FILE", help="write the comparison here (default: the candidate's compare.json)")
     h = sub.add_parser("history", help="a scenario's runs, their figures and change points",
@@ -88,15 +111,42 @@ def build_parser() -> OneLineParser:
     return p
 
 
-def _percent(text: str) -> float:
+def _percent(text: str, flag: str) -> float:
     t = text.strip().rstrip("%")
     try:
         v = float(t) / 100
     except ValueError:
-        raise ValueError(f"bad --noise {text!r}: a percentage, e.g. 5%") from None
+        raise ValueError(f"bad {flag} {text!r}: a percentage, e.g. 5%") from None
     if not 0 <= v < 1:
-        raise ValueError(f"bad --noise {text!r}: from 0% to under 100%")
+        raise ValueError(f"bad {flag} {text!r}: from 0% to under 100%")
     return v
+
+
+def baselines(a: argparse.Namespace) -> tuple[list[str], str]:
+    """The baseline runs and the candidate from ``compare``'s arguments; ValueError saying what is wrong."""
+    given = [x for x in (a.baseline, a.baseline_series) if x]
+    if len(given) > 1:
+        raise ValueError("give --baseline or --baseline-series, not both")
+    if given and len(a.runs) != 1:
+        raise ValueError(f"with --baseline or --baseline-series give the candidate alone, not {' '.join(a.runs)}")
+    if not given and len(a.runs) != 2:
+        raise ValueError("give BASELINE CANDIDATE, or --baseline R1,R2,... CANDIDATE")
+    candidate = a.runs[-1]
+    if a.baseline:
+        return a.baseline.split(","), candidate
+    if not a.baseline_series:
+        return a.runs[0].split(","), candidate
+    from runs import history
+
+    cand_id = os.path.basename(os.path.normpath(candidate))
+    pts = [p for p in history.points() if p.series == a.baseline_series]
+    if not pts:
+        raise ValueError(f"no finished runs in series {a.baseline_series!r} (`python -m runs history` lists them)")
+    before = [p for p in pts if p.run_id != cand_id and p.started_at_ns < next(
+        (q.started_at_ns for q in pts if q.run_id == cand_id), 2**63)]
+    if not before:
+        raise ValueError(f"series {a.baseline_series!r} has no finished run before {cand_id}")
+    return [p.run_id for p in before[-a.last:]], candidate
 
 
 def main(argv=None) -> int:
@@ -105,13 +155,17 @@ def main(argv=None) -> int:
         from core.units import parse_duration_ns
 
         try:
-            block_s, noise, floor_us = parse_duration_ns(a.block) / 1e9, _percent(a.noise), parse_duration_ns(a.floor) / 1e3
-            if block_s <= 0 or a.resamples < 100:
-                raise ValueError("--block must be > 0 and --resamples >= 100")
+            block_s = None if a.block == "auto" else parse_duration_ns(a.block) / 1e9
+            noise, floor_us = _percent(a.noise, "--noise"), parse_duration_ns(a.floor) / 1e3
+            spread = _percent(a.run_spread, "--run-spread")
+            if (block_s is not None and block_s <= 0) or a.resamples < 100 or a.last < 1:
+                raise ValueError("--block must be > 0, --resamples >= 100 and --last >= 1")
+            baseline, candidate = baselines(a)
         except ValueError as e:
             print(f"runs compare: error: {e}", file=sys.stderr)
             return 2
-        return run_compare(a.baseline, a.candidate, a.fail_on_regression, block_s, noise, a.resamples, a.json, floor_us)
+        return run_compare(baseline, candidate, a.fail_on_regression, block_s, noise, a.resamples, a.json, floor_us,
+                           run_spread=spread)
     from runs import history
 
     if a.name is None:

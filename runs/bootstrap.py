@@ -41,14 +41,47 @@ class Scope:
 
 
 def block_weights(n: int, block: int, reps: int, rng: np.random.Generator) -> np.ndarray:
-    """(reps × n) how often each of n windows is drawn in each circular-block resample of n windows: blocks of
-    ``block`` consecutive windows, the run's end wrapping to its start, so that every window is as likely as any."""
+    """(reps × n) how often each of n windows is drawn in each moving-block resample of n windows: blocks of
+    ``block`` consecutive windows starting anywhere a whole block fits, never wrapping the run's end to its start
+    (the two are not neighbours: a warm-up's edge would be joined to a cool-down's)."""
     block = max(1, min(block, n))
     k = math.ceil(n / block)
-    starts = rng.integers(0, n, size=(reps, k))
-    idx = ((starts[:, :, None] + np.arange(block)) % n).reshape(reps, -1)[:, :n]
+    starts = rng.integers(0, n - block + 1, size=(reps, k))
+    idx = (starts[:, :, None] + np.arange(block)).reshape(reps, -1)[:, :n]
     flat = (np.arange(reps)[:, None] * n + idx).ravel()
     return np.bincount(flat, minlength=reps * n).reshape(reps, n).astype(np.float64)
+
+
+def block_length(series: np.ndarray, most: int | None = None) -> int:
+    """The block length (in windows) for a block bootstrap of ``series``, from its own autocorrelation: Politis and
+    White's rule (2004, with Patton, Politis and White's 2009 correction) for the circular/moving-block bootstrap. The
+    autocorrelation is read up to the first lag m after which K_N = max(5, sqrt(log10 n)) lags in a row stay under
+    2 sqrt(log10 n / n); a flat-top window of 2m lags gives G and g(0), and the block is (2 G² / D)^(1/3) n^(1/3),
+    D = 4/3 g(0)². At least 1, at most ``most`` (default n / 3)."""
+    x = np.asarray(series, np.float64)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    most = max(1, most or n // 3)
+    if n < 8 or np.var(x) == 0:
+        return 1
+    x = x - x.mean()
+    lags = min(n - 1, max(10, int(math.ceil(math.sqrt(n))) * 2 + 5))
+    acov = np.array([np.dot(x[:n - k], x[k:]) / n for k in range(lags + 1)])
+    rho = acov / acov[0]
+    kn = max(5, int(math.ceil(math.sqrt(math.log10(n)))))
+    bound = 2 * math.sqrt(math.log10(n) / n)
+    m = next((k for k in range(1, lags - kn + 1) if np.all(np.abs(rho[k:k + kn]) < bound)), lags - kn)
+    big_m = min(2 * max(m, 1), lags)
+    k = np.arange(-big_m, big_m + 1)
+    t = np.abs(k) / big_m
+    flat_top = np.where(t <= 0.5, 1.0, np.where(t <= 1.0, 2 * (1 - t), 0.0))
+    r = acov[np.abs(k)]
+    g = float(np.sum(flat_top * np.abs(k) * r))
+    g0 = float(np.sum(flat_top * r))
+    d = 4 / 3 * g0 ** 2
+    if d <= 0 or g == 0:
+        return 1
+    return int(min(most, max(1, round((2 * g * g / d) ** (1 / 3) * n ** (1 / 3)))))
 
 
 def _percentile_of_rows(sums: np.ndarray, highs: np.ndarray, p: float) -> np.ndarray:
@@ -61,8 +94,9 @@ def _percentile_of_rows(sums: np.ndarray, highs: np.ndarray, p: float) -> np.nda
     return np.where(total > 0, out, np.nan)
 
 
-def figures(scope: Scope, weights: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The judged figures of a scope, per row of ``weights`` (window draw counts; None: the scope itself, exact)."""
+def figures(scope: Scope, weights: np.ndarray | None = None, only: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """The judged figures of a scope (``only``: these percentiles, with the counts' figures), per row of ``weights``
+    (window draw counts; None: the scope itself, exact)."""
     exact = weights is None
     w = np.ones((1, scope.n)) if exact else weights
     n = w.sum(axis=1)
@@ -71,7 +105,8 @@ def figures(scope: Scope, weights: np.ndarray | None = None) -> dict[str, np.nda
         out = {"achieved": sent / (n * scope.window_s), "delivered": received / (n * scope.window_s),
                "loss": np.where(sent > 0, dropped / sent * 100, np.nan)}
     for name, (hist, p) in _PERCENTILE_OF.items():
-        out[name] = _hist_percentile(scope.hists[hist], w, p, exact, scope.n)
+        if only is None or name in only:
+            out[name] = _hist_percentile(scope.hists[hist], w, p, exact, scope.n)
     if exact:
         h = scope.hists[output.LATENCY]
         out["max"] = np.array([histogram.max_value(h["bucket"].to_numpy(), h["count"].to_numpy()) or np.nan], float)
@@ -92,22 +127,103 @@ def _hist_percentile(h: pd.DataFrame, w: np.ndarray, p: float, exact: bool, n: i
     return out
 
 
-def interval(change: float, base: np.ndarray, cand: np.ndarray, blocks: float, points: bool = False,
-             level: float = LEVEL) -> tuple[float | None, float | None]:
-    """The 95% interval of a change from the two runs' resampled figures: the change's standard error from the
-    resamples (of the log ratio; ``points``: of the difference), times Student's t for as many degrees of freedom as
-    the shorter run has blocks, less one. A run of a few blocks says little, and its interval says so: on 80 simulated
-    pairs of 20 s runs with slow stretches (AR(1) 0.6, ±10%), the plain percentile interval held the true change in 82%
-    of them, this one in 96%."""
-    from scipy.stats import t as student
+def pooled(scopes: list[Scope]) -> Scope:
+    """Several runs' windows as one scope (the baseline runs, one after the other)."""
+    if len(scopes) == 1:
+        return scopes[0]
+    offsets = np.cumsum([0] + [s.n for s in scopes])
+    out = Scope(scopes[0].window_s, *(np.concatenate([getattr(s, k) for s in scopes]) for k in ("sent", "received",
+                                                                                                 "dropped")))
+    for name in scopes[0].hists:
+        out.hists[name] = pd.concat([s.hists[name].assign(row=s.hists[name]["row"] + off)
+                                     for s, off in zip(scopes, offsets)], ignore_index=True)
+    return out
 
+
+def hierarchical_weights(scopes: list[Scope], block: int, reps: int, rng: np.random.Generator) -> np.ndarray:
+    """(reps × all windows) draw counts of a two-level resample: the runs drawn with replacement (as many as there
+    are), then blocks within each run drawn, each time a run is drawn anew. One run: its blocks alone."""
+    r = len(scopes)
+    counts = rng.multinomial(r, [1 / r] * r, size=reps) if r > 1 else np.ones((reps, 1), np.int64)
+    out = np.zeros((reps, sum(s.n for s in scopes)))
+    off = 0
+    for i, s in enumerate(scopes):
+        for j in range(int(counts[:, i].max())):
+            out[:, off:off + s.n] += block_weights(s.n, block, reps, rng) * (counts[:, i] > j)[:, None]
+        off += s.n
+    return out
+
+
+def smooth(resampled: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The resampled percentiles spread uniformly across their coarse bucket (as wide as 8/1024 of the value at most):
+    otherwise a p50 whose spread is a bucket or two takes a few values only, and its interval's ends fall on them (the
+    p50 intervals of identical runs held 0 in 88% of them, ``bench.calibrate``, instead of 95%)."""
+    half = (1 << _COARSE_BITS) / 2048
+    return {k: v * np.exp(rng.uniform(-half, half, len(v))) if k in _PERCENTILE_OF else v for k, v in resampled.items()}
+
+
+def per_window(scope: Scope, name: str) -> np.ndarray:
+    """One figure of each window alone (its p50, its delivered rate, ...): the series a block length is read from."""
+    return figures(scope, np.eye(scope.n), only=(name,))[name] if scope.n else np.array([])
+
+
+def changes(base: np.ndarray, cand: np.ndarray, points: bool, runs: int = 1) -> np.ndarray:
+    """The resampled changes: log ratios (``points``: differences), the finite ones. With ``runs`` baseline runs
+    drawn with replacement, the baseline's spread is widened by sqrt(runs / (runs - 1)): drawing n of n runs spreads
+    their mean that much too little."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        d = cand - base if points else np.log(cand / base)
-    d = d[np.isfinite(d)]
-    if len(d) < len(base) // 2:
+        b, c = (base, cand) if points else (np.log(base), np.log(cand))
+        ok = np.isfinite(b) & np.isfinite(c)
+        b, c = b[ok], c[ok]
+        if runs > 1 and len(b):
+            b = np.median(b) + (b - np.median(b)) * math.sqrt(runs / (runs - 1))
+        return c - b
+
+
+def small_sample(blocks: float, level: float = LEVEL) -> float:
+    """How much wider than the resamples' spread an interval is drawn when a run has few independent blocks: Student's
+    t over the normal quantile, with the shorter run's blocks less one degrees of freedom (a block bootstrap's spread
+    of a 60-window run of 10 blocks is too narrow by about that much: its intervals held the truth 88% of the time
+    without it, ``bench.calibrate``)."""
+    from scipy.stats import norm, t
+
+    return float(t.ppf(0.5 + level / 2, max(math.ceil(blocks) - 1, 1)) / norm.ppf(0.5 + level / 2))
+
+
+def _centred(change: float, d: np.ndarray, points: bool, scale: float) -> np.ndarray:
+    """The resampled changes moved so that their median is the exact change (the resamples sum coarser buckets), their
+    spread widened by ``scale`` (``small_sample``)."""
+    return (d - np.median(d)) * scale + (change if points else math.log1p(change))
+
+
+def interval(change: float, d: np.ndarray, points: bool = False, level: float = LEVEL,
+             scale: float = 1.0) -> tuple[float | None, float | None]:
+    """The percentile interval of a change from its resampled changes ``d`` (``changes``), centred on the exact
+    change; None when too few resamples were finite."""
+    if len(d) < 20:
         return None, None
-    half = float(student.ppf(0.5 + level / 2, max(math.ceil(blocks) - 1, 1)) * np.std(d, ddof=1))
-    if points:
-        return change - half, change + half
-    centre = math.log1p(change)
-    return math.expm1(centre - half), math.expm1(centre + half)
+    lo, hi = np.quantile(_centred(change, d, points, scale), [(1 - level) / 2, (1 + level) / 2])
+    return (float(lo), float(hi)) if points else (math.expm1(lo), math.expm1(hi))
+
+
+def p_value(change: float, d: np.ndarray, floor: float, points: bool = False, scale: float = 1.0) -> tuple[float, str]:
+    """Two-sided bootstrap p-value that the change lies beyond ±``floor`` (relative, or points), and which way:
+    (p, "up" or "down")."""
+    if len(d) < 20:
+        return 1.0, "up"
+    c = _centred(change, d, points, scale)
+    up, down = (floor, -floor) if points else (math.log1p(floor), math.log1p(-min(floor, 0.99)))
+    p_up = (np.count_nonzero(c <= up) + 1) / (len(c) + 1)      # the resamples not above +floor
+    p_down = (np.count_nonzero(c >= down) + 1) / (len(c) + 1)  # not below -floor
+    return min(1.0, 2 * min(p_up, p_down)), "up" if p_up <= p_down else "down"
+
+
+def holm(p: list[float], alpha: float = 1 - LEVEL) -> list[bool]:
+    """Holm's step-down rule: which of the hypotheses are rejected with the family-wise error rate at ``alpha``."""
+    order = np.argsort(p, kind="stable")
+    out = [False] * len(p)
+    for rank, i in enumerate(order):
+        if p[i] > alpha / (len(p) - rank):
+            break
+        out[i] = True
+    return out

@@ -71,6 +71,31 @@ def test_block_weights_draw_whole_blocks_of_consecutive_windows():
     # a window's neighbours come with it: draws of neighbours correlate, of far windows they do not
     c = np.corrcoef(w.T)
     assert np.mean([c[i, i + 1] for i in range(5, 17)]) > 0.5 > np.mean([c[i, i + 10] for i in range(5, 12)]) + 0.3
+    # never wrapping the run's end to its start: the last window and the first are never in one block
+    assert abs(c[0, 22]) < 0.15 and c[0, 1] > 0.5 and c[21, 22] > 0.5
+
+
+def test_the_block_length_follows_the_series_own_autocorrelation():
+    """Politis-White on AR(1) series of 600 windows: none for white noise, longer the longer the memory (for an
+    AR(1) of coefficient φ the rule's block is (2 G² / D)^(1/3) n^(1/3), G/γ0 = 2φ/(1-φ)², D/γ0² = 4/3 ((1+φ)/(1-φ))²:
+    about 8 at φ = 0.6 and 17 at 0.85 for n = 600)."""
+    rng = np.random.default_rng(3)
+
+    def ar(phi, n=600):
+        x = np.zeros(n)
+        for t in range(1, n):
+            x[t] = phi * x[t - 1] + rng.normal()
+        return x
+    assert bootstrap.block_length(rng.normal(size=600)) <= 2
+    b6, b85 = bootstrap.block_length(ar(0.6)), bootstrap.block_length(ar(0.85))
+    assert 5 <= b6 <= 14 and 11 <= b85 <= 30 and b85 > b6, (b6, b85)
+    assert bootstrap.block_length(np.ones(50)) == 1 and bootstrap.block_length(ar(0.99, 30)) <= 10
+
+
+def test_holm_rejects_step_down_at_the_family_wise_rate():
+    assert bootstrap.holm([0.001, 0.04, 0.03, 0.5]) == [True, False, False, False]  # 0.03 > 0.05/3
+    assert bootstrap.holm([0.001, 0.012, 0.02, 0.04]) == [True, True, True, True]   # 0.012 <= 0.05/3, 0.02 <= 0.05/2
+    assert bootstrap.holm([0.2, 0.01]) == [False, True]
 
 
 def test_a_run_against_itself_is_within_noise(folder):
@@ -85,13 +110,15 @@ def test_a_run_against_itself_is_within_noise(folder):
 
 def test_verdicts_on_pairs_of_known_difference(folder):
     """Six pairs of the same distribution and six with p99 +30% (the median unchanged): the same are never a
-    regression or an improvement; every +30% is a p99 regression; the intervals hold the true change. The full study, 40 pairs
-    a set with +5% too, is ``python -m bench.compare``."""
+    regression or an improvement; every +30% is a p99 regression; the intervals hold the true change. These runs have
+    no run-to-run effect, and are compared so (``run_spread=0``). The full study, 40 pairs a set with +5% too, is
+    ``python -m bench.compare``; with run-level effects, ``python -m bench.calibrate``."""
     same, shifted = [], []
     for i in range(6):
         base = RunSample.load(run_of(folder, f"b{i}", 100 + i)[0])
-        same.append(compare.compare(base, RunSample.load(run_of(folder, f"s{i}", 200 + i)[0]), seed=i))
-        shifted.append(compare.compare(base, RunSample.load(run_of(folder, f"x{i}", 300 + i, 0.30)[0]), seed=i))
+        same.append(compare.compare(base, RunSample.load(run_of(folder, f"s{i}", 200 + i)[0]), seed=i, run_spread=0.0))
+        shifted.append(compare.compare(base, RunSample.load(run_of(folder, f"x{i}", 300 + i, 0.30)[0]), seed=i,
+                                       run_spread=0.0))
     p99 = lambda rep: next(r for r in rep["whole_run"] if r["metric"] == "p99")  # noqa: E731
     # a 95% interval: it holds the true change (0, +30%) in most pairs (all 12 here but one)
     covered = [p99(r)["ci_low"] <= 0 <= p99(r)["ci_high"] for r in same] + [
@@ -104,6 +131,29 @@ def test_verdicts_on_pairs_of_known_difference(folder):
         assert rep["headline"].startswith("regression: ") and "p99 +" in rep["headline"]
         p50 = next(x for x in rep["whole_run"] if x["metric"] == "p50")
         assert p50["verdict"].startswith("within noise"), compare.text(rep)
+
+
+def test_a_baseline_of_three_runs_measures_their_spread_and_judges_the_candidate_against_all(folder):
+    """Three baseline runs: their run-to-run spread is measured (not assumed) and said; an unchanged candidate is
+    within noise on every figure, a p99 +30% one a p99 regression; the CLI takes them as --baseline r1,r2,r3 and as a
+    series' last runs before the candidate."""
+    bases = [RunSample.load(run_of(folder, f"b{i}", 100 + i)[0]) for i in range(3)]
+    same = compare.compare(bases, RunSample.load(run_of(folder, "s0", 200)[0]))
+    shifted = compare.compare(bases, RunSample.load(run_of(folder, "x0", 300, 0.30)[0]))
+    assert same["baselines"] == ["b0", "b1", "b2"] and same["windows"]["baseline"] == 3 * same["windows"]["candidate"]
+    assert not any(r["verdict"] in ("regression", "improvement") for r in same["whole_run"]), compare.text(same)
+    assert next(r for r in shifted["whole_run"] if r["metric"] == "p99")["verdict"] == "regression", compare.text(shifted)
+    assert 0 <= same["run_spread"]["p99"] < 0.05 and same["block_windows"] >= 1
+    p = cli("compare", "--baseline", "b0,b1,b2", "x0", "--fail-on-regression", "p99>+10%", checkpoints=folder)
+    assert p.returncode == 1 and "compare: baseline b0, b1, b2 -> candidate x0" in p.stdout, p.stdout + p.stderr
+    assert "run-to-run spread, from the baseline runs: p50 ±" in p.stdout and "the baseline runs drawn first" in p.stdout
+    for i in range(4):
+        s = spec_for(f"ser-{i}", 700 + i, 20, 300)
+        s.start_ns = (1_800_000_000 + 100 * i) * NS
+        s.config = dict(s.config, scenario="nightly-b", schedule_start_ns=s.start_ns, pace="300:20")
+        build_run(str(folder / f"ser-{i}"), s)
+    p = cli("compare", "--baseline-series", "nightly-b", "--last", "2", "ser-3", checkpoints=folder)
+    assert p.returncode == 0 and p.stdout.startswith("compare: baseline ser-1, ser-2 -> candidate ser-3"), p.stdout
 
 
 def test_each_pace_step_is_compared(folder):
@@ -144,7 +194,10 @@ def test_cli_gate_and_json(folder):
             checkpoints=folder)
     assert p.returncode == 1, p.stderr
     assert p.stderr.strip() == "regression gate crossed: p99>+10%"
-    assert p.stdout.splitlines()[1].startswith("regression: ") and "flight p99" in p.stdout
+    lines = p.stdout.splitlines()
+    assert any(line.startswith("regression: ") for line in lines[:5]) and "flight p99" in p.stdout
+    assert "judged figures, family-wise 5%" in lines[1] and "Politis-White" in lines[1] and "Holm across the " in lines[1]
+    assert lines[2].startswith("run-to-run spread: unknown with one baseline run; times taken to spread ±5%")
     saved = json.load(open(folder / "x0" / "compare.json"))
     assert saved["baseline"] == "b0" and saved["gates"] == [{"gate": "p99>+10%", "crossed": True},
                                                            {"gate": "p50>+10%", "crossed": False}]
@@ -160,7 +213,10 @@ def test_cli_gate_and_json(folder):
     (["compare", "b0", "other-kind"], "runs compare: error: different target kinds"),
     (["compare", "b0", "unfinished"], "runs compare: error: run unfinished is not finished"),
     (["history", "no-such-series"], "runs history: error: no finished runs in series 'no-such-series' (series: "),
-    (["compare", "b0"], "python -m runs compare: error: the following arguments are required: candidate"),
+    (["compare", "b0"], "runs compare: error: give BASELINE CANDIDATE, or --baseline R1,R2,... CANDIDATE"),
+    (["compare", "--baseline", "b0,x0", "x0"], "runs compare: error: the candidate x0 is one of its baseline runs"),
+    (["compare", "--baseline-series", "nope", "x0"], "runs compare: error: no finished runs in series 'nope'"),
+    (["compare", "b0", "x0", "--run-spread", "120%"], "runs compare: error: bad --run-spread '120%'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(folder, args, message):
     run_of(folder, "b0", 100)

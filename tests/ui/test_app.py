@@ -364,14 +364,15 @@ def test_integrity_notes_show_a_telemetry_reset():
 
 
 def test_comparison_banner_says_whether_it_is_a_regression(app, tmp_path):
-    """The comparison view of a run with p99 +30% over its baseline opens with the regression and its interval, as
-    ``runs compare`` words it; the other way round it is an improvement; another schedule is refused in a line."""
+    """The comparison view of a run with p99 doubled over its baseline opens with the regression and its interval, as
+    ``runs compare`` words it; the other way round it is an improvement; another schedule is refused in a line. (One
+    baseline run: its run-to-run spread is unknown and taken as ±5%, so the change must be a large one.)"""
     from bench.compare import build_run as build
     from bench.compare import spec_for
 
-    build(str(tmp_path / "base"), spec_for("base", 1, 20, 500))
-    build(str(tmp_path / "worse"), spec_for("worse", 2, 20, 500, 0.30))
-    build(str(tmp_path / "other"), _with_pace(spec_for("other", 3, 20, 500), "250:20"))
+    build(str(tmp_path / "base"), spec_for("base", 1, 40, 300))
+    build(str(tmp_path / "worse"), spec_for("worse", 2, 40, 300, 1.0))
+    build(str(tmp_path / "other"), _with_pace(spec_for("other", 3, 40, 300), "150:40"))
     expected = data.comparison(str(tmp_path / "base"), str(tmp_path / "worse"))["headline"]
     assert expected.startswith("regression: ") and "p99 +" in expected
     at = app(tmp_path)
@@ -383,7 +384,7 @@ def test_comparison_banner_says_whether_it_is_a_regression(app, tmp_path):
     at.selectbox(key="compare").set_value("worse").run()
     assert at.success[0].value.startswith("improvement: ") and "p99 -" in at.success[0].value
     at.selectbox(key="compare").set_value("other").run()
-    assert at.warning[0].value.startswith("not compared: different schedules: other paced 250:20, base paced 500:20")
+    assert at.warning[0].value.startswith("not compared: different schedules: other paced 150:40, base paced 300:40")
 
 
 def _with_pace(spec, pace):
