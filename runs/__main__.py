@@ -85,7 +85,7 @@ def build_parser() -> OneLineParser:
     c.add_argument("--run-spread", default="5%", metavar="PERCENT",
                    help="with one baseline run the run-to-run spread is unknown: times are taken to spread this much "
                         "a run, in both runs (default %(default)s); with two, their measured spread is shrunk toward "
-                        "it; from three on, their own spread sets the least width (a prediction interval)")
+                        "it; from five on, their own spread also sets the least width (a prediction interval)")
     c.add_argument("--fail-on-regression", action="append", default=[], metavar="GATE",
                    help="exit 1 when the change's interval lies wholly beyond the limit: 'p99>+10%%' (the lower bound "
                         "above +10%%), 'delivered<-5%%' (the upper bound below -5%%), 'loss>+0.5%%' (loss in "

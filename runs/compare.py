@@ -12,8 +12,9 @@ verdict leaves them). The interval comes from a block bootstrap (``runs.bootstra
 with replacement, then blocks of consecutive windows within each (a moving block, never wrapping a run's end to its
 start), their histogram buckets and counts summed; the candidate's blocks likewise. The block length comes from the
 runs' own autocorrelation (Politis and White's rule), unless given. A run as a whole moves too (a noisy neighbour, a
-JIT path): several baseline runs measure that run-to-run spread and it is added to the candidate's; with one baseline
-run it is unknown, and a stated default (``RUN_SPREAD``) is taken for the times of both runs. The change is
+JIT path): several baseline runs measure that run-to-run spread and it is added to the candidate's (from five on,
+their spread also sets the interval's least width: the prediction interval of one more run); with one baseline run it
+is unknown, and a stated default (``RUN_SPREAD``) is taken for the times of both runs. The change is
 ``candidate / baseline - 1`` (loss: the difference in percentage points); its interval is the resampled changes'
 2.5 and 97.5 percentiles, centred on the exact change and widened by Student's t for the few blocks or few baseline
 runs there are.
@@ -135,6 +136,9 @@ RUN_SPREAD = 0.05
 for both runs; with two, the measured spread is shrunk toward it with ``PRIOR_DF`` degrees of freedom; from three on,
 the runs' own spread is taken. Repeats on this machine moved p99 by 5 to 14% and HTTP p50 by more (README)."""
 PRIOR_DF = 2
+PREDICTIVE_FROM = 5
+"""From this many baseline runs on, their own spread sets the least width of an interval (``predictive``): with
+three, Student's t of 2 degrees of freedom made a +30% p99 "within noise" (+10%…+56%)."""
 
 
 def verdict_of(m: Metric, low: float | None, high: float | None, rejected: bool, way: str) -> str:
@@ -173,7 +177,7 @@ def run_spreads(bases: list[Scope], block: int, rng: np.random.Generator, defaul
 
 
 def predictive(m: Metric, exact_runs: list[dict], d: np.ndarray) -> float:
-    """From three baseline runs on, how much the resampled changes' spread must widen to be the classical prediction
+    """From ``PREDICTIVE_FROM`` baseline runs on, how much the resampled changes' spread must widen to be the classical prediction
     interval of one more run, whatever it holds within and between runs: the baseline runs' own spread of the figure
     times sqrt(1 + 1/R) and Student's t with R - 1 degrees of freedom (a spread read from few runs is uncertain)."""
     from scipy.stats import norm, t
@@ -204,7 +208,7 @@ def compare_scopes(bases: list[Scope], cand: Scope, block: int | None = None, re
     bb = smooth(figures(pool, hierarchical_weights(bases, block, reps, rng)), rng)
     cb = smooth(figures(cand, block_weights(cand.n, block, reps, rng)), rng)
     spreads = run_spreads(bases, block, rng, run_spread)
-    exact_runs = [figures(b) for b in bases] if len(bases) > 2 else []
+    exact_runs = [figures(b) for b in bases] if len(bases) >= PREDICTIVE_FROM else []
     scale = small_sample(min(cand.n, *(b.n for b in bases)) / block)  # few blocks say little of the spread
     rows = []
     for m in METRICS:
@@ -217,7 +221,7 @@ def compare_scopes(bases: list[Scope], cand: Scope, block: int | None = None, re
         sd = spreads[m.name] * (np.sqrt(2) if len(bases) == 1 else 1.0)  # one baseline: both runs' own effects
         if sd > 0:
             d = d + rng.normal(0.0, sd, len(d))
-        k = max(scale, predictive(m, exact_runs, d) if len(bases) > 2 else 0.0)
+        k = max(scale, predictive(m, exact_runs, d) if exact_runs else 0.0)
         lo, hi = interval(ch, d, m.points, scale=k)
         floor = LOSS_NOISE_POINTS if m.points else max(noise, floor_us / b if m.timed and b else 0.0)
         rows.append([m, b, c, ch, lo, hi, *p_value(ch, d, floor, m.points, k)])
