@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from bench import transports
-from bench.transports import LINES, measure
+from stack.peers import LINES, measure
 
 REAL_LINES = [  # copied from each tool's output on this machine
     ("flightwatch", "  46s  sent   2,001/s  completed   1,998/s  errors     0  in flight      9  send-delay p99   2.469ms", 2001),
