@@ -7,7 +7,11 @@ carry the interval. The full study, 200
 sets of each kind, is ``python -m bench.calibrate`` (README)."""
 from __future__ import annotations
 
+import pytest
+
 from bench import calibrate
+
+pytestmark = pytest.mark.serial  # two minutes of one busy core: beside make test's Spark jobs, one failed to start
 
 
 def test_the_product_meets_its_goals_but_one():
