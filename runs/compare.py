@@ -151,12 +151,12 @@ def verdict_of(m: Metric, low: float | None, high: float | None, rejected: bool,
            f"{' pt' if m.points else '%'})"
 
 
-def run_spreads(bases: list[Scope], block: int, rng: np.random.Generator, default: float) -> dict[str, float]:
+def run_spreads(bases: list[Scope], exact: list[dict], block: int, rng: np.random.Generator,
+                default: float) -> dict[str, float]:
     """Each judged figure's run-to-run spread (sd, on its change's scale): several baseline runs' figures spread
     beyond what their own windows explain, shrunk toward ``default`` for times; one run: ``default`` for times, none
     for rates and loss (a paced rate does not wander from run to run)."""
     out = {}
-    exact = [figures(b) for b in bases] if len(bases) > 1 else []
     inner = [figures(b, block_weights(b.n, block, 200, rng)) for b in bases] if len(bases) > 1 else []
     for m in METRICS:
         prior = default if m.timed else 0.0
@@ -207,8 +207,9 @@ def compare_scopes(bases: list[Scope], cand: Scope, block: int | None = None, re
     bx, cx = figures(pool), figures(cand)
     bb = smooth(figures(pool, hierarchical_weights(bases, block, reps, rng)), rng)
     cb = smooth(figures(cand, block_weights(cand.n, block, reps, rng)), rng)
-    spreads = run_spreads(bases, block, rng, run_spread)
-    exact_runs = [figures(b) for b in bases] if len(bases) >= PREDICTIVE_FROM else []
+    each = [figures(b) for b in bases] if len(bases) > 1 else []  # each baseline run's own figures, exact
+    spreads = run_spreads(bases, each, block, rng, run_spread)
+    exact_runs = each if len(bases) >= PREDICTIVE_FROM else []
     scale = small_sample(min(cand.n, *(b.n for b in bases)) / block)  # few blocks say little of the spread
     rows = []
     for m in METRICS:
