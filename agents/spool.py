@@ -284,12 +284,15 @@ class Shipper:
         yield family("gauge", "flightwatch_shipper_backlog_bytes", "disk the spool takes (segments not yet wholly shipped)", ["agent"],
                      [((agent,), spool_bytes(self.dir))])
 
-    def run(self, should_stop, idle_s: float = 0.05) -> None:
+    def run(self, should_stop, idle_s: float = 0.05, quiet_s: float = 0.25) -> None:
         """Ship until ``should_stop()`` and the spool is drained; back off and retry while the broker fails.
 
-        Caught up, it ships every ``idle_s``: one request per interval, not one per few lines."""
+        Caught up, it ships every ``idle_s``: one request per interval, not one per few lines. With nothing to ship
+        for a second it looks every ``quiet_s`` instead, until lines come again: an idle stack's two shippers woke
+        40 times a second for nothing (0.007 core each)."""
         backoff = 0.1
         last_log = last_share = 0.0
+        last_lines = time.monotonic()
         while True:
             if self.shared is not None and time.monotonic() - last_share >= 1.0:
                 self.shared.sync(self.collect())
@@ -312,8 +315,10 @@ class Shipper:
                 continue
             if n == 0 and should_stop():
                 return
+            if n:
+                last_lines = time.monotonic()
             if not self.backlog:  # caught up: let lines gather (one request per interval, not one per few lines)
-                time.sleep(idle_s)
+                time.sleep(quiet_s if time.monotonic() - last_lines > 1.0 else idle_s)
 
 
 def stop_shipper(shipper) -> None:
