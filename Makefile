@@ -22,6 +22,8 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 SOAK_ARGS  ?=
 SCENARIO   ?=
+LABEL      ?=
+FAIL_ON_CHANGE ?=
 WARMUP     ?=
 COOLDOWN   ?=
 NAME       ?=
@@ -73,13 +75,13 @@ demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --no-heartbeat --available-now
 	$(PYTHON) -m streaming summary --run $(RUN)
 
-attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first) at RATE for DURATION, or PACE; streams the run (WARMUP=5s COOLDOWN=1s: left out of its latency figures) (BASELINE=run or r1,r2,r3: then compares with it; SCENARIO=name: a series for `make history`; REPEAT=3: three runs one after the other, RUN-1 ... RUN-3, a baseline set)
+attack: install ## attack the target (default: the stack's SUT broker, SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first) at RATE for DURATION, or PACE; streams the run (WARMUP=5s COOLDOWN=1s: left out of its latency figures) (BASELINE=run or r1,r2,r3: then compares with it; SCENARIO=name: a series for `make history`; LABEL=v1.2: the build under test, named at a change; REPEAT=3: three runs one after the other, RUN-1 ... RUN-3, a baseline set)
 	@set -e; for i in $$(seq 1 $(or $(REPEAT),1)); do \
 	  $(PYTHON) -m stack $(if $(TARGET),up,renew-sut) $(if $(SUT),--sut $(SUT)); \
 	  $(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) $(if $(SUT),--sut $(SUT)) \
 	    $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
 	    --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
-	    $(if $(filter command line,$(origin RUN)),--run $(RUN)$(if $(REPEAT),-$$i)) $(if $(SCENARIO),--scenario '$(SCENARIO)') \
+	    $(if $(filter command line,$(origin RUN)),--run $(RUN)$(if $(REPEAT),-$$i)) $(if $(SCENARIO),--scenario '$(SCENARIO)') $(if $(LABEL),--label '$(LABEL)') \
 	    $(if $(WARMUP),--warmup $(WARMUP)) $(if $(COOLDOWN),--cooldown $(COOLDOWN)) \
 	    $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)'); \
 	done
@@ -93,8 +95,8 @@ compare: install ## is RUN worse than BASELINE beyond the noise? per figure and 
 	$(if $(BASELINE),,$(error give BASELINE=<run> (and RUN=<run>): make compare BASELINE=r1 RUN=r2))
 	$(PYTHON) -m runs compare $(BASELINE) $(RUN) $(if $(GATE),--fail-on-regression '$(GATE)')
 
-history: install ## a scenario's runs, their p50/p99/throughput and change points (SCENARIO=name; without it, the series there are)
-	$(PYTHON) -m runs history $(if $(SCENARIO),'$(SCENARIO)')
+history: install ## a scenario's runs, their p50/p99/throughput and significant changes (SCENARIO=name; without it, the series there are; FAIL_ON_CHANGE=1: exit 1 on a recent regression, for CI)
+	$(PYTHON) -m runs history $(if $(SCENARIO),'$(SCENARIO)') $(if $(FAIL_ON_CHANGE),--fail-on-change)
 
 lint: install ## the layers (import-linter contracts in pyproject.toml), ruff, and the CI workflows (actionlint)
 	$(CURDIR)/.venv/bin/lint-imports --no-cache

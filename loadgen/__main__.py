@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--scenario", metavar="NAME",
                    help="the series this run belongs to: `python -m runs history NAME` shows the series' runs and "
                         "change points (default: the series of its target kind and schedule)")
+    a.add_argument("--label", metavar="TEXT",
+                   help="the build or version under test (a commit, a tag): `python -m runs history` names it at the "
+                        "first run after each change")
     a.add_argument("--baseline", metavar="RUN",
                    help="with --stream: once the run has closed, compare it with this finished run of the same schedule "
                         "and target kind (`python -m runs compare RUN <this run>`), written to its compare.json")
@@ -285,7 +288,7 @@ def config(a: argparse.Namespace):
                        telemetry_bootstrap=None if a.no_telemetry else a.telemetry_bootstrap,
                        telemetry_topic=a.telemetry_topic, sender="loadgen" if shards == 1 else f"loadgen{shard}",
                        shard=shard, shards=shards, kafka_options=client_options(), sut_kafka_options=sut_options,
-                       scenario=a.scenario)
+                       scenario=a.scenario, label=a.label)
     cfg = dataclasses.replace(cfg, **trim_of(a, schedule.duration_ns))
     check_baseline(a, cfg)
     out = a.out or paths.loadgen(shard, shards)

@@ -48,6 +48,7 @@ class AttackConfig:
     kafka_options: dict = field(default_factory=dict)        # the telemetry clients' (FLIGHTWATCH_KAFKA_OPTIONS)
     sut_kafka_options: dict | None = None                    # the Kafka target's producer (--kafka-option, env)
     scenario: str | None = None     # the series the run belongs to (``runs history``)
+    label: str | None = None        # the build or version under test, named at each change in ``runs history``
     warmup_s: float = 0.0           # the schedule's first seconds, left out of the latency figures (``runs.runinfo``)
     cooldown_s: float = 0.0         # and its last
 

@@ -248,6 +248,8 @@ def run_config(cfg) -> dict:
               "payload_bytes": cfg.payload_bytes, "max_inflight": cfg.max_inflight}
     if cfg.scenario:
         config["scenario"] = cfg.scenario
+    if cfg.label:
+        config["label"] = cfg.label
     if cfg.warmup_s or cfg.cooldown_s:
         config.update(warmup_s=cfg.warmup_s, cooldown_s=cfg.cooldown_s)
     if cfg.shards > 1:  # the run's pace is the sum of the shards'; the job waits for every shard's stop

@@ -3,11 +3,12 @@
     python -m runs compare BASELINE CANDIDATE [--fail-on-regression 'p99>+10%' ...]
     python -m runs compare --baseline r1,r2,r3 CANDIDATE             # a baseline of several runs
     python -m runs compare --baseline-series NAME --last 5 CANDIDATE  # the series' last 5 runs before it
-    python -m runs history [NAME]
+    python -m runs history [NAME] [--fail-on-change [any]] [--recent 3]
+    python -m runs index [--rebuild]
 
 A run is named by its ID (a folder under checkpoints/, FLIGHTWATCH_CHECKPOINTS) or by a path to its folder.
-Exit codes: 0 done, 1 a --fail-on-regression gate crossed, 2 bad input (a run missing or unfinished, runs that are
-not the same test, a bad flag).
+Exit codes: 0 done, 1 a --fail-on-regression gate crossed or a --fail-on-change change found, 2 bad input (a run
+missing or unfinished, runs that are not the same test, a bad flag).
 """
 from __future__ import annotations
 
@@ -102,13 +103,67 @@ def build_parser() -> OneLineParser:
                         "%(default)s: the relative --noise alone)")
     c.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
     c.add_argument("--json", metavar="FILE", help="write the comparison here (default: the candidate's compare.json)")
-    h = sub.add_parser("history", help="a scenario's runs, their figures and change points",
+    h = sub.add_parser("history", help="a series' runs, their figures and significant changes",
                        description="The finished runs of a series (their --scenario name, else their target kind and "
-                       "schedule), oldest first, with p50, p99 and delivered throughput, and the change points of each "
-                       "(PELT, ruptures): the first run after each change. Without NAME: the series there are.")
+                       "schedule), oldest first, with p50, p99 and delivered throughput, and the significant changes "
+                       "of each: PELT (ruptures) proposes, a permutation test keeps those with p <= 0.05; each change "
+                       "names the first run after it and that run's --label. Runs of another test (target, pace, "
+                       "payload, workers, trim or job settings other than the newest run's) are left out and named. "
+                       "Without NAME: the series there are.")
     h.add_argument("name", nargs="?", help="the series: a --scenario name, or 'KIND PACE' such as 'kafka 5000:60'")
     h.add_argument("--json", action="store_true", help="print the history as JSON")
+    h.add_argument("--fail-on-change", nargs="?", const="regression", choices=("regression", "any"),
+                   help="for CI: exit 1 when a change's first run is among the --recent newest runs; 'regression' (the "
+                        "default when given bare): latency up or throughput down; 'any': either way")
+    h.add_argument("--recent", type=int, default=3, metavar="N",
+                   help="with --fail-on-change: the newest runs a change must start in (default %(default)s: a change "
+                        "is seen once two runs follow it, and fails the gate for the runs that confirm it)")
+    x = sub.add_parser("index", help="the index of finished runs (checkpoints/index.sqlite)",
+                       description="The index the job keeps as it closes each run, and that runs history and the "
+                       "dashboard read: brought up to date with the run folders (new or changed ones read), or, with "
+                       "--rebuild, made again from every folder.")
+    x.add_argument("--rebuild", action="store_true", help="forget the index and read every run folder again")
     return p
+
+
+def history_main(a: argparse.Namespace) -> int:
+    from runs import history
+
+    if a.recent < 1:
+        print("runs history: error: --recent must be >= 1", file=sys.stderr)
+        return 2
+    if a.name is None:
+        if a.fail_on_change:
+            print("runs history: error: --fail-on-change needs a series NAME", file=sys.stderr)
+            return 2
+        found = history.series_list()
+        if not found:
+            print(f"no finished runs in {CHECKPOINTS}")
+        for name, n in sorted(found.items()):
+            print(f"{n:>5} runs  {name}")
+        return 0
+    try:
+        h = history.history(a.name)
+    except LookupError as e:
+        print(f"runs history: error: {e.args[0]}", file=sys.stderr)
+        return 2
+    print(json.dumps(h, indent=1) if a.json else history.text(h), end="\n" if a.json else "")
+    if a.fail_on_change:
+        bad = history.recent_changes(h, a.recent, regressions_only=a.fail_on_change == "regression")
+        for c in bad:
+            label = f" ({c['label']})" if c.get("label") else ""
+            print(f"change in series {a.name!r}: {c['metric']} {c['change']:+.0%} from run {c['first_run']}{label}, "
+                  f"p = {c['p_value']:.3f}", file=sys.stderr)
+        return 1 if bad else 0
+    return 0
+
+
+def index_main(a: argparse.Namespace) -> int:
+    from runs import index
+
+    n = index.rebuild() if a.rebuild else len(index.points())
+    print(f"{n} finished runs in {os.path.join(CHECKPOINTS, index.FILE)}" + (" (rebuilt)" if a.rebuild else ""))
+    return 0
 
 
 def _percent(text: str, flag: str) -> float:
@@ -136,10 +191,10 @@ def baselines(a: argparse.Namespace) -> tuple[list[str], str]:
         return a.baseline.split(","), candidate
     if not a.baseline_series:
         return a.runs[0].split(","), candidate
-    from runs import history
+    from runs import index
 
     cand_id = os.path.basename(os.path.normpath(candidate))
-    pts = [p for p in history.points() if p.series == a.baseline_series]
+    pts = [p for p in index.points() if p.series == a.baseline_series]
     if not pts:
         raise ValueError(f"no finished runs in series {a.baseline_series!r} (`python -m runs history` lists them)")
     before = [p for p in pts if p.run_id != cand_id and p.started_at_ns < next(
@@ -166,22 +221,7 @@ def main(argv=None) -> int:
             return 2
         return run_compare(baseline, candidate, a.fail_on_regression, block_s, noise, a.resamples, a.json, floor_us,
                            run_spread=spread)
-    from runs import history
-
-    if a.name is None:
-        found = history.series_list()
-        if not found:
-            print(f"no finished runs in {CHECKPOINTS}")
-        for name, n in sorted(found.items()):
-            print(f"{n:>5} runs  {name}")
-        return 0
-    try:
-        h = history.history(a.name)
-    except LookupError as e:
-        print(f"runs history: error: {e.args[0]}", file=sys.stderr)
-        return 2
-    print(json.dumps(h, indent=1) if a.json else history.text(h), end="\n" if a.json else "")
-    return 0
+    return history_main(a) if a.cmd == "history" else index_main(a)
 
 
 if __name__ == "__main__":

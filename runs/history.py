@@ -1,99 +1,47 @@
-"""A scenario's history: its finished runs in time order, their p50, p99 and throughput, and the change points.
+"""A series' history: its finished runs in time order, their p50, p99 and throughput, and its significant changes.
 
     >>> h = history("checkout-kafka")              # runs started with --scenario checkout-kafka
-    >>> [(c["metric"], c["first_run"]) for c in h["change_points"]]
-    [('p99', 'attack-20261126-101500')]
+    >>> [(c["metric"], c["first_run"], c["label"], c["p_value"]) for c in h["change_points"]]
+    [('p99', 'attack-20261126-101500', 'v2.4.0', 0.002)]
 
 Runs belong to the series of their ``--scenario`` name; a run without one belongs to the series of its target kind
-and schedule (``kafka 5000:60``). A change point is found per figure by PELT (``ruptures``) on the figures'
-logarithms, with a penalty scaled by the run-to-run noise estimated from the series itself; PELT won the
-measurement in ``bench.changepoints``. A change point needs two runs after it: one bad run is an outlier until the
-next run confirms it (``runs compare`` judges a single run against its baseline).
+and schedule (``kafka 5000:60``). The runs come from the index (``runs.index``). Only runs of the same test are
+judged: those whose target, pace, payload, workers, trim and job settings match the series' newest run; the others
+are listed as left out, with the setting that differs.
+
+A change is found per figure in two steps, on the figures' logarithms:
+
+1. PELT (``ruptures``) proposes change points, with a penalty scaled by the run-to-run noise estimated from the series
+   itself (won the measurement in ``bench.changepoints``); a change point needs two runs on each side.
+2. Each proposal is tested as E-Divisive tests its own (Matteson and James): a permutation test of the segment between
+   its neighbours, the statistic the largest standardised difference of means over every split of that segment (so the
+   search itself is paid for), 999 permutations. Proposals with p > ``ALPHA`` are merged away, the least significant
+   first, and the rest tested again. The false-change rate per history this gives is measured in
+   ``bench.changepoints`` and stated in the README.
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-
 import numpy as np
 
-from core.rundir import CHECKPOINTS, RunPaths
-from runs.reader import RunReader, read_json
+from core.rundir import CHECKPOINTS
+from runs.index import RunPoint, points, run_point, series_name  # noqa: F401 - the series' readers use them from here
 
 FIGURES = ("p50", "p99", "delivered")
-PENALTY = 4.0
-"""Penalty per change point, in units of the noise's variance times ln(runs) (measured: ``bench.changepoints``)."""
+WORSE_UP = {"p50": True, "p99": True, "delivered": False}
+"""Which way a figure gets worse: a rise of latency, a fall of throughput."""
+PENALTY = 2.0
+"""PELT's penalty per change point, in units of the noise's variance times ln(runs) (``bench.changepoints``)."""
 MIN_RUNS = 2
 """Runs a segment needs: a change point has at least this many runs on each side."""
-
-
-@dataclass(frozen=True)
-class RunPoint:
-    """One finished run of a series: when it started and its whole-run figures."""
-
-    run_id: str
-    series: str
-    started_at_ns: int
-    p50_us: float | None
-    p99_us: float | None
-    delivered_per_s: float | None
-
-    def figure(self, name: str) -> float | None:
-        return {"p50": self.p50_us, "p99": self.p99_us, "delivered": self.delivered_per_s}[name]
-
-
-def series_name(attack: dict) -> str:
-    """A run's series: its ``--scenario``, else its target kind and schedule."""
-    from runs.runinfo import target_kind
-
-    if attack.get("scenario"):
-        return str(attack["scenario"])
-    return f"{target_kind(attack)} {attack.get('pace', '?')}"
-
-
-def run_point(root: str) -> RunPoint | None:
-    """A finished run's point (None for a run that is not finished or sent nothing)."""
-    from runs import runinfo
-
-    try:
-        summary = read_json(RunPaths(root).summary_file)
-    except (OSError, ValueError):
-        return None
-    if summary.get("state") != "finished" or not summary.get("sent"):
-        return None
-    attack = summary.get("attack")
-    if attack is None:  # a run closed before summaries kept the attack's configuration
-        attack = runinfo.attack_config(RunReader(root).partials("events"))
-    seconds = _schedule_s(attack) or summary.get("num_windows") or 0
-    lat = summary.get("latency_us") or {}
-    return RunPoint(run_id=summary["run_id"], series=series_name(attack),
-                    started_at_ns=int(summary.get("started_at_ns") or os.stat(root).st_mtime_ns),
-                    p50_us=lat.get("p50"), p99_us=lat.get("p99"),
-                    delivered_per_s=summary["received"] / seconds if seconds else None)
-
-
-def _schedule_s(attack: dict) -> float | None:
-    """The schedule's length in seconds, from its steps or its pace text (None if neither is known)."""
-    from core.pacer import Schedule
-
-    steps = attack.get("steps") or []
-    if steps:
-        return (steps[-1]["end_ns"] - steps[0]["start_ns"]) / 1e9
-    try:
-        return Schedule.parse(str(attack["pace"])).duration_ns / 1e9 if attack.get("pace") else None
-    except ValueError:
-        return None
-
-
-def points(checkpoints: str | None = None) -> list[RunPoint]:
-    """Every finished run under ``checkpoints`` (``CHECKPOINTS``), oldest first."""
-    folder = checkpoints or CHECKPOINTS
-    out = []
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        p = run_point(os.path.join(folder, name))
-        if p is not None:
-            out.append(p)
-    return sorted(out, key=lambda p: p.started_at_ns)
+ALPHA = 0.05
+"""A change is kept when its permutation test's p-value is at most this."""
+PERMUTATIONS = 999
+TEST = "t"
+"""How a proposal is tested: ``t`` (Student's t, Bonferroni over the splits) or ``permutation``."""
+NOISE_FLOOR = 0.01
+"""The least run-to-run noise (sd of the log figures) a test assumes: runs 1% apart are not told apart."""
+RULE = (f"PELT proposes (penalty {PENALTY:g} σ² ln n), a permutation test of each ({PERMUTATIONS} permutations, "
+        f"the largest split statistic of its segment) keeps p ≤ {ALPHA:g}")
 
 
 def noise(log_values: np.ndarray) -> float:
@@ -103,8 +51,41 @@ def noise(log_values: np.ndarray) -> float:
     return float(np.median(np.abs(d)) * 1.4826 / np.sqrt(2)) if len(d) else 0.0
 
 
-def change_points(values) -> list[int]:
-    """Indices of the first run after each change point in a series of positive figures."""
+def split_statistic(x: np.ndarray) -> np.ndarray:
+    """The largest standardised difference of means over the splits of each row of ``x`` (``MIN_RUNS`` a side)."""
+    n = x.shape[-1]
+    c = np.cumsum(x, axis=-1)
+    j = np.arange(MIN_RUNS, n - MIN_RUNS + 1)
+    left = c[..., j - 1] / j
+    right = (c[..., -1:] - c[..., j - 1]) / (n - j)
+    return np.max(np.abs(left - right) * np.sqrt(j * (n - j) / n), axis=-1)
+
+
+def p_value(segment: np.ndarray, rng: np.random.Generator) -> float:
+    """The permutation p-value of a change somewhere in ``segment``: how often its runs, shuffled, split as far."""
+    if len(segment) < 2 * MIN_RUNS:
+        return 1.0
+    observed = split_statistic(segment)
+    shuffled = rng.permuted(np.tile(segment, (PERMUTATIONS, 1)), axis=1)
+    return float((1 + np.sum(split_statistic(shuffled) >= observed - 1e-12)) / (PERMUTATIONS + 1))
+
+
+def t_p_value(segment: np.ndarray, at: int) -> float:
+    """The p-value of a change at ``at`` in ``segment``: Student's t of the two sides' means (pooled variance, at
+    least ``NOISE_FLOOR``), times the splits the search chose from (Bonferroni: the search is paid for)."""
+    from scipy.stats import t as student
+
+    a, b = segment[:at], segment[at:]
+    if min(len(a), len(b)) < MIN_RUNS:
+        return 1.0
+    df = len(segment) - 2
+    sd = max(np.sqrt((np.sum((a - a.mean()) ** 2) + np.sum((b - b.mean()) ** 2)) / df), NOISE_FLOOR)
+    t = abs(a.mean() - b.mean()) / (sd * np.sqrt(1 / len(a) + 1 / len(b)))
+    return float(min(1.0, 2 * student.sf(t, df) * (len(segment) - 2 * MIN_RUNS + 1)))
+
+
+def change_points(values, penalty: float = PENALTY, test: str | None = None) -> list[tuple[int, float]]:
+    """The significant changes of a series of positive figures: (index of the first run after it, p-value)."""
     import ruptures as rpt
 
     x = np.log(np.asarray(values, float))
@@ -112,31 +93,71 @@ def change_points(values) -> list[int]:
         return []
     sd = max(noise(x), 0.01)  # a series quieter than 1% is not told apart from exact repeats
     algo = rpt.Pelt(model="l2", min_size=MIN_RUNS, jump=1).fit(x.reshape(-1, 1))
-    return [int(b) for b in algo.predict(pen=PENALTY * sd ** 2 * np.log(len(x)))[:-1]]
+    return significant(x, [int(b) for b in algo.predict(pen=penalty * sd ** 2 * np.log(len(x)))[:-1]], test or TEST)
+
+
+def significant(x: np.ndarray, proposed: list[int], test: str = "t") -> list[tuple[int, float]]:
+    """The proposed change points that the test keeps (``t``: ``t_p_value``; ``permutation``: ``p_value``, seeded so
+    that a history reads the same every time), each with its p-value."""
+    rng = np.random.default_rng(0)
+    # first, as E-Divisive does: is there a change anywhere in the whole series? Under no change at all this holds
+    # the false-change rate per history to ALPHA, however many change points PELT proposes
+    whole = (min((t_p_value(x, j) for j in range(MIN_RUNS, len(x) - MIN_RUNS + 1)), default=1.0) if test == "t" else
+             p_value(x, rng))
+    if whole > ALPHA:
+        return []
+    cps = list(proposed)
+    while cps:
+        edges = [0, *cps, len(x)]
+        ps = [t_p_value(x[edges[k]:edges[k + 2]], cps[k] - edges[k]) if test == "t" else
+              p_value(x[edges[k]:edges[k + 2]], rng) for k in range(len(cps))]
+        worst = int(np.argmax(ps))
+        if ps[worst] <= ALPHA:
+            return list(zip(cps, ps))
+        del cps[worst]
+    return []
+
+
+def differs(fp: dict, ref: dict) -> list[str]:
+    """The settings in which a run's fingerprint differs from the reference's (a setting one of them does not
+    record, from an older flightwatch, is taken as the same)."""
+    return [f"{k} {fp[k]} (not {ref[k]})" for k in sorted(set(fp) & set(ref)) if fp[k] != ref[k]]
 
 
 def history(name: str, checkpoints: str | None = None, everything: list[RunPoint] | None = None) -> dict:
-    """The series ``name``: its runs (oldest first) and, per figure, its change points (the first run after each,
-    with the medians before and after it). ``LookupError`` with the known series when there is no such series.
-    ``everything``: the finished runs' points when the caller has read them already (``points``)."""
+    """The series ``name``: its runs of the same test as its newest (oldest first), the runs left out and why, and per
+    figure its significant changes (the first run after each, its label, the medians before and after, the p-value).
+    ``LookupError`` with the known series when there is no such series. ``everything``: the finished runs' points
+    when the caller has read them already (``runs.index.points``)."""
     everything = points(checkpoints) if everything is None else everything
-    runs = [p for p in everything if p.series == name]
-    if not runs:
+    series = [p for p in everything if p.series == name]
+    if not series:
         known = sorted({p.series for p in everything})
         raise LookupError(f"no finished runs in series {name!r}" + (f" (series: {', '.join(known)})" if known else
                                                                     f" (no finished runs in {checkpoints or CHECKPOINTS})"))
+    ref = series[-1].fingerprint
+    runs = [p for p in series if not differs(p.fingerprint, ref)]
+    left_out = [{"run_id": p.run_id, "differs": differs(p.fingerprint, ref)} for p in series if p not in runs]
     found = []
     for fig in FIGURES:
         vals = [r.figure(fig) for r in runs]
         if any(v is None or v <= 0 for v in vals):
             continue
         cps = change_points(vals)
-        edges = [0, *cps, len(vals)]
-        for k, i in enumerate(cps):
+        edges = [0, *(i for i, _ in cps), len(vals)]
+        for k, (i, p) in enumerate(cps):
             before, after = np.median(vals[edges[k]:i]), np.median(vals[i:edges[k + 2]])
-            found.append({"metric": fig, "index": i, "first_run": runs[i].run_id, "before": float(before),
-                          "after": float(after), "change": float(after / before - 1)})
-    return {"series": name, "runs": [r.__dict__ for r in runs], "change_points": found}
+            found.append({"metric": fig, "index": i, "first_run": runs[i].run_id, "label": runs[i].label,
+                          "before": float(before), "after": float(after), "change": float(after / before - 1),
+                          "p_value": p, "worse": bool((after > before) == WORSE_UP[fig])})
+    return {"series": name, "runs": [r.__dict__ for r in runs], "left_out": left_out, "change_points": found,
+            "rule": RULE}
+
+
+def recent_changes(h: dict, recent: int, regressions_only: bool = True) -> list[dict]:
+    """The changes whose first run is among the series' ``recent`` newest runs (``--fail-on-change``)."""
+    n = len(h["runs"])
+    return [c for c in h["change_points"] if c["index"] >= n - recent and (c["worse"] or not regressions_only)]
 
 
 def series_list(checkpoints: str | None = None, everything: list[RunPoint] | None = None) -> dict[str, int]:
@@ -148,20 +169,25 @@ def series_list(checkpoints: str | None = None, everything: list[RunPoint] | Non
 
 
 def text(h: dict) -> str:
-    lines = [f"series {h['series']}: {len(h['runs'])} finished runs, oldest first", "",
-             f"{'run':<34} {'p50':>10} {'p99':>10} {'delivered/s':>12}"]
+    lines = [f"series {h['series']}: {len(h['runs'])} finished runs of the same test, oldest first", "",
+             f"{'run':<34} {'label':<14} {'p50':>10} {'p99':>10} {'delivered/s':>12}"]
     for i, r in enumerate(h["runs"]):
         cp = [c for c in h["change_points"] if c["index"] == i]
         note = "  <- change: " + ", ".join(f"{c['metric']} {c['change']:+.0%}" for c in cp) if cp else ""
-        lines.append(f"{r['run_id']:<34} {_ms(r['p50_us']):>10} {_ms(r['p99_us']):>10} "
-                     f"{r['delivered_per_s'] or 0:>12,.1f}{note}")
+        lines.append(f"{r['run_id']:<34} {(r.get('label') or '-')[:14]:<14} {_ms(r['p50_us']):>10} "
+                     f"{_ms(r['p99_us']):>10} {r['delivered_per_s'] or 0:>12,.1f}{note}")
+    for r in h.get("left_out", []):
+        lines.append(f"left out: {r['run_id']}, another test: {'; '.join(r['differs'])}")
     lines.append("")
     if not h["change_points"]:
-        lines.append("no change points" + (" (a change point needs two runs on each side)"
-                                           if len(h["runs"]) < 2 * MIN_RUNS else ""))
+        lines.append("no significant change" + (" (a change needs two runs on each side)"
+                                                if len(h["runs"]) < 2 * MIN_RUNS else ""))
     for c in h["change_points"]:
-        lines.append(f"change point: {c['metric']} {c['change']:+.0%} from run {c['first_run']} "
-                     f"(median {_fig(c['before'], c['metric'])} -> {_fig(c['after'], c['metric'])})")
+        label = f" ({c['label']})" if c.get("label") else ""
+        lines.append(f"change point: {c['metric']} {c['change']:+.0%} from run {c['first_run']}{label} "
+                     f"(median {_fig(c['before'], c['metric'])} -> {_fig(c['after'], c['metric'])}; "
+                     f"p = {c['p_value']:.3f}{'' if c['worse'] else ', better'})")
+    lines.append(f"rule: {h.get('rule', RULE)}")
     return "\n".join(lines) + "\n"
 
 

@@ -46,6 +46,18 @@ def write_parquet(path: str, data: pd.DataFrame | pa.Table) -> None:
     atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
+def index_run(root: str) -> None:
+    """Add a closed run to the index beside it (``runs.index``); an index that cannot be written (a read-only or
+    locked volume) is said in the log and made up later by ``python -m runs index``: the run itself is closed."""
+    from runs import index
+
+    try:
+        index.record(root)
+    except Exception as e:  # noqa: BLE001 - any failure of the index must not fail the run's close
+        logging.getLogger("streaming").warning("the run index was not updated (%s): `python -m runs index` makes it "
+                                               "up", e)
+
+
 def release_memory() -> None:
     """Hand freed memory back to the system (Arrow's pool, then glibc's heap).
 
@@ -266,6 +278,7 @@ class RunStore:
             summary = results.summarize(self.paths.root, windows)
             write_parquet(self.paths.windows_file, windows)
             write_json(self.paths.summary_file, summary)
+            index_run(self.paths.root)
             if self.verdict is not None:
                 self.verdict.close(summary.get("verdict"), batch_id)
                 if self.verdict.metrics is not None:

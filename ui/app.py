@@ -64,11 +64,15 @@ def history_view(folder: str) -> None:
         return
     name = st.selectbox("series", sorted(series), format_func=lambda s: f"{s}  ({series[s]} runs)", key="series")
     h = history.history(name, folder, everything)
-    if h["change_points"]:
-        for c in h["change_points"]:
-            st.warning(f"change point: {c['metric']} {c['change']:+.0%} from run {c['first_run']}")
-    else:
-        st.info("no change points" + (" (a change point needs two runs on each side)" if len(h["runs"]) < 4 else ""))
+    for c in h["change_points"]:
+        label = f" ({c['label']})" if c.get("label") else ""
+        (st.warning if c["worse"] else st.success)(f"change point: {c['metric']} {c['change']:+.0%} from run "
+                                                   f"{c['first_run']}{label}, p = {c['p_value']:.3f}")
+    if not h["change_points"]:
+        st.info("no significant change" + (" (a change needs two runs on each side)" if len(h["runs"]) < 4 else ""))
+    for r in h["left_out"]:
+        st.caption(f"left out: {r['run_id']}, another test: {'; '.join(r['differs'])}")
+    st.caption(f"rule: {h['rule']}")
     st.plotly_chart(charts.history(h), key="history", width="stretch", config=charts.png_config("flightwatch-history"))
     st.dataframe(data.history_table(h), hide_index=True)
 

@@ -392,6 +392,7 @@ def history_table(h: dict) -> pd.DataFrame:
     marks: dict[int, list[str]] = {}
     for c in h["change_points"]:
         marks.setdefault(c["index"], []).append(f"{c['metric']} {c['change']:+.0%}")
-    return pd.DataFrame([{"run": r["run_id"], "p50_ms": _ms(r["p50_us"]), "p99_ms": _ms(r["p99_us"]),
+    return pd.DataFrame([{"run": r["run_id"], "label": r.get("label") or "", "p50_ms": _ms(r["p50_us"]),
+                          "p99_ms": _ms(r["p99_us"]),
                           "delivered_per_s": r["delivered_per_s"], "change point": ", ".join(marks.get(i, []))}
                          for i, r in enumerate(h["runs"])])

@@ -1,6 +1,7 @@
-"""``runs compare`` and ``runs history`` on run folders written by the real decoder, engine and sink from synthetic
+"""``runs compare`` on run folders written by the real decoder, engine and sink from synthetic
 runs of known distribution (``bench.compare.build_run``; no Spark): figures against numpy ground truth, the
-bootstrap's blocks, the verdicts on pairs of known difference, the gate and the refusals, and change points."""
+bootstrap's blocks, the verdicts on pairs of known difference, the gate and the refusals (``runs history``'s too).
+The history itself is in ``test_history``."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ import pytest
 
 from bench.compare import build_run, spec_for
 from loadgen.synthetic import generate
-from runs import bootstrap, compare, history
+from runs import bootstrap, compare
 from runs.compare import Gate, Incomparable, RunSample
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -243,25 +244,6 @@ def test_gate_parsing():
     assert Gate.parse("loss>+0.5%").limit == pytest.approx(0.5)  # loss in percentage points
     row = {"metric": "delivered", "ci_low": -0.09, "ci_high": -0.06}
     assert g.crossed({"whole_run": [row]}) and not g.crossed({"whole_run": [dict(row, ci_high=-0.04)]})
-
-
-def test_history_names_the_first_run_after_a_change(tmp_path):
-    """Ten runs of one scenario, p99 +40% from the seventh on (the median unchanged): one change point, on p99, at
-    the seventh run; none on p50 or throughput. ``python -m runs history`` prints it."""
-    for i in range(10):
-        s = spec_for(f"hist-{i}", 500 + i, 10, 500, 0.40 if i >= 6 else 0.0, wobble=0.02)
-        s.start_ns = (1_800_000_000 + 100 * i) * NS
-        s.config = dict(s.config, scenario="nightly", schedule_start_ns=s.start_ns, pace="500:10")
-        build_run(str(tmp_path / f"hist-{i}"), s)
-    h = history.history("nightly", str(tmp_path))
-    assert [r["run_id"] for r in h["runs"]] == [f"hist-{i}" for i in range(10)]
-    assert [(c["metric"], c["first_run"]) for c in h["change_points"]] == [("p99", "hist-6")]
-    assert h["change_points"][0]["change"] == pytest.approx(0.40, abs=0.08)
-    p = cli("history", "nightly", checkpoints=tmp_path)
-    assert p.returncode == 0 and "change point: p99 +" in p.stdout and "from run hist-6" in p.stdout
-    assert "<- change: p99" in next(line for line in p.stdout.splitlines() if line.startswith("hist-6 "))
-    listing = cli("history", checkpoints=tmp_path)
-    assert listing.stdout.split() == ["10", "runs", "nightly"]
 
 
 def test_warmup_and_cooldown_are_left_out_of_the_latency_figures_and_the_comparison(folder):

@@ -406,7 +406,8 @@ def test_history_view_marks_the_change_point(app, tmp_path):
     assert not at.exception
     assert at.selectbox(key="series").value == "nightly"
     assert [w.value for w in at.warning] == [next(w.value for w in at.warning if "p99" in w.value)]
-    assert at.warning[0].value.startswith("change point: p99 +") and at.warning[0].value.endswith("from run n3")
+    assert at.warning[0].value.startswith("change point: p99 +") and "from run n3, p = 0.0" in at.warning[0].value
+    assert any(c.value.startswith("rule: PELT proposes") for c in at.caption)
     assert list(at.dataframe[0].value["run"]) == [f"n{i}" for i in range(6)]
 
 
