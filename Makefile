@@ -150,8 +150,9 @@ deploy: install ## apply deploy/overlays/OVERLAY to the current Kubernetes clust
 	$(PYTHON) -m stack.deploy apply --overlay $(OVERLAY) $(if $(STORAGE_CLASS),--storage-class $(STORAGE_CLASS)) $(if $(DRY_RUN),--dry-run) \
 	  $(if $(NODE_EXPORTER),--node-exporter) $(if $(PROMETHEUS_RELEASE),--prometheus-release $(PROMETHEUS_RELEASE))
 
-image: install ## build the two images (deploy/Dockerfile) with docker, podman or buildah, whichever is here (REGISTRY, TAG, PUSH=1)
-	$(PYTHON) -m stack.image $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(TAG),--tag $(TAG)) $(if $(PUSH),--push)
+image: install ## build the two images (deploy/Dockerfile) with docker, podman or buildah, whichever is here (REGISTRY, TAG, PUSH=1: then deploy/overlays/pushed names them by digest, on OVERLAY)
+	$(PYTHON) -m stack.image $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(TAG),--tag $(TAG)) $(if $(PUSH),--push) \
+	  $(if $(filter command line,$(origin OVERLAY)),--overlay $(OVERLAY))
 
 undeploy: install ## delete what `make deploy` applied (DRY_RUN=1: only print it)
 	$(PYTHON) -m stack.deploy delete --overlay $(OVERLAY) $(if $(STORAGE_CLASS),--storage-class $(STORAGE_CLASS)) $(if $(DRY_RUN),--dry-run) \

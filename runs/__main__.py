@@ -115,6 +115,8 @@ def build_parser() -> OneLineParser:
     h.add_argument("--fail-on-change", nargs="?", const="regression", choices=("regression", "any"),
                    help="for CI: exit 1 when a change's first run is among the --recent newest runs; 'regression' (the "
                         "default when given bare): latency up or throughput down; 'any': either way")
+    h.add_argument("--min-change", default="5%", metavar="PERCENT",
+                   help="the smallest change said, however significant (default %(default)s: runs compare's --noise)")
     h.add_argument("--recent", type=int, default=3, metavar="N",
                    help="with --fail-on-change: the newest runs a change must start in (default %(default)s: a change "
                         "is seen once two runs follow it, and fails the gate for the runs that confirm it)")
@@ -129,8 +131,12 @@ def build_parser() -> OneLineParser:
 def history_main(a: argparse.Namespace) -> int:
     from runs import history
 
-    if a.recent < 1:
-        print("runs history: error: --recent must be >= 1", file=sys.stderr)
+    try:
+        min_change = _percent(a.min_change, "--min-change")
+        if a.recent < 1:
+            raise ValueError("--recent must be >= 1")
+    except ValueError as e:
+        print(f"runs history: error: {e}", file=sys.stderr)
         return 2
     if a.name is None:
         if a.fail_on_change:
@@ -143,7 +149,7 @@ def history_main(a: argparse.Namespace) -> int:
             print(f"{n:>5} runs  {name}")
         return 0
     try:
-        h = history.history(a.name)
+        h = history.history(a.name, min_change=min_change)
     except LookupError as e:
         print(f"runs history: error: {e.args[0]}", file=sys.stderr)
         return 2
@@ -153,7 +159,7 @@ def history_main(a: argparse.Namespace) -> int:
         for c in bad:
             label = f" ({c['label']})" if c.get("label") else ""
             print(f"change in series {a.name!r}: {c['metric']} {c['change']:+.0%} from run {c['first_run']}{label}, "
-                  f"p = {c['p_value']:.3f}", file=sys.stderr)
+                  f"{history.p_text(c['p_value'])}", file=sys.stderr)
         return 1 if bad else 0
     return 0
 

@@ -168,6 +168,14 @@ def points(checkpoints: str | None = None) -> list[RunPoint]:
     folder = checkpoints or CHECKPOINTS
     if not os.path.isdir(folder):
         return []
+    try:
+        return _indexed(folder)
+    except sqlite3.Error:  # an index that cannot be opened or written here (a read-only copy of the runs): read them
+        found = (run_point(os.path.join(folder, n)) for n in sorted(os.listdir(folder)))
+        return sorted((p for p in found if p is not None), key=lambda p: (p.started_at_ns, p.run_id))
+
+
+def _indexed(folder: str) -> list[RunPoint]:
     with connect(folder) as db:
         known = dict(db.execute("SELECT folder, summary_mtime_ns FROM runs UNION ALL "
                                 "SELECT folder, summary_mtime_ns FROM seen").fetchall())

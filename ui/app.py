@@ -67,7 +67,7 @@ def history_view(folder: str) -> None:
     for c in h["change_points"]:
         label = f" ({c['label']})" if c.get("label") else ""
         (st.warning if c["worse"] else st.success)(f"change point: {c['metric']} {c['change']:+.0%} from run "
-                                                   f"{c['first_run']}{label}, p = {c['p_value']:.3f}")
+                                                   f"{c['first_run']}{label}, {history.p_text(c['p_value'])}")
     if not h["change_points"]:
         st.info("no significant change" + (" (a change needs two runs on each side)" if len(h["runs"]) < 4 else ""))
     for r in h["left_out"]:

@@ -139,3 +139,11 @@ def test_the_false_change_rate_per_history_is_at_most_5_percent():
     untested = sum(bool(rpt.Pelt(model="l2", min_size=2, jump=1).fit(x.reshape(-1, 1)).predict(
         pen=history.PENALTY * max(history.noise(x), 0.01) ** 2 * np.log(len(x)))[:-1]) for x, _ in data)
     assert untested / len(data) > 0.05, untested
+
+
+def test_an_index_that_cannot_be_opened_falls_back_to_reading_the_folders(tmp_path):
+    for i in range(2):
+        nightly(tmp_path, i)
+    os.remove(tmp_path / index.FILE)
+    os.makedirs(tmp_path / index.FILE)  # in its place, something SQLite cannot open (as a read-only copy of the runs)
+    assert [p.run_id for p in index.points(str(tmp_path))] == ["hist-0", "hist-1"]
