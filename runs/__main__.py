@@ -3,7 +3,7 @@
     python -m runs compare BASELINE CANDIDATE [--fail-on-regression 'p99>+10%' ...]
     python -m runs compare --baseline r1,r2,r3 CANDIDATE             # a baseline of several runs
     python -m runs compare --baseline-series NAME --last 5 CANDIDATE  # the series' last 5 runs before it
-    python -m runs history [NAME] [--fail-on-change [any]] [--recent 3]
+    python -m runs history [NAME] [--fail-on-change [any]] [--recent 3] [--min-change 5%]
     python -m runs index [--rebuild]
 
 A run is named by its ID (a folder under checkpoints/, FLIGHTWATCH_CHECKPOINTS) or by a path to its folder.
@@ -106,8 +106,10 @@ def build_parser() -> OneLineParser:
     h = sub.add_parser("history", help="a series' runs, their figures and significant changes",
                        description="The finished runs of a series (their --scenario name, else their target kind and "
                        "schedule), oldest first, with p50, p99 and delivered throughput, and the significant changes "
-                       "of each: PELT (ruptures) proposes, a permutation test keeps those with p <= 0.05; each change "
-                       "names the first run after it and that run's --label. Runs of another test (target, pace, "
+                       "of each: PELT (ruptures) proposes; a t test of the whole series, then of each proposal within "
+                       "its neighbours (Bonferroni over the splits searched), keeps those with p <= 0.05 and a change "
+                       "of at least --min-change; each change names the first run after it and that run's --label. "
+                       "Runs of another test (target, pace, "
                        "payload, workers, trim or job settings other than the newest run's) are left out and named. "
                        "Without NAME: the series there are.")
     h.add_argument("name", nargs="?", help="the series: a --scenario name, or 'KIND PACE' such as 'kafka 5000:60'")
