@@ -173,6 +173,14 @@ def report(res: dict, method: str) -> str:
     return "\n".join(lines)
 
 
+def flagged(bases, cand, seed: int) -> list[str]:
+    """The figures ``runs compare`` judges a regression or an improvement, of real runs (``RunSample``)."""
+    from runs.compare import compare
+
+    return [r["metric"] for r in compare(bases, cand, seed=seed)["whole_run"]
+            if r["verdict"] in ("regression", "improvement")]
+
+
 def real_repeats(series: list[str], last: int = 3, log=print) -> dict:
     """Real repeats of one test on this machine (a series of ``runs history``: same target kind and schedule, or
     scenario): each run from the ``last``+1-th on judged against the ``last`` runs before it, and against the one
@@ -180,7 +188,7 @@ def real_repeats(series: list[str], last: int = 3, log=print) -> dict:
     them."""
     from core.rundir import RunPaths
     from runs import history
-    from runs.compare import RunSample, compare
+    from runs.compare import RunSample
 
     out = {}
     everything = history.points()
@@ -190,10 +198,9 @@ def real_repeats(series: list[str], last: int = 3, log=print) -> dict:
         rows = {"several": [], "one": []}
         for k in range(last, len(samples)):
             for key, bases in (("several", samples[k - last:k]), ("one", [samples[k - 1]])):
-                rep = compare(bases, samples[k], seed=k)
-                flagged = [r["metric"] for r in rep["whole_run"] if r["verdict"] in ("regression", "improvement")]
-                rows[key].append(flagged)
-                log(f"  {name}: {ids[k]} against {len(bases)} run(s) before it: {', '.join(flagged) or 'nothing'} flagged")
+                found = flagged(bases, samples[k], seed=k)
+                rows[key].append(found)
+                log(f"  {name}: {ids[k]} against {len(bases)} run(s) before it: {', '.join(found) or 'nothing'} flagged")
         out[name] = {"runs": len(ids), **{k: {"comparisons": len(v), "false_alarms": sum(bool(x) for x in v),
                                               "upper": upper_bound(sum(bool(x) for x in v), len(v)) if v else None}
                                           for k, v in rows.items()}}

@@ -62,12 +62,12 @@ async def main() -> None:
         body = await request.read()
         if not first:
             first.append(time.monotonic())
+        headers = {k: v for k, v in request.headers.items() if k.lower().startswith("ce-")}
         if a.forward_delay is not None:
-            h = {k: v for k, v in request.headers.items() if k.lower().startswith("ce-")}
             asyncio.get_running_loop().call_later(delays.lognormvariate(0, a.forward_sigma) * a.forward_delay,
-                                                  forward_later, h, body)
+                                                  forward_later, headers, body)
             return web.Response(status=202)
-        queue.append(({k: v for k, v in request.headers.items() if k.lower().startswith("ce-")}, body))
+        queue.append((headers, body))
         wake.set()
         if a.delay:
             await asyncio.sleep(a.delay)

@@ -48,7 +48,7 @@ def detectors() -> dict:
         "Pelt 1σ²ln n + t (Bonferroni)": tested(1.0, "t"),
         "Pelt 2σ²ln n + t (Bonferroni)": tested(2.0, "t"),
         "Pelt 4σ²ln n + t (Bonferroni)": tested(4.0, "t"),
-        f"runs.history (the choice, {history.PENALTY:g}σ²)": lambda x, sd: [i for i, _ in history.change_points(np.exp(x))],
+        f"runs.history (the choice, {history.PENALTY:g}σ²)": tested(history.PENALTY, history.TEST),
     }
 
 

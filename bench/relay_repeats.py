@@ -64,17 +64,16 @@ def run(run_id: str, port: int, delay_s: float, seed: int, rate: int, seconds: i
 
 def judge(ids: list[str], changed: list[str], log=print) -> dict:
     """The false alarms among the unchanged runs, the changed runs' verdicts and the series' history."""
-    from bench.calibrate import upper_bound
+    from bench.calibrate import flagged, upper_bound
     from runs import history
     from runs.compare import RunSample, compare
 
     samples = {i: RunSample.load(RunPaths.of_run(i, CHECKPOINTS).root) for i in ids + changed}
     alarms = []
     for k in range(BASELINES, len(ids)):
-        rep = compare([samples[i] for i in ids[k - BASELINES:k]], samples[ids[k]], seed=k)
-        flagged = [r["metric"] for r in rep["whole_run"] if r["verdict"] in ("regression", "improvement")]
-        alarms.append(flagged)
-        log(f"  {ids[k]} against the {BASELINES} before it: {', '.join(flagged) or 'nothing'} flagged")
+        found = flagged([samples[i] for i in ids[k - BASELINES:k]], samples[ids[k]], seed=k)
+        alarms.append(found)
+        log(f"  {ids[k]} against the {BASELINES} before it: {', '.join(found) or 'nothing'} flagged")
     detections = []
     for k, c in enumerate(changed):
         rep = compare([samples[i] for i in ids[-BASELINES:]], samples[c], seed=1000 + k)
@@ -132,18 +131,18 @@ def main(argv=None) -> int:
     port = free_port()
     ids, changed = [], []
     t0 = time.monotonic()
-    relay_log = open(os.path.join(CHECKPOINTS, f"relay-repeats-{stamp}-relay.log"), "a")
-    for i in range(a.repeats + a.changed):
-        is_changed = i >= a.repeats
-        d = delay_s * (1 + CHANGE) if is_changed else delay_s
-        run_id = f"relay-{stamp}-{i:02d}"
-        s = run(run_id, port, d, seed=i, rate=a.rate, seconds=a.seconds, label=f"delay {d * 1e3:g} ms",
-                relay_log=relay_log)
-        (changed if is_changed else ids).append(run_id)
-        lat = (s.get("measured") or {}).get("latency_us") or s.get("latency_us") or {}
-        print(f"[{(time.monotonic() - t0) / 60:5.1f} min] {run_id}: delay median {d * 1e3:g} ms, "
-              f"received {s.get('received'):,} of {s.get('sent'):,}, p50 {lat.get('p50', 0) / 1e3:.2f} ms, "
-              f"p99 {lat.get('p99', 0) / 1e3:.2f} ms", flush=True)
+    with open(os.path.join(CHECKPOINTS, f"relay-repeats-{stamp}-relay.log"), "a") as relay_log:
+        for i in range(a.repeats + a.changed):
+            is_changed = i >= a.repeats
+            d = delay_s * (1 + CHANGE) if is_changed else delay_s
+            run_id = f"relay-{stamp}-{i:02d}"
+            s = run(run_id, port, d, seed=i, rate=a.rate, seconds=a.seconds, label=f"delay {d * 1e3:g} ms",
+                    relay_log=relay_log)
+            (changed if is_changed else ids).append(run_id)
+            lat = (s.get("measured") or {}).get("latency_us") or s.get("latency_us") or {}
+            print(f"[{(time.monotonic() - t0) / 60:5.1f} min] {run_id}: delay median {d * 1e3:g} ms, "
+                  f"received {s.get('received'):,} of {s.get('sent'):,}, p50 {lat.get('p50', 0) / 1e3:.2f} ms, "
+                  f"p99 {lat.get('p99', 0) / 1e3:.2f} ms", flush=True)
     res = judge(ids, changed)
     res.update(rate=a.rate, seconds=a.seconds, delay_ms=delay_s * 1e3, runs=ids, changed=changed)
     return conclude(res, os.path.join(CHECKPOINTS, f"relay-repeats-{stamp}.json"))

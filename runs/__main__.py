@@ -159,9 +159,8 @@ def history_main(a: argparse.Namespace) -> int:
     if a.fail_on_change:
         bad = history.recent_changes(h, a.recent, regressions_only=a.fail_on_change == "regression")
         for c in bad:
-            label = f" ({c['label']})" if c.get("label") else ""
-            print(f"change in series {a.name!r}: {c['metric']} {c['change']:+.0%} from run {c['first_run']}{label}, "
-                  f"{history.p_text(c['p_value'])}", file=sys.stderr)
+            print(f"change in series {a.name!r}: {history.change_text(c)}, {history.p_text(c['p_value'])}",
+                  file=sys.stderr)
         return 1 if bad else 0
     return 0
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from core.rundir import CHECKPOINTS
-from runs.index import RunPoint, points, run_point, series_name  # noqa: F401 - the series' readers use them from here
+from runs.index import RunPoint, points
 
 FIGURES = ("p50", "p99", "delivered")
 WORSE_UP = {"p50": True, "p99": True, "delivered": False}
@@ -46,7 +46,10 @@ TEST = "t"
 MIN_CHANGE = 0.05
 """The smallest change said, relative (``--min-change``): ``runs compare``'s ``--noise`` floor."""
 NOISE_FLOOR = 0.01
-"""The least run-to-run noise (sd of the log figures) a test assumes: runs 1% apart are not told apart."""
+"""The least run-to-run noise (sd of the log figures) PELT's penalty and the tests assume: runs 1% apart are not
+told apart."""
+
+
 def rule(min_change: float = MIN_CHANGE) -> str:
     return (f"PELT proposes (penalty {PENALTY:g} σ² ln n); the whole series, then each proposal within its neighbours, "
             f"is tested with Student's t times the splits searched (Bonferroni), and kept at p ≤ {ALPHA:g} and a "
@@ -101,7 +104,7 @@ def change_points(values, penalty: float = PENALTY, test: str | None = None,
     x = np.log(np.asarray(values, float))
     if len(x) < 2 * MIN_RUNS or not np.isfinite(x).all():
         return []
-    sd = max(noise(x), 0.01)  # a series quieter than 1% is not told apart from exact repeats
+    sd = max(noise(x), NOISE_FLOOR)
     algo = rpt.Pelt(model="l2", min_size=MIN_RUNS, jump=1).fit(x.reshape(-1, 1))
     return significant(x, [int(b) for b in algo.predict(pen=penalty * sd ** 2 * np.log(len(x)))[:-1]], test or TEST,
                        min_change)
@@ -119,12 +122,16 @@ def significant(x: np.ndarray, proposed: list[int], test: str = "t",
              p_value(x, rng))
     if whole > ALPHA:
         return []
+
+    def tested(lo: int, at: int, hi: int) -> float:  # the change at ``at`` between its neighbours
+        if abs(x[at:hi].mean() - x[lo:at].mean()) < np.log1p(min_change):
+            return 1.0  # too small to say, however significant
+        return t_p_value(x[lo:hi], at - lo) if test == "t" else p_value(x[lo:hi], rng)
+
     cps = list(proposed)
     while cps:
         edges = [0, *cps, len(x)]
-        ps = [1.0 if abs(x[edges[k + 1]:edges[k + 2]].mean() - x[edges[k]:edges[k + 1]].mean()) < np.log1p(min_change)
-              else t_p_value(x[edges[k]:edges[k + 2]], cps[k] - edges[k]) if test == "t" else
-              p_value(x[edges[k]:edges[k + 2]], rng) for k in range(len(cps))]
+        ps = [tested(*edges[k:k + 3]) for k in range(len(cps))]
         worst = int(np.argmax(ps))
         if ps[worst] <= ALPHA:
             return list(zip(cps, ps))
@@ -151,8 +158,12 @@ def history(name: str, checkpoints: str | None = None, everything: list[RunPoint
         raise LookupError(f"no finished runs in series {name!r}" + (f" (series: {', '.join(known)})" if known else
                                                                     f" (no finished runs in {checkpoints or CHECKPOINTS})"))
     ref = series[-1].fingerprint
-    runs = [p for p in series if not differs(p.fingerprint, ref)]
-    left_out = [{"run_id": p.run_id, "differs": differs(p.fingerprint, ref)} for p in series if p not in runs]
+    runs, left_out = [], []
+    for p in series:
+        if (d := differs(p.fingerprint, ref)):
+            left_out.append({"run_id": p.run_id, "differs": d})
+        else:
+            runs.append(p)
     found = []
     for fig in FIGURES:
         vals = [r.figure(fig) for r in runs]
@@ -198,12 +209,15 @@ def text(h: dict) -> str:
         lines.append("no significant change" + (" (a change needs two runs on each side)"
                                                 if len(h["runs"]) < 2 * MIN_RUNS else ""))
     for c in h["change_points"]:
-        label = f" ({c['label']})" if c.get("label") else ""
-        lines.append(f"change point: {c['metric']} {c['change']:+.0%} from run {c['first_run']}{label} "
-                     f"(median {_fig(c['before'], c['metric'])} -> {_fig(c['after'], c['metric'])}; "
+        lines.append(f"change point: {change_text(c)} (median {_fig(c['before'], c['metric'])} -> {_fig(c['after'], c['metric'])}; "
                      f"{p_text(c['p_value'])}{'' if c['worse'] else ', better'})")
     lines.append(f"rule: {h.get('rule') or rule()}")
     return "\n".join(lines) + "\n"
+
+
+def change_text(c: dict) -> str:
+    """A change as every reader says it: ``p99 +40% from run hist-6 (build-6)``."""
+    return f"{c['metric']} {c['change']:+.0%} from run {c['first_run']}" + (f" ({c['label']})" if c.get("label") else "")
 
 
 def p_text(p: float) -> str:

@@ -117,6 +117,8 @@ def connect(checkpoints: str | None = None):
 
 
 def _schema(db: sqlite3.Connection) -> None:
+    if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA:
+        return  # made already: a read takes no write lock
     db.execute("BEGIN IMMEDIATE")  # one process makes the tables; the others wait, then find them made
     if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA:
         db.execute("DROP TABLE IF EXISTS runs")

@@ -65,9 +65,8 @@ def history_view(folder: str) -> None:
     name = st.selectbox("series", sorted(series), format_func=lambda s: f"{s}  ({series[s]} runs)", key="series")
     h = history.history(name, folder, everything)
     for c in h["change_points"]:
-        label = f" ({c['label']})" if c.get("label") else ""
-        (st.warning if c["worse"] else st.success)(f"change point: {c['metric']} {c['change']:+.0%} from run "
-                                                   f"{c['first_run']}{label}, {history.p_text(c['p_value'])}")
+        (st.warning if c["worse"] else st.success)(f"change point: {history.change_text(c)}, "
+                                                   f"{history.p_text(c['p_value'])}")
     if not h["change_points"]:
         st.info("no significant change" + (" (a change needs two runs on each side)" if len(h["runs"]) < 4 else ""))
     for r in h["left_out"]:
