@@ -118,8 +118,9 @@ def _add_amqp1(q: argparse.ArgumentParser) -> None:
 
     q.add_argument("--url", default=default_target("rabbitmq-amqp1"), metavar="URL",
                    help="the address to consume, as the load generator's target names it: amqp1://USER:PASS@HOST:PORT/"
-                        "ADDRESS (RabbitMQ 3.x: //queue/NAME; Artemis: the queue's name; default the stack's RabbitMQ "
-                        "queue over AMQP 1.0)")
+                        "ADDRESS (RabbitMQ 3.x: //queue/NAME; Artemis: the queue's name; ?durable=true as for the "
+                        "target: a durable terminus, so RabbitMQ's plugin declares its queue durable; default the "
+                        "stack's RabbitMQ queue over AMQP 1.0)")
     q.add_argument("--prefetch", type=int, default=amqp1_receiver.PREFETCH,
                    help="the link's credit: messages the broker may send ahead (default %(default)s)")
     _add_amqp_common(q, "receiver-amqp1")

@@ -37,7 +37,8 @@ def pair_addresses(address: str, pairs: int) -> list[str]:
 
 class EngineLink:
     def __init__(self, host: str, port: int, userinfo: str | None, address: str, sending: bool,
-                 settled: bool = False, prefetch: int = 1000, name: str = "flightwatch", pairs: int = 1) -> None:
+                 settled: bool = False, prefetch: int = 1000, name: str = "flightwatch", pairs: int = 1,
+                 durable: bool = False) -> None:
         from cproton_ffi import ffi, lib
         from proton import Collector, Connection, Transport
 
@@ -46,6 +47,7 @@ class EngineLink:
         self.opened = False
         self.attached_ns: int | None = None  # when the broker had attached every link (epoch ns)
         self.closed: str | None = None  # why, once the link, session or connection went away
+        self.detail = ""  # the broker's own words on why it closed it, if it gave any
         self.on_outcome = self.on_message = None
         self.on_lost = lambda why: None
         self.sock: socket.socket | None = None
@@ -64,8 +66,8 @@ class EngineLink:
         self.conn.open()
         self.session = self.conn.session()
         self.session.open()
-        self.links = [self._link(a, n, sending, settled, prefetch) for a, n in zip(pair_addresses(address, pairs),
-                                                                                  pair_addresses(name, pairs))]
+        self.links = [self._link(a, n, sending, settled, prefetch, durable)
+                      for a, n in zip(pair_addresses(address, pairs), pair_addresses(name, pairs))]
         self.link = self.links[0]
         self._t, self._c, self._l = self.transport._impl, self.collector._impl, self.link._impl
         self._ls = [link._impl for link in self.links]
@@ -77,8 +79,8 @@ class EngineLink:
         self._next_tick = 0.0
         self._terminal = (lib.PN_REJECTED, lib.PN_RELEASED, lib.PN_MODIFIED)
 
-    def _link(self, address: str, name: str, sending: bool, settled: bool, prefetch: int):
-        from proton import Link
+    def _link(self, address: str, name: str, sending: bool, settled: bool, prefetch: int, durable: bool):
+        from proton import Link, Terminus
 
         if sending:
             link = self.session.sender(name)
@@ -90,6 +92,8 @@ class EngineLink:
             link = self.session.receiver(name)
             link.source.address = address
             link.target.address = name
+        if durable:  # the broker's end of the link outlives a restart: RabbitMQ's plugin declares a durable queue for it
+            (link.target if sending else link.source).durability = Terminus.CONFIGURATION
         link.open()
         if not sending:
             link.flow(prefetch)
@@ -118,7 +122,7 @@ class EngineLink:
         if self.closed is not None:
             # a connection that ended with no reason before the link opened: likely no AMQP 1.0 broker there
             raise ConnectionError(f"{self.closed}: {hint}" if self.closed == "connection lost" and not self.opened
-                                  else self.closed)
+                                  else f"{self.closed} ({self.detail})" if self.detail else self.closed)
 
     def _write(self) -> None:
         lib, t = self.lib, self._t
@@ -229,11 +233,11 @@ class EngineLink:
             elif kind in (lib.PN_LINK_REMOTE_CLOSE, lib.PN_LINK_REMOTE_DETACH):
                 from proton import Link
 
-                self._lost(amqp.condition_text("link closed", Link.wrap(lib.pn_event_link(ev)).remote_condition))
+                self._closed_by("link closed", Link.wrap(lib.pn_event_link(ev)).remote_condition)
             elif kind == lib.PN_SESSION_REMOTE_CLOSE:  # RabbitMQ's plugin ends the session for an address it refuses
-                self._lost(amqp.condition_text("session closed", self.session.remote_condition))
+                self._closed_by("session closed", self.session.remote_condition)
             elif kind == lib.PN_CONNECTION_REMOTE_CLOSE:
-                self._lost(amqp.condition_text("connection closed", self.conn.remote_condition))
+                self._closed_by("connection closed", self.conn.remote_condition)
             elif kind == lib.PN_TRANSPORT_ERROR:
                 self._lost(amqp.condition_text("connection lost", self.transport.condition))
             lib.pn_collector_pop(c)
@@ -261,6 +265,13 @@ class EngineLink:
         credit = lib.pn_link_credit(link)
         if credit < self.prefetch // 2:
             lib.pn_link_flow(link, self.prefetch - credit)
+
+    def _closed_by(self, what: str, cond) -> None:
+        """The broker closed the link, session or connection: the short cause, and its description for ``attach``'s
+        error (RabbitMQ: ``inequivalent arg 'durable' for queue ...``)."""
+        if self.closed is None and cond is not None and cond.description:
+            self.detail = str(cond.description)
+        self._lost(amqp.condition_text(what, cond))
 
     def _lost(self, why: str) -> None:
         if self.closed is None:

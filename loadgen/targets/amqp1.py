@@ -3,7 +3,7 @@
     amqp1://guest:guest@127.0.0.1:29672//queue/flightwatch.sut     RabbitMQ 3.x's plugin: the address is /queue/NAME
     amqp1://artemis:artemis@127.0.0.1:61616/flightwatch.sut         Artemis: the queue's (or address') plain name
     ...?settle=presettled                                            at most once: no outcome is awaited
-    ...?durable=true                                                 durable messages (a header says so)
+    ...?durable=true                                                 durable messages and terminus (RabbitMQ: a durable queue)
     ...?pairs=1000                                                   1,000 links, to ADDRESS.0 ... ADDRESS.999
 
 The URL's path, less its first ``/``, is the link's target address (``core.amqp`` has the grammar). Each event is one
@@ -69,7 +69,8 @@ class Amqp1Target:
 
     def _open(self) -> None:
         link = EngineLink(self.spec.host, self.spec.port, self.spec.userinfo, self.address.address, sending=True,
-                          settled=self.presettled, name="flightwatch-loadgen", pairs=self.address.pairs)
+                          settled=self.presettled, name="flightwatch-loadgen", pairs=self.address.pairs,
+                          durable=self.address.durable)
         link.on_outcome = self.outcome
         link.on_lost = lambda why: self.lost(link, why)
         self.link = link

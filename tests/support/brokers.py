@@ -25,6 +25,7 @@ class Broker:
 
     def __init__(self, start, stop, folder: str) -> None:
         self.start, self.stop, self.folder, self.port = start, stop, folder, free_port()
+        self.events: list[tuple[str, int]] = []  # (what, when in ns): the kills and restarts, for a failure's text
         self.procs = [self._started()]
 
     def _started(self):
@@ -39,9 +40,12 @@ class Broker:
         def during() -> None:
             time.sleep(after_s)
             self.stop(self.procs[-1].pid, kill=True)
+            self.events.append(("killed", time.time_ns()))
             time.sleep(down_s)
             self.procs.append(self._started())
             assert wait_port(self.port, 60)
+            self.events.append(("listening again", time.time_ns()))
+        during.events = self.events
         return during
 
     def close(self) -> None:
@@ -117,6 +121,7 @@ def ground_truth(records: list[dict]) -> dict:
     received ones."""
     sends = {r["event_id"]: r["at_ns"] for r in records if r["kind"] == "send"}
     errors = {r["event_id"]: r["error"] for r in records if r["kind"] == "ack" and r.get("error")}
+    acked = {r["event_id"]: r["at_ns"] for r in records if r["kind"] == "ack" and not r.get("error")}
     first: dict[str, int] = {}
     num_receives = 0
     for r in records:
@@ -124,9 +129,14 @@ def ground_truth(records: list[dict]) -> dict:
             num_receives += 1
             first[r["event_id"]] = min(first.get(r["event_id"], r["at_ns"]), r["at_ns"])
     flight = np.array([first[e] - sends[e] for e in first], dtype=np.int64)
-    return {"sent": len(sends), "received": len(first), "duplicates": num_receives - len(first),
+    lost = sorted(set(sends) - set(first) - set(errors), key=sends.get)
+    start = min(sends.values(), default=0)
+    # a lost event's story, for a failure's text: sent and acked when (s into the run), or never acked
+    lost_text = [f"{e} sent at {(sends[e] - start) / 1e9:.3f} s, " + (f"acked at {(acked[e] - start) / 1e9:.3f} s"
+                 if e in acked else "never acked") for e in lost[:5]]
+    return {"start_ns": start, "lost_text": lost_text,"sent": len(sends), "received": len(first), "duplicates": num_receives - len(first),
             "errored": len(errors), "errored_not_received": len(set(errors) - set(first)),
-            "lost": len(set(sends) - set(first) - set(errors)), "flight_ns": flight,
+            "lost": len(lost), "flight_ns": flight,
             "errors_by_cause": {c: list(errors.values()).count(c) for c in set(errors.values())}}
 
 
@@ -166,6 +176,8 @@ def assert_accounted(what: str, s: dict, truth: dict, report: dict) -> None:
           f"{s['duplicates']} errors {s['errors_by_cause']}; truth: lost {truth['lost']} errored {truth['errored']} "
           f"(not received {truth['errored_not_received']}) duplicates {truth['duplicates']}; verdict "
           f"{s['verdict']['state']}: {s['verdict']['message']}")
+    if truth["lost"]:
+        print(f"lost: {'; '.join(truth['lost_text'])}; the broker {', '.join(truth.get('events', ())) or 'not killed'}")
     assert truth["sent"] == s["sent"] == report["requests"]
     assert s["received"] == truth["received"] and s["duplicates"] == truth["duplicates"]
     assert s["errors_by_cause"] == truth["errors_by_cause"]
@@ -214,4 +226,6 @@ def run_attack(broker, rabbit_port, tmp_path, run_id: str, queue: str, rate: int
                 stop_process(p, wait_s=30, group=True)
     summary = json.load(open(tmp_path / run_id / "summary.json"))
     report = json.load(open(tmp_path / "lg" / "report.json"))
-    return summary, ground_truth(telemetry(broker, topic, run_id)), report
+    truth = ground_truth(telemetry(broker, topic, run_id))
+    truth["events"] = [f"{what} at {(ns - truth['start_ns']) / 1e9:.3f} s" for what, ns in getattr(during, "events", ())]
+    return summary, truth, report

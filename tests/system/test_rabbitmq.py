@@ -10,11 +10,23 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
-from support import ROOT
-from support.brokers import assert_accounted, assert_amqp1_kill, assert_exact, attack, run_attack, running, url, url1
+from support import ROOT, create_topic, telemetry
+from support.brokers import (
+    assert_accounted,
+    assert_amqp1_kill,
+    assert_exact,
+    attack,
+    run_attack,
+    running,
+    start_receiver,
+    url,
+    url1,
+)
 
+from core.procs import stop_process
 from stack.rabbitmq import installed, start_rabbitmq, stop_rabbitmq
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers,
@@ -68,6 +80,7 @@ def test_a_queue_that_routes_nowhere_is_counted_as_returned_by_cause(broker, rab
     ("1.0 credentials", "unauthorized"),
     ("1.0 missing queue", "not found"),
     ("1.0 kafka port", "an amqp 1.0 broker?"),
+    ("1.0 durable on a transient queue", "inequivalent arg 'durable'"),
 ])
 def test_bad_amqp_input_is_one_line_and_exit_2_for_the_target_and_the_receiver(broker, rabbit, tmp_path, case, words):
     port, _, _ = rabbit
@@ -77,8 +90,15 @@ def test_bad_amqp_input_is_one_line_and_exit_2_for_the_target_and_the_receiver(b
                "kafka port": url(kafka_port, "q1"),
                "1.0 credentials": url1(port, "/queue/q1", user="guest:wrong"),
                "1.0 missing queue": url1(port, "/amq/queue/fw-absent"),   # /amq/queue/ names a queue that must exist
-               "1.0 kafka port": url1(kafka_port, "/queue/q1")}
+               "1.0 kafka port": url1(kafka_port, "/queue/q1"),
+               "1.0 durable on a transient queue": url1(port, "/queue/fw-transient?durable=true")}
     target = targets[case]
+    if case == "1.0 durable on a transient queue":  # declared before by a link with no durable terminus
+        import pika
+
+        conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/%2F"))
+        conn.channel().queue_declare("fw-transient", durable=False)
+        conn.close()
     lg = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s", "--target", target,
                          "--no-telemetry", "--metrics-listen", "none", "--wait", "0s", "--out", str(tmp_path / "lg")],
                         cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -132,11 +152,46 @@ def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_bla
 
 @pytest.mark.parametrize("durable", [False, True], ids=["transient", "durable"])
 def test_rabbitmq_killed_under_amqp_1_0_is_accounted_exactly_and_blamed_on_the_sut(broker, rabbit, tmp_path, durable):
-    """The same kill through RabbitMQ's AMQP 1.0 plugin: the plugin's ``/queue/NAME`` is a durable queue; durable
-    messages (``?durable=true``, a header that says so) that the broker accepted survive its crash."""
+    """The same kill through RabbitMQ's AMQP 1.0 plugin. With ``?durable=true`` (a durable header and a durable
+    terminus, so the plugin's ``/queue/NAME`` is a durable queue) no message the broker accepted is lost. The receiver
+    keeps the queue near empty, so this kill rarely finds a message waiting: the next test parks them."""
     port, _, _ = rabbit
     queue = "killed1-durable" if durable else "killed1-transient"
     target = url1(port, f"/queue/{queue}" + ("?durable=true" if durable else ""))
     s, truth, report = run_attack(broker, port, tmp_path, f"rmq1-kill-{queue}", "", 1000, 20, target=target,
                                   during=rabbit.kill_and_restart())
     assert_amqp1_kill(f"RabbitMQ AMQP 1.0 killed ({queue})", s, truth, report, durable)
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["transient", "durable"])
+def test_what_the_amqp_1_0_plugin_accepted_and_nobody_consumed_outlives_a_kill_only_when_durable(broker, rabbit, tmp_path,
+                                                                                                 durable):
+    """1,000 messages sent with no receiver, then RabbitMQ killed -9 and started again, then the receiver. With
+    ``?durable=true`` every message the plugin accepted is received; without, none is (the plugin declares
+    ``/queue/NAME`` durable only for a durable terminus, and a transient queue is gone after the crash)."""
+    port, _, _ = rabbit
+    queue = "parked1-durable" if durable else "parked1-transient"
+    target = url1(port, f"/queue/{queue}" + ("?durable=true" if durable else ""))
+    lg = attack(broker, "unused", queue, target, tmp_path, "--rate", "500", "--duration", "2s", "--no-telemetry")
+    out = lg.communicate(timeout=120)[0]
+    assert lg.returncode == 0, out[-3000:]
+    report = json.load(open(tmp_path / "lg" / "report.json"))
+    accepted = report["requests"] - sum(report["errors"].values())
+    assert accepted == 1000, report["errors"]
+    rabbit.kill_and_restart(after_s=0, down_s=1)()
+    topic = f"tel-{queue}"
+    create_topic(broker, topic)
+    rx = start_receiver(broker, topic, target, tmp_path / "rx")
+    try:
+        deadline = time.monotonic() + (30 if durable else 5)  # the transient queue: 5 s for anything to come
+        while time.monotonic() < deadline and len(received := receives(broker, topic, queue)) < accepted:
+            time.sleep(1)
+    finally:
+        stop_process(rx, wait_s=30, group=True)
+    received = receives(broker, topic, queue)
+    print(f"\nRabbitMQ AMQP 1.0, {queue}: {accepted:,} accepted, {len(received):,} received after kill -9")
+    assert len(received) == (accepted if durable else 0)
+
+
+def receives(broker: str, topic: str, run_id: str) -> set[str]:
+    return {r["event_id"] for r in telemetry(broker, topic, run_id) if r["kind"] == "recv"}
