@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--idle-batch-interval", default="2s",
                        help="with fewer than %d new messages (machine records only: no attack), run a batch at most "
                             "this often (default %%(default)s; 0 runs one at every trigger)" % IDLE_BATCH_MESSAGES)
+        s.add_argument("--quiet-batch-interval", default="10s",
+                       help="after a minute with machine records only, run a batch at most this often; a run's "
+                            "first messages start one at once (default %(default)s; 0: as --idle-batch-interval)")
         s.add_argument("--available-now", action="store_true",
                        help="process what is in the topic now, then stop (tests, catch-up)")
         s.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"),
@@ -197,6 +200,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
                                   join_partitions=1 if getattr(a, "join_partitions", None) is None else a.join_partitions, **given)
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
+        quiet_batch_ns = parse_duration_ns(getattr(a, "quiet_batch_interval", "10s"))
         slice_grace_ns = parse_duration_ns(getattr(a, "slice_grace", "90s"))
         join_cache_bytes = parse_size(getattr(a, "join_cache", JOIN_CACHE))
     except ValueError as e:
@@ -209,7 +213,7 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         raise UsageError("--max-offsets-per-trigger must be a positive number")
     return JobConfig(
         command=a.command, run_dir=out, engine=eng, trigger_ms=trigger_ns // 1_000_000,
-        idle_batch_ms=idle_batch_ns // 1_000_000, slice_grace_ms=slice_grace_ns // 1_000_000,
+        idle_batch_ms=idle_batch_ns // 1_000_000, quiet_batch_ms=quiet_batch_ns // 1_000_000, slice_grace_ms=slice_grace_ns // 1_000_000,
         available_now=getattr(a, "available_now", False), master=getattr(a, "master", "local[2]"),
         bootstrap=getattr(a, "bootstrap", None), topic=getattr(a, "topic", None),
         source=getattr(a, "source", "flightwatch_kafka"), starting_offsets=getattr(a, "starting_offsets", "earliest"),

@@ -25,6 +25,7 @@ class JobConfig:
     engine: EngineConfig
     trigger_ms: int = 500
     idle_batch_ms: int = 2000
+    quiet_batch_ms: int = 10_000
     slice_grace_ms: int = 90_000  # a time slice of the topic is deleted this long after its end, once read
     available_now: bool = False
     master: str = "local[2]"

@@ -95,7 +95,8 @@ def telemetry_stream(spark, cfg: JobConfig):
         reader = (reader.option("bootstrap", cfg.bootstrap).option("decode", str(not cfg.decodes_in_driver()).lower())
                   .option("run", cfg.engine.run_id)
                   .option("minBatchMessages", str(IDLE_BATCH_MESSAGES))
-                  .option("maxBatchWaitMs", str(cfg.idle_batch_ms)).option("sliceGraceMs", str(cfg.slice_grace_ms)))
+                  .option("maxBatchWaitMs", str(cfg.idle_batch_ms)).option("quietBatchWaitMs", str(cfg.quiet_batch_ms))
+                  .option("sliceGraceMs", str(cfg.slice_grace_ms)))
     reader = reader.option("subscribe", cfg.topic).option("startingOffsets", cfg.starting_offsets)
     if cfg.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))

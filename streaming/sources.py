@@ -14,7 +14,10 @@ Idle batching: with ``minBatchMessages`` N, a micro-batch waits until N new mess
 or ``maxBatchWaitMs`` has passed since the first of them. At idle only machine records come
 (a node sample and a heartbeat a second), so the job runs a batch every couple of seconds
 instead of every trigger; under load every agent sends several messages a trigger and
-nothing waits.
+nothing waits. After ``QUIET_AFTER_S`` in which messages came slower than ``BUSY_RATE``, the job
+is quiet: a batch waits up to ``quietBatchWaitMs``, and only messages coming at that rate (a run
+began) start one at once. A run's close, its drop timeout after its last send, falls in the
+minute before, with batches as often as before.
 
 Read tasks run in pyspark's reused Python workers: a worker keeps its consumer between tasks
 (a new one costs a connection and a metadata round trip per partition per batch) and calls
@@ -48,6 +51,11 @@ KAFKA_SCHEMA = (
 )
 HIGHWATER_WAIT_S = 1.0
 """How long the planner waits for every partition's high watermark before using what it has."""
+QUIET_AFTER_S = 60.0
+"""A minute in which messages came slower than ``BUSY_RATE`` (machine records only): the job is quiet."""
+BUSY_RATE = 5.0
+"""Messages a second that say a run is on: at idle a node sample, a heartbeat and the job's own records come, ~2 a
+second; in a run each writer (the load generator, each receiver) sends one every 100 ms at least."""
 
 class _KafkaPartition(InputPartition):
     def __init__(self, topic: str, partition: int, start: int, end: int, reset: dict | None = None,
@@ -93,6 +101,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.run_id = options.get("run")
         self.min_messages = int(options.get("minbatchmessages", 1))
         self.max_wait_s = int(options.get("maxbatchwaitms", 0)) / 1000
+        self.quiet_wait_s = max(int(options.get("quietbatchwaitms", 0)) / 1000, self.max_wait_s)
+        self._busy_at = time.monotonic()  # the last planning that saw N messages arrive (the job's start, at first)
+        self._last_new = 0  # the new messages the last planning saw (a batch that waits keeps its start)
+        self._last_at = self._busy_at  # when it planned
         self.grace_s = int(options.get("slicegracems", RETIRE_GRACE_S * 1000)) / 1000
         self._pending_since: float | None = None
         self._known_end: dict[tuple[str, int], int] = {}
@@ -267,16 +279,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pass
 
     def _hold(self, num_new: int, now: float | None = None) -> bool:
-        """Whether ``num_new`` new messages wait for more (fewer than ``min_messages``, not yet ``max_wait_s``)."""
-        if num_new <= 0 or num_new >= self.min_messages:
-            self._pending_since = None
-            return False
+        """Whether ``num_new`` new messages wait for more: fewer than ``min_messages`` and not yet ``max_wait_s``;
+        once quiet, not yet ``quiet_wait_s`` and none coming at ``BUSY_RATE`` since the last planning."""
         now = time.monotonic() if now is None else now
+        arrived, self._last_new = num_new - self._last_new, num_new
+        if arrived >= BUSY_RATE * max(now - self._last_at, 0.5):  # a batch that ran long: more arrived since
+            self._busy_at = now
+        self._last_at = now
+        quiet = now - self._busy_at >= QUIET_AFTER_S
+        if num_new <= 0 or (num_new >= self.min_messages and not quiet):
+            self._pending_since, self._last_new = None, 0
+            return False
         if self._pending_since is None:
             self._pending_since = now
-        if now - self._pending_since < self.max_wait_s:
+        if now - self._pending_since < (self.quiet_wait_s if quiet else self.max_wait_s):
             return True
-        self._pending_since = None
+        self._pending_since, self._last_new = None, 0
         return False
 
     def reportLatestOffset(self):

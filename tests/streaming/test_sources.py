@@ -294,3 +294,56 @@ def test_time_slices_are_read_in_order_exactly_once_and_deleted_once_read(broker
     print(f"\n{written * 50} records in {len(slices_seen | deleted)} slices, {len(deleted)} deleted once read; left: {sorted(left)}")
     admin.close()
     r.stop()
+
+
+def _batch_times(r: KafkaStreamReader, arrivals, until_s: float, trigger_s: float = 1.5) -> list[float]:
+    """When batches run: plannings every ``trigger_s`` on a simulated clock, ``arrivals(t0, t1)`` new messages
+    between two, a batch whenever ``_hold`` lets one go (its messages are then read)."""
+    t0 = r._busy_at
+    times, waiting, t = [], 0, 0.0
+    while t < until_s:
+        waiting += arrivals(t, t + trigger_s)
+        t += trigger_s
+        if waiting and not r._hold(waiting, now=t0 + t):
+            times.append(t)
+            waiting = 0
+    return times
+
+
+def test_a_quiet_job_runs_a_batch_at_most_every_quiet_interval_and_at_once_when_a_run_begins():
+    """Idle traffic (2 machine messages a second): a batch every ~4 s in the job's first minute, then every 10 s
+    (quiet); 30 messages in one trigger (a run's first, each writer a message every 100 ms) start one at once, and
+    batches come as often as before for the next minute."""
+    r = KafkaStreamReader({"subscribe": "t", "minbatchmessages": "8", "maxbatchwaitms": "2000",
+                           "quietbatchwaitms": "10000"})
+    def arrivals(a, b):
+        return round(2 * b) - round(2 * a) + (30 if a <= 200 < b else 0)
+
+    times = _batch_times(r, arrivals, 320)
+    first_minute = [t for t in times if t <= 60]
+    quiet = [t for t in times if 75 <= t < 200]
+    gaps = [b - a for a, b in zip(quiet, quiet[1:])]
+    assert len(first_minute) >= 12 and max(b - a for a, b in zip(first_minute, first_minute[1:])) <= 4.5
+    assert gaps and all(9.9 <= g <= 12 for g in gaps), gaps
+    assert any(200 < t <= 201.5 for t in times), [t for t in times if t > 190]
+    after = [t for t in times if 202 < t <= 260]
+    assert max(b - a for a, b in zip(after, after[1:])) <= 4.5, after
+    later = [t for t in times if t > 270]  # a minute after the run's last message: quiet again
+    assert all(b - a >= 9.9 for a, b in zip(later, later[1:])), later
+
+
+def test_without_a_quiet_interval_a_batch_waits_as_before():
+    r = KafkaStreamReader({"subscribe": "t", "minbatchmessages": "8", "maxbatchwaitms": "2000"})
+    times = _batch_times(r, lambda a, b: round(2 * b) - round(2 * a), 300)
+    assert max(b - a for a, b in zip(times, times[1:])) <= 4.5
+
+
+def test_a_late_planning_after_a_long_batch_does_not_end_the_quiet_but_a_run_does():
+    """What came in a long wait (a batch that ran 6 s) is judged as a rate, not a count: 9 messages in 6 s stay
+    quiet; 18 in one 1.5 s trigger start a batch at once."""
+    r = KafkaStreamReader({"subscribe": "t", "minbatchmessages": "8", "maxbatchwaitms": "2000",
+                           "quietbatchwaitms": "10000"})
+    t = r._busy_at + 100  # a quiet job
+    assert r._hold(3, now=t)
+    assert r._hold(12, now=t + 6)
+    assert not r._hold(30, now=t + 7.5)
