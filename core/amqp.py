@@ -123,9 +123,9 @@ class Amqp1Address:
     ``?settle=unsettled`` (at least once: each waits for the broker's outcome; the default) or ``presettled`` (at
     most once), and ``?durable=true``: each message's header says durable (a broker keeps it on disk across a
     restart; without a header it is not durable, AMQP 1.0's default), and each link's terminus at the broker is
-    durable (``configuration``: RabbitMQ 3.x's plugin declares ``/queue/NAME`` durable only then). ``?pairs=N``: N sender-receiver pairs, each on
-    its own address ``ADDRESS.0`` ... ``ADDRESS.<N-1>`` over one connection (the Dispatch Router tests' method): the
-    load generator sends event k to pair k mod N, the receiver consumes all N."""
+    durable (``configuration``: RabbitMQ 3.x's plugin declares ``/queue/NAME`` durable only then). ``?pairs=N``: N
+    sender-receiver pairs, each on its own address ``ADDRESS.0`` ... ``ADDRESS.<N-1>`` over one connection (the
+    Dispatch Router tests' method): the load generator sends event k to pair k mod N, the receiver consumes all N."""
     address: str
     settle: str = "unsettled"
     durable: bool = False

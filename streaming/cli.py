@@ -213,7 +213,8 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
         raise UsageError("--max-offsets-per-trigger must be a positive number")
     return JobConfig(
         command=a.command, run_dir=out, engine=eng, trigger_ms=trigger_ns // 1_000_000,
-        idle_batch_ms=idle_batch_ns // 1_000_000, quiet_batch_ms=quiet_batch_ns // 1_000_000, slice_grace_ms=slice_grace_ns // 1_000_000,
+        idle_batch_ms=idle_batch_ns // 1_000_000, quiet_batch_ms=quiet_batch_ns // 1_000_000,
+        slice_grace_ms=slice_grace_ns // 1_000_000,
         available_now=getattr(a, "available_now", False), master=getattr(a, "master", "local[2]"),
         bootstrap=getattr(a, "bootstrap", None), topic=getattr(a, "topic", None),
         source=getattr(a, "source", "flightwatch_kafka"), starting_offsets=getattr(a, "starting_offsets", "earliest"),

@@ -101,8 +101,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.run_id = options.get("run")
         self.min_messages = int(options.get("minbatchmessages", 1))
         self.max_wait_s = int(options.get("maxbatchwaitms", 0)) / 1000
-        self.quiet_wait_s = max(int(options.get("quietbatchwaitms", 0)) / 1000, self.max_wait_s)
-        self._busy_at = time.monotonic()  # the last planning that saw N messages arrive (the job's start, at first)
+        # no idle wait (a batch at every trigger) is no quiet wait either
+        self.quiet_wait_s = max(int(options.get("quietbatchwaitms", 0)) / 1000, self.max_wait_s) if self.max_wait_s else 0.0
+        self._busy_at = time.monotonic()  # the last planning that saw messages come at BUSY_RATE (at first, the start)
         self._last_new = 0  # the new messages the last planning saw (a batch that waits keeps its start)
         self._last_at = self._busy_at  # when it planned
         self.grace_s = int(options.get("slicegracems", RETIRE_GRACE_S * 1000)) / 1000

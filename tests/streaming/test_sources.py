@@ -347,3 +347,9 @@ def test_a_late_planning_after_a_long_batch_does_not_end_the_quiet_but_a_run_doe
     assert r._hold(3, now=t)
     assert r._hold(12, now=t + 6)
     assert not r._hold(30, now=t + 7.5)
+
+
+def test_no_idle_wait_is_no_quiet_wait_either():
+    """``--idle-batch-interval 0`` (a batch at every trigger) holds nothing, quiet or not."""
+    r = KafkaStreamReader({"subscribe": "t", "minbatchmessages": "8", "maxbatchwaitms": "0", "quietbatchwaitms": "10000"})
+    assert not r._hold(1, now=r._busy_at + 100)

@@ -12,12 +12,14 @@ step in CI after ``make test``.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 from support import ROOT, run_job
@@ -73,15 +75,16 @@ class Cluster:
         self.logs.append(str(self.tmp_path / "hosts" / name / "out.log"))
         return open(self.logs[-1], "wb")
 
-    def job(self, run_id: str) -> subprocess.Popen:
-        """The driver as a platform team starts one: its cluster and its address given by spark-defaults.conf; once
-        it has run its first batch."""
+    def job(self, run_id: str, conf_lines: tuple[str, ...] = ()) -> subprocess.Popen:
+        """The driver as a platform team starts one: its cluster and its address given by spark-defaults.conf (with
+        ``conf_lines`` more); once it has run its first batch."""
         driver = self.h["driver"].ip
         conf = self.tmp_path / "hosts" / "driver" / "conf"
         conf.mkdir(parents=True, exist_ok=True)
-        (conf / "spark-defaults.conf").write_text(
-            f"spark.master spark://{self.master}:{MASTER_PORT}\nspark.driver.host {driver}\n"
-            f"spark.driver.bindAddress {driver}\nspark.driver.memory 1g\nspark.executor.memory 512m\n")
+        (conf / "spark-defaults.conf").write_text("\n".join((
+            f"spark.master spark://{self.master}:{MASTER_PORT}", f"spark.driver.host {driver}",
+            f"spark.driver.bindAddress {driver}", "spark.driver.memory 1g", "spark.executor.memory 512m",
+            *conf_lines)) + "\n")
         job = self.h["driver"].popen([sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap",
                                       self.broker, "--topic", TOPIC, "--checkpoints", str(self.shared), "--join-on",
                                       "executors", "--drop-timeout", "5s", "--metrics-listen", "none",
@@ -194,3 +197,74 @@ def test_a_worker_killed_mid_run_has_its_tasks_redone_on_the_other_and_loses_not
     assert len(doomed) >= 2, doomed  # an executor was running there
     assert "Lost executor" in driver_log, driver_log[-3000:]
     assert after.get("worker-0", 0) > 0 and "worker-1" not in after, after
+
+
+@contextlib.contextmanager
+def cpu_quota(pid: int, cores: float):
+    """``pid`` and every process it starts held to ``cores`` of CPU by a cgroup (v1 ``cpu``: a CFS quota), as a host of
+    that size would hold them; the cgroup removed after."""
+    import psutil
+
+    cg = f"/sys/fs/cgroup/cpu/flightwatch-test-{uuid.uuid4().hex[:8]}"
+    os.mkdir(cg)
+    try:
+        with open(os.path.join(cg, "cpu.cfs_period_us"), "w") as f:
+            f.write("100000")
+        with open(os.path.join(cg, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(int(cores * 100000)))
+        root = psutil.Process(pid)
+        for p in (root, *root.children(recursive=True)):  # a process in a cgroup: the children it starts after, too
+            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                f.write(str(p.pid))
+        yield cg
+    finally:
+        for _ in range(50):  # its processes, stopped with the hosts, leave it
+            try:
+                os.rmdir(cg)
+                break
+            except OSError:
+                time.sleep(0.2)
+
+
+def speculative_tasks(event_log_dir) -> tuple[int, int]:
+    """Spark's event log: the speculative task attempts started, and those of them that finished first."""
+    started = won = 0
+    for path in glob.glob(os.path.join(event_log_dir, "*")):
+        with open(path, errors="replace") as f:
+            for line in f:
+                if '"Speculative":true' not in line:
+                    continue
+                e = json.loads(line)
+                started += e["Event"] == "SparkListenerTaskStart"
+                won += e["Event"] == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] == "Success"
+    return started, won
+
+
+@pytest.mark.cluster
+@pytest.mark.integration
+def test_a_slowed_hosts_tasks_run_again_speculatively_and_every_event_counts_once(tmp_path):
+    """``spark.speculation=true`` and worker-1 held to a tenth of a core by a cgroup CPU quota (a CPU hog on that
+    host alone: on this machine the hosts share two cores, so a hog process would slow them all): its tasks lag,
+    Spark starts copies of them on worker-0 and both attempts run. Two attempts of a join task write the same files;
+    the run at 2,000 events/s is exact and equals its local replay."""
+    if (why := usable()) is not None:
+        pytest.skip(why)
+    run_id, rate, seconds = "speculation", 2000, 40
+    with Hosts(HOSTS, shared=tmp_path / "shared", private=tmp_path / "hosts", checkout=ROOT) as h:
+        c = Cluster(h, tmp_path)
+        events = tmp_path / "hosts" / "driver" / "events"  # the driver host's /tmp/events
+        events.mkdir(parents=True)
+        events.chmod(0o777)
+        with cpu_quota(c.workers["worker-1"].pid, 0.1):
+            job = c.job(run_id, ("spark.speculation true", "spark.speculation.quantile 0.5",
+                                 "spark.eventLog.enabled true", "spark.eventLog.dir file:/tmp/events"))
+            c.finish(job, c.attack(run_id, rate, seconds), seconds)
+    report = json.loads((tmp_path / "hosts" / "loadgen" / "lg" / "report.json").read_text())
+    s = check_exact_and_replayed(c.shared, run_id, report, rate, seconds)
+    started, won = speculative_tasks(events)
+    ran = join_tasks(c.shared / run_id / "batches")
+    print(f"\nworker-1 at 0.1 core, speculation on: {started} speculative task attempts, {won} of them finished first; "
+          f"join tasks by host {ran}; sent {s['sent']:,}, received {s['received']:,}, dropped {s['dropped']}, "
+          f"duplicates {s['duplicates']}; p50 {s['latency_us']['p50'] / 1000:.2f} ms p99 "
+          f"{s['latency_us']['p99'] / 1000:.2f} ms")
+    assert started > 0 and won > 0, (started, won)
