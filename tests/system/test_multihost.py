@@ -201,8 +201,8 @@ def test_a_worker_killed_mid_run_has_its_tasks_redone_on_the_other_and_loses_not
 
 @contextlib.contextmanager
 def cpu_quota(pid: int, cores: float):
-    """``pid`` and every process it starts held to ``cores`` of CPU by a cgroup (v1 ``cpu``: a CFS quota), as a host of
-    that size would hold them; the cgroup removed after."""
+    """``pid``, its processes and those they start held to ``cores`` of CPU by a cgroup (v1 ``cpu``: a CFS quota), as
+    a host of that size would hold them; after, those still running go back to the parent and the cgroup is removed."""
     import psutil
 
     cg = f"/sys/fs/cgroup/cpu/flightwatch-test-{uuid.uuid4().hex[:8]}"
@@ -218,18 +218,19 @@ def cpu_quota(pid: int, cores: float):
                 f.write(str(p.pid))
         yield cg
     finally:
-        for _ in range(50):  # its processes, stopped with the hosts, leave it
-            try:
-                os.rmdir(cg)
-                break
-            except OSError:
-                time.sleep(0.2)
+        with open(os.path.join(cg, "cgroup.procs")) as f:  # those still running go back to the parent, unlimited
+            for pid_text in f.read().split():
+                with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(cg), "cgroup.procs"), "w") as g:
+                    g.write(pid_text)
+        os.rmdir(cg)
 
 
 def speculative_tasks(event_log_dir) -> tuple[int, int]:
     """Spark's event log: the speculative task attempts started, and those of them that finished first."""
     started = won = 0
-    for path in glob.glob(os.path.join(event_log_dir, "*")):
+    for path in glob.glob(os.path.join(event_log_dir, "**", "*"), recursive=True):  # Spark 4: eventlog_v2_app-*/
+        if os.path.isdir(path):
+            continue
         with open(path, errors="replace") as f:
             for line in f:
                 if '"Speculative":true' not in line:
@@ -255,10 +256,16 @@ def test_a_slowed_hosts_tasks_run_again_speculatively_and_every_event_counts_onc
         events = tmp_path / "hosts" / "driver" / "events"  # the driver host's /tmp/events
         events.mkdir(parents=True)
         events.chmod(0o777)
+        job = c.job(run_id, ("spark.speculation true", "spark.speculation.quantile 0.5",
+                             "spark.eventLog.enabled true", "spark.eventLog.dir file:/tmp/events",
+                             "spark.eventLog.compress false"))
+        batches = c.shared / run_id / "batches"
+        lg = c.attack(run_id, rate, seconds)
+        before_attack = last_batch(batches)
+        # slowed once its executor serves the attack (an executor started at a tenth of a core takes minutes to come)
+        wait_for("join tasks on worker-1", lambda: "worker-1" in join_tasks(batches, before_attack), 60, c.logs)
         with cpu_quota(c.workers["worker-1"].pid, 0.1):
-            job = c.job(run_id, ("spark.speculation true", "spark.speculation.quantile 0.5",
-                                 "spark.eventLog.enabled true", "spark.eventLog.dir file:/tmp/events"))
-            c.finish(job, c.attack(run_id, rate, seconds), seconds)
+            c.finish(job, lg, seconds)
     report = json.loads((tmp_path / "hosts" / "loadgen" / "lg" / "report.json").read_text())
     s = check_exact_and_replayed(c.shared, run_id, report, rate, seconds)
     started, won = speculative_tasks(events)
