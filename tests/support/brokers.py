@@ -25,7 +25,6 @@ class Broker:
 
     def __init__(self, start, stop, folder: str) -> None:
         self.start, self.stop, self.folder, self.port = start, stop, folder, free_port()
-        self.events: list[tuple[str, int]] = []  # (what, when in ns): the kills and restarts, for a failure's text
         self.procs = [self._started()]
 
     def _started(self):
@@ -37,15 +36,17 @@ class Broker:
     def kill_and_restart(self, after_s: float = 6, down_s: float = 3):
         """A ``during`` for ``run_attack``: kill -9 ``after_s`` into the attack, started again ``down_s`` later on
         its own state (log, journal, Mnesia)."""
+        events: list[tuple[str, int]] = []  # (what, when in ns), for a failure's text
+
         def during() -> None:
             time.sleep(after_s)
             self.stop(self.procs[-1].pid, kill=True)
-            self.events.append(("killed", time.time_ns()))
+            events.append(("killed", time.time_ns()))
             time.sleep(down_s)
             self.procs.append(self._started())
             assert wait_port(self.port, 60)
-            self.events.append(("listening again", time.time_ns()))
-        during.events = self.events
+            events.append(("listening again", time.time_ns()))
+        during.events = events
         return during
 
     def close(self) -> None:
@@ -134,9 +135,9 @@ def ground_truth(records: list[dict]) -> dict:
     # a lost event's story, for a failure's text: sent and acked when (s into the run), or never acked
     lost_text = [f"{e} sent at {(sends[e] - start) / 1e9:.3f} s, " + (f"acked at {(acked[e] - start) / 1e9:.3f} s"
                  if e in acked else "never acked") for e in lost[:5]]
-    return {"start_ns": start, "lost_text": lost_text,"sent": len(sends), "received": len(first), "duplicates": num_receives - len(first),
+    return {"sent": len(sends), "received": len(first), "duplicates": num_receives - len(first),
             "errored": len(errors), "errored_not_received": len(set(errors) - set(first)),
-            "lost": len(lost), "flight_ns": flight,
+            "lost": len(lost), "flight_ns": flight, "start_ns": start, "lost_text": lost_text,
             "errors_by_cause": {c: list(errors.values()).count(c) for c in set(errors.values())}}
 
 

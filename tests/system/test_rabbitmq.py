@@ -184,7 +184,7 @@ def test_what_the_amqp_1_0_plugin_accepted_and_nobody_consumed_outlives_a_kill_o
     rx = start_receiver(broker, topic, target, tmp_path / "rx")
     try:
         deadline = time.monotonic() + (30 if durable else 5)  # the transient queue: 5 s for anything to come
-        while time.monotonic() < deadline and len(received := receives(broker, topic, queue)) < accepted:
+        while time.monotonic() < deadline and len(receives(broker, topic, queue)) < accepted:
             time.sleep(1)
     finally:
         stop_process(rx, wait_s=30, group=True)
