@@ -5,7 +5,9 @@ images' user) with the checkout read-only: the telemetry broker (Tansu), a Spark
 one core, the job's driver (given its master and address by ``spark-defaults.conf``, as a platform team gives a
 driver pod its cluster), the HTTP receiver agent and the load generator. Only the run folders' volume is common to
 them. A minute at 5,000 events/s, the join on the executors: the run's counts and p50/p90/p99 must equal those of a
-local-mode replay of its archive, nothing may be lost, and join tasks must have run on both workers.
+local-mode replay of its archive, nothing may be lost, and join tasks must have run on both workers. Then two
+faults on the same hosts, at 2,000 events/s, each run exact and equal to its replay: worker-1 killed -9 mid-run (its
+Worker and executor), and speculation on with worker-1 held to a tenth of a core by a cgroup CPU quota.
 
 It needs root and the machine (a Spark cluster and a 5,000/s run on two cores): ``make test-cluster``, its own
 step in CI after ``make test``.
