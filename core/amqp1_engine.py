@@ -120,9 +120,9 @@ class EngineLink:
         if self.closed is None:
             self.pump(0.1)
         if self.closed is not None:
-            # a connection that ended with no reason before the link opened: likely no AMQP 1.0 broker there
-            raise ConnectionError(f"{self.closed}: {hint}" if self.closed == "connection lost" and not self.opened
-                                  else f"{self.closed} ({self.detail})" if self.detail else self.closed)
+            if self.closed == "connection lost" and not self.opened:  # ended with no reason: likely no AMQP 1.0 broker
+                raise ConnectionError(f"{self.closed}: {hint}")
+            raise ConnectionError(f"{self.closed} ({self.detail})" if self.detail else self.closed)
 
     def _write(self) -> None:
         lib, t = self.lib, self._t

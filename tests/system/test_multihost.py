@@ -27,6 +27,8 @@ import pytest
 from support import ROOT, run_job
 from support.hosts import Hosts, spark_master_state, tails, usable, wait_for
 
+from core.rundir import batch_file, ids_in
+
 RATE, SECONDS = 5000, 60
 TOPIC = "flightwatch.telemetry"
 BROKER_PORT, MASTER_PORT, MASTER_UI, RECEIVER_PORT = 9092, 7077, 8080, 18080
@@ -115,15 +117,16 @@ class Cluster:
 def join_tasks(batches, after: int = -1) -> dict[str, int]:
     """Join tasks by host over the batches after batch ``after`` (a task names its host and its executor's folder)."""
     ran: dict[str, int] = {}
-    for f in batches.glob("batch-*.json"):
-        if int(f.stem.split("-")[1]) > after:  # batch-N.json
-            for where, n in json.loads(f.read_text()).get("join_tasks", {}).items():
-                ran[where.split(":")[0]] = ran.get(where.split(":")[0], 0) + n
+    for n in ids_in(str(batches), "batch-*.json"):
+        if n > after:
+            with open(batch_file(str(batches), n, "json")) as f:
+                for where, count in json.load(f).get("join_tasks", {}).items():
+                    ran[where.split(":")[0]] = ran.get(where.split(":")[0], 0) + count
     return ran
 
 
 def last_batch(batches) -> int:
-    return max(int(f.stem.split("-")[1]) for f in batches.glob("batch-*.json"))
+    return ids_in(str(batches), "batch-*.json")[-1]
 
 
 def check_exact_and_replayed(shared, run_id: str, report: dict, rate: int, seconds: int) -> dict:
