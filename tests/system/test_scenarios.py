@@ -67,6 +67,14 @@ def assert_cells_exact(env, doc: dict, cells: int) -> list[tuple[dict, dict]]:
     return out
 
 
+def sent_of(lg: dict, scheduled: int) -> int:
+    """The sends the cell made: its schedule's, less those still due when the schedule ended (like vegeta, nothing is
+    sent after it: a stall of a few ms at the end on a busy machine leaves the last one or two unsent)."""
+    assert lg["scheduled"] == scheduled and lg["requests"] + lg["unsent"] == scheduled, lg
+    assert lg["unsent"] <= 0.001 * scheduled + 2, lg
+    return lg["requests"]
+
+
 def assert_peer(c: dict, s: dict, tool: str, rate: int, resolution_us: int, p999: bool) -> dict:
     """The cell's peer ran at its rate and said its figures; flightwatch's side beside it counts the sends of the
     peer's step inside the measured span, every one received; the CPU ratio and the agreement are there."""
@@ -132,15 +140,17 @@ def test_fifty_sender_receiver_pairs_on_artemis(stack_env):
     row = assert_peer(c, s, "artemis perf client", 500, 1, True)
     assert row["peer"]["settings"]["pairs"] == 50 and row["flightwatch"]["cpu_of"] == "generator and receiver"
     assert row["peer"]["received"] == row["peer"]["sent"] > 0
-    assert s["sent"] == 50 * 10 * 20 and lg["client"]["pairs"] == 50
+    sent = sent_of(lg, 50 * 10 * 20)
+    assert lg["client"]["pairs"] == 50
     p = c["pairs"]
     assert p["pairs"] == 50 and p["disagreements"] == [] and p["lost"] == p["pairs_with_loss"] == p["pairs_late"] == 0
     assert p["attached"]["before_first_send"] and p["attached"]["receivers_ns"] < p["attached"]["senders_ns"]
     rows = json.load(open(os.path.join(stack_env["FLIGHTWATCH_CHECKPOINTS"], c["run_id"], "pairs.json")))
-    assert [(r["pair"], r["sent"], r["received"], r["duplicates"]) for r in rows] == [(i, 200, 200, 0) for i in range(50)]
+    assert [(r["pair"], r["received"], r["duplicates"]) for r in rows] == [(i, r["sent"], 0) for i, r in enumerate(rows)]
+    assert sum(r["sent"] for r in rows) == sent and all(200 - lg["unsent"] <= r["sent"] <= 200 for r in rows)
     assert p["worst_pair_p99_us"] == max(r["p99_us"] for r in rows) >= p["pair_p99_median_us"] > 0
     row = next(line for line in text.splitlines() if line.startswith("| 50 |"))
-    assert "| yes, " in row and "before the first send" in row and "| 10,000 | 10,000 | 0 (0 pairs) | 0 |" in row
+    assert "| yes, " in row and "before the first send" in row and f"| {sent:,} | {sent:,} | 0 (0 pairs) | 0 |" in row
     assert "the receiver attached all 50 links" in out
 
 
@@ -164,7 +174,9 @@ def test_routing_scalability_on_rabbitmq(stack_env):
         conn.channel().queue_declare("flightwatch.topic.q99", passive=True)
     conn.close()
     assert "the stack's receiver is as before the scenario again (`python -m stack renew-sut --sut rabbitmq`: exit 0)" in out
-    assert "| 1 | 6,000 | 6,000 | 0 |" in text and "| 100 | 6,000 | 6,000 | 0 |" in text
+    for c, (_, lg) in zip(doc["cells"], runs):  # 500/s for 12 s
+        sent = sent_of(lg, 6000)
+        assert f"| {c['cell']['bindings']:,} | {sent:,} | {sent:,} | 0 |" in text, (c["cell"], sent)
     assert "**Routing cost: " in text and "the receiver bound and consumes all 100 queues" in out
 
 
