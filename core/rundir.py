@@ -172,6 +172,10 @@ class DriverLease:
         return cls(path, fd, token)
 
     def check(self) -> None:
+        if not os.path.exists(self.path):
+            raise LeaseLost(f"run folder {os.path.dirname(self.path)} is gone from host {socket.gethostname()} (no "
+                            f"{os.path.basename(self.path)} there): removed, or its volume taken away; this driver "
+                            "stops without writing")
         if _lease_record(self.path).get("token") != self.token:
             raise LeaseLost(f"another driver took run folder {os.path.dirname(self.path)} over: this one stops "
                             "without writing")

@@ -88,6 +88,7 @@ def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.V
     ``cache_bytes`` of states (``keep``)."""
     def run(key, table):  # no annotations: pyspark infers the UDF type from them, and fails on strings
         jp = int(key[0].as_py())
+        check_run_folder(root)
         # the run's sends, acks and receives (the ticks, and the driver's records shuffled with them, are not)
         records = table.filter(membership.data(table, cfg.run_id)).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
         state, redone = _state_before(root, cfg, jp, batch_id)
@@ -98,6 +99,20 @@ def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.V
             _save_snapshot(root, jp, batch_id, settled.state)
         return _output(jp, settled, report, redone, cache)
     return run
+
+
+class RunFolderGone(FileNotFoundError):
+    """The run folder is not on this task's host: its volume was taken away, or was never mounted there."""
+
+
+def check_run_folder(root: str) -> None:
+    """Before a task reads or writes the run folder: ``RunFolderGone`` (one line: the host and the folder) unless the
+    folder the driver made is there. Without it, state would read as empty and a part would go to the host's own
+    disk; with it, the task fails and Spark runs it on another executor (``streaming.session``: a cluster excludes
+    an executor whose tasks fail)."""
+    if not os.path.exists(RunPaths(root).run_file):
+        raise RunFolderGone(f"run folder {root} is not on host {socket.gethostname()} (no run.json there): the volume "
+                            "the driver and the executors share was taken away from this host, or never mounted on it")
 
 
 def keep(root: str, jp: int, batch_id: int, state: JoinState, bound: int = JOIN_CACHE_BYTES) -> dict:

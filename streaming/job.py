@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -27,7 +28,7 @@ import time
 from core import logs, memory, observer
 from core.cli import wait_for_servers
 from core.procs import lower_priority, servers_unreachable
-from core.rundir import DriverLease, LeaseHeld, RunPaths
+from core.rundir import DriverLease, LeaseHeld, LeaseLost, RunPaths
 from streaming import session
 from streaming.cli import IDLE_BATCH_MESSAGES, UsageError, build_parser, config_from_args
 from streaming.config import CLUSTER_JOIN_PARTITIONS, JobConfig, engine_problem, resume_problem
@@ -235,6 +236,19 @@ class Query:
             self.served.close()
 
 
+def folder_cause(text: str, lease: DriverLease | None) -> str | None:
+    """The one line of a query's failure that says its run folder is gone or taken over, else None: the lease's own
+    word (whatever failed first: Spark's checkpoint write in a folder whose volume went finds no permission), else a
+    task's (``streaming.executors.RunFolderGone`` on every executor it tried)."""
+    if lease is not None:
+        try:
+            lease.check()
+        except LeaseLost as e:
+            return str(e)
+    m = re.search(r"(?:LeaseLost|RunFolderGone): (.+)", text)
+    return m.group(1).strip() if m else None
+
+
 def main(argv=None) -> int:
     try:
         a = build_parser().parse_args(argv)
@@ -297,6 +311,12 @@ def main(argv=None) -> int:
         threading.Thread(target=_heartbeats, args=(cfg, stop), daemon=True).start()
     try:
         done = run_query(spark, cfg, log=logs.printer(logger), lease=lease)
+    except Exception as e:  # a query's failure: StreamingQueryException while it runs, RuntimeError after it stopped
+        if (cause := folder_cause(str(e), lease)) is None:
+            raise
+        logger.error("run %s stopped: %s", cfg.engine.run_id, cause)
+        print(f"flightwatch streaming: error: {cause}", file=sys.stderr)
+        return 1
     finally:
         stop.set()
         spark.stop()

@@ -91,6 +91,9 @@ def settings(master: str, run_id: str, command: str, given: dict) -> dict:
         ours["spark.driver.extraJavaOptions"] = java_options
     if "spark.master" in given:  # a cluster's Spark: its own settings
         ours = {k: v for k, v in ours.items() if k not in LOCAL_ONLY}
+        # an executor whose tasks fail (its host lost the run folders' volume: streaming.executors.check_run_folder)
+        # gets no more of them: a task is run again on another, not on the same one until it fails four times
+        ours["spark.excludeOnFailure.enabled"] = "true"
         asked = setting("FLIGHTWATCH_DRIVER_MEMORY")
         if asked and asked != given.get("spark.driver.memory"):
             import logging

@@ -61,3 +61,25 @@ def test_a_driver_whose_lease_was_taken_over_writes_nothing_more(tmp_path):
     new.check()
     old.release()
     new.release()
+
+
+def test_a_driver_whose_run_folder_is_gone_from_its_host_stops_in_one_line_before_writing(tmp_path):
+    """The volume taken away from the driver's host mid-run: its next batch stops before its first write, and the
+    error says the folder is gone from this host, not that another driver took it."""
+    import shutil
+    import socket
+
+    from streaming.sinks import RunStore
+    from streaming.state import EngineConfig
+
+    root = str(tmp_path / "run")
+    lease = DriverLease.take(root)
+    store = RunStore(root, EngineConfig("run"), lease=lease)
+    shutil.rmtree(root)
+    os.makedirs(root)  # the mount point, empty
+    with pytest.raises(LeaseLost, match=rf"^run folder {root} is gone from host {socket.gethostname()} \(no "
+                                        r"driver.lease there\): removed, or its volume taken away"):
+        store.process_batch(pa.table({}), 0)
+    assert os.listdir(root) == []
+    lease.release()
+

@@ -179,6 +179,30 @@ def test_a_missing_part_is_an_error_that_names_it_not_an_empty_batch(tmp_path):
         _cluster_batch(store, batches[14], 14)
 
 
+def test_a_task_on_a_host_without_the_run_folder_fails_in_one_line_and_writes_nothing(tmp_path):
+    """The volume taken away from the task's host mid-run: its worker still holds the partition's state, yet the
+    task neither carries on nor writes its part to the host's own disk; it names the host and the folder (Spark runs
+    it on another executor)."""
+    import shutil
+    import socket
+
+    root = str(tmp_path / "x")
+    batches = _batches(3)
+    cfg = engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P)
+    store = executors.ClusterRunStore(root, cfg)
+    executors._STATES.clear()
+    for i, t in enumerate(batches[:2]):
+        _cluster_batch(store, t, i)
+    assert any(k[0] == root for k in executors._STATES)  # the worker holds the state of batch 1
+    shutil.rmtree(root)  # as the host sees it once the volume is gone: the mount point, empty
+    os.makedirs(tmp_path / "x")
+    task = executors.partition_task(root, cfg, 2, None)  # the check comes before anything else
+    with pytest.raises(executors.RunFolderGone, match=rf"^run folder {root} is not on host {socket.gethostname()} "
+                                                      r"\(no run.json there\): the volume .* taken away from this host"):
+        task((pa.scalar(0, pa.int32()),), batches[2])
+    assert os.listdir(root) == []
+
+
 def test_two_attempts_of_a_task_neither_remove_nor_overwrite_each_others_files(tmp_path, monkeypatch):
     """Speculation or a zombie task: two attempts of one partition's step, in containers whose PIDs are the same,
     write the same batch's snapshot and part at once. Both finish; the snapshot is one attempt's, whole; no

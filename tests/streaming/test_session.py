@@ -24,6 +24,10 @@ def test_a_clusters_spark_keeps_its_own(monkeypatch):
     assert "spark.executorEnv.PYTHONPATH" not in s  # the image's
     assert s["spark.app.name"] == "flightwatch-r1" and s["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     assert "spark.ui.enabled" not in s  # a cluster's Spark UI stays on (Spark's default)
+    assert s["spark.excludeOnFailure.enabled"] == "true"  # a host that fails tasks (its volume gone) gets no more
+    assert "spark.excludeOnFailure.enabled" not in session.settings("local[2]", "r1", "run", given={})
+    assert "spark.excludeOnFailure.enabled" not in session.settings(
+        "local[2]", "r1", "run", {**given, "spark.excludeOnFailure.enabled": "false"})  # the cluster's word stands
 
 
 def test_on_a_cluster_the_driver_memory_is_the_clusters_and_a_different_ask_is_said(monkeypatch, caplog):

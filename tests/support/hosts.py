@@ -101,6 +101,11 @@ class Host:
         self.hosts.procs.append(p)
         return p
 
+    def take_shared_away(self, pid: int) -> None:
+        """The shared volume taken away from this host (lazily unmounted in the mount view of ``pid``, one of its
+        processes), as a node loses its claim: its processes see the empty mount point, owned by root, after."""
+        subprocess.run(["nsenter", "-t", str(pid), "-m", "umount", "-l", self.hosts.shared], check=True)
+
     def reachable(self, ip: str, port: int, seconds: float = 60) -> bool:
         """Whether ``ip:port`` accepts a connection from this host, within ``seconds``."""
         probe = (f"import socket,time\nt=time.monotonic()+{seconds}\nwhile time.monotonic()<t:\n try:\n"

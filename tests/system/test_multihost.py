@@ -5,9 +5,11 @@ images' user) with the checkout read-only: the telemetry broker (Tansu), a Spark
 one core, the job's driver (given its master and address by ``spark-defaults.conf``, as a platform team gives a
 driver pod its cluster), the HTTP receiver agent and the load generator. Only the run folders' volume is common to
 them. A minute at 5,000 events/s, the join on the executors: the run's counts and p50/p90/p99 must equal those of a
-local-mode replay of its archive, nothing may be lost, and join tasks must have run on both workers. Then two
-faults on the same hosts, at 2,000 events/s, each run exact and equal to its replay: worker-1 killed -9 mid-run (its
-Worker and executor), and speculation on with worker-1 held to a tenth of a core by a cgroup CPU quota.
+local-mode replay of its archive, nothing may be lost, and join tasks must have run on both workers. Then faults on
+the same hosts, at 2,000 events/s, each run exact and equal to its replay: worker-1 killed -9 mid-run (its Worker and
+executor); speculation on with worker-1 held to a tenth of a core by a cgroup CPU quota; the shared volume taken
+from worker-1 (its tasks fail in one line and run on worker-0), then from the driver's host (the job stops in one
+line).
 
 It needs root and the machine (a Spark cluster and a 5,000/s run on two cores): ``make test-cluster``, its own
 step in CI after ``make test``.
@@ -202,6 +204,63 @@ def test_a_worker_killed_mid_run_has_its_tasks_redone_on_the_other_and_loses_not
     assert len(doomed) >= 2, doomed  # an executor was running there
     assert "Lost executor" in driver_log, driver_log[-3000:]
     assert after.get("worker-0", 0) > 0 and "worker-1" not in after, after
+
+
+@pytest.mark.cluster
+@pytest.mark.integration
+def test_the_shared_volume_taken_from_a_host_fails_loudly_never_reads_as_empty(tmp_path):
+    """The run folders' volume taken away mid-run (unmounted in the host's view, as a node loses its claim). From
+    worker-1, 12 s into a 2,000/s attack: its join tasks fail, naming the host and the folder, instead of carrying on
+    with the state their worker holds and writing parts to the host's own disk; Spark runs them on worker-0 and
+    excludes worker-1's executor; the run is exact and equals its local replay. Then from the driver's host, in a
+    second run: the job stops with one line that says the folder is gone from that host, and the run is not closed."""
+    if (why := usable()) is not None:
+        pytest.skip(why)
+    run_id, rate, seconds = "volume-taken", 2000, 40
+    shared = tmp_path / "shared"
+    assert str(shared).startswith("/tmp/")  # so that a host's view of it, taken away, is the host's own /tmp
+    with Hosts(HOSTS, shared=shared, private=tmp_path / "hosts", checkout=ROOT) as h:
+        c = Cluster(h, tmp_path)
+        job = c.job(run_id)
+        batches = c.shared / run_id / "batches"
+        lg = c.attack(run_id, rate, seconds)
+        before_attack = last_batch(batches)
+        time.sleep(12)
+        wait_for("join tasks on worker-1", lambda: "worker-1" in join_tasks(batches, before_attack), 60, c.logs)
+        taken_after = last_batch(batches)
+        h["worker-1"].take_shared_away(c.workers["worker-1"].pid)
+        c.finish(job, lg, seconds)
+        driver_log = (tmp_path / "hosts" / "driver" / "out.log").read_text(errors="replace")  # the next job's, after
+        report = json.loads((tmp_path / "hosts" / "loadgen" / "lg" / "report.json").read_text())
+        second = "volume-taken-driver"
+        job2 = c.job(second)
+        lg2 = c.attack(second, 1000, 30)
+        time.sleep(8)
+        h["driver"].take_shared_away(job2.pid)
+        try:
+            code = job2.wait(120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the job went on without its run folder\n" + tails(c.logs)) from None
+        assert lg2.wait(150) == 0, tails(c.logs)
+    s = check_exact_and_replayed(c.shared, run_id, report, rate, seconds)
+    second_log = (tmp_path / "hosts" / "driver" / "out.log").read_text(errors="replace")
+    gone = f"RunFolderGone: run folder {c.shared / run_id} is not on host worker-1 (no run.json there)"
+    after = join_tasks(batches, taken_after + 1)
+    own_disk = tmp_path / "hosts" / "worker-1" / os.path.relpath(c.shared, "/tmp")  # worker-1's view, after
+    stopped = next((line for line in second_log.splitlines() if line.startswith("flightwatch streaming: error: ")), "")
+    print(f"\nthe volume taken from worker-1 after batch {taken_after}: {driver_log.count(gone)} task failures naming "
+          f"it; join tasks after {after}; sent {s['sent']:,}, received {s['received']:,}, dropped {s['dropped']}, "
+          f"duplicates {s['duplicates']}; p50 {s['latency_us']['p50'] / 1000:.2f} ms p99 "
+          f"{s['latency_us']['p99'] / 1000:.2f} ms. Taken from the driver's host: exit {code}, {stopped!r}")
+    assert gone in driver_log, driver_log[-3000:]
+    assert after.get("worker-0", 0) > 0 and "worker-1" not in after, after
+    assert not own_disk.exists() or not any(own_disk.iterdir()), list(own_disk.rglob("*"))[:10]
+    assert code == 1 and stopped == (f"flightwatch streaming: error: run folder {c.shared / second} is gone from host "
+                                     "driver (no driver.lease there): removed, or its volume taken away; this driver "
+                                     "stops without writing"), (code, stopped, second_log[-3000:])
+    from runs import results
+
+    assert results.summarize(str(c.shared / second))["state"] != "finished"
 
 
 @contextlib.contextmanager
