@@ -28,7 +28,8 @@ def main_amqp1(a) -> int:
         return 2
     logger = logs.setup(a.agent)
     log, warn = logs.printer(logger), logs.printer(logger, logs.WARNING)
-    from agents.spool import SpoolWriter, stop_shipper
+    from agents.shipper import stop_shipper
+    from agents.spool import SpoolWriter
 
     metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)
     spool_dir = os.path.join(a.state_dir, "spool")

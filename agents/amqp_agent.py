@@ -52,7 +52,7 @@ class AmqpExposed:
 def ship_and_serve(a, spool_dir: str, receiver: Source, log):
     """What both AMQP receivers run once connected: the shipper (the spool into the telemetry topic, in a process of
     its own) and /metrics with the shipper's counters; (shipper, exposed, server)."""
-    from agents.spool import start_shipper
+    from agents.shipper import start_shipper
 
     shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, a.agent,
                             log_path=os.path.join(a.state_dir, "shipper.log"))
@@ -75,7 +75,8 @@ def main_amqp(a) -> int:
     u = urlsplit(a.url)
     logger = logs.setup(a.agent)
     log, warn = logs.printer(logger), logs.printer(logger, logs.WARNING)
-    from agents.spool import SpoolWriter, stop_shipper
+    from agents.shipper import stop_shipper
+    from agents.spool import SpoolWriter
 
     metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)
     spool_dir = os.path.join(a.state_dir, "spool")

@@ -90,7 +90,8 @@ class KafkaAgent:
     once-a-second, topic-check, clock and progress duties), ``stop`` (the shipper drains the spool)."""
 
     def __init__(self, a, consumer, admin, budget_bytes: int) -> None:
-        from agents.spool import SpoolWriter, start_shipper
+        from agents.shipper import start_shipper
+        from agents.spool import SpoolWriter
 
         self.a, self.consumer = a, consumer
         metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)  # the shipper's too
@@ -157,7 +158,7 @@ class KafkaAgent:
                      f"{c['topic_resets']} topic resets; telemetry spooled {t['spooled']:,} lost {t['lost']:,}")
 
     def stop(self) -> None:
-        from agents.spool import stop_shipper
+        from agents.shipper import stop_shipper
 
         metrics.stop(self.server)
         self.consumer.close()

@@ -184,7 +184,8 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
     log = log or logs.printer(logs.setup(agent))
     import asyncio
 
-    from agents.spool import SpoolWriter, start_shipper, stop_shipper
+    from agents.shipper import start_shipper, stop_shipper
+    from agents.spool import SpoolWriter
 
     spool = shipper = None
     if not a.no_telemetry:

@@ -20,22 +20,17 @@ Budget: segments rotate at ``segment_bytes``; acknowledged segments are deleted.
 the spool holds more than ``budget_bytes`` (the broker has been away for long), new lines
 are refused and counted as lost (``num_lost``), never silently.
 
-    python -m agents.spool ship --spool-dir DIR --agent NAME [--bootstrap 127.0.0.1:19092]
+    python -m agents.shipper ship --spool-dir DIR --agent NAME [--bootstrap 127.0.0.1:19092]   (agents.shipper)
 """
 from __future__ import annotations
 
-import argparse
-import fcntl
+import contextlib
 import json
 import mmap
 import os
-import signal
-import sys
 import time
 
-from core import settings
-from core.cli import OneLineParser, bootstrap_arg
-from core.procs import lower_priority, telemetry_bootstrap
+from core.held import held_record
 
 SEGMENT_BYTES = 64 << 20
 BUDGET_BYTES = 2 << 30
@@ -200,6 +195,9 @@ class Shipper:
         self.num_failures = 0
         self.shared = None  # core.metrics.Shared: the receiver's /metrics shows this shipper's counters
         self.backlog = False
+        self.first_try_ns: int | None = None  # when the lines being shipped were first sent (until acknowledged)
+        self.hold: tuple[int, int] | None = None  # (began, lines shipped since) while a hold's backlog drains
+        self.num_held = 0  # lines shipped from a hold's start until the spool caught up (core.held)
 
     def _load_position(self) -> tuple[int, int]:
         try:
@@ -257,6 +255,7 @@ class Shipper:
         end = data.rfind(b"\n") + 1
         self.backlog = len(data) == self.read_bytes
         if end == 0:
+            self._report_held(0)  # caught up after a hold
             # Nothing complete past the position. Once the writer has moved on to a later
             # segment this one is finished (what is left is a line torn by a crash): next.
             later = [s for s in _segments(self.dir) if s > self.seq]
@@ -267,11 +266,30 @@ class Shipper:
                 self._commit()
             return 0
         lines = [ln for ln in data[:end].split(b"\n") if ln]
+        self.first_try_ns = self.first_try_ns or time.time_ns()
         self._send(lines)
         self.offset += end
         self._commit()
         self.num_shipped += len(lines)
+        self._report_held(len(lines))
         return len(lines)
+
+    def _report_held(self, num_lines: int) -> None:
+        """Lines acknowledged ``core.held.HELD_S`` or more after their first sending begin a hold; it lasts until the
+        spool caught up with what it took meanwhile, and is then said (a held record), for the run's verdict."""
+        began, self.first_try_ns = self.first_try_ns, None
+        if self.hold is None:  # the lines spooled while these waited are shipped next: said once they are
+            if began is not None and held_record(self.key.decode(), began, num_lines) is not None:
+                self.hold = (began, num_lines)
+            return
+        self.hold = (self.hold[0], self.hold[1] + num_lines)
+        if self.backlog:
+            return
+        (began, count), self.hold = self.hold, None
+        if (line := held_record(self.key.decode(), began, count)) is not None:
+            self.num_held += count
+            with contextlib.suppress(Exception):  # the broker away again: the lines are shipped, the note is not
+                self._send([line])
 
     def collect(self):
         from core.metrics import family
@@ -279,6 +297,9 @@ class Shipper:
         agent = self.key.decode()
         yield family("counter", "flightwatch_shipper_records", "receive records shipped into the telemetry topic",
                      ["agent"], [((agent,), self.num_shipped)])
+        yield family("counter", "flightwatch_shipper_held_records", "receive records the telemetry broker acknowledged "
+                     "a second or more after they were first sent (a hold, said in a held record)", ["agent"],
+                     [((agent,), self.num_held)])
         yield family("counter", "flightwatch_shipper_failures", "shipping attempts the telemetry broker did not "
                      "acknowledge (retried)", ["agent"], [((agent,), self.num_failures)])
         yield family("gauge", "flightwatch_shipper_backlog_bytes", "disk the spool takes (segments not yet wholly shipped)", ["agent"],
@@ -319,81 +340,3 @@ class Shipper:
                 last_lines = time.monotonic()
             if not self.backlog:  # caught up: let lines gather (one request per interval, not one per few lines)
                 time.sleep(quiet_s if time.monotonic() - last_lines > 1.0 else idle_s)
-
-
-def stop_shipper(shipper) -> None:
-    """Ask a shipper to stop (it drains the spool first, then exits) and wait up to ``DRAIN_WAIT_S`` for it."""
-    shipper.terminate()
-    try:
-        shipper.wait(DRAIN_WAIT_S)
-    except Exception:  # noqa: BLE001 - still draining: it carries on alone and exits when done
-        pass
-
-
-def start_shipper(spool_dir: str, bootstrap: str, topic: str, agent: str, log_path: str | None = None):
-    """Start the shipper process for a spool; it follows this process and drains the spool when it ends."""
-    import subprocess
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    return subprocess.Popen([sys.executable, "-m", "agents.spool", "ship", "--spool-dir", spool_dir, "--bootstrap", bootstrap,
-                             "--topic", topic, "--agent", agent, "--parent", str(os.getpid())],
-                            env=dict(os.environ, PYTHONPATH=root), stdout=log, stderr=subprocess.STDOUT)
-
-
-def main(argv=None) -> int:
-    ap = OneLineParser(prog="python -m agents.spool", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("ship", help="ship a spool into the telemetry topic")
-    s.add_argument("--spool-dir", required=True)
-    s.add_argument("--agent", required=True, help="message key (the agent whose records these are)")
-    settings.add(s, "FLIGHTWATCH_BOOTSTRAP", "--bootstrap", default=telemetry_bootstrap(), type=bootstrap_arg,
-                 help="telemetry Kafka bootstrap")
-    settings.add(s, "FLIGHTWATCH_TOPIC", "--topic", default="flightwatch.telemetry", help="the telemetry topic")
-    s.add_argument("--parent", type=int, default=0, help="drain and exit once this process is gone")
-    try:
-        a = ap.parse_args(argv)
-    except SystemExit as e:
-        return 2 if e.code else 0
-    from core.slices import setting_problem
-
-    if problem := setting_problem(a.bootstrap):
-        print(f"shipper: error: {problem}", file=sys.stderr)
-        return 2
-    os.makedirs(a.spool_dir, exist_ok=True)
-    lower_priority(SHIPPER_NICE)  # in its receiver's session: it yields to its receiver, whose group keeps its weight
-    lock = open(os.path.join(a.spool_dir, "shipper.lock"), "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # one shipper per spool: a new one waits for a draining old one
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-
-    def should_stop() -> bool:
-        return bool(stopping) or bool(a.parent and os.getppid() != a.parent)
-
-    from core import logs
-    from core.kafka_options import telemetry_producer
-    from core.slices import TelemetryTopic
-
-    logger = logs.setup(f"shipper-{a.agent}")
-    topic = TelemetryTopic.for_broker(a.topic, a.bootstrap)
-    # a broker away at the start is no error: librdkafka connects when it can, the spool holds the lines meanwhile
-    # every message is delivered or failed within a send's wait (30 s): a send tried again never finds the last
-    # attempt's copies still queued in the client
-    producer = telemetry_producer(a.bootstrap, **{"linger.ms": 5, "batch.size": 1 << 20, "message.max.bytes": 16 << 20,
-                                                  "message.timeout.ms": 25_000, **topic.producer_settings()})
-    shipper = Shipper(a.spool_dir, producer, topic, a.agent, log=logs.printer(logger, logs.WARNING))
-    from core import metrics
-
-    if metrics.MULTIPROC_ENV in os.environ:  # started by a receiver: its /metrics shows ours
-        shipper.shared = metrics.Shared()
-
-    shipper.run(should_stop)
-    if shipper.shared is not None:
-        shipper.shared.close()
-    producer.flush(10)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,7 +24,7 @@ SCHEMA_VERSION = 1
 ANY_RUN = "*"
 """Run ID of records about the machines rather than one run (node samples, OOM kills, restarts,
 clock offsets): every run's job takes those that fall within the run's time span."""
-SHARED_KINDS = ("node", "oom", "restart", "clock", "lost", "reset")
+SHARED_KINDS = ("node", "oom", "restart", "clock", "lost", "held", "reset")
 """Record kinds that may carry ``ANY_RUN``."""
 
 MIN_TS_NS = 946_684_800 * 10**9
@@ -148,6 +148,19 @@ class TelemetryLost(Record):
 
 
 @dataclass(frozen=True)
+class TelemetryHeld(Record):
+    """An agent's telemetry held back on its way to the broker, then delivered (its host's path to the broker cut,
+    the broker slow or away): ``at_ns`` when the hold began (the first message that waited), ``value`` the longest
+    wait in seconds, ``count`` the records that waited ``core.held.HELD_S`` or more. flightwatch's own outage, never the
+    SUT's: the verdict names it."""
+
+    count: int = 0
+    value: float = 0.0
+    KIND: ClassVar[str] = "held"
+    REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("count", "value")
+
+
+@dataclass(frozen=True)
 class TelemetryReset(Record):
     """The telemetry broker lost what it held (restarted on memory storage, a topic recreated): written by the job's
     Kafka source when it finds out, with ``where`` (the topic), ``reason`` (the signal) and ``count`` (messages it
@@ -183,8 +196,8 @@ class Heartbeat(Record):
 
 
 RECORD_TYPES: tuple[type[Record], ...] = (
-    Send, Receive, Ack, NodeSample, OomEvent, ContainerRestart, ClockOffset, TelemetryLost, TelemetryReset, RunStart,
-    RunStop, Heartbeat,
+    Send, Receive, Ack, NodeSample, OomEvent, ContainerRestart, ClockOffset, TelemetryLost, TelemetryHeld,
+    TelemetryReset, RunStart, RunStop, Heartbeat,
 )
 KINDS: dict[str, type[Record]] = {t.KIND: t for t in RECORD_TYPES}
 

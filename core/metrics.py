@@ -155,9 +155,10 @@ class Shared:
 
 def telemetry_families(agent: str, counters: dict):
     """A telemetry writer's counters (``core.telemetry.TelemetryWriter.counters``): records by state, and buffered."""
-    states = [s for s in ("written", "sent", "retried", "failed", "lost") if s in counters]
+    states = [s for s in ("written", "sent", "retried", "failed", "lost", "held") if s in counters]
     yield family("counter", "flightwatch_telemetry_records",
                  "telemetry records of this agent: written (handed to the writer), sent (acknowledged by the "
-                 "broker), retried, failed, lost", ["agent", "state"], [((agent, s), counters[s]) for s in states])
+                 "broker), retried, failed, lost, held (acknowledged a second or more after they were sent)",
+                 ["agent", "state"], [((agent, s), counters[s]) for s in states])
     yield family("gauge", "flightwatch_telemetry_buffered", "telemetry records waiting to be sent", ["agent"],
                  [((agent,), counters.get("buffered", 0))])

@@ -191,6 +191,7 @@ class Summary(TypedDict, total=False):
     container_restarts: list[dict]
     clock_offsets: list[dict]
     telemetry_lost: dict[str, int]
+    telemetry_held: dict[str, dict]
     telemetry_reset: list[dict]
     windows_incomplete: int
     trustworthy_fraction: float

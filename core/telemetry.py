@@ -20,6 +20,7 @@ import time
 from collections import deque
 
 from core import contract
+from core.held import HELD_S
 
 MAX_BUFFERED_RECORDS = 2_000_000
 """Records held in memory while the telemetry broker is slow or away (about 300 MB at most)."""
@@ -50,6 +51,8 @@ class TelemetryWriter:
         self.num_sent = 0      # acknowledged by the broker
         self.num_failed = 0    # records the broker refused for good (too large)
         self.num_retried = 0   # records put back after a failed send
+        self.num_held = 0      # records acknowledged HELD_S or more after they were produced (core.held)
+        self._hold: tuple[int, int, int] | None = None  # (first produced, last acknowledged, records) of a hold
         self._in_flight = 0
         self._thread = threading.Thread(target=self._run, name=f"telemetry-{agent}", daemon=True)
         self._thread.start()
@@ -122,23 +125,44 @@ class TelemetryWriter:
                 try:
                     topic = self._topic_now()
                     self.producer.produce(topic, contract.encode(chunk), self.key,
-                                          on_delivery=self._on_delivery(chunk, topic))
+                                          on_delivery=self._on_delivery(chunk, topic, time.time_ns()))
                 except Exception as exc:  # noqa: BLE001 - e.g. librdkafka's queue full: keep the records, try again
                     self._on_failed(chunk, topic)(exc)
                     time.sleep(0.1)
                     continue
             self.producer.poll(0)  # delivery reports (and librdkafka's log lines) are served here and by flush
 
-    def _on_delivery(self, chunk: list, topic: str):
+    def _on_delivery(self, chunk: list, topic: str, produced_ns: int):
         def report(err, _msg) -> None:
             if err is None:
                 self._on_sent(len(chunk))(None)
+                self._note_wait(len(chunk), produced_ns)
                 return
             from confluent_kafka import KafkaError
 
             self._on_failed(chunk, topic)(MessageTooLarge(err.str()) if err.code() == KafkaError.MSG_SIZE_TOO_LARGE
                                           else RuntimeError(err.str()))
         return report
+
+    def _note_wait(self, n: int, produced_ns: int) -> None:
+        """A message acknowledged ``core.held.HELD_S`` or more after it was produced joins the hold; the first one
+        quick again after a hold ends it, and the hold is said (``report_hold``)."""
+        now = time.time_ns()
+        if now - produced_ns < HELD_S * 1e9:
+            self.report_hold()
+            return
+        h = self._hold
+        self._hold = (min(h[0], produced_ns), now, h[2] + n) if h else (produced_ns, now, n)
+
+    def report_hold(self) -> None:
+        """A hold that ended (``_note_wait``): a ``TelemetryHeld`` record written like any other (the agent's
+        name, when it began, how long the longest message waited, how many records waited)."""
+        if (h := self._hold) is None:
+            return
+        self._hold = None
+        self.num_held += h[2]
+        self.write(contract.TelemetryHeld(contract.ANY_RUN, self.key.decode(), h[0], count=h[2],
+                                          value=round((h[1] - h[0]) / 1e9, 3)))
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every record written so far is acknowledged or failed."""
@@ -155,6 +179,9 @@ class TelemetryWriter:
 
     def close(self, timeout_s: float = 30.0) -> bool:
         done = self.flush(timeout_s)
+        if self._hold is not None:  # the last messages were held: said before the writer goes
+            self.report_hold()
+            done = self.flush(timeout_s) and done
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -164,4 +191,5 @@ class TelemetryWriter:
     def counters(self) -> dict:
         with self._cond:
             return {"written": self.num_written, "sent": self.num_sent, "lost": self.num_lost,
-                    "failed": self.num_failed, "retried": self.num_retried, "buffered": len(self._buf)}
+                    "failed": self.num_failed, "retried": self.num_retried, "held": self.num_held,
+                    "buffered": len(self._buf)}

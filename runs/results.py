@@ -79,7 +79,8 @@ def run_verdict(run: RunReader | str, windows: pd.DataFrame, events: pd.DataFram
     outages = runinfo.records(events, "reset", ["at_ns", "reason"]) if not events.empty else []
     gaps = gap_records(events) if gaps is None else gaps
     return verdicts.verdict(windows, steps, cfg["window_ns"], figures,
-                            cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US), outages=outages, gaps=gaps)
+                            cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US), outages=outages, gaps=gaps,
+                            held=runinfo.telemetry_held(events))
 
 
 def live_verdict(run: RunReader | str) -> output.Verdict | None:
@@ -141,6 +142,7 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
         "container_restarts": runinfo.records(events, "restart", ["at_ns", "where", "reason", "count"]),
         "clock_offsets": runinfo.clock_offsets(events),
         "telemetry_lost": runinfo.telemetry_lost(events),
+        "telemetry_held": runinfo.telemetry_held(events),  # flightwatch's own path to its broker, not the SUT
         # the telemetry broker lost its data: when, why, how many unread messages at least; windows that lost records
         "telemetry_reset": [dict(r, count=None if r["count"] is None else int(r["count"]))
                             for r in runinfo.records(events, "reset", ["at_ns", "where", "reason", "count"])],

@@ -112,3 +112,19 @@ def clock_offsets(events: pd.DataFrame) -> list[dict]:
                     "rtt_us": float(r["rtt_us"]), "max_abs_offset_us": r["max_abs_offset_us"], "samples": int(r["samples"]),
                     "flagged": bool(r["max_abs_offset_us"] > CLOCK_FLAG_US)})
     return out
+
+
+def telemetry_held(events: pd.DataFrame) -> dict[str, dict]:
+    """Per agent, its telemetry held on the way to the broker (``core.contract.TelemetryHeld``, a re-sent report
+    counted once): when the first hold began (``from_ns``), when the last ended (``until_ns``), the longest wait
+    (``longest_s``) and the records that waited."""
+    if events.empty or not (events["kind"] == "held").any():
+        return {}
+    held = events[events["kind"] == "held"].drop_duplicates(["agent", "at_ns", "count", "value"])
+    out = {}
+    for agent, g in held.groupby("agent"):
+        ends = g["at_ns"].to_numpy() + (g["value"].to_numpy() * 1e9).astype("int64")
+        out[str(agent)] = {"from_ns": int(g["at_ns"].min()), "until_ns": int(ends.max()),
+                           "longest_s": round(float(g["value"].max()), 3), "records": int(g["count"].sum())}
+    return out
+

@@ -92,16 +92,26 @@ def _outage(lost: pd.DataFrame, steps: list[dict], first_ns: int, outages: list[
             "incomplete, not judged")
 
 
+def _held(held: dict[str, dict], start_ns: int) -> str:
+    """One sentence on agents whose telemetry was held on its way to the broker: flightwatch's outage, not the SUT's
+    (their stamps were taken on time; the records only arrived late)."""
+    return ("flightwatch's own telemetry outage, not the SUT's: " + ", ".join(
+        f"{agent}'s records held up to {h['longest_s']:.1f} s from {max(h['from_ns'] - start_ns, 0) / 1e9:.0f} s "
+        f"into the run ({h['records']:,} records)" for agent, h in sorted(held.items()))
+        + " on the way to the telemetry broker, then delivered")
+
+
 def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, step_figures=None,
             latency_bound_us: float = DEFAULT_LATENCY_BOUND_US, outages: list[dict] | None = None,
-            gaps: list[dict] | None = None) -> output.Verdict:
+            gaps: list[dict] | None = None, held: dict[str, dict] | None = None) -> output.Verdict:
     """The run's verdict: its state (the one its message opens with), where saturation began (with evidence), the
     stalls that drained, flightwatch's own telemetry outages, per-step profile and knee.
 
     ``step_figures(start_ns, end_ns)`` gives exact figures over a step (counts and merged percentiles);
     without it the step table is built from the windows. ``outages``: the run's telemetry resets (``at_ns``,
     ``reason``), to name them; ``gaps``: its receive silences (``start_ns``, ``end_ns``, ``in_flight``), to give a
-    stall its exact interval.
+    stall its exact interval; ``held``: per agent, its telemetry held on the way to the broker
+    (``runs.runinfo.telemetry_held``), named as flightwatch's outage.
     """
     everything = assess_windows(w, steps, window_ns)
     out: output.Verdict = {"state": State.OK, "saturated_at": None, "knee": None, "steps": [], "stalls": [],
@@ -119,6 +129,8 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
     notes = [_stalls_note(out["stalls"])] if out["stalls"] else []
     if outage:
         notes.append(outage)
+    if held:
+        notes.append(_held(held, steps[0]["start_ns"] if steps else int(everything["window_ns"].iloc[0])))
     observer = a[a["state"] == State.OBSERVER_BOUND]
     out["observer_bound_windows"] = int(len(observer))
     if len(observer) >= CONFIRM_WINDOWS:

@@ -21,7 +21,7 @@ from streaming import membership, partials
 from streaming.rules import Records
 from streaming.state import NO_TIME_NS, EngineConfig, EngineState
 
-EVENT_KINDS = ("node", "oom", "restart", "clock", "lost", "run_start", "run_stop")
+EVENT_KINDS = ("node", "oom", "restart", "clock", "lost", "held", "run_start", "run_stop")
 """Record kinds passed through to the events table as they are."""
 
 EVENT_COLUMNS = ("kind", "agent", "at_ns", "node", "metric", "value", "missing", "source", "where", "count", "config",

@@ -197,12 +197,14 @@ def plain(text) -> str:
 
 
 def integrity_notes(view: RunView) -> list[str]:
-    """What the operator must know before trusting the figures: telemetry an agent had to refuse
-    (those events count as dropped), a telemetry broker that lost its data, and a run that did not end normally."""
-    s, notes = view.summary, []
-    for agent, n in sorted((s.get("telemetry_lost") or {}).items()):
-        notes.append(f"telemetry lost: {plain(agent)} refused {n:,} records (over its buffer budget while the telemetry "
-                     "broker was away); their events count as dropped")
+    """What the operator must know before trusting the figures: telemetry an agent refused (its events count as
+    dropped) or held (flightwatch's outage), a telemetry broker that lost its data, a run that did not end normally."""
+    s = view.summary
+    notes = [f"telemetry lost: {plain(agent)} refused {n:,} records (over its buffer budget while the telemetry broker "
+             "was away); their events count as dropped" for agent, n in sorted((s.get("telemetry_lost") or {}).items())]
+    for agent, h in sorted((s.get("telemetry_held") or {}).items()):
+        notes.append(f"telemetry held: {plain(agent)}'s records waited up to {h['longest_s']:.1f} s on their way to the "
+                     f"telemetry broker ({h['records']:,} records), then arrived: flightwatch's outage, not the SUT's")
     for r in s.get("telemetry_reset") or []:
         notes.append(f"telemetry broker lost its data ({plain(r.get('reason'))}): {s.get('windows_incomplete', 0)} windows "
                      f"are incomplete and not judged; {s.get('unaccounted', 0):,} sends are unaccounted, not counted as dropped")

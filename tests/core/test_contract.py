@@ -18,6 +18,7 @@ RECORDS = [
     contract.RunStart("r", "loadgen", T, config='{"rate": 5000}'),
     contract.RunStop("r", "loadgen", T, reason="completed"),
     contract.Heartbeat("r", "job", T),
+    contract.TelemetryHeld(contract.ANY_RUN, "receiver-http", T, count=9_000, value=5.4),
 ]
 
 
@@ -70,3 +71,12 @@ def test_fast_receive_line_equals_the_record_encoding(run_id, event_id):
     for _ in range(2):  # the second time from the per-run cache
         rec = contract.Receive(run_id, "receiver-kafka", T, event_id=event_id, bytes_in=2048)
         assert contract.encode([fast.recv(run_id, T, event_id, 2048)]) == contract.encode([rec])
+
+
+def test_a_message_acknowledged_a_second_or_more_after_it_was_sent_is_said_held():
+    from core.held import HELD_S, held_record
+
+    assert held_record("receiver-http", T, 100, now_ns=T + int(HELD_S * 1e9) - 1) is None
+    line = held_record("receiver-http", T, 100, now_ns=T + 5_400_000_000)
+    assert contract.decode(line) == [contract.TelemetryHeld(contract.ANY_RUN, "receiver-http", T, count=100, value=5.4)]
+

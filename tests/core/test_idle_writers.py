@@ -64,7 +64,7 @@ def test_writers_whose_slices_were_deleted_stay_idle_and_log_it_at_most_once(tmp
         create_topic(bootstrap, base, partitions=2)
         spool_dir = tmp_path / "spool"
         spool = SpoolWriter(str(spool_dir), segment_bytes=1 << 20)
-        for name, cmd in (("shipper", [sys.executable, "-m", "agents.spool", "ship", "--spool-dir", str(spool_dir),
+        for name, cmd in (("shipper", [sys.executable, "-m", "agents.shipper", "ship", "--spool-dir", str(spool_dir),
                                        "--bootstrap", bootstrap, "--topic", base, "--agent", "idle-shipper"]),
                           ("writer", [sys.executable, "-c", _WRITER, bootstrap, base, "25"])):
             procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(tmp_path / f"{name}.log", "wb"),

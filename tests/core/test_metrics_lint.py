@@ -52,12 +52,13 @@ def collectors(tmp_dir: str = "/tmp", run: str = "r"):
     amqp = AmqpExposed(SimpleNamespace(agent="receiver-amqp", counters=lambda: {
         "received": 3, "unattributed": 0, "redelivered": 1, "connection_losses": 1, "connected": 1,
         "telemetry": {"spooled": 3, "lost": 0}}))
-    writer = SimpleNamespace(counters=lambda: {"written": 4, "lost": 0, "sent": 4, "failed": 0, "retried": 0,
+    writer = SimpleNamespace(counters=lambda: {"written": 4, "lost": 0, "sent": 4, "failed": 0, "retried": 0, "held": 1,
                                                "buffered": 0})
     node = _Exposed(NodeMetrics(None, None, "node-metrics"), writer, "node-metrics")
     attack = attack_metrics(run)
     shipper = Shipper.__new__(Shipper)  # its counters alone: no spool folder, no producer
     shipper.key, shipper.num_shipped, shipper.num_failures, shipper.dir = b"receiver-http", 5, 0, tmp_dir
+    shipper.num_held = 2
     return {"job": job, "http receiver": http, "kafka receiver": kafka, "amqp receiver": amqp, "node metrics": node,
             "load generator": attack,
             "shipper": shipper}

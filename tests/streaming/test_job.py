@@ -116,7 +116,7 @@ def test_agents_bad_flags(module, args, words):
 @pytest.mark.parametrize("module,args,flag", [("agents.receiver", ["http", "--help"], "--spool-dir"),
                                               ("agents.receiver", ["kafka", "--help"], "--state-dir"),
                                               ("agents.node_metrics", ["--help"], "--prometheus"),
-                                              ("agents.spool", ["ship", "--help"], "--spool-dir")])
+                                              ("agents.shipper", ["ship", "--help"], "--spool-dir")])
 def test_agents_help(module, args, flag):
     import subprocess
     import sys

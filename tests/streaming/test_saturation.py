@@ -481,6 +481,33 @@ def test_windows_of_flightwatchs_own_telemetry_outage_are_named_and_never_blamed
     assert only["state"] == "telemetry-incomplete" and only["message"].startswith("telemetry-incomplete: flightwatch's")
 
 
+def test_an_agents_telemetry_held_on_its_way_is_named_as_flightwatchs_and_never_blamed():
+    """The receiver's host cut from the telemetry broker for 5 s at 12 s: its records waited, then arrived (from its
+    held records, ``runs.runinfo.telemetry_held``). Every window is whole, the verdict stays ok and names the wait,
+    per agent, as flightwatch's own."""
+    import pandas as pd
+
+    from runs import runinfo
+
+    steps = steps_of([2000], seconds=30)
+    sent = np.full(30, 2000.0)
+    events = pd.DataFrame([  # two reports of one hold (the shipper's sends), one re-sent, and the generator's
+        {"kind": "held", "agent": "receiver-http", "at_ns": 12 * NS, "count": 9_000, "value": 5.4},
+        {"kind": "held", "agent": "receiver-http", "at_ns": 12 * NS, "count": 9_000, "value": 5.4},
+        {"kind": "held", "agent": "receiver-http", "at_ns": 16 * NS, "count": 1_800, "value": 1.6},
+        {"kind": "held", "agent": "sender-0", "at_ns": 13 * NS, "count": 200, "value": 1.2},
+        {"kind": "node", "agent": "node-metrics", "at_ns": 13 * NS, "count": None, "value": 0.5}])
+    held = runinfo.telemetry_held(events)
+    assert held == {"receiver-http": {"from_ns": 12 * NS, "until_ns": int(17.6 * NS), "longest_s": 5.4, "records": 10_800},
+                    "sender-0": {"from_ns": 13 * NS, "until_ns": int(14.2 * NS), "longest_s": 1.2, "records": 200}}
+    v = verdicts.verdict(windows(sent, sent.copy()), steps, NS, held=held)
+    assert v["state"] == "ok" and v["saturated_at"] is None
+    assert v["message"] == ("ok; flightwatch's own telemetry outage, not the SUT's: receiver-http's records held up to "
+                            "5.4 s from 12 s into the run (10,800 records), sender-0's records held up to 1.2 s from 13 s "
+                            "into the run (200 records) on the way to the telemetry broker, then delivered")
+    assert runinfo.telemetry_held(events[events["kind"] == "node"]) == {}
+
+
 @pytest.mark.parametrize("case", ["stall", "saturated", "loadgen", "observer", "degrading"])
 def test_the_verdicts_state_is_the_one_its_message_opens_with(case):
     steps = steps_of([1000, 2000], seconds=10)

@@ -13,6 +13,7 @@ also when the test failed.
 """
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -105,6 +106,16 @@ class Host:
         """The shared volume taken away from this host (lazily unmounted in the mount view of ``pid``, one of its
         processes), as a node loses its claim: its processes see the empty mount point, owned by root, after."""
         subprocess.run(["nsenter", "-t", str(pid), "-m", "umount", "-l", self.hosts.shared], check=True)
+
+    @contextlib.contextmanager
+    def route_cut(self, ip: str):
+        """This host's path to ``ip`` cut while inside (a blackhole route in its network namespace: its packets to
+        ``ip`` go nowhere, as on a link that is down; this kernel has no ``tc netem``), then given back."""
+        subprocess.run(["ip", "netns", "exec", self.ns, "ip", "route", "add", "blackhole", f"{ip}/32"], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["ip", "netns", "exec", self.ns, "ip", "route", "del", "blackhole", f"{ip}/32"], check=True)
 
     def reachable(self, ip: str, port: int, seconds: float = 60) -> bool:
         """Whether ``ip:port`` accepts a connection from this host, within ``seconds``."""

@@ -146,6 +146,13 @@ def test_telemetry_broker_away_10s_at_2000_per_s_loses_nothing(proxied, tmp_path
     assert lg_tel["lost"] == 0 and lg_tel["buffered"] == 0 and lg_tel["sent"] == lg_tel["written"]
     # the receiver buffered on disk while the broker was away, within its budget; the job never crashed
     assert 0 < peak["spool_bytes"] < 2 << 30
+    # both agents said their telemetry was held (the receiver's shipper, the generator's writer), and the verdict
+    # names the wait as flightwatch's own
+    held = s["telemetry_held"]
+    print(f"telemetry held: {held}; verdict: {s['verdict']['message']}")
+    assert any(a.startswith("receiver") for a in held) and any(not a.startswith("receiver") for a in held), held
+    assert all(8 <= h["longest_s"] <= 45 and h["records"] > 0 for h in held.values()), held
+    assert "flightwatch's own telemetry outage, not the SUT's: " in s["verdict"]["message"], s["verdict"]
 
 
 def test_over_its_spool_budget_a_receiver_counts_the_loss_and_the_summary_shows_it(proxied, tmp_path):

@@ -9,7 +9,7 @@ local-mode replay of its archive, nothing may be lost, and join tasks must have 
 the same hosts, at 2,000 events/s, each run exact and equal to its replay: worker-1 killed -9 mid-run (its Worker and
 executor); speculation on with worker-1 held to a tenth of a core by a cgroup CPU quota; the shared volume taken
 from worker-1 (its tasks fail in one line and run on worker-0), then from the driver's host (the job stops in one
-line).
+line); the receiver's host cut from the telemetry broker for 5 s (its telemetry held, named flightwatch's outage).
 
 It needs root and the machine (a Spark cluster and a 5,000/s run on two cores): ``make test-cluster``, its own
 step in CI after ``make test``.
@@ -81,7 +81,7 @@ class Cluster:
         self.logs.append(str(self.tmp_path / "hosts" / name / "out.log"))
         return open(self.logs[-1], "wb")
 
-    def job(self, run_id: str, conf_lines: tuple[str, ...] = ()) -> subprocess.Popen:
+    def job(self, run_id: str, conf_lines: tuple[str, ...] = (), drop_timeout: str = "5s") -> subprocess.Popen:
         """The driver as a platform team starts one: its cluster and its address given by spark-defaults.conf (with
         ``conf_lines`` more); once it has run its first batch."""
         driver = self.h["driver"].ip
@@ -93,7 +93,7 @@ class Cluster:
             *conf_lines)) + "\n")
         job = self.h["driver"].popen([sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap",
                                       self.broker, "--topic", TOPIC, "--checkpoints", str(self.shared), "--join-on",
-                                      "executors", "--drop-timeout", "5s", "--metrics-listen", "none",
+                                      "executors", "--drop-timeout", drop_timeout, "--metrics-listen", "none",
                                       "--partitions", "4"],
                                      env(SPARK_CONF_DIR="/tmp/conf", SPARK_LOCAL_IP=driver), self.log("driver"))
         batches = self.shared / run_id / "batches"
@@ -261,6 +261,40 @@ def test_the_shared_volume_taken_from_a_host_fails_loudly_never_reads_as_empty(t
     from runs import results
 
     assert results.summarize(str(c.shared / second))["state"] != "finished"
+
+
+@pytest.mark.cluster
+@pytest.mark.integration
+def test_a_hosts_path_to_the_telemetry_broker_cut_for_5_s_is_named_flightwatchs_outage_and_loses_nothing(tmp_path):
+    """The receiver's host cut from the telemetry broker for 5 s, 12 s into a 2,000/s attack (a blackhole route on
+    that host: the load generator still reaches the receiver, the receiver no longer reaches the broker). Its
+    receive records wait in its spool and arrive after; the run is exact and equals its local replay (the drop
+    timeout, 15 s, is longer than the wait); the receiver alone says its telemetry was held, about as long as the
+    cut; the verdict names the wait as flightwatch's own outage and does not blame the SUT."""
+    if (why := usable()) is not None:
+        pytest.skip(why)
+    run_id, rate, seconds = "bridge-cut", 2000, 40
+    with Hosts(HOSTS, shared=tmp_path / "shared", private=tmp_path / "hosts", checkout=ROOT) as h:
+        c = Cluster(h, tmp_path)
+        job = c.job(run_id, drop_timeout="15s")
+        lg = c.attack(run_id, rate, seconds)
+        time.sleep(12)
+        assert lg.poll() is None, tails(c.logs)
+        cut_at = time.time_ns()
+        with h["receiver"].route_cut(h["broker"].ip):
+            time.sleep(5)
+        c.finish(job, lg, seconds)
+    report = json.loads((tmp_path / "hosts" / "loadgen" / "lg" / "report.json").read_text())
+    s = check_exact_and_replayed(c.shared, run_id, report, rate, seconds)
+    held, v = s["telemetry_held"], s["verdict"]
+    print(f"\nthe receiver's host cut from the telemetry broker for 5 s: sent {s['sent']:,}, received {s['received']:,}, "
+          f"dropped {s['dropped']}, late {s['late']}; held {held}; p50 {s['latency_us']['p50'] / 1000:.2f} ms p99 "
+          f"{s['latency_us']['p99'] / 1000:.2f} ms; verdict: {v['message']}")
+    assert s["late"] == 0 and list(held) == ["receiver-http"], held  # the generator's path was not cut
+    rx = held["receiver-http"]
+    assert abs(rx["from_ns"] - cut_at) < 1e9 and 5 <= rx["longest_s"] <= 20 and rx["records"] >= 5 * rate, rx
+    assert "flightwatch's own telemetry outage, not the SUT's: receiver-http's records held up to " in v["message"], v
+    assert v["state"] != "saturated", v
 
 
 @contextlib.contextmanager

@@ -348,10 +348,13 @@ def newest_window_reigns(w: pd.DataFrame, seen_until_ns: int) -> dict[int, float
 def test_integrity_notes_show_lost_telemetry_and_an_aborted_run():
     view = data.RunView("r", "/nowhere", True, summary={
         "telemetry_lost": {"receiver-http": 15103},
+        "telemetry_held": {"receiver-http": {"from_ns": 1, "until_ns": 7 * 10**9, "longest_s": 6.993, "records": 13963}},
         "aborted": True, "stop_reasons": [{"agent": "job", "reason": "aborted: no record from 1 of 1 load generator(s)"}]})
     notes = data.integrity_notes(view)
     assert notes[0].startswith("telemetry lost: receiver-http refused 15,103 records")
-    assert notes[1] == "run aborted: no record from 1 of 1 load generator(s)"
+    assert notes[1] == ("telemetry held: receiver-http's records waited up to 7.0 s on their way to the telemetry broker "
+                        "(13,963 records), then arrived: flightwatch's outage, not the SUT's")
+    assert notes[2] == "run aborted: no record from 1 of 1 load generator(s)"
     assert data.integrity_notes(data.RunView("r", "/nowhere", True, summary={"telemetry_lost": {}})) == []
 
 
