@@ -197,6 +197,7 @@ class Shipper:
         self.backlog = False
         self.first_try_ns: int | None = None  # when the lines being shipped were first sent (until acknowledged)
         self.hold: tuple[int, int] | None = None  # (began, lines shipped since) while a hold's backlog drains
+        self.connected = False  # a first send acknowledged: a wait before it is the connection's set-up
         self.num_held = 0  # lines shipped from a hold's start until the spool caught up (core.held)
 
     def _load_position(self) -> tuple[int, int]:
@@ -279,7 +280,8 @@ class Shipper:
         spool caught up with what it took meanwhile, and is then said (a held record), for the run's verdict."""
         began, self.first_try_ns = self.first_try_ns, None
         if self.hold is None:  # the lines spooled while these waited are shipped next: said once they are
-            if began is not None and held_record(self.key.decode(), began, num_lines) is not None:
+            connected, self.connected = self.connected, self.connected or began is not None
+            if connected and began is not None and held_record(self.key.decode(), began, num_lines) is not None:
                 self.hold = (began, num_lines)
             return
         self.hold = (self.hold[0], self.hold[1] + num_lines)

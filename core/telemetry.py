@@ -53,6 +53,7 @@ class TelemetryWriter:
         self.num_retried = 0   # records put back after a failed send
         self.num_held = 0      # records acknowledged HELD_S or more after they were produced (core.held)
         self._hold: tuple[int, int, int] | None = None  # (first produced, last acknowledged, records) of a hold
+        self._connected = False  # a first message acknowledged: a wait before it is the connection's set-up
         self._in_flight = 0
         self._thread = threading.Thread(target=self._run, name=f"telemetry-{agent}", daemon=True)
         self._thread.start()
@@ -145,10 +146,12 @@ class TelemetryWriter:
         return report
 
     def _note_wait(self, n: int, produced_ns: int) -> None:
-        """A message acknowledged ``core.held.HELD_S`` or more after it was produced joins the hold; the first one
-        quick again after a hold ends it, and the hold is said (``report_hold``)."""
+        """A message acknowledged ``core.held.HELD_S`` or more after it was produced joins the hold (not the first
+        message: it waited for the connection); the first one quick again after a hold ends it, and the hold is said
+        (``report_hold``)."""
         now = time.time_ns()
-        if now - produced_ns < HELD_S * 1e9:
+        if now - produced_ns < HELD_S * 1e9 or not self._connected:
+            self._connected = True
             self.report_hold()
             return
         h = self._hold
