@@ -52,7 +52,7 @@ class TelemetryWriter:
         self.num_failed = 0    # records the broker refused for good (too large)
         self.num_retried = 0   # records put back after a failed send
         self.num_held = 0      # records acknowledged HELD_S or more after they were produced (core.held)
-        self._hold: tuple[int, int, int] | None = None  # (first produced, last acknowledged, records) of a hold
+        self._hold: tuple[int, int, int] | None = None  # (first produced, longest wait in ns, records) of a hold
         self._connected = False  # a first message acknowledged: a wait before it is the connection's set-up
         self._in_flight = 0
         self._thread = threading.Thread(target=self._run, name=f"telemetry-{agent}", daemon=True)
@@ -149,13 +149,14 @@ class TelemetryWriter:
         """A message acknowledged ``core.held.HELD_S`` or more after it was produced joins the hold (not the first
         message: it waited for the connection); the first one quick again after a hold ends it, and the hold is said
         (``report_hold``)."""
-        now = time.time_ns()
-        if now - produced_ns < HELD_S * 1e9 or not self._connected:
-            self._connected = True
-            self.report_hold()
-            return
-        h = self._hold
-        self._hold = (min(h[0], produced_ns), now, h[2] + n) if h else (produced_ns, now, n)
+        waited = time.time_ns() - produced_ns
+        with self._cond:  # delivery reports are served by the writer's thread and by a flush from another
+            if waited < HELD_S * 1e9 or not self._connected:
+                self._connected = True
+                self.report_hold()
+                return
+            h = self._hold
+            self._hold = (min(h[0], produced_ns), max(h[1], waited), h[2] + n) if h else (produced_ns, waited, n)
 
     def report_hold(self) -> None:
         """A hold that ended (``_note_wait``): a ``TelemetryHeld`` record written like any other (the agent's
@@ -164,8 +165,7 @@ class TelemetryWriter:
             return
         self._hold = None
         self.num_held += h[2]
-        self.write(contract.TelemetryHeld(contract.ANY_RUN, self.key.decode(), h[0], count=h[2],
-                                          value=round((h[1] - h[0]) / 1e9, 3)))
+        self.write(contract.TelemetryHeld(contract.ANY_RUN, self.key.decode(), h[0], count=h[2], value=round(h[1] / 1e9, 3)))
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every record written so far is acknowledged or failed."""

@@ -15,6 +15,7 @@ import pytest
 
 from core.output import State
 from core.procs import free_port, stop_process, wait_port
+from core.units import parse_duration_ns
 from support import ROOT, create_topic, job_command, job_env, telemetry, wait_for_first_batch
 
 
@@ -180,9 +181,14 @@ def assert_accounted(what: str, s: dict, truth: dict, report: dict) -> None:
     if truth["lost"]:
         print(f"lost: {'; '.join(truth['lost_text'])}; the broker {', '.join(truth.get('events', ())) or 'not killed'}")
     assert truth["sent"] == s["sent"] == report["requests"]
-    assert s["received"] == truth["received"] and s["duplicates"] == truth["duplicates"]
+    # a receive after its send's deadline may be late, not received (the job declares a drop once the watermark has
+    # passed send + drop timeout): a send the broker took before the kill and gave out only after its restart. Seen
+    # once (Apache Kafka): 7 sends that timed out at the client, received 16.9 s after they were sent (drop timeout 10 s)
+    flight = np.asarray(truth["flight_ns"])
+    assert s["late"] <= int((flight > parse_duration_ns(s["settings"]["drop_timeout"])).sum()), s["late"]
+    assert s["received"] + s["late"] == truth["received"] and s["duplicates"] == truth["duplicates"]
     assert s["errors_by_cause"] == truth["errors_by_cause"]
-    assert s["received"] + s["dropped"] + truth["errored_not_received"] == s["sent"]
+    assert s["received"] + s["late"] + s["dropped"] + truth["errored_not_received"] == s["sent"]
     assert s["dropped"] == truth["lost"]
     assert s["verdict"]["state"] in (State.SATURATED, State.DEGRADING), s["verdict"]["message"]
 
