@@ -30,7 +30,7 @@ import mmap
 import os
 import time
 
-from core.held import held_record
+from core.held import HELD_S, held_record
 
 SEGMENT_BYTES = 64 << 20
 BUDGET_BYTES = 2 << 30
@@ -280,8 +280,10 @@ class Shipper:
         spool caught up with what it took meanwhile, and is then said (a held record), for the run's verdict."""
         began, self.first_try_ns = self.first_try_ns, None
         if self.hold is None:  # the lines spooled while these waited are shipped next: said once they are
-            connected, self.connected = self.connected, self.connected or began is not None
-            if connected and began is not None and held_record(self.key.decode(), began, num_lines) is not None:
+            if began is None:  # nothing was sent
+                return
+            connected, self.connected = self.connected, True
+            if connected and time.time_ns() - began >= HELD_S * 1e9:
                 self.hold = (began, num_lines)
             return
         self.hold = (self.hold[0], self.hold[1] + num_lines)

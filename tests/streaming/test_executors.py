@@ -164,14 +164,19 @@ def test_a_task_retried_after_a_partial_write_gives_the_local_results(tmp_path, 
     assert len(executors._state_before(root, engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P), 1, 23)[0].known) > 0
 
 
+def _cluster_run(root: str, batches: list) -> executors.ClusterRunStore:
+    """A run's store on executors, its ``batches`` run through a worker that held nothing before."""
+    store = executors.ClusterRunStore(root, engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P))
+    executors._STATES.clear()
+    for i, t in enumerate(batches):
+        _cluster_batch(store, t, i)
+    return store
+
+
 def test_a_missing_part_is_an_error_that_names_it_not_an_empty_batch(tmp_path):
     root = str(tmp_path / "x")
     batches = _batches(23)
-    cfg = engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P)
-    store = executors.ClusterRunStore(root, cfg)
-    executors._STATES.clear()
-    for i, t in enumerate(batches[:14]):
-        _cluster_batch(store, t, i)
+    store = _cluster_run(root, batches[:14])
     os.remove(f"{root}/archive/batch-00000012.parquet/p-1.parquet")  # not shared, or not visible yet (NFS)
     executors._STATES.clear()
     with pytest.raises(FileNotFoundError, match=r"join partition 1 cannot be rebuilt: batch 12's part .*p-1.parquet is "
@@ -188,15 +193,11 @@ def test_a_task_on_a_host_without_the_run_folder_fails_in_one_line_and_writes_no
 
     root = str(tmp_path / "x")
     batches = _batches(3)
-    cfg = engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P)
-    store = executors.ClusterRunStore(root, cfg)
-    executors._STATES.clear()
-    for i, t in enumerate(batches[:2]):
-        _cluster_batch(store, t, i)
+    store = _cluster_run(root, batches[:2])
     assert any(k[0] == root for k in executors._STATES)  # the worker holds the state of batch 1
     shutil.rmtree(root)  # as the host sees it once the volume is gone: the mount point, empty
     os.makedirs(tmp_path / "x")
-    task = executors.partition_task(root, cfg, 2, None)  # the check comes before anything else
+    task = executors.partition_task(root, store.cfg, 2, None)  # the check comes before anything else
     with pytest.raises(executors.RunFolderGone, match=rf"^run folder {root} is not on host {socket.gethostname()} "
                                                       r"\(no run.json there\): the volume .* taken away from this host"):
         task((pa.scalar(0, pa.int32()),), batches[2])
