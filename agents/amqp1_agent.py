@@ -59,7 +59,7 @@ def main_amqp1(a) -> int:
             spool.report_lost()
             exposed.shared.sync(exposed.own())
             now = time.monotonic()
-            if now - last_clock >= 30:
+            if now - last_clock >= clock.REPORT_EVERY_S:
                 clock.report(lambda rec: spool.append(contract.encode([rec]).decode().rstrip("\n")), a.agent,
                              a.clock_reference, warn)
                 last_clock = now

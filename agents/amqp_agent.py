@@ -136,7 +136,7 @@ async def _every_second(spool, exposed: AmqpExposed) -> None:
         exposed.shared.sync(exposed.own())
 
 
-async def _clock_every(loop, spool, a, warn, seconds: float = 30.0) -> None:
+async def _clock_every(loop, spool, a, warn, seconds: float = clock.REPORT_EVERY_S) -> None:
     while True:
         await loop.run_in_executor(None, clock.report, lambda rec: spool.append(contract.encode([rec]).decode().rstrip("\n")),
                                    a.agent, a.clock_reference, warn)

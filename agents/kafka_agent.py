@@ -138,7 +138,7 @@ class KafkaAgent:
                 if now - last_check >= TOPIC_CHECK_S:
                     r.check_topic(offsets)
                     last_check = now
-                if now - last_clock >= 30:
+                if now - last_clock >= clock.REPORT_EVERY_S:
                     clock.report(lambda rec: self.spool.append(contract.encode([rec]).decode().rstrip("\n")), self.a.agent,
                                  self.a.clock_reference, logs.printer(self.logger, logs.WARNING))
                     last_clock = now

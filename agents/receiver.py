@@ -11,9 +11,9 @@ Usage:
 broker's subscriber or the load generator at it. ``kafka`` consumes a topic of the SUT
 (``agents.kafka_receiver``), ``amqp`` a RabbitMQ queue (``agents.amqp_receiver``), ``amqp1`` an AMQP 1.0
 address (``agents.amqp1_receiver``).
-Each writes receive records into the telemetry topic and, every 30 s, a clock record: this
+Each writes receive records into the telemetry topic and, every 5 s, a clock record: this
 host's clock offset against the clock reference (``core.clock``) that the node-metrics
-agent serves, so latencies measured across hosts can be corrected or flagged. Each mode is one
+agent serves, so latencies measured across hosts are corrected (``streaming.clocks``). Each mode is one
 line of ``RECEIVERS``: its flags and its process.
 """
 from __future__ import annotations
@@ -235,7 +235,7 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
                 receiver.shared.sync(receiver.collect())
                 await asyncio.sleep(1.0)
 
-        tasks = [asyncio.create_task(clock_every(30.0)), asyncio.create_task(progress()), asyncio.create_task(report_lost()),
+        tasks = [asyncio.create_task(clock_every(clock.REPORT_EVERY_S)), asyncio.create_task(progress()), asyncio.create_task(report_lost()),
                  asyncio.create_task(memory.trim_every()), asyncio.create_task(share_metrics())]
         await http_server.serve(receiver, host, port, reuse_port=reuse_port, stop=stop, limits=a.limits,
                                   ready=lambda: log(f"receiver {agent}: http://{host}:{port}/ -> " + (

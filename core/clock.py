@@ -24,6 +24,9 @@ from core import contract
 from core.units import split_host_port
 
 DEFAULT_REFERENCE = "127.0.0.1:19123"
+REPORT_EVERY_S = 5.0
+"""How often every agent measures its offset again and writes a clock record: the job corrects its stamps by the
+estimate in force (``streaming.clocks``), and one made before a run starts is there for the run's first event."""
 _REQUEST = struct.Struct("!qQ")      # t0, nonce
 _REPLY = struct.Struct("!qQqq")      # t0, nonce, t1, t2
 

@@ -4,6 +4,7 @@ the reports."""
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import json
 import os
@@ -42,14 +43,22 @@ def _marker_producer(bootstrap: str, topic: str):
     return producer, to
 
 
-def telemetry_marker(cfg, record) -> None:
+def telemetry_marker(cfg, *records) -> None:
     if not cfg.telemetry_bootstrap:
         return
     from core import contract
 
     p, topic = _marker_producer(cfg.telemetry_bootstrap, cfg.telemetry_topic)
-    p.produce(topic(), contract.encode([record]), b"loadgen")
+    p.produce(topic(), contract.encode(list(records)), b"loadgen")
     p.flush(30)
+
+
+def _clock_every(cfg, stopping) -> None:
+    """Again every ``core.clock.REPORT_EVERY_S`` while the attack runs: the job corrects stamps by the estimate in force."""
+    from core.clock import REPORT_EVERY_S
+
+    while not stopping.wait(REPORT_EVERY_S):
+        _report_clock(cfg)
 
 
 def _report_clock(cfg) -> None:
@@ -60,8 +69,9 @@ def _report_clock(cfg) -> None:
     if not cfg.telemetry_bootstrap or reference == "none":
         return
     rec = clock.estimate_record(reference, cfg.sender, samples=8)
-    if rec is not None:
-        telemetry_marker(cfg, rec)
+    if rec is not None:  # the run's markers are the sender's, its sends and acks each worker's: one host, one clock
+        workers = [dataclasses.replace(rec, agent=f"{cfg.sender}-{w}") for w in range(cfg.workers)]
+        telemetry_marker(cfg, rec, *workers)
 
 
 class Attack:
@@ -82,7 +92,7 @@ class Attack:
         self.cfg, self.fail_on, self.out, self.quiet, self.metrics_listen = cfg, fail_on, out, quiet, metrics_listen
         self.sustained = {t: Sustained(t) for t in fail_on if t.for_s}
         self.aborts = {t: Sustained(t) for t in abort_on}
-        self.abort_event, self.aborted = threading.Event(), []
+        self.abort_event, self.aborted, self.stopping = threading.Event(), [], threading.Event()
         self.bound_seconds: list[int] = []
         self.totals = {"sent": 0, "completed": 0}
         self.parent_cpu: list[float] = []
@@ -133,6 +143,10 @@ class Attack:
         self.exposed = AttackMetrics(cfg.run_id, cfg.sender)
         self.server = metrics.serve(self.exposed, self.metrics_listen, log=lambda m: print(m, flush=True))
         _report_clock(cfg)
+        import threading
+
+        self.clock_thread = threading.Thread(target=_clock_every, args=(cfg, self.stopping), name="clock", daemon=True)
+        self.clock_thread.start()
 
     def on_start(self, start_ns: int) -> None:
         """The schedule's exact start, for the pace steps' boundaries."""
@@ -180,6 +194,7 @@ class Attack:
         """The run's stop marker, the metrics server down: the stop's time."""
         from core import contract, metrics
 
+        self.stopping.set()
         end_ns = time.time_ns()
         telemetry_marker(self.cfg, contract.RunStop(self.cfg.run_id, self.cfg.sender, end_ns, reason=reason))
         metrics.stop(self.server)

@@ -140,7 +140,7 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
         "oom_events": ooms,
         "oom_kills_by_source": by_source,
         "container_restarts": runinfo.records(events, "restart", ["at_ns", "where", "reason", "count"]),
-        "clock_offsets": runinfo.clock_offsets(events),
+        "clock_offsets": runinfo.clock_offsets(events, cfg.get("clock_correction", True)),
         "telemetry_lost": runinfo.telemetry_lost(events),
         "telemetry_held": runinfo.telemetry_held(events),  # flightwatch's own path to its broker, not the SUT
         # the telemetry broker lost its data: when, why, how many unread messages at least; windows that lost records

@@ -96,11 +96,13 @@ def telemetry_lost(events: pd.DataFrame) -> dict[str, int]:
 
 
 CLOCK_FLAG_US = 1000.0
-"""A clock offset beyond ±1 ms is flagged: latencies measured across those hosts are off by it."""
+"""A clock offset beyond ±1 ms is flagged: uncorrected, latencies measured across those hosts are off by it."""
 
 
-def clock_offsets(events: pd.DataFrame) -> list[dict]:
-    """Per agent, its latest clock offset against the reference (``reference − agent``) and the round trip."""
+def clock_offsets(events: pd.DataFrame, corrected: bool = True) -> list[dict]:
+    """Per agent, its latest clock offset against the reference (``reference − agent``), the round trip and the
+    estimate's error (± round trip / 2), and whether the job corrected its stamps by it (``streaming.clocks``: when
+    ``corrected``, the run's setting, and the offset is beyond its error)."""
     if events.empty or not (events["kind"] == "clock").any():
         return []
     clocks = events[events["kind"] == "clock"].sort_values("at_ns").groupby("agent").agg(
@@ -108,9 +110,11 @@ def clock_offsets(events: pd.DataFrame) -> list[dict]:
         max_abs_offset_us=("offset_us", lambda v: float(np.abs(v).max())), samples=("offset_us", "size"))
     out = []
     for agent, r in clocks.iterrows():
+        error_us = float(r["rtt_us"]) / 2
         out.append({"agent": agent, "reference": r["reference"], "offset_us": float(r["offset_us"]),
-                    "rtt_us": float(r["rtt_us"]), "max_abs_offset_us": r["max_abs_offset_us"], "samples": int(r["samples"]),
-                    "flagged": bool(r["max_abs_offset_us"] > CLOCK_FLAG_US)})
+                    "rtt_us": float(r["rtt_us"]), "error_us": error_us, "max_abs_offset_us": r["max_abs_offset_us"],
+                    "samples": int(r["samples"]), "flagged": bool(r["max_abs_offset_us"] > CLOCK_FLAG_US),
+                    "corrected": bool(corrected and abs(float(r["offset_us"])) > error_us)})
     return out
 
 

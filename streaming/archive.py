@@ -84,14 +84,14 @@ class ArchiveStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [_ArchivePartition(paths)] if self.paths_only else [_ArchivePartition([p]) for p in paths]
 
     def read(self, partition: _ArchivePartition) -> Iterator[pa.RecordBatch]:
-        from streaming.decode import DECODED_SCHEMA
+        from streaming.decode import conform
 
         if self.paths_only:
             yield pa.RecordBatch.from_arrays([pa.array(partition.paths)], schema=PATHS_SCHEMA)
             return
         gc.freeze()
         for path in partition.paths:
-            yield from pq.read_table(path).cast(DECODED_SCHEMA).to_batches()
+            yield from conform(pq.read_table(path)).to_batches()
 
     def commit(self, end: dict) -> None:
         pass
@@ -120,9 +120,9 @@ def archived_rows(path: str) -> int:
 
 def read_paths(paths: list[str]) -> pa.Table:
     """The archived batches at ``paths``, in that order, as one table of decoded rows (``pathsOnly``)."""
-    from streaming.decode import DECODED_SCHEMA
+    from streaming.decode import DECODED_SCHEMA, conform
 
-    tables = [pq.read_table(p).cast(DECODED_SCHEMA) for p in paths]
+    tables = [conform(pq.read_table(p)) for p in paths]
     return pa.concat_tables(tables) if tables else DECODED_SCHEMA.empty_table()
 
 

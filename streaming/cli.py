@@ -91,6 +91,13 @@ def _join_flags(s) -> None:
                       "theirs loads a snapshot instead (each batch's hits, misses and evictions are in its record)")
 
 
+def _clock_flag(s) -> None:
+    s.add_argument("--no-clock-correction", action="store_true",
+                   help="keep every agent's stamps raw: not corrected by its measured clock offset against the clock "
+                        "reference (by default a stamp is, when the offset is beyond its estimate's error: "
+                        "streaming.clocks); a replay with it takes the run's corrections off, into <run>/replay-rawclocks")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m streaming", description=__doc__.split("\n\n")[0], epilog=USAGE,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -120,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "or spark-defaults.conf wins, with that cluster's settings; env SPARK_MASTER; default "
                             "%(default)s)")
         _join_flags(s)
+        _clock_flag(s)
         own = name == "replay"  # a replay recomputes with the run's own settings but those given here
         for flag, default, what in (("--window", "1s", "window length"),
                                     ("--drop-timeout", "30s", "a send unanswered this long is a drop"),
@@ -197,7 +205,8 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
     try:
         given = {key: parse_duration_ns(text) for key in RECOMPUTABLE if (text := getattr(a, key[:-3], None))}  # a.window, ...
         eng = engine.EngineConfig(run_id=a.run, silence_timeout_ns=parse_duration_ns(getattr(a, "silence_timeout", "60s")),
-                                  join_partitions=1 if getattr(a, "join_partitions", None) is None else a.join_partitions, **given)
+                                  join_partitions=1 if getattr(a, "join_partitions", None) is None else a.join_partitions,
+                                  clock_correction=not getattr(a, "no_clock_correction", False), **given)
         trigger_ns = parse_duration_ns(getattr(a, "trigger", DEFAULT_TRIGGER))
         idle_batch_ns = parse_duration_ns(getattr(a, "idle_batch_interval", "2s"))
         quiet_batch_ns = parse_duration_ns(getattr(a, "quiet_batch_interval", "10s"))

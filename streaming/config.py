@@ -73,6 +73,7 @@ class JobConfig:
         own = EngineConfig.durations(run_cfg)
         changed = {k: v for k, v in self.recompute.items() if own.get(k) != v}
         folder = "replay" + "".join(f"-{name}{duration_text(changed[k])}" for k, name in RECOMPUTABLE.items() if k in changed)
+        folder += "" if self.engine.clock_correction else "-rawclocks"
         return dataclasses.replace(self, engine=dataclasses.replace(self.engine, **{**own, **self.recompute}),
                                    source_dir=self.run_dir, run_dir=os.path.join(self.run_dir, folder), heartbeat=False)
 

@@ -29,6 +29,7 @@ from core.contract import (
     SCHEMA_VERSION,
     TIMESTAMP_FIELDS,
 )
+from streaming.clocks import COLUMNS, with_columns
 
 DECODED_SCHEMA = pa.schema(
     list(ARROW_SCHEMA)
@@ -37,9 +38,11 @@ DECODED_SCHEMA = pa.schema(
         pa.field("raw", pa.string()),
         pa.field("src_partition", pa.int32()),
         pa.field("src_offset", pa.int64()),
+        *COLUMNS,
     ]
 )
-"""Decoded telemetry: the contract's fields plus where a row came from and why it was set aside."""
+"""Decoded telemetry: the contract's fields plus where a row came from, why it was set aside, and its clock
+correction (``streaming.clocks``: null until the job corrects it)."""
 
 RAW_TEXT_MAX_CHARS = 2000
 """A quarantined line keeps at most this much of its text."""
@@ -246,7 +249,12 @@ def _attach(t: pa.Table, reasons, raws, partition, offset) -> pa.Table:
     }
     for name, col in cols.items():
         t = t.append_column(DECODED_SCHEMA.field(name), col)
-    return t
+    return with_columns(t)
+
+
+def conform(t: pa.Table) -> pa.Table:
+    """An archived table as DECODED_SCHEMA, from an archive written before the clock columns too."""
+    return with_columns(t).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
 
 
 def decode_record_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

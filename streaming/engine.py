@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from streaming import join, partials, rules, run_rules
+from streaming import clocks, join, partials, rules, run_rules
 from streaming.state import NO_TIME_NS, EngineConfig, EngineState  # noqa: F401 - read as engine.EngineConfig, engine.EngineState
 
 
@@ -51,11 +51,17 @@ def process(state: EngineState, batch: pa.Table, cfg: EngineConfig) -> tuple[Eng
     The driver's view of the batch (``join.summarize``) decides the run-level verdicts (``plan``); this run's sends,
     acks and receives are joined in their ID's partition with them (``join.step``); the gaps, the events and the
     batch's partials follow (``finish``)."""
-    summary, data = join.summarize(batch, cfg.run_id)
+    summary, data = join.summarize(corrected(state, batch, cfg), cfg.run_id)
     plan_ = plan(state, summary, cfg)
     joins = join.repartition(state.joins, cfg.join_partitions)
     steps = [join.step(j, records, cfg, plan_.verdicts) for j, records in zip(joins, join.split(data, cfg.join_partitions))]
     return finish(plan_, [s for s, _ in steps], [r for _, r in steps])
+
+
+def corrected(state: EngineState, records: pa.Table, cfg: EngineConfig) -> pa.Table:
+    """``records`` with their stamps on the clock reference's time (``streaming.clocks``), by the agents' estimates
+    known so far and those among them; a row corrected already (archived) as it was."""
+    return clocks.correct(records, clocks.learn(state.clocks, records), cfg.clock_correction)
 
 
 @dataclass
@@ -86,7 +92,8 @@ def plan(state: EngineState, summary: pa.Table, cfg: EngineConfig) -> Plan:
     gaps, judged_ns = run_rules.judge(state, records, watermark_ns, cfg)
     reset = run_rules.reset_record(state, records)
     v = join.Verdicts(int(state.hole_until_ns), int(state.drops_named_ns), watermark_ns, judged_ns,
-                      int(run_rules.hole_until(state, records, reset, cfg)), reset is not None)
+                      int(run_rules.hole_until(state, records, reset, cfg)), reset is not None,
+                      clocks.learn(state.clocks, summary))
     return Plan(state, cfg, records, bad, info, max_event_ns, gaps, reset, v)
 
 
@@ -113,7 +120,7 @@ def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> 
     drops_named_ns = rules.named_until(state.drops_named_ns, v.watermark_ns, v.judged_ns, cfg)
     new_state = EngineState(joins=[part.state for part in settled], max_event_ns=p.max_event_ns,
                             watermark_ns=v.watermark_ns, num_batches=state.num_batches + 1, gaps=gaps,
-                            drops_named_ns=int(drops_named_ns), hole_until_ns=v.hole_until_ns, **run)
+                            drops_named_ns=int(drops_named_ns), hole_until_ns=v.hole_until_ns, clocks=v.clocks, **run)
     sizes = {k: sum(part.sizes[k] for part in settled) for k in ("num_known", "num_pending", "num_orphans")}
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     stop_ns = run["stop_ns"]

@@ -45,9 +45,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from core.rundir import RunPaths, batch_file, ids_in, write_json
-from streaming import engine, join, membership
+from streaming import clocks, engine, join, membership
 from streaming.config import JOIN_CACHE_BYTES
-from streaming.decode import DECODED_SCHEMA
+from streaming.decode import DECODED_SCHEMA, conform
 from streaming.sinks import RunStore, join_state
 from streaming.state import EngineConfig, JoinState
 
@@ -91,6 +91,7 @@ def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.V
         check_run_folder(root)
         # the run's sends, acks and receives (the ticks, and the driver's records shuffled with them, are not)
         records = table.filter(membership.data(table, cfg.run_id)).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
+        records = clocks.correct(records, verdicts.clocks, cfg.clock_correction)  # archived as corrected
         state, redone = _state_before(root, cfg, jp, batch_id)
         _write_part(root, batch_id, jp, records)  # every batch, empty or not, a replay's too: what a rebuild reads
         settled, report = join.step(state, records, cfg, verdicts)
@@ -150,7 +151,7 @@ def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> tuple
         v = join.Verdicts(**manifest["verdicts"])
         part = os.path.join(batch_file(RunPaths(root).archive, b), f"p-{jp}.parquet")
         if os.path.exists(part):
-            records = pq.read_table(part).cast(DECODED_SCHEMA)
+            records = conform(pq.read_table(part))
         elif manifest.get("archive_parts"):  # written for every partition: missing is not empty
             raise FileNotFoundError(f"join partition {jp} cannot be rebuilt: batch {b}'s part {part} is missing (is the "
                                     "run folder on storage every executor shares, and is the file visible yet?)")
@@ -344,6 +345,7 @@ def _plan_batch(store, summary: pa.Table, batch_id: int) -> engine.Plan:
         store._recover(batch_id)
     # the archive is written on executors in a replay too (the tasks rebuild their state from it)
     shutil.rmtree(batch_file(store.paths.archive, batch_id), ignore_errors=True)  # a batch redone: afresh
+    summary = engine.corrected(store.state, summary, store.cfg)  # the run's markers; its data in the join tasks
     own = summary.filter(summary[join.NUM_RECORDS].is_null()).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
     _write_part(store.paths.root, batch_id, "run", own)
     return engine.plan(store.state, summary, store.cfg)

@@ -22,14 +22,14 @@ do not depend on P.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming import membership, partials, rules
+from streaming import clocks, membership, partials, rules
 from streaming.state import EngineConfig, JoinState
 
 DATA_KINDS = membership.DATA_KINDS
@@ -73,6 +73,7 @@ class Verdicts:
     judged_ns: int
     hole_until_ns: int
     reset: bool = False         # the batch holds a reset: the waiting sends are marked unknown
+    clocks: dict = field(default_factory=dict)  # the agents' clock estimates the batch's stamps are corrected by
 
 
 def step(state: JoinState, records: pa.Table, cfg: EngineConfig, v: Verdicts) -> tuple[Settled, Report]:
@@ -92,6 +93,7 @@ class Taken:
 
 def take(state: JoinState, records: pa.Table, cfg: EngineConfig, v: Verdicts) -> tuple[Taken, Report]:
     """Step one of a batch in one partition: its sends, acks and receives."""
+    records = clocks.correct(records, v.clocks, cfg.clock_correction)  # corrected already when archived or local
     batch, out = rules.Records.of(records), partials.Collector(cfg.window_ns)
     known, sends_ns = rules.take_sends(rules.Known.of(state.known, state.lookup), batch, v.hole_until_before_ns, out)
     known, unnamed = rules.take_acks(known, batch, v.drops_named_before_ns, out)

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from core import memory
 from core.rundir import PARTIAL_KINDS, RunPaths, atomic, batch_file, ids_in, write_json
 from streaming import engine, join
-from streaming.decode import DECODED_SCHEMA
+from streaming.decode import DECODED_SCHEMA, conform
 from streaming.gaps import GapTracker
 from streaming.state import JoinState
 
@@ -229,7 +229,7 @@ class RunStore:
         first = snaps[-1] + 1 if snaps else 0
         redo = [b for b in ids_in(self.paths.archive) if first <= b < batch_id]
         for b in redo:
-            state, _ = engine.process(state, pq.read_table(batch_file(self.paths.archive, b)).cast(DECODED_SCHEMA), self.cfg)
+            state, _ = engine.process(state, conform(pq.read_table(batch_file(self.paths.archive, b))), self.cfg)
         if snaps or redo:
             self.log(f"recovered state at batch {batch_id}: snapshot {snaps[-1] if snaps else '-'} + {len(redo)} archived batches")
         self.state = state
@@ -244,7 +244,7 @@ class RunStore:
             if not self.archive and batch_id > 0:
                 raise RuntimeError(f"batch {batch_id} cannot be resumed without an archive: start the replay again")
             self._recover(batch_id)
-        table = table.cast(DECODED_SCHEMA)
+        table = engine.corrected(self.state, table.cast(DECODED_SCHEMA), self.cfg)
         if self.archive:
             write_parquet(batch_file(self.paths.archive, batch_id), table)  # the write-ahead archive
         self.state, result = engine.process(self.state, table, self.cfg)

@@ -30,6 +30,8 @@ class EngineConfig:
     join_partitions: int = 1
     """The join's partitions: event IDs are split by hash into this many, each joined on its own
     (``streaming.join``). The results do not depend on it."""
+    clock_correction: bool = True
+    """Stamps corrected by their agents' measured clock offsets (``streaming.clocks``); False: kept raw."""
 
     def settings(self) -> dict:
         """As the run's ``run.json`` holds them (``core.rundir.RunPaths.run_file``)."""
@@ -37,9 +39,10 @@ class EngineConfig:
 
     @classmethod
     def durations(cls, settings: dict) -> dict:
-        """The durations among a run's settings (every field but ``run_id`` and ``join_partitions``)."""
+        """The durations among a run's settings (every field but ``run_id``, ``join_partitions`` and
+        ``clock_correction``)."""
         return {f.name: settings[f.name] for f in dataclasses.fields(cls)
-                if f.name not in ("run_id", "join_partitions") and f.name in settings}
+                if f.name not in ("run_id", "join_partitions", "clock_correction") and f.name in settings}
 
 
 def _empty_known() -> pd.DataFrame:
@@ -96,6 +99,7 @@ class EngineState:
     aborted: str | None = None       # why the job closed the run itself
     gaps: gap_tracking.GapTracker = field(default_factory=gap_tracking.GapTracker)
     drops_named_ns: int = NO_TIME_NS  # drops of events sent before this are final and their exemplars written
+    clocks: dict = field(default_factory=dict)  # each agent's recent clock estimates (``streaming.clocks.learn``)
     hole_until_ns: int = NO_TIME_NS   # the telemetry broker lost records before this: a send before it that comes
     #                                   only now may have had its receive record in what was lost (``UNKNOWN``)
 

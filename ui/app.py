@@ -170,8 +170,9 @@ def after_run(view: data.RunView, runs: list[data.RunInfo]) -> None:
     st.code(data.vegeta_text(view), language=None)
     clocks = view.summary.get("clock_offsets") or []
     if clocks:
-        st.caption("Clock offsets against the reference (reference − agent; a latency measured across two hosts is off "
-                   "by the difference of their offsets, known to ± round trip / 2):")
+        st.caption("Clock offsets per agent against the reference (reference − agent, known to ± round trip / 2). A "
+                   "latency measured across two hosts is off by the difference of their offsets: the job corrects each "
+                   "stamp by its agent's offset when it is beyond its error (raw with --no-clock-correction).")
         st.dataframe(data.clock_table(clocks), hide_index=True)
     steps = data.step_table(view)
     if len(steps):

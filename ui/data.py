@@ -333,9 +333,9 @@ def _ms(us):
 
 
 def clock_table(clocks: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame([{"agent": c["agent"], "offset_ms": c["offset_us"] / 1000, "round_trip_ms": c["rtt_us"] / 1000,
-                          "max |offset| ms": c["max_abs_offset_us"] / 1000, "samples": c["samples"],
-                          "flag": "beyond ±1 ms" if c["flagged"] else ""} for c in clocks])
+    return pd.DataFrame([{"agent": c["agent"], "offset_ms": c["offset_us"] / 1000, "± ms": c["rtt_us"] / 2000,
+                          "max |offset| ms": c["max_abs_offset_us"] / 1000, "samples": c["samples"], "stamps":
+                          "corrected" if c.get("corrected") else "raw, beyond ±1 ms" if c["flagged"] else "raw"} for c in clocks])
 
 
 def hlog_path(view: RunView) -> str | None:

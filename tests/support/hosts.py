@@ -49,6 +49,16 @@ def usable() -> str | None:
     return None
 
 
+SKEWCLOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "skewclock")
+
+
+def skewed(argv: list[str], seconds: float) -> list[str]:
+    """``argv`` (a Python program) with its wall clock ``seconds`` off the machine's, and its children's
+    (``support/skewclock/sitecustomize.py``, which says why not libfaketime)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(SKEWCLOCK)))  # the checkout, bound at its path on every host
+    return ["env", f"SKEWCLOCK_S={seconds:+.6f}", f"PYTHONPATH={SKEWCLOCK}:{root}", *argv]
+
+
 def _free_subnet() -> ipaddress.IPv4Network:
     """A /24 in 10.200.0.0/13 that no address or route of this machine touches."""
     used = _ip("-o", "-4", "addr").stdout + _ip("-4", "route").stdout

