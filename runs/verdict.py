@@ -101,9 +101,22 @@ def _held(held: dict[str, dict], start_ns: int) -> str:
         + " on the way to the telemetry broker, then delivered")
 
 
+def _ooms(ooms: list[dict], start_ns: int) -> str:
+    """One sentence on the run's OOM kills, by where they were (a host's cgroup by its host's name) and when; a kill
+    the machine's counter saw too (``vmstat``) is named by the detector that says where."""
+    by: dict[str, list[int]] = {}
+    for o in [o for o in ooms if o.get("source") != "vmstat"] or ooms:
+        where = str(o.get("where") or o.get("source"))
+        where = where.split(":", 1)[0] if o.get("source") == "cgroup" else where  # <host>:<cgroup>
+        by.setdefault(where, []).append(int(o["at_ns"]))
+    return "OOM kills: " + ", ".join(f"{len(at)} on {where} from {max(min(at) - start_ns, 0) / 1e9:.0f} s into the run"
+                                     for where, at in sorted(by.items()))
+
+
 def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, step_figures=None,
             latency_bound_us: float = DEFAULT_LATENCY_BOUND_US, outages: list[dict] | None = None,
-            gaps: list[dict] | None = None, held: dict[str, dict] | None = None) -> output.Verdict:
+            gaps: list[dict] | None = None, held: dict[str, dict] | None = None,
+            ooms: list[dict] | None = None) -> output.Verdict:
     """The run's verdict: its state (the one its message opens with), where saturation began (with evidence), the
     stalls that drained, flightwatch's own telemetry outages, per-step profile and knee.
 
@@ -111,7 +124,8 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
     without it the step table is built from the windows. ``outages``: the run's telemetry resets (``at_ns``,
     ``reason``), to name them; ``gaps``: its receive silences (``start_ns``, ``end_ns``, ``in_flight``), to give a
     stall its exact interval; ``held``: per agent, its telemetry held on the way to the broker
-    (``runs.runinfo.telemetry_held``), named as flightwatch's outage.
+    (``runs.runinfo.telemetry_held``), named as flightwatch's outage; ``ooms``: its OOM events (``at_ns``, ``source``,
+    ``where``), named by where they were.
     """
     everything = assess_windows(w, steps, window_ns)
     out: output.Verdict = {"state": State.OK, "saturated_at": None, "knee": None, "steps": [], "stalls": [],
@@ -129,8 +143,11 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
     notes = [_stalls_note(out["stalls"])] if out["stalls"] else []
     if outage:
         notes.append(outage)
+    start_ns = steps[0]["start_ns"] if steps else int(everything["window_ns"].iloc[0])
     if held:
-        notes.append(_held(held, steps[0]["start_ns"] if steps else int(everything["window_ns"].iloc[0])))
+        notes.append(_held(held, start_ns))
+    if ooms:
+        notes.append(_ooms(ooms, start_ns))
     observer = a[a["state"] == State.OBSERVER_BOUND]
     out["observer_bound_windows"] = int(len(observer))
     if len(observer) >= CONFIRM_WINDOWS:

@@ -143,14 +143,16 @@ def summarize(batch: pa.Table, run_id: str) -> tuple[pa.Table, pa.Table]:
     rest = rest.append_column(NUM_RECORDS, pa.nulls(rest.num_rows, pa.int64()))
     if data.num_rows == 0:
         return rest, data
-    g = data.select(["kind", "agent", "at_ns"]).group_by(["kind", "agent"]).aggregate(
-        [("at_ns", "min"), ("at_ns", "max"), ("at_ns", "count")])
+    g = data.select(["kind", "agent", "at_ns", clocks.CORRECTION]).group_by(["kind", "agent"]).aggregate(
+        [("at_ns", "min"), ("at_ns", "max"), ("at_ns", "count"), (clocks.CORRECTION, "min")])
     n = g.num_rows
     stamps = pa.table({
         "kind": pa.concat_arrays([g["kind"].combine_chunks()] * 2), "agent": pa.concat_arrays([g["agent"].combine_chunks()] * 2),
         "run_id": pa.array([run_id] * (2 * n), pa.string()),
         "at_ns": pa.concat_arrays([g["at_ns_min"].combine_chunks(), g["at_ns_max"].combine_chunks()]),
         NUM_RECORDS: pa.concat_arrays([g["at_ns_count"].combine_chunks().cast(pa.int64()), pa.array(np.zeros(n, np.int64))]),
+        # corrected already (a replay, a driver that corrects the whole batch): the driver does not correct them again
+        clocks.CORRECTION: pa.concat_arrays([g[f"{clocks.CORRECTION}_min"].combine_chunks()] * 2),
     })
     return pa.concat_tables([rest, stamps], promote_options="default"), data
 

@@ -44,6 +44,7 @@ class LiveWindows:
         self.node: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))  # sum, n
         self.oom: dict[tuple[int, str], float] = defaultdict(float)  # (window, source) -> kills
         self.starts = pd.DataFrame(columns=["kind", "at_ns", "config"])  # run_start records: the schedule
+        self.ooms = pd.DataFrame(columns=["kind", "at_ns", "source", "where"])  # oom records: where and when
         self.lo = self.hi = None                             # the first and last window with data
         self.watermark = self.judged = None
         self.finished = False
@@ -112,6 +113,8 @@ class LiveWindows:
             if (kinds == "run_start").any():
                 self.starts = pd.concat([self.starts, events.loc[kinds == "run_start", ["kind", "at_ns", "config"]]],
                                         ignore_index=True)
+            if len(oom):  # the verdict names where they were (``runs.verdict``)
+                self.ooms = pd.concat([self.ooms, events.iloc[oom].reindex(columns=self.ooms.columns)], ignore_index=True)
         if info.get("watermark_ns") is not None:
             self.watermark = max(self.watermark or info["watermark_ns"], info["watermark_ns"])
         if info.get("judged_ns") is not None:
@@ -172,5 +175,6 @@ class LiveWindows:
         self.last_table = t
         if t.empty:
             return None
-        return results.run_verdict(self.root, t, self.starts, cfg=self.cfg, percentiles=self.merged_percentiles)
+        events = pd.concat([self.starts, self.ooms], ignore_index=True) if len(self.ooms) else self.starts
+        return results.run_verdict(self.root, t, events, cfg=self.cfg, percentiles=self.merged_percentiles)
 

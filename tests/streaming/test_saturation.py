@@ -544,3 +544,22 @@ def test_windows_where_the_generator_was_held_back_by_a_dead_sut_are_part_of_its
     assert v["state"] == "saturated" and v["saturated_at"]["window_ns"] == 8 * NS and v["stalls"] == []
     assert v["message"].startswith("saturated at step 1 (2,000/s): received/sent 0.73, ")
     assert v["message"].endswith("loadgen sent 1,575/s of 2,000/s")
+
+
+def test_a_hosts_receiver_out_of_cpu_is_that_hosts_limit_and_an_oom_kill_is_named_by_its_host():
+    """Hosts that are cgroups (``agents.cgroup_metrics``): the receiver's host at its 0.1-core quota for 10 s of 40, its
+    CPU all flightwatch's; an executor OOM-killed in worker-1's memory cgroup at 12 s. The verdict names both hosts."""
+    steps = steps_of([2000], seconds=40)
+    sent = np.full(40, 2000.0)
+    recv = sent.copy()
+    recv[20:30], recv[30] = 300.0, 2000.0 + 10 * 1700.0  # starved, then caught up
+    cpu = np.full(40, 0.3)
+    cpu[20:30] = 1.0
+    w = windows(sent, recv, cpu_util=cpu, cpu_cores=0.1, observer_cpu=cpu * 0.1).rename(columns=lambda c: c.replace(
+        "node:n1:", "node:receiver:"))
+    ooms = [{"at_ns": 12 * NS, "source": "cgroup", "where": "worker-1:/sys/fs/cgroup/memory/fw/worker-1"},
+            {"at_ns": 12 * NS, "source": "vmstat", "where": "machine"}]
+    v = verdicts.verdict(w, steps, NS, ooms=ooms)
+    assert v["state"] == "observer-bound", v["message"]
+    assert "flightwatch 0.10 of 0.10 busy cores on receiver" in v["message"], v["message"]
+    assert v["message"].endswith("OOM kills: 1 on worker-1 from 12 s into the run"), v["message"]

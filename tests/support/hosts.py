@@ -59,6 +59,15 @@ def skewed(argv: list[str], seconds: float) -> list[str]:
     return ["env", f"SKEWCLOCK_S={seconds:+.6f}", f"PYTHONPATH={SKEWCLOCK}:{root}", *argv]
 
 
+CGROUPS, CONTROLLERS, CFS_PERIOD_US = "/sys/fs/cgroup", ("cpu", "cpuacct", "memory"), 100_000
+"""A host with limits is a cgroup of each (v1, as this machine has): a CFS quota, its CPU time, a memory limit."""
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def _free_subnet() -> ipaddress.IPv4Network:
     """A /24 in 10.200.0.0/13 that no address or route of this machine touches."""
     used = _ip("-o", "-4", "addr").stdout + _ip("-4", "route").stdout
@@ -75,6 +84,18 @@ class Host:
 
     def __init__(self, hosts: Hosts, name: str, ns: str, ip: str, private: str) -> None:
         self.hosts, self.name, self.ns, self.ip, self.private = hosts, name, ns, ip, private
+
+    @property
+    def cgroup(self) -> str | None:
+        """Its cgroup (relative to each hierarchy's root) when it has limits (``Hosts(limits=...)``), else None."""
+        return f"flightwatch-hosts-{self.hosts.tag}/{self.name}" if self.name in self.hosts.limits else None
+
+    def set_limits(self, cores: float | None = None, memory: int | None = None) -> None:
+        """Its CPU quota (cores) and memory limit (bytes), as a host of that size has: each left as it is when None."""
+        if cores is not None:
+            _write(f"{CGROUPS}/cpu/{self.cgroup}/cpu.cfs_quota_us", str(int(cores * CFS_PERIOD_US)))
+        if memory is not None:
+            _write(f"{CGROUPS}/memory/{self.cgroup}/memory.limit_in_bytes", str(memory))
 
     def _setup(self) -> str:
         """The shell run as root in the host's new mount and UTS namespaces before it becomes ``UID``."""
@@ -107,8 +128,20 @@ class Host:
         """``argv`` in this host's namespaces, as ``UID``, in the checkout; stopped when the hosts are removed."""
         cmd = ["ip", "netns", "exec", self.ns, "unshare", "--mount", "--uts", "--propagation", "private", "--",
                "sh", "-c", self._setup(), "sh", *argv]
+        if self.cgroup:  # into its cgroup first (outside: ``ip netns exec`` mounts a /sys without the cgroups)
+            join = "; ".join(f"echo $$ > {CGROUPS}/{c}/{self.cgroup}/cgroup.procs" for c in CONTROLLERS)
+            cmd = ["sh", "-c", f'set -e; {join}; exec "$@"', "sh", *cmd]
         p = subprocess.Popen(cmd, cwd=self.hosts.checkout, env=env, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
+        self.hosts.procs.append(p)
+        return p
+
+    def popen_node_agent(self, argv: list[str], env: dict | None = None, log=subprocess.DEVNULL) -> subprocess.Popen:
+        """``argv`` as a node-level agent runs (cAdvisor, a DaemonSet with the node's ``/sys/fs/cgroup``): on this
+        host's network, in the machine's mount view (``ip netns exec`` would mount a ``/sys`` without the cgroups), as
+        root; stopped when the hosts are removed."""
+        p = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{self.ns}", *argv], cwd=self.hosts.checkout, env=env,
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.hosts.procs.append(p)
         return p
 
@@ -138,8 +171,10 @@ class Host:
 class Hosts:
     """The hosts of one test (see the module's docstring); a context manager that removes them."""
 
-    def __init__(self, names: list[str], shared, private, checkout: str) -> None:
+    def __init__(self, names: list[str], shared, private, checkout: str,
+                 limits: dict[str, tuple[float, int]] | None = None) -> None:
         self.names, self.shared, self.checkout = names, str(shared), checkout
+        self.limits = limits or {}  # host -> (cores, memory bytes): its own cgroup (v1 cpu, cpuacct and memory)
         self.private_root = str(private)
         self.etc = os.path.join(self.private_root, "etc")  # /etc/passwd and /etc/group with the image's user
         self.tag = secrets.token_hex(2)
@@ -189,6 +224,10 @@ class Hosts:
             os.makedirs(private, exist_ok=True)
             os.chmod(private, 0o1777)
             self.hosts[name] = Host(self, name, ns, ip, private)
+            if name in self.limits:
+                for c in CONTROLLERS:
+                    os.makedirs(f"{CGROUPS}/{c}/{self.hosts[name].cgroup}", exist_ok=True)
+                self.hosts[name].set_limits(*self.limits[name])
 
     def remove(self) -> None:
         """Stop every process started here, then remove the namespaces and the bridge (their veths go with them)."""
@@ -202,6 +241,15 @@ class Hosts:
                 time.sleep(0.25)
         _ip("link", "del", self.bridge, check=False)
         self.made_ns = []
+        for c in CONTROLLERS:  # the hosts' cgroups, once their processes have ended (any left go to the parent)
+            parent = f"{CGROUPS}/{c}/flightwatch-hosts-{self.tag}"
+            for name in self.limits:
+                with contextlib.suppress(OSError):
+                    for pid in open(f"{parent}/{name}/cgroup.procs").read().split():
+                        _write(f"{CGROUPS}/{c}/cgroup.procs", pid)
+                    os.rmdir(f"{parent}/{name}")
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
 
 
 def wait_for(what: str, ok, seconds: float, logs) -> None:

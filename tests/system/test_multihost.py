@@ -4,8 +4,11 @@ Seven hosts, each in its own network namespace with its own address, hostname an
 images' user) with the checkout read-only: the telemetry broker (Tansu), a Spark standalone master, two workers of
 one core, the job's driver (given its master and address by ``spark-defaults.conf``, as a platform team gives a
 driver pod its cluster), the HTTP receiver agent and the load generator. Only the run folders' volume is common to
-them. A minute at 5,000 events/s, the join on the executors: the run's counts and p50/p90/p99 must equal those of a
-local-mode replay of its archive, nothing may be lost, and join tasks must have run on both workers. Then faults on
+them. A minute at 5,000 events/s, the join on the executors, with the load generator's clock 5 ms ahead and the
+receiver's 3 ms behind (``SKEW``): the run's counts and p50/p90/p99 must equal those of a local-mode replay of its
+archive, nothing may be lost, join tasks must have run on both workers, the offsets found must be those set within
+their error and the corrected percentiles the true ones, and a replay without correction must miss them
+(``support.skew``). Then faults on
 the same hosts, at 2,000 events/s, each run exact and equal to its replay: worker-1 killed -9 mid-run (its Worker and
 executor); speculation on with worker-1 held to a tenth of a core by a cgroup CPU quota; the shared volume taken
 from worker-1 (its tasks fail in one line and run on worker-0), then from the driver's host (the job stops in one
