@@ -102,6 +102,25 @@ def test_finished_run_shows_the_jobs_figures(app, tmp_path):
     assert f["latency_us"] == results.merged_percentiles(str(tmp_path / "done"), "latency_us", view.t0_ns + 2 * NS, view.t0_ns + 8 * NS)
 
 
+def test_each_agents_clock_offset_is_shown_with_its_error_and_whether_its_stamps_were_corrected(app, tmp_path):
+    """The receiver's clock 3 ms behind the reference (corrected), the sender's within its estimate's error (kept)."""
+    from core import contract
+
+    spec = SyntheticSpec(run_id="clocks", start_ns=1_800_000_000 * NS, duration_s=6, rate_per_sec=100, drop_timeout_s=2)
+    at_ns = spec.start_ns + NS
+    offsets = [contract.ClockOffset(contract.ANY_RUN, "receiver-0", at_ns, reference="ref:1", offset_us=3000.0, rtt_us=60.0),
+               contract.ClockOffset(contract.ANY_RUN, "sender-0", at_ns, reference="ref:1", offset_us=-12.0, rtt_us=40.0)]
+    msgs = [(b"clock", contract.encode(offsets), at_ns)] + messages(generate(spec))
+    store = RunStore(str(tmp_path / "clocks"), engine.EngineConfig(spec.run_id, drop_timeout_ns=2 * NS))
+    for b, idx in enumerate(np.array_split(np.arange(len(msgs)), 4)):
+        store.process_batch(decode_messages([msgs[i][1] for i in idx], [0] * len(idx), list(idx)), b)
+    at = app(tmp_path)
+    assert not at.exception
+    shown = next(d.value for d in at.dataframe if "stamps" in d.value.columns).set_index("agent")
+    assert shown.loc["receiver-0", "offset_ms"] == 3.0 and shown.loc["receiver-0", "± ms"] == 0.03
+    assert shown.loc["receiver-0", "stamps"] == "corrected" and shown.loc["sender-0", "stamps"] == "raw"
+
+
 def test_half_written_run_is_shown_as_far_as_it_goes(app, tmp_path):
     spec = SyntheticSpec(run_id="half", start_ns=1_800_000_000 * NS, duration_s=20, rate_per_sec=100, drop_timeout_s=5)
     build_run(tmp_path / "half", spec, finish=False)
