@@ -31,8 +31,9 @@ COLUMNS = (pa.field(CORRECTION, pa.int64()), pa.field(ERROR, pa.int64()))
 CORRECTED_KINDS = ("send", "ack", "recv", "run_start", "run_stop", "heartbeat")
 """The records whose stamps are an agent's clock reading about the run."""
 SHIFTED = ("at_ns", "intended_at_ns", "sent_at_ns")
-KEEP_ESTIMATES = 64
-"""Estimates kept per agent (at one every 5 s, the last five minutes): a stamp older than them takes the oldest."""
+KEEP_ESTIMATES = 24
+"""Estimates kept per agent (at one every 5 s, the last two minutes; they travel with every batch's verdicts): a
+stamp older than them takes the oldest."""
 
 
 def learn(table: dict, records: pa.Table) -> dict:
