@@ -112,7 +112,7 @@ test-serial: install ## the tests whose figures need the machine to themselves (
 test-brokers: install ## the seeds' real brokers (RabbitMQ from Debian's packages, over AMQP 0-9-1 and 1.0; Artemis and Apache Kafka from the Maven registry): runs, bad input, kill -9 of the broker; one at a time
 	$(PYTHON) -m pytest -m brokers $(PYTEST_ARGS)
 
-test-cluster: install ## the cluster path: Spark standalone clusters, and (as root) seven hosts stood in for by network namespaces; one at a time, ~7 minutes
+test-cluster: install ## the cluster path: Spark standalone clusters, and (as root) seven hosts stood in for by network namespaces, with faults, skewed clocks and limits; one at a time, ~23 minutes
 	$(PYTHON) -m pytest -m cluster $(PYTEST_ARGS)
 
 test-faults: install ## the fault suite alone: kill -9 of job, receivers and load generator, broker away, fuzzing
