@@ -6,6 +6,11 @@ and the interpreter read-only, one folder shared by all: the run folders' volume
         p = hosts["master"].popen([...])      # runs in master's namespaces, as uid 10001
         hosts["master"].ip                    # its address; the others reach it there
 
+A host may have limits, as a node or a pod has: ``Hosts(..., limits={"worker-1": (1.0, 3 << 30)})`` makes it a cgroup
+(v1 ``cpu``, ``cpuacct``, ``memory``) with that CPU quota and memory limit, every process it starts in it, and
+``set_limits`` changes them mid-run. A process may run skewed (``skewed``: its wall clock off the machine's), or as a
+node-level agent on a host's network in the machine's mount view (``popen_node_agent``).
+
 Needs root (``ip netns``, veth pairs, ``unshare``; CI runs as root here). Traffic goes only between the addresses
 given here: the bridge has none in this machine's namespace, and no route leads out. Leaving the ``with`` stops every
 process started through it (by its recorded PID, its process group) and removes every namespace and link it made,
@@ -245,7 +250,9 @@ class Hosts:
             parent = f"{CGROUPS}/{c}/flightwatch-hosts-{self.tag}"
             for name in self.limits:
                 with contextlib.suppress(OSError):
-                    for pid in open(f"{parent}/{name}/cgroup.procs").read().split():
+                    with open(f"{parent}/{name}/cgroup.procs") as f:
+                        left = f.read().split()
+                    for pid in left:
                         _write(f"{CGROUPS}/{c}/cgroup.procs", pid)
                     os.rmdir(f"{parent}/{name}")
             with contextlib.suppress(OSError):
