@@ -26,11 +26,12 @@ import sys
 import threading
 import time
 
+from agents.oom import CGROUP_ROOT
 from core import contract, logs
 from core.cli import OneLineParser, add_telemetry, add_wait, await_brokers
 from core.units import parse_duration_ns
 
-ROOT = "/sys/fs/cgroup"
+ROOT = CGROUP_ROOT
 
 
 def _read(path: str) -> str | None:

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+from agents.oom import CGROUP_ROOT
 from core.procs import stop_process
 
 UID = 10001
@@ -64,7 +65,7 @@ def skewed(argv: list[str], seconds: float) -> list[str]:
     return ["env", f"SKEWCLOCK_S={seconds:+.6f}", f"PYTHONPATH={SKEWCLOCK}:{root}", *argv]
 
 
-CGROUPS, CONTROLLERS, CFS_PERIOD_US = "/sys/fs/cgroup", ("cpu", "cpuacct", "memory"), 100_000
+CGROUPS, CONTROLLERS, CFS_PERIOD_US = CGROUP_ROOT, ("cpu", "cpuacct", "memory"), 100_000
 """A host with limits is a cgroup of each (v1, as this machine has): a CFS quota, its CPU time, a memory limit."""
 
 
@@ -177,7 +178,7 @@ class Hosts:
     """The hosts of one test (see the module's docstring); a context manager that removes them."""
 
     def __init__(self, names: list[str], shared, private, checkout: str,
-                 limits: dict[str, tuple[float, int]] | None = None) -> None:
+                 limits: dict[str, tuple[float | None, int | None]] | None = None) -> None:
         self.names, self.shared, self.checkout = names, str(shared), checkout
         self.limits = limits or {}  # host -> (cores, memory bytes): its own cgroup (v1 cpu, cpuacct and memory)
         self.private_root = str(private)

@@ -19,14 +19,12 @@ step in CI after ``make test``.
 """
 from __future__ import annotations
 
-import contextlib
 import glob
 import json
 import os
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 from support import ROOT, run_job
@@ -315,32 +313,6 @@ def test_a_hosts_path_to_the_telemetry_broker_cut_for_5_s_is_named_flightwatchs_
     assert v["state"] != "saturated", v
 
 
-@contextlib.contextmanager
-def cpu_quota(pid: int, cores: float):
-    """``pid``, its processes and those they start held to ``cores`` of CPU by a cgroup (v1 ``cpu``: a CFS quota), as
-    a host of that size would hold them; after, those still running go back to the parent and the cgroup is removed."""
-    import psutil
-
-    cg = f"/sys/fs/cgroup/cpu/flightwatch-test-{uuid.uuid4().hex[:8]}"
-    os.mkdir(cg)
-    try:
-        with open(os.path.join(cg, "cpu.cfs_period_us"), "w") as f:
-            f.write("100000")
-        with open(os.path.join(cg, "cpu.cfs_quota_us"), "w") as f:
-            f.write(str(int(cores * 100000)))
-        root = psutil.Process(pid)
-        for p in (root, *root.children(recursive=True)):  # a process in a cgroup: the children it starts after, too
-            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-                f.write(str(p.pid))
-        yield cg
-    finally:
-        with open(os.path.join(cg, "cgroup.procs")) as f:  # those still running go back to the parent, unlimited
-            for pid_text in f.read().split():
-                with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(cg), "cgroup.procs"), "w") as g:
-                    g.write(pid_text)
-        os.rmdir(cg)
-
-
 def speculative_tasks(event_log_dir) -> tuple[int, int]:
     """Spark's event log: the speculative task attempts started, and those of them that finished first."""
     started = won = 0
@@ -367,7 +339,8 @@ def test_a_slowed_hosts_tasks_run_again_speculatively_and_every_event_counts_onc
     if (why := usable()) is not None:
         pytest.skip(why)
     run_id, rate, seconds = "speculation", 2000, 40
-    with Hosts(HOSTS, shared=tmp_path / "shared", private=tmp_path / "hosts", checkout=ROOT) as h:
+    with Hosts(HOSTS, shared=tmp_path / "shared", private=tmp_path / "hosts", checkout=ROOT,
+               limits={"worker-1": (None, None)}) as h:  # a cgroup of its own, no limit until the attack
         c = Cluster(h, tmp_path)
         events = tmp_path / "hosts" / "driver" / "events"  # the driver host's /tmp/events
         events.mkdir(parents=True)
@@ -380,8 +353,8 @@ def test_a_slowed_hosts_tasks_run_again_speculatively_and_every_event_counts_onc
         before_attack = last_batch(batches)
         # slowed once its executor serves the attack (an executor started at a tenth of a core takes minutes to come)
         wait_for("join tasks on worker-1", lambda: "worker-1" in join_tasks(batches, before_attack), 60, c.logs)
-        with cpu_quota(c.workers["worker-1"].pid, 0.1):
-            c.finish(job, lg, seconds)
+        h["worker-1"].set_limits(cores=0.1)
+        c.finish(job, lg, seconds)
     report = json.loads((tmp_path / "hosts" / "loadgen" / "lg" / "report.json").read_text())
     s = check_exact_and_replayed(c.shared, run_id, report, rate, seconds)
     started, won = speculative_tasks(events)
