@@ -70,6 +70,15 @@ def _java(lib: str, folder: str, main: str, *args: str) -> list[str]:
             "-cp", os.path.join(lib, "*"), main, *args]
 
 
+def random_uuid() -> str:
+    """A cluster ID as ``kafka-storage random-uuid`` makes one: 16 random bytes in URL-safe base64, never starting
+    with ``-`` (which a command line would take for an option; Kafka's ``Uuid.randomUuid`` draws again too)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
+
+
 def create(lib: str, folder: str, port: int, partitions: int = 1) -> str:
     """The node's ``server.properties`` in ``folder`` for ``port``, and its storage formatted if it is not yet
     (``data/`` is its whole state: remove it for an empty broker)."""
@@ -80,8 +89,8 @@ def create(lib: str, folder: str, port: int, partitions: int = 1) -> str:
     with open(os.path.join(folder, "log4j2.properties"), "w") as f:
         f.write(LOG_CONFIG)
     if not os.path.exists(os.path.join(data, "meta.properties")):
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()  # Kafka's Uuid, as random-uuid
-        done = subprocess.run(_java(lib, folder, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", props),
+        done = subprocess.run(_java(lib, folder, "kafka.tools.StorageTool", "format", f"--cluster-id={random_uuid()}",
+                                    "-c", props),
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"formatting Kafka's storage failed: {(done.stdout + done.stderr).strip()[-300:]}")
