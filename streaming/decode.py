@@ -144,15 +144,20 @@ def _validate(table: pa.Table) -> pa.Array:
     """A reason per row (null where the row is valid), all checks vectorised."""
     n = table.num_rows
     reasons = np.full(n, None, dtype=object)
+    marked = np.zeros(n, dtype=bool)  # rows with a reason already (a row keeps its first)
 
     def mark(mask, reason: str) -> None:
-        m = np.asarray(pc.fill_null(mask, True)) & (reasons == None)  # noqa: E711
-        reasons[m] = reason
+        m = np.asarray(pc.fill_null(mask, True)) & ~marked
+        if m.any():
+            reasons[m] = reason
+            marked[m] = True
 
     mark(pc.not_equal(table["v"], SCHEMA_VERSION), "unsupported schema version")
-    mark(pc.invert(pc.is_in(table["kind"], pa.array(list(KINDS)))), "unknown kind")
-    for kind, rtype in KINDS.items():
-        is_kind = np.asarray(pc.fill_null(pc.equal(table["kind"], kind), False))
+    codes = pc.index_in(table["kind"], value_set=pa.array(list(KINDS)))  # one pass over the kinds, null: unknown
+    mark(codes.is_null(), "unknown kind")
+    codes = np.asarray(codes.fill_null(-1))
+    for code, (kind, rtype) in enumerate(KINDS.items()):
+        is_kind = codes == code
         if not is_kind.any():
             continue
         for name in rtype.REQUIRED:

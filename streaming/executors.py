@@ -48,7 +48,7 @@ from core.rundir import RunPaths, batch_file, ids_in, write_json
 from streaming import clocks, engine, join, membership
 from streaming.config import JOIN_CACHE_BYTES
 from streaming.decode import DECODED_SCHEMA, conform
-from streaming.sinks import RunStore, join_state
+from streaming.sinks import RunStore, join_state, write_table
 from streaming.state import EngineConfig, JoinState
 
 SUMMARY_SCHEMA = DECODED_SCHEMA.append(pa.field(join.NUM_RECORDS, pa.int64()))
@@ -170,8 +170,8 @@ def _save_snapshot(root: str, jp: int, batch_id: int, state: JoinState) -> None:
     d = os.path.join(_joins_dir(root, jp), f"snap-{batch_id:08d}")
     tmp = unique_tmp(d)
     os.makedirs(tmp)
-    pq.write_table(pa.Table.from_pandas(state.known.reset_index(), preserve_index=False), os.path.join(tmp, "known.parquet"))
-    pq.write_table(pa.Table.from_pandas(state.orphans, preserve_index=False), os.path.join(tmp, "orphans.parquet"))
+    write_table(pa.Table.from_pandas(state.known.reset_index(), preserve_index=False), os.path.join(tmp, "known.parquet"))
+    write_table(pa.Table.from_pandas(state.orphans, preserve_index=False), os.path.join(tmp, "orphans.parquet"))
     try:
         os.rename(tmp, d)  # never over a snapshot another attempt wrote: a reader may be reading it
     except OSError:
@@ -194,7 +194,7 @@ def _write_part(root: str, batch_id: int, name, table: pa.Table) -> None:
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"{name}.parquet" if isinstance(name, str) else f"p-{name}.parquet")
     tmp = unique_tmp(os.path.join(d, f".{os.path.basename(path)}"))
-    pq.write_table(table, tmp, compression="zstd")
+    write_table(table, tmp, compression="zstd")
     os.replace(tmp, path)
 
 

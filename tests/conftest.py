@@ -50,7 +50,7 @@ def prometheus(tmp_path_factory):
     from support import wait_for_scrapes
 
     from core.procs import wait_port
-    from stack.__main__ import prometheus_config
+    from stack.__main__ import NODE_COLLECTORS, prometheus_config
 
     node_bin, prom_bin = shutil.which("prometheus-node-exporter"), shutil.which("prometheus")
     if not node_bin or not prom_bin:
@@ -59,7 +59,7 @@ def prometheus(tmp_path_factory):
     node_port, prom_port = free_port(), free_port()
     (d / "prometheus.yml").write_text(prometheus_config(node_port))
     log = open(d / "log", "wb")
-    node = subprocess.Popen([node_bin, f"--web.listen-address=127.0.0.1:{node_port}", "--no-collector.systemd"], stdout=log,
+    node = subprocess.Popen([node_bin, f"--web.listen-address=127.0.0.1:{node_port}", *NODE_COLLECTORS], stdout=log,
                             stderr=subprocess.STDOUT)
     prom = subprocess.Popen([prom_bin, f"--config.file={d / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{prom_port}",
                              f"--storage.tsdb.path={d / 'data'}"], stdout=log, stderr=subprocess.STDOUT)

@@ -18,6 +18,7 @@ from agents.promql import prometheus_query
 from core import contract, observer
 from loadgen.synthetic import NS, SyntheticSpec, generate, produce
 from runs import results
+from stack.__main__ import NODE_COLLECTORS
 
 pytestmark = pytest.mark.integration
 
@@ -230,7 +231,7 @@ def test_rates_against_a_prometheus_that_scrapes_every_15_s(tmp_path):
     (tmp_path / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\nscrape_configs:\n  - job_name: nodes\n"
                                              f"    static_configs:\n      - targets: ['127.0.0.1:{node_port}']\n")
     node = subprocess.Popen([shutil.which("prometheus-node-exporter"), f"--web.listen-address=127.0.0.1:{node_port}",
-                             "--no-collector.systemd"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             *NODE_COLLECTORS], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     prom = subprocess.Popen([shutil.which("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
                              f"--web.listen-address=127.0.0.1:{prom_port}", f"--storage.tsdb.path={tmp_path / 'data'}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
