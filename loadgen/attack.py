@@ -103,31 +103,40 @@ class Book:
         self.buf: list[str] = []
         self.inflight = 0
         self.last_ship = 0
-        self._iv, self._iv_end = None, 0  # the interval of the current second, and when it ends
+        self._iv, self._iv_start, self._iv_end = None, 0, 0  # the interval of the current second, and its bounds
         self._slot = None                 # a future the driver waits on while at max_inflight
+        self._bytes = cfg.payload_bytes
+        self._send_line = self.lines.send if writer is not None else None
 
     def interval(self, t_ns: int) -> Interval:
-        if self._iv is not None and self._iv_end - NS_PER_S <= t_ns < self._iv_end:
+        if self._iv is not None and self._iv_start <= t_ns < self._iv_end:
             return self._iv
         s = max((t_ns - self.start_ns) // NS_PER_S, 0)
         iv = self.intervals.get(s)
         if iv is None:
             iv = self.intervals[s] = Interval(s)
         if t_ns >= self.start_ns:
-            self._iv, self._iv_end = iv, self.start_ns + (s + 1) * NS_PER_S
+            self._iv, self._iv_start, self._iv_end = iv, self.start_ns + s * NS_PER_S, self.start_ns + (s + 1) * NS_PER_S
         return iv
 
+    # sent and done run once an event each: the current second's interval is tested inline, and an answer without
+    # status or error (a Kafka ack, a confirm) is counted without Interval.add_completion's branches; at a Kafka
+    # ceiling of ~80,000/s each µs here is 8% of a core
     def sent(self, eid: str, intended: int, at: int) -> None:
-        self.interval(at).add_send(at - intended, self.cfg.payload_bytes)
-        if self.writer is not None:
-            self.buf.append(self.lines.send(at, eid, intended, self.cfg.payload_bytes, self.worker))
+        iv = self._iv if self._iv_start <= at < self._iv_end else self.interval(at)
+        iv.add_send(at - intended, self._bytes)
+        if self._send_line is not None:
+            self.buf.append(self._send_line(at, eid, intended, self._bytes, self.worker))
 
     def done(self, eid: str, sent: int, status: int | None, error: str | None) -> None:
         acked = time.time_ns()
         self.inflight -= 1
-        ok = not contract.is_failure(status, error)
-        self.interval(acked).add_completion(acked - sent, status, error, ok)
-        if self.writer is not None:
+        iv = self._iv if self._iv_start <= acked < self._iv_end else self.interval(acked)
+        if status is None and error is None:
+            iv.add_ok(acked - sent)
+        else:
+            iv.add_completion(acked - sent, status, error, not contract.is_failure(status, error))
+        if self._send_line is not None:
             self.buf.append(self.lines.ack(acked, eid, sent, status, error))
         if self._slot is not None and not self._slot.done():
             self._slot.set_result(None)
@@ -149,7 +158,7 @@ class Book:
         for s in sorted(k for k in self.intervals if k < before_s):
             iv = self.intervals.pop(s)
             if iv is self._iv:
-                self._iv = None
+                self._iv, self._iv_start, self._iv_end = None, 0, 0
             self.out.put(("interval", self.worker, iv.snapshot()))
         self.out.put(("shipped", self.worker, before_s))  # nothing before before_s will come from this worker
         self.last_ship = before_s

@@ -51,6 +51,16 @@ class Interval:
         self.bytes_out += bytes_out
         self._delay.append(max(delay_ns, 0) // 1000)
 
+    def add_ok(self, latency_ns: int) -> None:
+        """``add_completion`` of an answer without status or error (a Kafka ack, a confirm): the same counts."""
+        self.completed += 1
+        self.ok += 1
+        lat_us = latency_ns // 1000 if latency_ns > 0 else 0
+        self._lat.append(lat_us)
+        self.latency_sum_us += lat_us
+        if self.latency_min_us is None or lat_us < self.latency_min_us:
+            self.latency_min_us = lat_us
+
     def add_completion(self, latency_ns: int, status: int | None, error: str | None, ok: bool) -> None:
         self.completed += 1
         if status is not None:

@@ -9,17 +9,16 @@ Usage:
     python -m stack restart http-receiver   # one component again, with the settings given now
     python -m stack up --sut rabbitmq   # RabbitMQ as the SUT (FLIGHTWATCH_SUT; core.suts lists them)
 
-Two separate brokers: the telemetry plane (Tansu, Kafka protocol, in memory) never shares
-a broker with the system under test, by default a second Tansu (``--sut rabbitmq``: Debian's
-RabbitMQ, ``stack.rabbitmq``). Agents: the SUT's receiver consumes the SUT topic or queue
-(``flightwatch.sut``, the default target of `make attack`); the HTTP receiver is a CloudEvents
-sink (``make attack TARGET=http://127.0.0.1:18080/``); the node-metrics agent samples
-Prometheus every second and watches for OOM kills. All write into the telemetry topic. PIDs, logs and the Prometheus config live in
-``.stack/`` (``--stack-dir``, FLIGHTWATCH_STACK_DIR). Ports come from flags (``--telemetry-port`` ...) or the environment:
-FLIGHTWATCH_TELEMETRY_PORT (19092), FLIGHTWATCH_SUT_PORT (29092), FLIGHTWATCH_PROMETHEUS_PORT
-(19090), FLIGHTWATCH_NODE_EXPORTER_PORT (19100), FLIGHTWATCH_RECEIVER_PORT (18080, the HTTP
-CloudEvents receiver), FLIGHTWATCH_CLOCK_PORT (19123, UDP clock reference served by the
-node-metrics agent), FLIGHTWATCH_UI_PORT (18501, the dashboard). To use a real Kafka cluster instead, skip `up` and give the job ``--bootstrap``.
+Two separate brokers: the telemetry plane (Tansu, Kafka protocol, in memory) never shares a broker with the system
+under test, by default a second Tansu (``--sut rabbitmq``: Debian's RabbitMQ, ``stack.rabbitmq``). Agents: the SUT's
+receiver consumes the SUT topic or queue (``flightwatch.sut``, the default target of `make attack`); the HTTP receiver
+is a CloudEvents sink (``make attack TARGET=http://127.0.0.1:18080/``); the node-metrics agent samples Prometheus every
+second and watches for OOM kills. All write into the telemetry topic. PIDs, logs and the Prometheus config live in
+``.stack/`` (``--stack-dir``, FLIGHTWATCH_STACK_DIR). Ports come from flags (``--telemetry-port`` ...) or the
+environment: FLIGHTWATCH_TELEMETRY_PORT (19092), FLIGHTWATCH_SUT_PORT (29092), FLIGHTWATCH_PROMETHEUS_PORT (19090),
+FLIGHTWATCH_NODE_EXPORTER_PORT (19100), FLIGHTWATCH_RECEIVER_PORT (18080, the HTTP CloudEvents receiver),
+FLIGHTWATCH_CLOCK_PORT (19123, UDP clock reference served by the node-metrics agent), FLIGHTWATCH_UI_PORT (18501, the
+dashboard). To use a real Kafka cluster instead, skip `up` and give the job ``--bootstrap``.
 """
 from __future__ import annotations
 
@@ -96,20 +95,16 @@ PROMETHEUS_GO_MEMORY = {"GOGC": "off", "GOMEMLIMIT": "96MiB", "GODEBUG": "madvdo
 """The embedded Prometheus collects when its heap reaches a fixed budget (set GOGC or GOMEMLIMIT to change it), as a
 JVM with a fixed heap does. With Go's default (collect when the heap doubles), its resident memory drifted up by
 a fifth over 15 minutes, 29 -> 36 MiB, with 20 MiB in use throughout: the runtime keeps what it freed up to the
-next collection's goal, and reaches it slowly. Its 512 series need ~20 MiB; the budget is reached ~2 minutes after
+next collection's goal, and reaches it slowly. Its ~500 series need ~20 MiB; the budget is reached ~2 minutes after
 start. Pages it frees after a collection are handed back lazily (MADV_FREE: the kernel takes them when it needs
 them), so it stays at the budget rather than swinging 74-84 MiB between collections."""
 
 
 def prometheus_config(node_exporter_port: int, flightwatch: dict[str, int] | None = None) -> str:
     """Every second: the node exporter, and flightwatch's own /metrics (``flightwatch``: job name -> port)."""
-    return (
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n"
-        f"  - job_name: node\n    static_configs:\n      - targets: ['{HOST}:{node_exporter_port}']\n"
-        + "".join(f"  - job_name: {name}\n    static_configs:\n      - targets: ['{HOST}:{port}']\n"
-                  for name, port in (flightwatch or {}).items())
-    )
+    return "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n" + "".join(
+        f"  - job_name: {name}\n    static_configs:\n      - targets: ['{HOST}:{port}']\n"
+        for name, port in {"node": node_exporter_port, **(flightwatch or {})}.items())
 
 
 def ui_command(port: int) -> list[str]:
@@ -138,12 +133,10 @@ def _maven_broker_command(name: str) -> list[str] | None:
         return None
 
 
-NODE_COLLECTORS = ("--collector.disable-defaults", "--collector.cpu", "--collector.meminfo", "--collector.netdev",
-                   "--collector.loadavg", "--collector.vmstat", "--collector.uname")
-"""The node exporter's collectors that ``agents.node_metrics`` reads (CPU, memory, network drops and errors, load,
-``node_vmstat_oom_kill``, the host's name), none else: scraped every second, all 40 defaults cost it 0.009 core
-for 505 series, these 0.0023 for 195 (and Prometheus stores less). Not the systemd collector either: without
-systemd (containers, CI) it logged an error every scrape, 0.8 MiB an hour."""
+NODE_COLLECTORS = ("--collector.disable-defaults", *(f"--collector.{c}" for c in ("cpu", "meminfo", "netdev", "loadavg",
+                                                                                 "vmstat", "uname")))
+"""Only what ``agents.node_metrics`` reads: scraped every second, the defaults cost 0.009 core for 505 series, these
+0.0023 for 195 (the systemd one logged an error every scrape where there is no systemd, 0.8 MiB an hour)."""
 
 
 def commands() -> dict[str, list[str] | None]:

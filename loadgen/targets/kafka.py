@@ -155,20 +155,21 @@ class KafkaTarget:
     def start(self, book: Book) -> None:
         self.book = book
 
-    def _rfc3339(self, ns: int) -> bytes:
-        """``ns`` as CloudEvents' ``time`` (RFC 3339, UTC, to the µs); the date part is formatted once a second."""
-        second, frac = divmod(ns, 1_000_000_000)
-        if second != self._second:
-            self._second, self._second_text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)).encode()
-        return b"%s.%06dZ" % (self._second_text, frac // 1000)
+    def _date(self, second: int) -> bytes:
+        """The date and time part of CloudEvents' ``time`` (RFC 3339, UTC) of ``second``, formatted once a second
+        (``send`` adds the µs)."""
+        self._second, self._second_text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)).encode()
+        return self._second_text
 
     def send(self, event_id: str, intended_ns: int) -> None:
         book, key = self.book, event_id.encode()
         sent = time.time_ns()
         book.sent(event_id, intended_ns, sent)
+        second, frac = divmod(sent, 1_000_000_000)
+        stamp = (self._second_text if second == self._second else self._date(second)) + b".%06dZ" % (frac // 1000)
         try:
             self.producer.produce(self.spec.path, self.payload, key, self._partition,
-                                  headers=[(KAFKA_ID_HEADER, key), ("ce_time", self._rfc3339(sent)), *self._headers_tail],
+                                  headers=[(KAFKA_ID_HEADER, key), ("ce_time", stamp), *self._headers_tail],
                                   on_delivery=lambda err, _msg: book.done(event_id, sent, None,
                                                                           None if err is None else kafka_error_cause(err)))
         except BufferError:

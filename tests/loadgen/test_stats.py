@@ -76,3 +76,14 @@ def test_memory_is_bounded_over_a_long_attack():
     p50, p99 = t.latency_percentiles((50, 99))
     for got, want in ((p50, np.percentile(every, 50)), (p99, np.percentile(every, 99))):
         assert abs(got - want) <= 0.01 * want + 1
+
+
+def test_an_answer_without_status_or_error_counts_as_add_completion_counts_it():
+    """``add_ok`` (Kafka acks, confirms: the fast path) gives the snapshot ``add_completion`` gives, negative
+    latencies (a clock step) at 0 as there."""
+    fast, full = Interval(0), Interval(0)
+    for ns in (5_000, 1_999, -40, 123_456_789, 7_000):
+        fast.add_ok(ns)
+        full.add_completion(ns, None, None, True)
+    assert fast.snapshot() == full.snapshot()
+    assert (fast.completed, fast.ok, fast.latency_min_us, fast.latency_sum_us) == (5, 5, 0, 5 + 1 + 0 + 123_456 + 7)

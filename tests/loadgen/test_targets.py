@@ -254,3 +254,27 @@ def test_publish_frames_of_many_routes_carry_each_events_routing_key():
         used, method = frame.decode_frame(raw)
         assert (method.method.exchange, method.method.routing_key) == ("fw.topic", f"fw.{route}")
         assert raw[used:] == frames.frames("loadgen-8", 7, 0)[len(frames._heads[0]):]
+
+
+def test_a_kafka_send_carries_its_stamp_as_ce_time_across_a_second(monkeypatch):
+    """Each Kafka record's ``ce_time`` is its send stamp in RFC 3339 to the µs (the date part is formatted once a
+    second, the µs per event), its ``ce_id`` its key; the ack reaches the book with that stamp. A stub stands in
+    for librdkafka's producer: only what ``send`` hands it is looked at."""
+    from loadgen.targets.base import TargetOptions
+    from loadgen.targets.kafka import KafkaTarget
+
+    stamps = iter([1_795_858_628_999_999_123, 1_795_858_629_000_000_999, 1_795_858_629_000_500_000])
+    monkeypatch.setattr("loadgen.targets.kafka.time.time_ns", lambda: next(stamps))
+    produced, booked = [], []
+    target = KafkaTarget(TargetSpec.parse("kafka://127.0.0.1:9/t"), TargetOptions(run_id="r1", payload_bytes=4,
+                                                                                  kafka_options={}))
+    target.producer = type("P", (), {"produce": lambda self, *a, **k: produced.append((a, k))})()
+    target.start(type("B", (), {"sent": lambda self, *a: booked.append(("sent", *a)),
+                                "done": lambda self, *a: booked.append(("done", *a))})())
+    for k in range(3):
+        target.send(f"s-{k}", 100 + k)
+    got = [(dict(k["headers"])["ce_time"], dict(k["headers"])["ce_id"], a[2]) for a, k in produced]
+    assert got == [(b"2026-11-28T09:37:08.999999Z", b"s-0", b"s-0"), (b"2026-11-28T09:37:09.000000Z", b"s-1", b"s-1"),
+                   (b"2026-11-28T09:37:09.000500Z", b"s-2", b"s-2")]
+    produced[1][1]["on_delivery"](None, None)
+    assert booked[1] == ("sent", "s-1", 101, 1_795_858_629_000_000_999) and booked[-1] == ("done", "s-1", 1_795_858_629_000_000_999, None, None)
