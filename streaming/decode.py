@@ -223,13 +223,13 @@ def decode_messages(values: Iterable[bytes | None], partitions: Iterable[int], o
     prior = table["quarantine_reason"]
     merged = pc.coalesce(prior, reasons)
     newly = np.asarray(pc.and_(prior.is_null(), merged.is_valid()))
-    raw = table["raw"].to_pylist()
-    if newly.any():
+    if newly.any():  # rows the checks quarantined keep their line as JSON (no Python lists of a batch otherwise)
         fresh = _raw_json(table.select(list(FIELD_TYPES)), newly)
-        raw = [f if f is not None else r for f, r in zip(fresh, raw)]
+        raw = pa.array([f if f is not None else r for f, r in zip(fresh, table["raw"].to_pylist())], pa.string())
+    else:
+        raw = table["raw"].cast(pa.string())
     table = table.set_column(table.schema.get_field_index("quarantine_reason"), "quarantine_reason", merged)
-    table = table.set_column(table.schema.get_field_index("raw"), "raw", pa.array(raw, pa.string()))
-    return table
+    return table.set_column(table.schema.get_field_index("raw"), "raw", raw)
 
 
 def _with_source(t: pa.Table, values, partitions, offsets, group: list[int]) -> pa.Table:
