@@ -170,8 +170,8 @@ def _save_snapshot(root: str, jp: int, batch_id: int, state: JoinState) -> None:
     d = os.path.join(_joins_dir(root, jp), f"snap-{batch_id:08d}")
     tmp = unique_tmp(d)
     os.makedirs(tmp)
-    write_table(pa.Table.from_pandas(state.known.reset_index(), preserve_index=False), os.path.join(tmp, "known.parquet"))
-    write_table(pa.Table.from_pandas(state.orphans, preserve_index=False), os.path.join(tmp, "orphans.parquet"))
+    write_table(state.known.reset_index(), os.path.join(tmp, "known.parquet"))
+    write_table(state.orphans, os.path.join(tmp, "orphans.parquet"))
     try:
         os.rename(tmp, d)  # never over a snapshot another attempt wrote: a reader may be reading it
     except OSError:

@@ -41,17 +41,17 @@ SNAPSHOT_EVERY_BATCHES = 10
 KEEP_SNAPSHOTS = 2
 
 
-def write_table(table: pa.Table, path: str, compression: str = "snappy") -> None:
-    """``table`` as Parquet without dictionary encoding: the columns that are big (event IDs, stamps) are nearly all
-    distinct, where a dictionary is work for nothing (Parquet gives it up past 1 MiB). Measured on the 2-core machine:
-    an archived batch of 22,625 records 16.0 -> 12.6 ms and 175 -> 116 KB (zstd); a snapshot's 136,000 known IDs
-    80 -> 19 ms (snappy)."""
+def write_table(data: pd.DataFrame | pa.Table, path: str, compression: str = "snappy") -> None:
+    """``data`` (a frame without its index) as Parquet without dictionary encoding: the columns that are big (event
+    IDs, stamps) are nearly all distinct, where a dictionary is work for nothing (Parquet gives it up past 1 MiB).
+    Measured on the 2-core machine: an archived batch of 22,625 records 16.0 -> 12.6 ms and 175 -> 116 KB (zstd); a
+    snapshot's 136,000 known IDs 80 -> 19 ms (snappy)."""
+    table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
     pq.write_table(table, path, compression=compression, use_dictionary=False)
 
 
 def write_parquet(path: str, data: pd.DataFrame | pa.Table) -> None:
-    table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
-    atomic(path, lambda tmp: write_table(table, tmp, compression="zstd"))
+    atomic(path, lambda tmp: write_table(data, tmp, compression="zstd"))
 
 
 def index_run(root: str) -> None:
@@ -205,9 +205,9 @@ class RunStore:
         tmp, old = d + f".tmp-{uuid.uuid4().hex}", d + f".tmp-{uuid.uuid4().hex}"  # no PID: hosts share the folder
         os.makedirs(tmp)
         for i, j in enumerate(self.state.joins):  # one pair of tables per join partition
-            write_table(pa.Table.from_pandas(j.known.reset_index(), preserve_index=False), os.path.join(tmp, f"known-{i}.parquet"))
-            write_table(pa.Table.from_pandas(j.orphans, preserve_index=False), os.path.join(tmp, f"orphans-{i}.parquet"))
-        write_table(pa.Table.from_pandas(self.state.gaps.stamps(), preserve_index=False), os.path.join(tmp, "gap_stamps.parquet"))
+            write_table(j.known.reset_index(), os.path.join(tmp, f"known-{i}.parquet"))
+            write_table(j.orphans, os.path.join(tmp, f"orphans-{i}.parquet"))
+        write_table(self.state.gaps.stamps(), os.path.join(tmp, "gap_stamps.parquet"))
         with open(os.path.join(tmp, "scalars.json"), "w") as f:
             json.dump(dict(self.state.scalars(), join_partitions=len(self.state.joins)), f)
         if os.path.isdir(d):  # a batch done again: its snapshot is replaced whole, never removed first
