@@ -48,7 +48,10 @@ RAW_TEXT_MAX_CHARS = 2000
 """A quarantined line keeps at most this much of its text."""
 
 _PARSE_OPTIONS = pajson.ParseOptions(unexpected_field_behavior="infer")
-_READ_OPTIONS = pajson.ReadOptions(use_threads=True, block_size=4 << 20)
+_READ_OPTIONS = pajson.ReadOptions(use_threads=True, block_size=1 << 20)
+"""1 MiB blocks: a 5,000/s batch's 3.3 MiB of lines parsed in 41.5 ms of CPU against 48.8 in 4 MiB blocks (2 MiB:
+42.1; medians of 41 interleaved passes on the 2-core machine), and in parallel. A line longer than a block fails the
+fast path, and its message is read line by line."""
 
 
 ARROW_SAFE_NESTING = 1000

@@ -60,3 +60,15 @@ def test_inputs_that_crashed_the_arrow_reader_are_quarantined(body, reason):
     bad = t.filter(t["quarantine_reason"].is_valid())
     assert bad.num_rows == 1 and bad["quarantine_reason"][0].as_py().startswith(reason), bad.to_pylist()
     assert t.num_rows - bad.num_rows == body.count(b"\n") + 1  # the other lines of the body, and the good message
+
+
+def test_a_line_longer_than_the_readers_block_is_decoded_whole():
+    """Arrow's reader takes the batch in blocks (``decode._READ_OPTIONS``); a line longer than a block is not an error
+    of the line: its message is read again on its own, and every record of the batch comes out, none quarantined."""
+    from streaming import decode
+
+    config = "x" * (decode._READ_OPTIONS.block_size + 4096)
+    big = contract.encode([contract.RunStart("r", "loadgen", T, config=config)])
+    t = decode_messages([GOOD + b"\n" + big, GOOD], [0, 0], [1, 2])
+    assert t["kind"].to_pylist() == ["recv", "run_start", "recv"]
+    assert t["quarantine_reason"].null_count == 3 and t["config"][1].as_py() == config
