@@ -166,8 +166,9 @@ class Book:
 
 LINES_PER_MESSAGE = 1000
 """Send and ack lines a telemetry message carries (``TelemetryWriter`` waits at most its linger, 100 ms, for them):
-at 5,000 events/s ten messages a second instead of fifty, each fewer wake-ups of the writer's thread, produce
-calls, broker requests and messages for the job."""
+at 5,000 events/s ten messages a second instead of fifty, so fewer wake-ups of the writer's thread, produce calls,
+broker requests and messages for the job. The telemetry broker at 5,000/s, lz4: 0.029-0.032 core with 200 lines a
+message (two runs), 0.019-0.023 with 1,000 (five)."""
 STOP_CHECK_NS = 50_000_000
 """How often a driver looks at the parent's stop event (a lock and a semaphore: not every turn)."""
 
