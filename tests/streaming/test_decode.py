@@ -63,8 +63,8 @@ def test_inputs_that_crashed_the_arrow_reader_are_quarantined(body, reason):
 
 
 def test_a_line_longer_than_the_readers_block_is_decoded_whole():
-    """Arrow's reader takes the batch in blocks (``decode._READ_OPTIONS``); a line longer than a block is not an error
-    of the line: its message is read again on its own, and every record of the batch comes out, none quarantined."""
+    """Arrow's reader takes the batch in blocks (``decode._READ_OPTIONS``); a line longer than a block is no error: it
+    comes out whole, with every other record of the batch, none quarantined."""
     from streaming import decode
 
     config = "x" * (decode._READ_OPTIONS.block_size + 4096)
