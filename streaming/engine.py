@@ -77,6 +77,7 @@ class Plan:
     gaps: object                # ``streaming.gaps.GapTracker`` with the batch's progress noted
     reset: dict | None          # the batch's telemetry reset record (``run_rules.reset_record``)
     verdicts: join.Verdicts
+    hole: dict                  # the hole's new ``hole_waiting`` and ``hole_latest_ns`` (``run_rules.hole_until``)
 
 
 def plan(state: EngineState, summary: pa.Table, cfg: EngineConfig) -> Plan:
@@ -91,10 +92,11 @@ def plan(state: EngineState, summary: pa.Table, cfg: EngineConfig) -> Plan:
     max_event_ns, watermark_ns = run_rules.watermark(state, records, cfg)
     gaps, judged_ns = run_rules.judge(state, records, watermark_ns, cfg)
     reset = run_rules.reset_record(state, records)
-    v = join.Verdicts(int(state.hole_until_ns), int(state.drops_named_ns), watermark_ns, judged_ns,
-                      int(run_rules.hole_until(state, records, reset, cfg)), reset is not None,
-                      clocks.learn(state.clocks, summary))
-    return Plan(state, cfg, records, bad, info, max_event_ns, gaps, reset, v)
+    until, hole_waiting, hole_latest_ns = run_rules.hole_until(state, records, reset, cfg)
+    v = join.Verdicts(int(state.hole_until_ns), int(state.drops_named_ns), watermark_ns, judged_ns, until,
+                      reset is not None, clocks.learn(state.clocks, summary))
+    return Plan(state, cfg, records, bad, info, max_event_ns, gaps, reset, v,
+                {"hole_waiting": hole_waiting, "hole_latest_ns": hole_latest_ns})
 
 
 def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> tuple[EngineState, BatchResult]:
@@ -106,6 +108,8 @@ def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> 
     if p.reset is not None:
         reset_event, info["reset"] = run_rules.incomplete_windows(state, p.records, p.reset, v.hole_until_ns,
                                                                   summed_waiting([r.waiting for r in reports]), cfg, out)
+    elif v.hole_until_ns > v.hole_until_before_ns:  # the hole reaches further: its windows are incomplete too
+        run_rules.more_incomplete_windows(v.hole_until_before_ns, v.hole_until_ns, cfg, out)
     run, run_events = run_rules.run_span(state, p.records, v.watermark_ns, cfg)
     sends_ns = np.concatenate([np.zeros(0, np.int64)] + [r.new_sends_ns for r in reports])
     recvs_ns = np.concatenate([np.zeros(0, np.int64)] + [r.fresh_recv_ns for r in reports])
@@ -120,7 +124,7 @@ def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> 
     drops_named_ns = rules.named_until(state.drops_named_ns, v.watermark_ns, v.judged_ns, cfg)
     new_state = EngineState(joins=[part.state for part in settled], max_event_ns=p.max_event_ns,
                             watermark_ns=v.watermark_ns, num_batches=state.num_batches + 1, gaps=gaps,
-                            drops_named_ns=int(drops_named_ns), hole_until_ns=v.hole_until_ns, clocks=v.clocks, **run)
+                            drops_named_ns=int(drops_named_ns), hole_until_ns=v.hole_until_ns, clocks=v.clocks, **p.hole, **run)
     sizes = {k: sum(part.sizes[k] for part in settled) for k in ("num_known", "num_pending", "num_orphans")}
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     stop_ns = run["stop_ns"]

@@ -80,14 +80,47 @@ def _hole_ns(state: EngineState, records: Records) -> int:
     return max(state.max_event_ns, pc.min(alive).as_py() if len(alive) else state.max_event_ns)
 
 
-def hole_until(state: EngineState, records: Records, reset: dict | None, cfg: EngineConfig) -> int:
-    """The new ``hole_until_ns``: after a reset (``reset_record``), the end of the hole's next window (an agent
-    re-sending what it buffered may go back further); else as it was. A send before it that waits is unknown, not
-    pending (``rules.mark_unknown``): its receive record may have been lost."""
-    if reset is None:
-        return state.hole_until_ns
-    hole_ns = _hole_ns(state, records)
-    return hole_ns - hole_ns % cfg.window_ns + 2 * cfg.window_ns
+def _first_data_stamps(records: Records) -> dict[str, int]:
+    """Each agent's first send, ack or receive stamp in the batch."""
+    good = records.good
+    if not good.num_rows:
+        return {}
+    data = good.filter(pa.array(np.isin(records.kinds, ("send", "ack", "recv")))).select(["agent", "at_ns"])
+    firsts = data.group_by("agent").aggregate([("at_ns", "min")]).to_pydict()
+    return {str(a): int(t) for a, t in zip(firsts["agent"], firsts["at_ns_min"])}
+
+
+def hole_until(state: EngineState, records: Records, reset: dict | None, cfg: EngineConfig) -> tuple[int, list, int]:
+    """(the new ``hole_until_ns``, the agents the hole still waits on, the latest it may end). A send before
+    ``hole_until_ns`` that waits is unknown, not pending (``rules.mark_unknown``): its receive record, or its error
+    ack, may have been lost.
+
+    After a reset (``reset_record``) it is the end of the hole's next window at least. The lost records of an agent
+    are those it wrote before its first record in the new log (each agent writes in order), so the hole reaches as
+    far as the latest of those first records: an agent that held its records longer than the job's trigger (the load
+    generator's messages, a receiver's spool) lost some written after the job's last read. The agents that wrote
+    sends, acks or receives before the reset and have not stopped are waited on, batch after batch, until each has
+    written again; none lost a record written after the broker was found gone (``reset["at_ns"]``)."""
+    until, waiting, latest = state.hole_until_ns, list(state.hole_waiting), state.hole_latest_ns
+    if reset is not None:
+        hole_ns = _hole_ns(state, records)
+        until = hole_ns - hole_ns % cfg.window_ns + 2 * cfg.window_ns
+        waiting = sorted(set(state.gaps.progress) - set(state.gaps.stopped))
+        latest = int(reset["at_ns"])
+    if not waiting and reset is None:
+        return until, waiting, latest
+    firsts = _first_data_stamps(records)
+    heard = [firsts[a] for a in (firsts if reset is not None else waiting) if a in firsts]
+    if heard:
+        until = max(until, min(max(heard), latest))
+    return int(until), [a for a in waiting if a not in firsts], latest
+
+
+def more_incomplete_windows(before_ns: int, until_ns: int, cfg: EngineConfig, out: partials.Collector) -> None:
+    """The hole reaches on from ``before_ns`` to ``until_ns`` (``hole_until``): the windows that start in between are
+    incomplete too (those before were counted)."""
+    first = -(-before_ns // cfg.window_ns) * cfg.window_ns
+    out.add(output.TELEMETRY_INCOMPLETE, np.arange(first, until_ns, cfg.window_ns, dtype=np.int64))
 
 
 def incomplete_windows(state: EngineState, records: Records, r: dict, hole_until_ns: int, waiting: tuple[int, int, int],

@@ -102,6 +102,8 @@ class EngineState:
     clocks: dict = field(default_factory=dict)  # each agent's recent clock estimates (``streaming.clocks.learn``)
     hole_until_ns: int = NO_TIME_NS   # the telemetry broker lost records before this: a send before it that comes
     #                                   only now may have had its receive record in what was lost (``UNKNOWN``)
+    hole_waiting: list = field(default_factory=list)  # agents not yet heard from since the reset: the hole may reach on
+    hole_latest_ns: int = NO_TIME_NS  # when the reset was found: no agent lost a record written after it
 
     @property
     def known(self) -> pd.DataFrame:

@@ -83,11 +83,14 @@ def trace(history, records) -> dict:
     orphans = rules.expire_orphans(got.orphans, wm, CFG, out)
     keep("expire_orphans", orphans, got.known, orphans)
     record = run_rules.reset_record(state, recs)
-    hole, reset, known = run_rules.hole_until(state, recs, record, CFG), None, got.known
-    if record is not None:
-        waiting = rules.waiting_before(known, len(part.known))
+    hole, reset, known = run_rules.hole_until(state, recs, record, CFG)[0], None, got.known
+    if record is not None or hole > state.hole_until_ns:
         known = rules.mark_unknown(known, hole)
+    if record is not None:
+        waiting = rules.waiting_before(got.known, len(part.known))
         reset = run_rules.incomplete_windows(state, recs, record, hole, waiting, CFG, out)
+    elif hole > state.hole_until_ns:
+        run_rules.more_incomplete_windows(state.hole_until_ns, hole, CFG, out)
     keep("reset", (hole, reset), known)
     known = rules.declare_drops(known, wm, CFG, out)
     keep("declare_drops", None, known)
