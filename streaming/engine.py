@@ -100,8 +100,8 @@ def plan(state: EngineState, summary: pa.Table, cfg: EngineConfig) -> Plan:
 
 
 def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> tuple[EngineState, BatchResult]:
-    """The run-level rules after the partitions: a reset's incomplete windows, the run's span, the gaps, the
-    events; the partitions' partials merged with the driver's."""
+    """The run-level rules after the partitions: a reset's incomplete windows (and those its hole grows over), the
+    run's span, the gaps, the events; the partitions' partials merged with the driver's."""
     v, state, cfg, info = p.verdicts, p.state, p.cfg, p.info
     out = partials.Collector(cfg.window_ns)
     reset_event = None

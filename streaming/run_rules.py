@@ -2,7 +2,8 @@
 
 ``streaming.engine`` applies them and shows the flow: before the join partitions run, ``start`` (the batch's
 records), ``watermark``, ``judge`` (how far every agent has written), ``reset_record`` and ``hole_until`` (a
-telemetry reset's hole); after them, ``incomplete_windows`` (a reset's), ``run_span``, ``declare_gaps`` and
+telemetry reset's hole, and how far it reaches); after them, ``incomplete_windows`` (a reset's, or
+``more_incomplete_windows`` as the hole grows), ``run_span``, ``declare_gaps`` and
 ``gather_events``. Like the join's rules (``streaming.rules``) each takes what it reads as arguments and returns
 what it decides; counts go to ``out``, the batch's accumulator. None does I/O or reads a clock.
 """
