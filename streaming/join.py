@@ -72,7 +72,7 @@ class Verdicts:
     watermark_ns: int
     judged_ns: int
     hole_until_ns: int
-    reset: bool = False         # the batch holds a reset: the waiting sends are marked unknown (and when the hole grows)
+    reset: bool = False         # the batch holds a reset: the waiting sends are marked unknown
     clocks: dict = field(default_factory=dict)  # the agents' clock estimates the batch's stamps are corrected by
 
 
@@ -118,7 +118,11 @@ def settle(t: Taken, cfg: EngineConfig, v: Verdicts) -> Settled:
     named and forgotten."""
     out = t.out
     orphans = rules.expire_orphans(t.orphans, v.watermark_ns, cfg, out)
-    known = rules.mark_unknown(t.known, v.hole_until_ns) if v.reset or v.hole_until_ns > v.hole_until_before_ns else t.known
+    known = t.known
+    if v.reset:
+        known = rules.mark_unknown(known, v.hole_until_ns)
+    elif v.hole_until_ns > v.hole_until_before_ns:  # the hole grew: its drops are unaccounted too
+        known = rules.mark_unknown(known, v.hole_until_ns, out, v.hole_until_before_ns)
     known = rules.declare_drops(known, v.watermark_ns, cfg, out)
     named = rules.name_drops(known, v.drops_named_before_ns, v.watermark_ns, v.judged_ns, cfg)
     known = rules.forget(known, v.watermark_ns, cfg)

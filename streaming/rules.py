@@ -294,11 +294,20 @@ def expire_orphans(orphans: pd.DataFrame, watermark_ns: int, cfg: EngineConfig, 
     return orphans[~expired].reset_index(drop=True)
 
 
-def mark_unknown(known: Known, hole_until_ns: int) -> Known:
+def mark_unknown(known: Known, hole_until_ns: int, out: partials.Collector | None = None,
+                 grown_from_ns: int = NO_TIME_NS) -> Known:
     """After a reset: the waiting sends (all sent before the hole) and those of the hole's windows read with the new
-    log's first batch are unknown, not pending."""
+    log's first batch are unknown, not pending. When the hole grows (``run_rules.hole_until``) from ``grown_from_ns``,
+    a send in what it grew over that was declared dropped meanwhile is unaccounted instead (counted into ``out``):
+    whether it is depends on the batches the new log was read in, never on the data."""
     status = known.status.copy()
     status[(status == PENDING) & (known.sent_ns < hole_until_ns)] = UNKNOWN
+    if out is not None:
+        undo = ((status == DROPPED) & ~known.errored & (known.sent_ns >= grown_from_ns)
+                & (known.sent_ns < hole_until_ns))
+        out.add(output.DROPPED, known.sent_ns[undo], -1)
+        out.add(output.UNACCOUNTED, known.sent_ns[undo])
+        status[undo] = UNACCOUNTED
     return dataclasses.replace(known, status=status)
 
 

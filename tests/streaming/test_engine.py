@@ -113,6 +113,13 @@ CASES = [
     ("a send of the hole's windows read only after the reset (its receive record may be lost): unaccounted",
      [[send(1, 0), recv(1, 5)], [reset(3_000), send(2, 1_500)], [beat(15_000)]],
      {"sent": 2, "received": 1, "unaccounted": 1, "telemetry_incomplete": 3}),
+    # as when the hole waits on the receiver across batches, but the sender's first records move the watermark past
+    # e2's and e3's deadlines: both are declared dropped; then e3's in-time receive withdraws its drop, and the hole,
+    # grown to the receiver's first record, e2's
+    ("a send declared dropped before the receiver's first record in the new log: unaccounted after all",
+     [[send(1, 0), recv(1, 5), beat(1_000)], [reset(20_000)], [send(2, 3_500), send(3, 3_550), beat(15_000)],
+      [recv(3, 3_600)], [beat(30_000)]],
+     {"sent": 3, "received": 2, "unaccounted": 1, "telemetry_incomplete": 4}),
 ]
 
 

@@ -84,8 +84,10 @@ def trace(history, records) -> dict:
     keep("expire_orphans", orphans, got.known, orphans)
     record = run_rules.reset_record(state, recs)
     hole, reset, known = run_rules.hole_until(state, recs, record, CFG)[0], None, got.known
-    if record is not None or hole > state.hole_until_ns:
+    if record is not None:
         known = rules.mark_unknown(known, hole)
+    elif hole > state.hole_until_ns:
+        known = rules.mark_unknown(known, hole, out, state.hole_until_ns)
     if record is not None:
         waiting = rules.waiting_before(got.known, len(part.known))
         reset = run_rules.incomplete_windows(state, recs, record, hole, waiting, CFG, out)
