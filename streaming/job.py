@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import shutil
@@ -47,7 +48,10 @@ def check_broker(cfg: JobConfig, wait: str, log) -> None:
     def topic_missing() -> str | None:
         nonlocal admin
         try:
-            admin = admin or AdminClient({"bootstrap.servers": cfg.bootstrap, **librdkafka(cfg.kafka_options)})
+            # its log through Python's logging: librdkafka's own would print to stderr, even at info level (a
+            # "purging unserved events" line at exit broke a usage error's one line)
+            admin = admin or AdminClient({"bootstrap.servers": cfg.bootstrap, **librdkafka(cfg.kafka_options),
+                                          "logger": logging.getLogger("librdkafka")})
             return None if cfg.topic in admin.list_topics(timeout=10).topics else "not created yet"
         except KafkaException as e:
             return e.args[0].str() if e.args else str(e)
