@@ -299,7 +299,7 @@ def mark_unknown(known: Known, hole_until_ns: int, out: partials.Collector | Non
     """After a reset: the waiting sends (all sent before the hole) and those of the hole's windows read with the new
     log's first batch are unknown, not pending. When the hole grows (``run_rules.hole_until``) from ``grown_from_ns``,
     a send in what it grew over that was declared dropped meanwhile is unaccounted instead (counted into ``out``):
-    whether it is depends on the batches the new log was read in, never on the data."""
+    whether the drop came first depends on how the new log was cut into batches, not on the data."""
     status = known.status.copy()
     status[(status == PENDING) & (known.sent_ns < hole_until_ns)] = UNKNOWN
     if out is not None:
