@@ -303,8 +303,7 @@ def mark_unknown(known: Known, hole_until_ns: int, out: partials.Collector | Non
     status = known.status.copy()
     status[(status == PENDING) & (known.sent_ns < hole_until_ns)] = UNKNOWN
     if out is not None:
-        undo = ((status == DROPPED) & ~known.errored & (known.sent_ns >= grown_from_ns)
-                & (known.sent_ns < hole_until_ns))
+        undo = (status == DROPPED) & (known.sent_ns >= grown_from_ns) & (known.sent_ns < hole_until_ns)  # never errored
         out.add(output.DROPPED, known.sent_ns[undo], -1)
         out.add(output.UNACCOUNTED, known.sent_ns[undo])
         status[undo] = UNACCOUNTED
