@@ -39,6 +39,7 @@ class SyntheticSpec:
     heartbeat_until_s: float | None = None  # default: duration + drop timeout + 10 s
     wobble: float = 0.0  # sd of a per-second latency factor (AR(1), 0.6 from one second to the next, as real runs' window p50s): slow stretches
     config: dict | None = None  # more of the run_start's config (target, pace, scenario, ...)
+    held: bool = False  # as the load generator writes: each send with its answer, once answered (contract.SEND_HOLD_NS)
 
 
 @dataclass
@@ -92,10 +93,16 @@ def generate(spec: SyntheticSpec) -> SyntheticRun:
     rid = spec.run_id
     rec.append((spec.start_ns - NS, contract.RunStart(rid, "loadgen", spec.start_ns - NS, config=json.dumps(
         {"rate": spec.rate_per_sec, **(spec.config or {})})).to_dict()))
+    answered = sent + rng.integers(0, contract.SEND_HOLD_NS, n) if spec.held else sent  # answered within the hold
     for i in range(n):
-        rec.append((int(sent[i]) + agent_delay, {"v": 1, "kind": "send", "run_id": rid, "agent": "sender-0", "at_ns": int(sent[i]),
-                                                 "event_id": ids[i], "intended_at_ns": int(intended[i]), "bytes_out": 2048, "worker": 0}))
-        if errored[i]:
+        line = {"v": 1, "kind": "send", "run_id": rid, "agent": "sender-0", "at_ns": int(sent[i]), "event_id": ids[i],
+                "intended_at_ns": int(intended[i]), "bytes_out": 2048, "worker": 0}
+        if spec.held:
+            line["acked_at_ns"] = int(answered[i])
+            if errored[i]:
+                line["status" if i % 2 else "error"] = 503 if i % 2 else "timeout"
+        rec.append(((int(answered[i]) if spec.held else int(sent[i])) + agent_delay, line))
+        if errored[i] and not spec.held:
             rec.append((int(sent[i]) + agent_delay + 1, {"v": 1, "kind": "ack", "run_id": rid, "agent": "sender-0", "at_ns": int(sent[i]) + 1_000_000,
                                                          "event_id": ids[i], "sent_at_ns": int(sent[i]), "status": 503 if i % 2 else None,
                                                          "error": None if i % 2 else "timeout"}))

@@ -23,14 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 CORRECTION = "clock_correction_ns"
-"""What was added to the row's stamps (``at_ns``, ``intended_at_ns``, ``sent_at_ns``): reference − agent, ns; 0 when
-none was applied."""
+"""What was added to the row's stamps (``at_ns``, ``intended_at_ns``, ``sent_at_ns``, ``acked_at_ns``): reference −
+agent, ns; 0 when none was applied."""
 ERROR = "clock_error_ns"
 """The correction's uncertainty (± ns): half its estimate's round trip; null when the agent had no estimate."""
 COLUMNS = (pa.field(CORRECTION, pa.int64()), pa.field(ERROR, pa.int64()))
 CORRECTED_KINDS = ("send", "ack", "recv", "run_start", "run_stop", "heartbeat")
 """The records whose stamps are an agent's clock reading about the run."""
-SHIFTED = ("at_ns", "intended_at_ns", "sent_at_ns")
+SHIFTED = ("at_ns", "intended_at_ns", "sent_at_ns", "acked_at_ns")
 KEEP_ESTIMATES = 24
 """Estimates kept per agent (at one every 5 s, the last two minutes; they travel with every batch's verdicts): a
 stamp older than them takes the oldest."""

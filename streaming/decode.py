@@ -261,8 +261,13 @@ def _attach(t: pa.Table, reasons, raws, partition, offset) -> pa.Table:
 
 
 def conform(t: pa.Table) -> pa.Table:
-    """An archived table as DECODED_SCHEMA, from an archive written before the clock columns too."""
-    return with_columns(t).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
+    """An archived table as DECODED_SCHEMA, from an archive written before the clock columns or a field of the
+    contract too (null there)."""
+    t = with_columns(t)
+    for f in DECODED_SCHEMA:
+        if f.name not in t.column_names:
+            t = t.append_column(f, pa.nulls(t.num_rows, f.type))
+    return t.select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
 
 
 def decode_record_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

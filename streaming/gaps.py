@@ -9,7 +9,7 @@ A gap lasts from a receive to the next one (ns edges) when
 * it starts before the run's stop record (after it, receives thin out as the last events arrive: the run's tail).
 
 Stamps wait in the tracker until every agent that sends or receives has written past them (each agent's records
-come in order; the job's watermark is no guide, since one Kafka partition can run seconds ahead of another); a
+come in order, a sender's within ``contract.SEND_HOLD_NS``; the job's watermark is no guide, since one Kafka partition can run seconds ahead of another); a
 silence is then judged with every send and receive around it known, so the gaps do not depend on how the
 records were cut into micro-batches. Once the run closes, everything left is judged. A receive that still comes
 behind that point (an agent writing out of order, or a new one) and falls inside a declared gap splits it: the
@@ -61,14 +61,18 @@ class GapTracker:
         return {"done_ns": self.done_ns, "last_recv_ns": self.last_recv_ns, "sends_before": self.sends_before,
                 "recvs_done": self.recvs_done, "recent": self.recent, "progress": self.progress, "stopped": self.stopped}
 
-    def note(self, records, data: np.ndarray, stops: np.ndarray) -> None:
+    def note(self, records, data: np.ndarray, stops: np.ndarray, through_ns: np.ndarray | None = None) -> None:
         """A batch's records (an Arrow table with ``agent`` and ``at_ns``): ``data`` where the record is a send,
-        ack or receive (the agents whose progress holds judgement back), ``stops`` where it is an agent's stop."""
+        ack or receive (the agents whose progress holds judgement back), ``stops`` where it is an agent's stop;
+        ``through_ns``: per record, up to when its agent has written every stamp (``run_rules.written_through``;
+        ``at_ns`` when not given)."""
         import pyarrow as pa
 
         if records.num_rows == 0:
             return
-        t = records.select(["agent", "at_ns"]).append_column("data", pa.array(data))
+        t = records.select(["agent", "at_ns"]) if through_ns is None else pa.table(
+            {"agent": records["agent"], "at_ns": pa.array(through_ns, pa.int64())})
+        t = t.append_column("data", pa.array(data))
         for row in t.group_by("agent").aggregate([("at_ns", "max"), ("data", "any")]).to_pylist():
             agent = row["agent"]
             if agent in self.progress or row["data_any"]:

@@ -140,20 +140,27 @@ stands for (null on a record passed through)."""
 def summarize(batch: pa.Table, run_id: str) -> tuple[pa.Table, pa.Table]:
     """(the driver's view of a batch, the records of the join partitions): this run's valid sends, acks and
     receives go to the partitions; the driver sees every other record as it is and, for those, per kind and agent
-    two rows, the first and the last stamp, the first with their count in ``NUM_RECORDS``. Summaries of parts of a
-    batch (each read task's) concatenate into the summary of the whole."""
+    two rows, the first and the last stamp, the first with their count in ``NUM_RECORDS`` (sends written with their
+    answer apart, with the first and last answer's stamp too). Summaries of parts of a batch (each read task's)
+    concatenate into the summary of the whole."""
     mine = membership.data(batch, run_id)
     data, rest = batch.filter(mine), batch.filter(pc.invert(mine))
     rest = rest.append_column(NUM_RECORDS, pa.nulls(rest.num_rows, pa.int64()))
     if data.num_rows == 0:
         return rest, data
-    g = data.select(["kind", "agent", "at_ns", clocks.CORRECTION]).group_by(["kind", "agent"]).aggregate(
-        [("at_ns", "min"), ("at_ns", "max"), ("at_ns", "count"), (clocks.CORRECTION, "min")])
+    g = (data.select(["kind", "agent", "at_ns", "acked_at_ns", clocks.CORRECTION])
+         .append_column("answered", pc.is_valid(data["acked_at_ns"]))
+         .group_by(["kind", "agent", "answered"]).aggregate(
+             [("at_ns", "min"), ("at_ns", "max"), ("at_ns", "count"), ("acked_at_ns", "min"), ("acked_at_ns", "max"),
+              (clocks.CORRECTION, "min")]))
     n = g.num_rows
     stamps = pa.table({
         "kind": pa.concat_arrays([g["kind"].combine_chunks()] * 2), "agent": pa.concat_arrays([g["agent"].combine_chunks()] * 2),
         "run_id": pa.array([run_id] * (2 * n), pa.string()),
         "at_ns": pa.concat_arrays([g["at_ns_min"].combine_chunks(), g["at_ns_max"].combine_chunks()]),
+        # sends written with their answer apart from those written alone: when they were written
+        # (``run_rules.written_through``)
+        "acked_at_ns": pa.concat_arrays([g["acked_at_ns_min"].combine_chunks(), g["acked_at_ns_max"].combine_chunks()]),
         NUM_RECORDS: pa.concat_arrays([g["at_ns_count"].combine_chunks().cast(pa.int64()), pa.array(np.zeros(n, np.int64))]),
         # corrected already (a replay, a driver that corrects the whole batch): the driver does not correct them again
         clocks.CORRECTION: pa.concat_arrays([g[f"{clocks.CORRECTION}_min"].combine_chunks()] * 2),

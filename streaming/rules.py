@@ -11,11 +11,13 @@ progress, the run's span, gaps, events) are ``streaming.run_rules``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from core import contract, output
 from streaming import partials
@@ -60,8 +62,30 @@ class Records:
 
     def rows(self, kind: str, cols: list[str]) -> pd.DataFrame:
         """The records of one kind (``event_id`` hashed, or its hash taken from ``KEY``; the ID itself in ``id``)."""
+        return self._frame(self.kinds == kind, cols)
+
+    @functools.cached_property
+    def answered_ns(self) -> np.ndarray:
+        """Per record, when a send written with its answer was answered (``acked_at_ns``); 0 for any other."""
+        good = self.good
+        if not good.num_rows or "acked_at_ns" not in good.column_names or good["acked_at_ns"].null_count == good.num_rows:
+            return np.zeros(good.num_rows, np.int64)
+        return np.where(self.kinds == "send", pc.fill_null(good["acked_at_ns"], 0).to_numpy(), 0)
+
+    def answers(self) -> pd.DataFrame:
+        """The answers to sends as ack records give them (``event_id``, ``sent_at_ns``, ``status``, ``error``): the
+        ack records, and the sends written with their answer (``contract.SEND_HOLD_NS``)."""
+        cols = ["event_id", "sent_at_ns", "status", "error"]
+        acks = self.rows("ack", cols)
+        answered = self.answered_ns != 0
+        if not answered.any():
+            return acks
+        sends = self._frame(answered, ["event_id", "at_ns", "status", "error"]).rename(columns={"at_ns": "sent_at_ns"})
+        return pd.concat([acks, sends], ignore_index=True) if len(acks) else sends
+
+    def _frame(self, mask: np.ndarray, cols: list[str]) -> pd.DataFrame:
         keyed = "event_id" in cols and KEY in self.good.column_names
-        sel = self.good.filter(pa.array(self.kinds == kind)).select(cols + [KEY] if keyed else cols)
+        sel = self.good.filter(pa.array(mask)).select(cols + [KEY] if keyed else cols)
         df = pd.DataFrame({c: sel[c].to_numpy(zero_copy_only=False) for c in cols})
         if "event_id" in df:
             df["id"] = df["event_id"]  # the ID itself, for exemplars
@@ -196,7 +220,7 @@ def take_acks(known: Known, records: Records, drops_named_ns: int, out: partials
     """(known with the failed sends marked, exemplar rows withdrawn): failures by cause (``core.contract.failures``),
     charged to the send window; a failed send is not a drop, so a drop already declared for it is withdrawn (and
     unnamed)."""
-    acks = records.rows("ack", ["event_id", "sent_at_ns", "status", "error"])
+    acks = records.answers()
     if not len(acks):
         return known, pd.DataFrame()
     st = acks["status"].to_numpy(dtype=np.float64, na_value=np.nan)

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from core import output
+from core import contract, output
 from streaming import gaps as gap_tracking
 from streaming import membership, partials
 from streaming.rules import Records
@@ -56,12 +56,24 @@ def watermark(state: EngineState, records: Records, cfg: EngineConfig) -> tuple[
     return int(max_event_ns), int(watermark_ns)
 
 
+def written_through(records: Records) -> np.ndarray:
+    """Per record, up to when its agent has written every record it stamped. A receiver writes in order: its stamp.
+    A sender holds a send up to ``contract.SEND_HOLD_NS`` for its answer, and before it writes a line at ``t``
+    (an ack, a send with its answer) it has written every send stamped before ``t - SEND_HOLD_NS``; a send written
+    alone after its hold comes after every send stamped before it."""
+    at = records.good["at_ns"].to_numpy()
+    answered = records.answered_ns
+    return np.where(answered != 0, answered - contract.SEND_HOLD_NS,
+                    np.where(records.kinds == "ack", at - contract.SEND_HOLD_NS, at))
+
+
 def judge(state: EngineState, records: Records, watermark_ns: int, cfg: EngineConfig) -> tuple[gap_tracking.GapTracker, int]:
     """(the gap tracker with the batch's progress noted, up to when no agent can still contradict a stamp):
     for gaps, and for naming drops (``streaming.gaps``)."""
     gaps = state.gaps.copy()
     if records.good.num_rows:
-        gaps.note(records.good, np.isin(records.kinds, ("send", "ack", "recv")), records.kinds == "run_stop")
+        gaps.note(records.good, np.isin(records.kinds, ("send", "ack", "recv")), records.kinds == "run_stop",
+                  written_through(records))
     stops = records.of_kinds("run_stop")
     stop_known = max([x for x in (state.stop_ns, pc.max(stops).as_py() if len(stops) else None) if x is not None], default=None)
     return gaps, int(gaps.judged_until(stop_known is not None and watermark_ns >= stop_known + cfg.drop_timeout_ns))
@@ -82,12 +94,16 @@ def _hole_ns(state: EngineState, records: Records) -> int:
 
 
 def _first_data_stamps(records: Records) -> dict[str, int]:
-    """Each agent's first send, ack or receive stamp in the batch."""
+    """When each agent wrote its first send, ack or receive in the batch: at the stamp, but a send with its answer
+    when answered, and a send alone when its hold ended (``contract.SEND_HOLD_NS``)."""
     good = records.good
     if not good.num_rows:
         return {}
-    data = good.filter(pa.array(np.isin(records.kinds, ("send", "ack", "recv")))).select(["agent", "at_ns"])
-    firsts = data.group_by("agent").aggregate([("at_ns", "min")]).to_pydict()
+    at, answered = good["at_ns"].to_numpy(), records.answered_ns
+    written = np.where(answered != 0, answered, np.where(records.kinds == "send", at + contract.SEND_HOLD_NS, at))
+    data = np.isin(records.kinds, ("send", "ack", "recv"))
+    firsts = (pa.table({"agent": good["agent"].filter(pa.array(data)), "at_ns": pa.array(written[data], pa.int64())})
+              .group_by("agent").aggregate([("at_ns", "min")]).to_pydict())
     return {str(a): int(t) for a, t in zip(firsts["agent"], firsts["at_ns_min"])}
 
 
@@ -169,8 +185,10 @@ def run_span(state: EngineState, records: Records, watermark_ns: int, cfg: Engin
         shards = max(shards, shards_of(text))
     if len(stops):
         stopped = sorted(set(stopped) | set(ev.loc[ev["kind"] == "run_stop", "agent"].astype(str)))
-    alive = records.of_kinds("send", "ack", "run_start", "run_stop")
-    last_sender_ns = max(s.last_sender_ns, pc.max(alive).as_py() if len(alive) else NO_TIME_NS)
+    alive = np.isin(records.kinds, ("send", "ack", "run_start", "run_stop"))
+    last_sender_ns = s.last_sender_ns
+    if alive.any():  # a send written with its answer: the answer is the later sign of life
+        last_sender_ns = max(last_sender_ns, int(np.maximum(records.good["at_ns"].to_numpy(), records.answered_ns)[alive].max()))
     aborted = s.aborted
     if (aborted is None and start_ns is not None and len(stopped) < shards and last_sender_ns != NO_TIME_NS
             and watermark_ns >= last_sender_ns + cfg.silence_timeout_ns):

@@ -12,9 +12,10 @@ import time
 import numpy as np
 import pytest
 from hdrh.log import HistogramLogReader
-from support import ROOT, create_topic, free_port, script, telemetry
+from support import ROOT, answers, create_topic, free_port, script, telemetry
 
 from core import histogram
+from core.contract import SEND_HOLD_NS
 from core.pacer import NS_PER_S, Schedule
 from core.procs import wait_port
 
@@ -57,9 +58,22 @@ def test_rate_accuracy_intended_times_and_telemetry_match_the_report(sink, broke
     assert abs(report["requests"] - 20_000) <= 200 and report["success_ratio"] == 1.0
     recs = telemetry(broker, topic, "rate")
     sends = [r for r in recs if r["kind"] == "send"]
-    acks = [r for r in recs if r["kind"] == "ack"]
-    # the telemetry matches the report exactly; every send has one ack
+    acks = answers(recs)
+    # the telemetry matches the report exactly; every send has one answer, and those that came within the hold are
+    # written with their send (a 202 from the sink on loopback, all but a few)
     assert len(sends) == report["requests"] and len(acks) == report["completed"] == report["requests"]
+    assert len({a["event_id"] for a in acks}) == len(acks)
+    assert sum(1 for r in recs if r["kind"] == "ack") <= len(sends) // 100
+    # a sender's lines in the order they were written: a line written at t (an answer) comes after every send stamped
+    # before t - SEND_HOLD_NS (streaming.run_rules.written_through: the job's progress rule)
+    for agent in {r["agent"] for r in sends}:
+        lines = [r for r in recs if r["agent"] == agent and r["kind"] in ("send", "ack")]
+        stamps = np.array([r["at_ns"] for r in lines if r["kind"] == "send"])
+        seen = np.cumsum([r["kind"] == "send" for r in lines])
+        for i, r in enumerate(lines):
+            written = r["at_ns"] if r["kind"] == "ack" else r.get("acked_at_ns")
+            if written is not None:
+                assert seen[i] >= int((stamps < written - SEND_HOLD_NS).sum()), (agent, i, r)
     assert sum(1 for a in acks if a.get("error") or not 200 <= a.get("status", 0) < 300) == sum(report["errors"].values())
     assert {r["kind"] for r in recs} >= {"run_start", "run_stop"}
     # intended send times are exactly the schedule's, from the run start

@@ -68,6 +68,14 @@ def telemetry(broker: str, topic: str, run_id: str) -> list[dict]:
     return out
 
 
+def answers(records: list[dict]) -> list[dict]:
+    """The answers to a run's sends as ack records: its ack records, and the sends written with their answer
+    (``core.contract.SEND_HOLD_NS``: ``acked_at_ns``, ``status``, ``error``)."""
+    return [r for r in records if r["kind"] == "ack"] + [
+        {**r, "kind": "ack", "at_ns": r["acked_at_ns"], "sent_at_ns": r["at_ns"]}
+        for r in records if r["kind"] == "send" and r.get("acked_at_ns") is not None]
+
+
 def start_receiver(broker, topic, spool, port, *extra):
     """The HTTP receiver on 127.0.0.1:port, its telemetry into ``topic``, once it listens."""
     proc = subprocess.Popen([sys.executable, "-m", "agents.receiver", "http", "--listen", f"127.0.0.1:{port}",

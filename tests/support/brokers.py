@@ -16,7 +16,7 @@ import pytest
 from core.output import State
 from core.procs import free_port, stop_process, wait_port
 from core.units import parse_duration_ns
-from support import ROOT, create_topic, job_command, job_env, telemetry, wait_for_first_batch
+from support import ROOT, answers, create_topic, job_command, job_env, telemetry, wait_for_first_batch
 
 
 class Broker:
@@ -122,8 +122,8 @@ def ground_truth(records: list[dict]) -> dict:
     """The run's accounts from its raw records: sends, first receives, error acks, and flight times (ns) of the
     received ones."""
     sends = {r["event_id"]: r["at_ns"] for r in records if r["kind"] == "send"}
-    errors = {r["event_id"]: r["error"] for r in records if r["kind"] == "ack" and r.get("error")}
-    acked = {r["event_id"]: r["at_ns"] for r in records if r["kind"] == "ack" and not r.get("error")}
+    errors = {r["event_id"]: r["error"] for r in answers(records) if r.get("error")}
+    acked = {r["event_id"]: r["at_ns"] for r in answers(records) if not r.get("error")}
     first: dict[str, int] = {}
     num_receives = 0
     for r in records:
