@@ -1,4 +1,6 @@
 """The telemetry contract: round trips, one schema for every consumer."""
+import dataclasses
+
 import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -9,6 +11,8 @@ T = 1_800_000_000_000_000_000
 
 RECORDS = [
     contract.Send("r", "sender-0", T, event_id="sender-0-1", intended_at_ns=T - 5, bytes_out=2048, worker=3),
+    contract.Send("r", "sender-0", T, event_id="sender-0-3", intended_at_ns=T - 5, bytes_out=2048, worker=3,
+                  acked_at_ns=T + 30, status=202),
     contract.Receive("r", "receiver-0", T + 10, event_id="sender-0-1", bytes_in=2048),
     contract.Ack("r", "sender-0", T + 20, event_id="sender-0-1", sent_at_ns=T, status=503, error=None),
     contract.Ack("r", "sender-0", T + 20, event_id="sender-0-2", sent_at_ns=T, error="connection refused"),
@@ -62,6 +66,10 @@ def test_fast_lines_equal_the_record_encoding(status, error):
     assert contract.encode([fast.send(T, "loadgen-7", T - 3, 2048, 1)]) == contract.encode([send])
     assert contract.encode([fast.ack(T + 9, "loadgen-7", T, status, error)]) == contract.encode([ack])
     assert contract.decode(contract.encode([fast.ack(T + 9, "loadgen-7", T, status, error)])) == [ack]
+    # a send written with its answer
+    held = dataclasses.replace(send, acked_at_ns=T + 9, status=status, error=error)
+    line = fast.send_acked(T, "loadgen-7", T - 3, 2048, 1, T + 9, status, error)
+    assert contract.encode([line]) == contract.encode([held]) and contract.decode(contract.encode([line])) == [held]
 
 
 @pytest.mark.parametrize("run_id", ['r"1', "plain", "100%d", "ü"])
