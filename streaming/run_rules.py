@@ -116,9 +116,9 @@ def hole_until(state: EngineState, records: Records, reset: dict | None, cfg: En
     are those it wrote before its first record in the new log (each agent writes in order; ``_first_data_stamps``:
     when it wrote that record), so the hole reaches as far as the latest of those first records: an agent that held
     its records longer than the job's trigger (the load generator's messages, a receiver's spool) lost some written
-    after the job's last read. The agents that wrote
-    sends, acks or receives before the reset and have not stopped are waited on, batch after batch, until each has
-    written again; none lost a record written after the broker was found gone (``reset["at_ns"]``)."""
+    after the job's last read. The agents that wrote sends, acks or receives before the reset and have not stopped
+    are waited on, batch after batch, until each has written again; none lost a record written after the broker was
+    found gone (``reset["at_ns"]``)."""
     until, waiting, latest = state.hole_until_ns, list(state.hole_waiting), state.hole_latest_ns
     if reset is not None:
         hole_ns = _hole_ns(state, records)

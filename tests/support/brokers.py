@@ -122,8 +122,9 @@ def ground_truth(records: list[dict]) -> dict:
     """The run's accounts from its raw records: sends, first receives, error acks, and flight times (ns) of the
     received ones."""
     sends = {r["event_id"]: r["at_ns"] for r in records if r["kind"] == "send"}
-    errors = {r["event_id"]: r["error"] for r in answers(records) if r.get("error")}
-    acked = {r["event_id"]: r["at_ns"] for r in answers(records) if not r.get("error")}
+    answered = answers(records)
+    errors = {r["event_id"]: r["error"] for r in answered if r.get("error")}
+    acked = {r["event_id"]: r["at_ns"] for r in answered if not r.get("error")}
     first: dict[str, int] = {}
     num_receives = 0
     for r in records:
