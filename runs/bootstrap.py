@@ -84,14 +84,17 @@ def block_length(series: np.ndarray, most: int | None = None) -> int:
     return int(min(most, max(1, round((2 * g * g / d) ** (1 / 3) * n ** (1 / 3)))))
 
 
-def _percentile_of_rows(sums: np.ndarray, highs: np.ndarray, p: float) -> np.ndarray:
-    """Per row of bucket counts (columns in bucket order): the value at percentile p by nearest rank."""
+def _percentiles_of_rows(sums: np.ndarray, highs: np.ndarray, ps: list[float]) -> list[np.ndarray]:
+    """Per row of bucket counts (columns in bucket order): the value at each percentile of ``ps`` by nearest rank."""
     cum = np.cumsum(sums, axis=1)
     total = cum[:, -1] if cum.shape[1] else np.zeros(len(sums))
-    target = np.maximum(np.ceil(p / 100 * total - 1e-9), 1)
-    col = (cum < target[:, None]).sum(axis=1)
-    out = highs[np.minimum(col, len(highs) - 1)].astype(np.float64) if len(highs) else np.full(len(sums), np.nan)
-    return np.where(total > 0, out, np.nan)
+    outs = []
+    for p in ps:
+        target = np.maximum(np.ceil(p / 100 * total - 1e-9), 1)
+        col = (cum < target[:, None]).sum(axis=1)
+        out = highs[np.minimum(col, len(highs) - 1)].astype(np.float64) if len(highs) else np.full(len(sums), np.nan)
+        outs.append(np.where(total > 0, out, np.nan))
+    return outs
 
 
 def figures(scope: Scope, weights: np.ndarray | None = None, only: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
@@ -104,27 +107,31 @@ def figures(scope: Scope, weights: np.ndarray | None = None, only: tuple[str, ..
     with np.errstate(invalid="ignore", divide="ignore"):
         out = {"achieved": sent / (n * scope.window_s), "delivered": received / (n * scope.window_s),
                "loss": np.where(sent > 0, dropped / sent * 100, np.nan)}
-    for name, (hist, p) in _PERCENTILE_OF.items():
-        if only is None or name in only:
-            out[name] = _hist_percentile(scope.hists[hist], w, p, exact, scope.n)
+    wanted = {name: hp for name, hp in _PERCENTILE_OF.items() if only is None or name in only}
+    for hist in dict.fromkeys(h for h, _ in wanted.values()):  # each histogram's resamples summed once
+        names = [name for name, (h, _) in wanted.items() if h == hist]
+        values = _hist_percentiles(scope.hists[hist], w, [wanted[name][1] for name in names], exact, scope.n)
+        out.update(zip(names, values))
     if exact:
         h = scope.hists[output.LATENCY]
         out["max"] = np.array([histogram.max_value(h["bucket"].to_numpy(), h["count"].to_numpy()) or np.nan], float)
     return out
 
 
-def _hist_percentile(h: pd.DataFrame, w: np.ndarray, p: float, exact: bool, n: int) -> np.ndarray:
+def _hist_percentiles(h: pd.DataFrame, w: np.ndarray, ps: list[float], exact: bool, n: int) -> list[np.ndarray]:
+    """Each percentile of ``ps`` of one histogram, per row of ``w``."""
     if h.empty:
-        return np.full(len(w), np.nan)
+        return [np.full(len(w), np.nan) for _ in ps]
     bucket = h["bucket"].to_numpy(np.int64) if exact else h["bucket"].to_numpy(np.int64) >> _COARSE_BITS
     cols, col_of = np.unique(bucket, return_inverse=True)
     highs = histogram.bucket_high(cols if exact else (cols << _COARSE_BITS) + (1 << _COARSE_BITS) - 1)
     dense = np.zeros((n, len(cols)))
     np.add.at(dense, (h["row"].to_numpy(np.int64), col_of), h["count"].to_numpy(np.float64))
-    out = np.empty(len(w))
+    outs = [np.empty(len(w)) for _ in ps]
     for lo in range(0, len(w), 250):  # (resamples × buckets) in slices: a long run's matrix stays small
-        out[lo:lo + 250] = _percentile_of_rows(w[lo:lo + 250] @ dense, highs, p)
-    return out
+        for out, part in zip(outs, _percentiles_of_rows(w[lo:lo + 250] @ dense, highs, ps)):
+            out[lo:lo + 250] = part
+    return outs
 
 
 def pooled(scopes: list[Scope]) -> Scope:
