@@ -20,6 +20,7 @@ DRY_RUN    ?=
 SPARK_WORKERS ?= 2
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
+BROKER_WORKERS ?= 2
 SOAK_ARGS  ?=
 SCENARIO   ?=
 LABEL      ?=
@@ -109,8 +110,8 @@ test: install lint ## the layers and lint, then the test suite (real broker, rea
 test-serial: install ## the tests whose figures need the machine to themselves (a relay's knee, timings, CPU hogs), one at a time; CI runs them after `make test`
 	$(PYTHON) -m pytest -m "serial and not cluster and not brokers" $(PYTEST_ARGS) || test $$? -eq 5
 
-test-brokers: install ## the seeds' real brokers (RabbitMQ from Debian's packages, over AMQP 0-9-1 and 1.0; Artemis and Apache Kafka from the Maven registry): runs, bad input, kill -9 of the broker; one at a time
-	$(PYTHON) -m pytest -m brokers $(PYTEST_ARGS)
+test-brokers: install ## the seeds' real brokers (RabbitMQ from Debian's packages, over AMQP 0-9-1 and 1.0; Artemis and Apache Kafka from the Maven registry): runs, bad input, kill -9 of the broker; BROKER_WORKERS at once, the scenarios first (each worker starts its own brokers)
+	$(PYTHON) -m pytest -n $(BROKER_WORKERS) --dist worksteal -m brokers $(PYTEST_ARGS)
 
 test-cluster: install ## the cluster path: Spark standalone clusters, and (as root) seven hosts stood in for by network namespaces, with faults, skewed clocks and limits; one at a time, ~23 minutes
 	$(PYTHON) -m pytest -m cluster $(PYTEST_ARGS)

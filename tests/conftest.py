@@ -15,13 +15,16 @@ sys.path.insert(0, ROOT)  # the project's packages; this folder is on the path t
 from core.procs import free_port, stop_process  # noqa: E402
 from stack.tansu import start_tansu  # noqa: E402
 
-SLOW_FIRST = ("tests/system/test_distributed.py", "tests/core/test_idle_writers.py", "tests/system/",
-              "tests/ui/test_app.py", "tests/streaming/test_saturation.py", "tests/agents/test_node_metrics.py")
-"""The modules of the longest tests (Spark clusters, minutes of idle, whole runs), longest first."""
+SLOW_FIRST = ("tests/system/test_scenarios.py", "tests/system/test_distributed.py", "tests/core/test_idle_writers.py",
+              "tests/system/", "tests/ui/test_app.py", "tests/streaming/test_saturation.py",
+              "tests/agents/test_node_metrics.py")
+"""The modules of the longest tests (the scenarios' stacks, Spark clusters, minutes of idle, whole runs), longest
+first."""
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest tests start first: on several workers (``make test``), none is left running one alone at the end."""
+    """The longest tests start first: on several workers (``make test``, ``make test-brokers``), none is left running
+    one alone at the end."""
     def rank(item) -> int:
         return next((i for i, prefix in enumerate(SLOW_FIRST) if item.nodeid.startswith(prefix)), len(SLOW_FIRST))
     items.sort(key=rank)  # stable: within a rank, the files' own order

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -103,9 +104,9 @@ def _read(path: str) -> str:
         return ""
 
 
-def start_job(broker, topic, run_id, tmp_path, *extra) -> subprocess.Popen:
+def start_job(broker, topic, run_id, tmp_path, *extra, drop_timeout: str = "10s") -> subprocess.Popen:
     return subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", broker, "--topic", topic, "--checkpoints",
-                                        str(tmp_path), "--drop-timeout", "10s", *extra),
+                                        str(tmp_path), "--drop-timeout", drop_timeout, *extra),
                             cwd=ROOT, env=job_env(), stdout=open(tmp_path / "job.log", "w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -206,34 +207,70 @@ def assert_amqp1_kill(what: str, s: dict, truth: dict, report: dict, durable: bo
         assert s["dropped"] == 0
 
 
+EXACT_DROP_TIMEOUT = "5s"
+"""The job's drop timeout in a run where nothing may be lost: flight times here are milliseconds, and a receive after
+5 s would fail the run all the same (as a drop instead of a late one)."""
+
+
+@dataclass
+class Attack:
+    """One run of ``run_attacks``: its run ID, target, rate and seconds, more of the load generator's flags, and the
+    job's drop timeout."""
+    run_id: str
+    target: str
+    rate: int
+    seconds: int
+    args: tuple = ()
+    drop_timeout: str = "10s"
+
+
 def run_attack(broker, rabbit_port, tmp_path, run_id: str, queue: str, rate: int, seconds: int, extra: str = "",
-               during=None, target: str | None = None, args: tuple = ()) -> tuple[dict, dict, dict]:
+               during=None, target: str | None = None, args: tuple = (), drop_timeout: str = "10s"
+               ) -> tuple[dict, dict, dict]:
     """One run through a real broker (RabbitMQ's queue, or ``target``) with its receiver, the job and the load
     generator (``args``: more of its flags): (the job's summary, the ground truth, the load generator's report)."""
-    topic = f"tel-{run_id}"
-    create_topic(broker, topic)
-    target = target or url(rabbit_port, queue, extra)
-    procs = [start_receiver(broker, topic, target, tmp_path / "rx")]
+    a = Attack(run_id, target or url(rabbit_port, queue, extra), rate, seconds, args, drop_timeout)
+    return run_attacks(broker, tmp_path, [a], during)[0]
+
+
+def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tuple[dict, dict, dict]]:
+    """Runs side by side through real brokers, each with its receiver, job and load generator, its files in
+    ``tmp_path / run_id``; the load generators start together and ``during`` (a fault, e.g. ``kill_and_restart``)
+    beside them: per run, (the job's summary, the ground truth, the load generator's report)."""
+    folders = [tmp_path / a.run_id for a in attacks]
+    procs: list[subprocess.Popen] = []
     try:
-        job = start_job(broker, topic, run_id, tmp_path)
-        procs.append(job)
-        wait_for_first_batch(broker, topic, run_id, tmp_path / run_id / "batches")
-        lg = attack(broker, topic, run_id, target, tmp_path, "--rate", str(rate), "--duration", f"{seconds}s",
-                    "--timeout", "10s", *args)
+        jobs = []
+        for a, d in zip(attacks, folders):
+            d.mkdir()
+            create_topic(broker, f"tel-{a.run_id}")
+            procs.append(start_receiver(broker, f"tel-{a.run_id}", a.target, d / "rx"))
+            jobs.append(start_job(broker, f"tel-{a.run_id}", a.run_id, d, drop_timeout=a.drop_timeout))
+            procs.append(jobs[-1])
+        for a, d in zip(attacks, folders):
+            wait_for_first_batch(broker, f"tel-{a.run_id}", a.run_id, d / a.run_id / "batches")
+        lgs = [attack(broker, f"tel-{a.run_id}", a.run_id, a.target, d, "--rate", str(a.rate), "--duration",
+                      f"{a.seconds}s", "--timeout", "10s", *a.args) for a, d in zip(attacks, folders)]
         t = threading.Thread(target=during) if during else None
         if t:
             t.start()
-        out = lg.communicate(timeout=seconds + 240)[0]
+        outs = [lg.communicate(timeout=a.seconds + 240)[0] for a, lg in zip(attacks, lgs)]
         if t:
             t.join()
-        assert lg.returncode == 0, out[-3000:]
-        assert job.wait(300) == 0, (tmp_path / "job.log").read_text()[-3000:]
+        for a, lg, out in zip(attacks, lgs, outs):
+            assert lg.returncode == 0, (a.run_id, out[-3000:])
+        for d, job in zip(folders, jobs):
+            assert job.wait(300) == 0, (d / "job.log").read_text()[-3000:]
     finally:
         for p in procs:
             if p.poll() is None:
                 stop_process(p, wait_s=30, group=True)
-    summary = json.load(open(tmp_path / run_id / "summary.json"))
-    report = json.load(open(tmp_path / "lg" / "report.json"))
-    truth = ground_truth(telemetry(broker, topic, run_id))
-    truth["events"] = [f"{what} at {(ns - truth['start_ns']) / 1e9:.3f} s" for what, ns in getattr(during, "events", ())]
-    return summary, truth, report
+    out = []
+    for a, d in zip(attacks, folders):
+        summary = json.load(open(d / a.run_id / "summary.json"))
+        report = json.load(open(d / "lg" / "report.json"))
+        truth = ground_truth(telemetry(broker, f"tel-{a.run_id}", a.run_id))
+        truth["events"] = [f"{what} at {(ns - truth['start_ns']) / 1e9:.3f} s"
+                           for what, ns in getattr(during, "events", ())]
+        out.append((summary, truth, report))
+    return out

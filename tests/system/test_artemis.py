@@ -10,25 +10,44 @@ import sys
 
 import pytest
 from support import ROOT
-from support.brokers import assert_amqp1_kill, assert_exact, run_attack, running, url1
+from support.brokers import (
+    EXACT_DROP_TIMEOUT,
+    Attack,
+    assert_amqp1_kill,
+    assert_exact,
+    run_attack,
+    run_attacks,
+    running,
+    url1,
+)
 
 from stack import artemis
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers,
               pytest.mark.skipif(shutil.which("java") is None, reason="Artemis needs Java 17 (.ci/run installs it)")]
 LOGIN = f"{artemis.USER}:{artemis.PASSWORD}"
+DURABLE_QUEUE = "flightwatch.durable"
+"""A second anycast queue beside the instance's own (``artemis.QUEUE``): the kill test's durable run, side by side with
+its transient one."""
 
 
 @pytest.fixture(scope="module")
 def broker_artemis(tmp_path_factory):
-    yield from running(artemis.start_artemis, artemis.stop_artemis, tmp_path_factory, "artemis")
+    for b in running(artemis.start_artemis, artemis.stop_artemis, tmp_path_factory, "artemis"):
+        done = subprocess.run([os.path.join(b.folder, "instance", "bin", "artemis"), "queue", "create", "--name",
+                               DURABLE_QUEUE, "--address", DURABLE_QUEUE, "--anycast", "--durable",
+                               "--auto-create-address", "--preserve-on-no-consumers", "--silent", "--user",
+                               artemis.USER, "--password", artemis.PASSWORD, "--url", f"tcp://127.0.0.1:{b.port}"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        yield b
 
 
 def test_a_run_at_1000_per_s_through_artemis_is_exact(broker, broker_artemis, tmp_path):
     port, _, _ = broker_artemis
-    s, truth, report = run_attack(broker, port, tmp_path, "art-exact", "", 1000, 20,
-                                  target=url1(port, "flightwatch.sut", user=LOGIN))
-    assert_exact("Artemis AMQP 1.0 1,000/s 20 s", s, truth, report, 20_000)
+    s, truth, report = run_attack(broker, port, tmp_path, "art-exact", "", 1000, 10,
+                                  target=url1(port, "flightwatch.sut", user=LOGIN), drop_timeout=EXACT_DROP_TIMEOUT)
+    assert_exact("Artemis AMQP 1.0 1,000/s 10 s", s, truth, report, 10_000)
 
 
 @pytest.mark.parametrize("case, words", [("credentials", "unauthorized"), ("no address", "an amqp 1.0 broker?")])
@@ -45,13 +64,14 @@ def test_bad_input_to_artemis_is_one_line_and_exit_2(broker, broker_artemis, tmp
     assert "wrong" not in lg.stderr
 
 
-@pytest.mark.parametrize("durable", [False, True], ids=["transient", "durable"])
-def test_an_artemis_killed_mid_attack_and_restarted_is_accounted_exactly(broker, broker_artemis, tmp_path, durable):
+def test_an_artemis_killed_mid_attack_and_restarted_is_accounted_exactly(broker, broker_artemis, tmp_path):
+    """One kill -9 under two runs side by side: transient messages to one address, durable ones to another."""
     port, _, _ = broker_artemis
     kill_and_restart = broker_artemis.kill_and_restart()  # 6 s into the attack: kill -9, back 3 s later on its journal
-    address = "flightwatch.sut?durable=true" if durable else "flightwatch.sut"
-    s, truth, report = run_attack(broker, port, tmp_path, f"art-kill-{durable}", "", 500, 25, during=kill_and_restart,
-                                  target=url1(port, address, user=LOGIN))
+    runs = [Attack(f"art-kill-{durable}", url1(port, address, user=LOGIN), 500, 25)
+            for durable, address in ((False, "flightwatch.sut"), (True, f"{DURABLE_QUEUE}?durable=true"))]
+    results = run_attacks(broker, tmp_path, runs, during=kill_and_restart)
     # a transient message (no header: AMQP 1.0's default) Artemis accepted and lost in the crash is a drop: Artemis
     # keeps such messages in memory only (0 or 1 in 4 runs here); a durable one it accepted is in its journal
-    assert_amqp1_kill(f"Artemis killed ({'durable' if durable else 'transient'})", s, truth, report, durable)
+    for durable, (s, truth, report) in zip((False, True), results):
+        assert_amqp1_kill(f"Artemis killed ({'durable' if durable else 'transient'})", s, truth, report, durable)

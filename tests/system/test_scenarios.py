@@ -83,7 +83,10 @@ def assert_peer(c: dict, s: dict, tool: str, rate: int, resolution_us: int, p999
     fw, pe = row["flightwatch"], row["peer"]
     assert pe["tool"].startswith(tool) and pe["rate"] == rate and pe["resolution_us"] == resolution_us
     assert abs(pe["throughput_per_s"] - rate) <= 0.1 * rate, pe
-    assert 0 < pe["p50_us"] <= pe["p99_us"] and (pe["p999_us"] is not None) == p999
+    # a tool that counts whole milliseconds (EndToEndLatency) says 0 for a p50 under 1 ms, as Apache Kafka with acks=1
+    # and 3 partitions gave at 2,000/s on this machine: its p50 may be 0, a µs tool's may not
+    assert pe["p50_us"] >= (0 if resolution_us >= 1000 else 1) and pe["p50_us"] <= pe["p99_us"]
+    assert (pe["p999_us"] is not None) == p999
     assert pe["cpu_us_per_message"] > 0 and row["cpu_ratio"] == fw["cpu_us_per_message"] / pe["cpu_us_per_message"]
     span_s = (fw["to_ns"] - fw["from_ns"]) / NS
     assert fw["received"] == fw["sent"] and abs(fw["sent"] - rate * span_s) <= 0.02 * rate * span_s + 5, fw
