@@ -2,15 +2,16 @@
 between them, every flightwatch process's CPU and memory and every log file's size sampled throughout.
 
     python -m bench.workday [--minutes 45]          (make workday)
-    python -m bench.workday --short                 (make workday SHORT=1: 12 minutes, 3 runs; CI runs it)
+    python -m bench.workday --short                 (make workday SHORT=1: ~9 minutes, 3 runs; CI runs it)
 
 The stack must be down: it runs `python -m stack up` itself, as an operator starts the day (and lets it settle for a
 minute), and `stack down` at the end. The full day is 8 attacks, each as `make attack` runs one (`--stream`: the run's streaming job live beside it;
 a Kafka attack renews the embedded SUT broker first): HTTP at 2,000/s and 1,000/s, Kafka at 5,000/s and 2,000/s,
 each twice, and a paced run (200, 350, 500/s) through a relay of capacity 400/s; between runs, idle stretches of at
 least 3 minutes (more to fill --minutes), one of them with a streaming job left live (`make stream`) all through it.
-The short day is HTTP at 2,000/s, Kafka at 5,000/s and HTTP at 2,000/s again, 30 s each, 3.5-minute idle stretches,
-the live job in the first: it spans several deletions of telemetry slices (a writer that spins after one would show).
+The short day is HTTP at 2,000/s, Kafka at 5,000/s and HTTP at 2,000/s again, 30 s each with a drop timeout of 10 s
+(nothing the day checks hangs on the timeout), 2.5-minute idle stretches, the live job in the first: it spans
+deletions of telemetry slices (a writer that spins after one would show).
 
 Every 10 s it samples each process of the stack and of the runs (psutil: CPU seconds, RSS), and the size of every
 log file. The SUT's own processes (the SUT broker, the relay) are sampled but are not flightwatch's. It checks:
@@ -51,6 +52,9 @@ SAMPLE_EVERY_S = 10
 STACK_SETTLE_S = 60
 """After `make up`, before the first attack: the dashboard's and Prometheus' start-up took CPU from the first run
 (its HTTP p99 4.1 ms, against 1.0 ms when repeated)."""
+SHORT_RUN_S, SHORT_IDLE_S, SHORT_DROP_TIMEOUT = 30.0, 150.0, "10s"
+"""The short day's runs, its idle stretches (judged from their second minute, ``workday_checks.SETTLE_S``) and its
+runs' drop timeout."""
 PACE = "200:15s,350:15s,500:15s"
 
 
@@ -63,6 +67,7 @@ class Step:
     rate: int = 0
     seconds: float = 0.0
     live_stream: bool = False      # idle: a streaming job left live through it
+    drop_timeout: str = ""         # run: the streaming job's drop timeout (empty: its default, as `make attack`)
     started_s: float = 0.0
     ended_s: float = 0.0
     run_id: str = ""
@@ -73,15 +78,15 @@ def plan(short: bool, minutes: float) -> list[Step]:
     runs = ([("http", 2000), ("kafka", 5000), ("http", 2000)] if short else
             [("http", 2000), ("kafka", 5000), ("relay", 0), ("http", 1000), ("kafka", 2000),
              ("http", 2000), ("kafka", 5000), ("http", 1000), ("kafka", 2000)])
-    seconds = 30.0 if short else 60.0
+    seconds = SHORT_RUN_S if short else 60.0
     run_s = len(runs) * (seconds + 50)  # the job's start (~15 s) and its close (the 30 s drop timeout)
-    idle_s = max(210.0 if short else 180.0, (minutes * 60 - run_s) / (len(runs) - 1))
+    idle_s = max(SHORT_IDLE_S if short else 180.0, (minutes * 60 - run_s) / (len(runs) - 1))
     steps: list[Step] = []
     for i, (target, rate) in enumerate(runs):
         if i:
             steps.append(Step("idle", f"idle-{i}", seconds=idle_s, live_stream=(i == 1 if short else i == 3)))
         steps.append(Step("run", f"{target}-{rate}" if rate else "relay-paced", target, rate,
-                          45.0 if target == "relay" else seconds))
+                          45.0 if target == "relay" else seconds, drop_timeout=SHORT_DROP_TIMEOUT if short else ""))
     return steps
 
 
@@ -162,6 +167,8 @@ def attack(step: Step, run_id: str, log) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT)
     relay = None
     args = [sys.executable, "-m", "loadgen", "attack", "--run", run_id, "--stream", "--quiet"]
+    if step.drop_timeout:
+        args += ["--drop-timeout", step.drop_timeout]
     if step.target == "kafka":
         subprocess.run([sys.executable, "-m", "stack", "renew-sut"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                        check=True)
@@ -201,16 +208,16 @@ def live_job(run_id: str):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.workday", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--minutes", type=float, help="length of the day (default 45, at least 45; --short: 12)")
-    ap.add_argument("--short", action="store_true", help="the 12-minute day of 3 runs (CI)")
+    ap.add_argument("--minutes", type=float, help="length of the day (default 45, at least 45; --short: 5)")
+    ap.add_argument("--short", action="store_true", help="the ~9-minute day of 3 runs (CI)")
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:
         return 2 if e.code else 0
     if a.minutes is None:
-        a.minutes = 12.0 if a.short else 45.0
-    if a.minutes < (12 if a.short else 45):
-        print(f"workday: error: --minutes {a.minutes:g}: a day is at least 45 minutes (--short: 12)", file=sys.stderr)
+        a.minutes = 5.0 if a.short else 45.0
+    if a.minutes < (5 if a.short else 45):
+        print(f"workday: error: --minutes {a.minutes:g}: a day is at least 45 minutes (--short: 5)", file=sys.stderr)
         return 2
     from stack.__main__ import recorded_pid
 
