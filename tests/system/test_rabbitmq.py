@@ -141,11 +141,11 @@ def test_an_event_over_rabbitmqs_max_message_size_is_one_line_and_exit_2_before_
 def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_blamed_on_the_sut(broker, rabbit, tmp_path):
     """One kill -9 under two runs side by side, one on a transient queue and one on a durable queue."""
     port, _, _ = rabbit
+    cases = (("killed-transient", False), ("killed-durable", True))
     runs = [Attack(f"rmq-kill-{queue}", url(port, queue, "&durable=true" if durable else ""), 1000, 20)
-            for queue, durable in (("killed-transient", False), ("killed-durable", True))]
-    results = run_attacks(broker, tmp_path, runs, during=rabbit.kill_and_restart())
-    for durable, (s, truth, report) in zip((False, True), results):
-        queue = "killed-durable" if durable else "killed-transient"
+            for queue, durable in cases]
+    for (queue, durable), (s, truth, report) in zip(cases, run_attacks(broker, tmp_path, runs,
+                                                                       during=rabbit.kill_and_restart())):
         assert_accounted(f"RabbitMQ killed ({queue})", s, truth, report)
         assert sum(s["errors_by_cause"].values()) == truth["errored"]
         assert truth["errored"] > 0  # the kill failed the unconfirmed publishes, by cause
@@ -161,11 +161,11 @@ def test_rabbitmq_killed_under_amqp_1_0_is_accounted_exactly_and_blamed_on_the_s
     message the broker accepted is lost. The receiver keeps the queue near empty, so this kill rarely finds a message
     waiting: the next test parks them."""
     port, _, _ = rabbit
+    cases = (("killed1-transient", False), ("killed1-durable", True))
     runs = [Attack(f"rmq1-kill-{queue}", url1(port, f"/queue/{queue}" + ("?durable=true" if durable else "")), 1000, 20)
-            for queue, durable in (("killed1-transient", False), ("killed1-durable", True))]
-    results = run_attacks(broker, tmp_path, runs, during=rabbit.kill_and_restart())
-    for durable, (s, truth, report) in zip((False, True), results):
-        queue = "killed1-durable" if durable else "killed1-transient"
+            for queue, durable in cases]
+    for (queue, durable), (s, truth, report) in zip(cases, run_attacks(broker, tmp_path, runs,
+                                                                       during=rabbit.kill_and_restart())):
         assert_amqp1_kill(f"RabbitMQ AMQP 1.0 killed ({queue})", s, truth, report, durable)
 
 
