@@ -37,7 +37,9 @@ def test_a_bootstrap_without_blocks_covers_far_less_where_the_windows_carry_the_
     far less often than with them, and fails the goal. (The block bootstrap too falls short of 93% here, at 120
     windows: README, "Is it right?". From five baseline runs on, the runs' own spread carries the interval.)"""
     model = (0.7, 0.05, 0.0)
-    good = calibrate.study(40, 1, 120, 250, "product", log=lambda m: None, workers=WORKERS, spread=0.0, model=model, kinds=("same",))
-    bad = calibrate.study(40, 1, 120, 250, "noblocks", log=lambda m: None, workers=WORKERS, spread=0.0, model=model, kinds=("same",))
+    good = calibrate.study(40, 1, 120, 250, "product", log=lambda m: None, workers=WORKERS, spread=0.0, model=model,
+                           kinds=("same",))
+    bad = calibrate.study(40, 1, 120, 250, "noblocks", log=lambda m: None, workers=WORKERS, spread=0.0, model=model,
+                          kinds=("same",))
     assert bad["verdict"]["coverage"] < 0.93, calibrate.report(bad, "noblocks")
     assert bad["verdict"]["coverage"] <= good["verdict"]["coverage"] - 0.05, (good["verdict"], bad["verdict"])

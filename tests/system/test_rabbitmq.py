@@ -138,7 +138,8 @@ def test_an_event_over_rabbitmqs_max_message_size_is_one_line_and_exit_2_before_
     assert not (tmp_path / "lg" / "report.json").exists()
 
 
-def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_blamed_on_the_sut(broker, rabbit, tmp_path):
+def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_blamed_on_the_sut(
+        broker, rabbit, tmp_path):
     """One kill -9 under two runs side by side, one on a transient queue and one on a durable queue."""
     port, _, _ = rabbit
     cases = (("killed-transient", False), ("killed-durable", True))
