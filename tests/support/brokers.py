@@ -104,7 +104,11 @@ def _read(path: str) -> str:
         return ""
 
 
-def start_job(broker, topic, run_id, tmp_path, *extra, drop_timeout: str = "10s") -> subprocess.Popen:
+DROP_TIMEOUT = "10s"
+"""The job's drop timeout in a broker test's run, unless the run says otherwise."""
+
+
+def start_job(broker, topic, run_id, tmp_path, *extra, drop_timeout: str = DROP_TIMEOUT) -> subprocess.Popen:
     return subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", broker, "--topic", topic, "--checkpoints",
                                         str(tmp_path), "--drop-timeout", drop_timeout, *extra),
                             cwd=ROOT, env=job_env(), stdout=open(tmp_path / "job.log", "w"), stderr=subprocess.STDOUT,
@@ -221,11 +225,16 @@ class Attack:
     rate: int
     seconds: int
     args: tuple = ()
-    drop_timeout: str = "10s"
+    drop_timeout: str = DROP_TIMEOUT
+
+    @property
+    def topic(self) -> str:
+        """The run's own telemetry topic."""
+        return f"tel-{self.run_id}"
 
 
 def run_attack(broker, rabbit_port, tmp_path, run_id: str, queue: str, rate: int, seconds: int, extra: str = "",
-               during=None, target: str | None = None, args: tuple = (), drop_timeout: str = "10s"
+               during=None, target: str | None = None, args: tuple = (), drop_timeout: str = DROP_TIMEOUT
                ) -> tuple[dict, dict, dict]:
     """One run through a real broker (RabbitMQ's queue, or ``target``) with its receiver, the job and the load
     generator (``args``: more of its flags): (the job's summary, the ground truth, the load generator's report)."""
@@ -243,13 +252,13 @@ def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tu
         jobs = []
         for a, d in zip(attacks, folders):
             d.mkdir()
-            create_topic(broker, f"tel-{a.run_id}")
-            procs.append(start_receiver(broker, f"tel-{a.run_id}", a.target, d / "rx"))
-            jobs.append(start_job(broker, f"tel-{a.run_id}", a.run_id, d, drop_timeout=a.drop_timeout))
+            create_topic(broker, a.topic)
+            procs.append(start_receiver(broker, a.topic, a.target, d / "rx"))
+            jobs.append(start_job(broker, a.topic, a.run_id, d, drop_timeout=a.drop_timeout))
             procs.append(jobs[-1])
         for a, d in zip(attacks, folders):
-            wait_for_first_batch(broker, f"tel-{a.run_id}", a.run_id, d / a.run_id / "batches")
-        lgs = [attack(broker, f"tel-{a.run_id}", a.run_id, a.target, d, "--rate", str(a.rate), "--duration",
+            wait_for_first_batch(broker, a.topic, a.run_id, d / a.run_id / "batches")
+        lgs = [attack(broker, a.topic, a.run_id, a.target, d, "--rate", str(a.rate), "--duration",
                       f"{a.seconds}s", "--timeout", "10s", *a.args) for a, d in zip(attacks, folders)]
         t = threading.Thread(target=during) if during else None
         if t:
@@ -269,7 +278,7 @@ def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tu
     for a, d in zip(attacks, folders):
         summary = json.load(open(d / a.run_id / "summary.json"))
         report = json.load(open(d / "lg" / "report.json"))
-        truth = ground_truth(telemetry(broker, f"tel-{a.run_id}", a.run_id))
+        truth = ground_truth(telemetry(broker, a.topic, a.run_id))
         truth["events"] = [f"{what} at {(ns - truth['start_ns']) / 1e9:.3f} s"
                            for what, ns in getattr(during, "events", ())]
         out.append((summary, truth, report))
