@@ -2,7 +2,7 @@
 between them, every flightwatch process's CPU and memory and every log file's size sampled throughout.
 
     python -m bench.workday [--minutes 45]          (make workday)
-    python -m bench.workday --short                 (make workday SHORT=1: ~9 minutes, 3 runs; CI runs it)
+    python -m bench.workday --short                 (make workday SHORT=1: ~8 minutes, 3 runs; CI runs it)
 
 The stack must be down: it runs `python -m stack up` itself, as an operator starts the day (and lets it settle for a
 minute), and `stack down` at the end. The full day is 8 attacks, each as `make attack` runs one (`--stream`: the run's streaming job live beside it;
@@ -10,8 +10,8 @@ a Kafka attack renews the embedded SUT broker first): HTTP at 2,000/s and 1,000/
 each twice, and a paced run (200, 350, 500/s) through a relay of capacity 400/s; between runs, idle stretches of at
 least 3 minutes (more to fill --minutes), one of them with a streaming job left live (`make stream`) all through it.
 The short day is HTTP at 2,000/s, Kafka at 5,000/s and HTTP at 2,000/s again, 30 s each with a drop timeout of 10 s
-(nothing the day checks hangs on the timeout), 2.5-minute idle stretches, the live job in the first: it spans
-deletions of telemetry slices (a writer that spins after one would show).
+(nothing the day checks hangs on the timeout), idle stretches of 105 s (judged over their last 45 s), the live job
+in the first: it spans deletions of telemetry slices (a writer that spins after one would show).
 
 Every 10 s it samples each process of the stack and of the runs (psutil: CPU seconds, RSS), and the size of every
 log file. The SUT's own processes (the SUT broker, the relay) are sampled but are not flightwatch's. It checks:
@@ -52,7 +52,7 @@ SAMPLE_EVERY_S = 10
 STACK_SETTLE_S = 60
 """After `make up`, before the first attack: the dashboard's and Prometheus' start-up took CPU from the first run
 (its HTTP p99 4.1 ms, against 1.0 ms when repeated)."""
-SHORT_RUN_S, SHORT_IDLE_S, SHORT_DROP_TIMEOUT = 30.0, 150.0, "10s"
+SHORT_RUN_S, SHORT_IDLE_S, SHORT_DROP_TIMEOUT = 30.0, 105.0, "10s"
 """The short day's runs, its idle stretches (judged from their second minute, ``workday_checks.SETTLE_S``) and its
 runs' drop timeout."""
 PACE = "200:15s,350:15s,500:15s"
@@ -209,7 +209,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.workday", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--minutes", type=float, help="length of the day (default 45, at least 45; --short: 5)")
-    ap.add_argument("--short", action="store_true", help="the ~9-minute day of 3 runs (CI)")
+    ap.add_argument("--short", action="store_true", help="the ~8-minute day of 3 runs (CI)")
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:
