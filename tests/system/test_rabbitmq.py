@@ -76,6 +76,15 @@ def test_a_queue_that_routes_nowhere_is_counted_as_returned_by_cause(broker, rab
     assert report["errors"] == {"returned no route": 400}, report["errors"]
 
 
+def finished(*procs: subprocess.Popen, timeout_s: float = 120) -> list[subprocess.CompletedProcess]:
+    """Each process waited for (up to ``timeout_s`` each): its exit code and what it wrote."""
+    done = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout_s)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return done
+
+
 @pytest.mark.parametrize("case, words", [
     ("credentials", "access refused"),
     ("vhost", "not allowed"),
@@ -103,15 +112,16 @@ def test_bad_amqp_input_is_one_line_and_exit_2_for_the_target_and_the_receiver(b
         conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/%2F"))
         conn.channel().queue_declare("fw-transient", durable=False)
         conn.close()
-    lg = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s", "--target", target,
-                         "--no-telemetry", "--metrics-listen", "none", "--wait", "0s", "--out", str(tmp_path / "lg")],
-                        cwd=ROOT, capture_output=True, text=True, timeout=120,
-                        env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none"))
-    rx = subprocess.run([sys.executable, "-m", "agents.receiver", target.split(":", 1)[0], "--url", target,
-                         "--telemetry-bootstrap",
-                         broker, "--state-dir", str(tmp_path / "rx"), "--metrics-listen", "none",
-                         "--clock-reference", "none"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                        env=dict(os.environ, PYTHONPATH=ROOT))
+    # the target and the receiver side by side (against a Kafka port each waits out its AMQP handshake)
+    lg, rx = finished(
+        subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s", "--target",
+                          target, "--no-telemetry", "--metrics-listen", "none", "--wait", "0s", "--out",
+                          str(tmp_path / "lg")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")),
+        subprocess.Popen([sys.executable, "-m", "agents.receiver", target.split(":", 1)[0], "--url", target,
+                          "--telemetry-bootstrap", broker, "--state-dir", str(tmp_path / "rx"), "--metrics-listen",
+                          "none", "--clock-reference", "none"], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT)))
     # RabbitMQ 3.x's AMQP 1.0 plugin accepts a transfer to a queue that does not exist (and routes it nowhere: the
     # job counts those as drops); only consuming from one is refused
     checked = (("receiver", rx),) if case == "1.0 missing queue" else (("loadgen", lg), ("receiver", rx))
