@@ -66,7 +66,7 @@ def sut_consumer(a):
                            "fetch.wait.max.ms": a.fetch_wait_ms, "fetch.error.backoff.ms": 100,
                            # a position past the log's end (a SUT broker that lost its data): its new log from the start
                            "auto.offset.reset": "earliest",
-                           "queued.max.messages.kbytes": 65536, "logger": logs.setup("librdkafka"),
+                           "queued.max.messages.kbytes": 65536,
                            **librdkafka(sut_options)}
         librdkafka(client_options())  # the shipper's: a bad one is refused here, in one line
     except (ValueError, OSError) as e:

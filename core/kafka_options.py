@@ -15,7 +15,6 @@ in the environment or on a command line. Secrets are never printed: ``redacted``
 """
 from __future__ import annotations
 
-import logging
 import re
 
 from core import settings
@@ -86,7 +85,8 @@ and Spark's own connector (lz4-java ships with Spark)."""
 def telemetry_producer(bootstrap: str, options: dict | None = None, **settings):
     """librdkafka's producer (confluent-kafka) for the telemetry topic: ``settings`` (librdkafka properties: linger,
     sizes, a slice's ``TelemetryTopic.producer_settings``) under the client options (``FLIGHTWATCH_KAFKA_OPTIONS``
-    unless ``options`` are given: SASL, TLS). Its log lines go to Python's logging (``librdkafka``), rate-limited there.
+    unless ``options`` are given: SASL, TLS). Its log lines go through the repeat filter (``librdkafka`` gives it its
+    ``logger``).
 
     Not idempotent: the job recognises a re-sent record, and an idempotent producer whose broker came back empty
     fails for good (the broker has forgotten its producer ID). lz4 (``TELEMETRY_COMPRESSION``)."""
@@ -94,7 +94,6 @@ def telemetry_producer(bootstrap: str, options: dict | None = None, **settings):
 
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "message.max.bytes": 8 << 20,
                      "enable.idempotence": False, "compression.type": TELEMETRY_COMPRESSION,
-                     "logger": logging.getLogger("librdkafka"),
                      **settings, **librdkafka(client_options() if options is None else options)})
 
 
@@ -144,8 +143,11 @@ UNDOTTED = frozenset({"acks", "retries", "debug", "partitioner"})
 
 def librdkafka(options: dict) -> dict:
     """Options (as ``parse`` gives them) as a librdkafka configuration: properties pass through, kafka-python names
-    are mapped; ValueError on a kafka-python name with no librdkafka property."""
-    out: dict = {}
+    are mapped; ValueError on a kafka-python name with no librdkafka property. With the ``logger`` of every
+    flightwatch client (``core.logs.librdkafka_logger``): librdkafka's own lines through the repeat filter."""
+    from core import logs
+
+    out: dict = {"logger": logs.librdkafka_logger()}
     for key, value in options.items():
         if _PROPERTY.fullmatch(key) or key in UNDOTTED:
             out[key] = str(value).lower() if isinstance(value, bool) else value

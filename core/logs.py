@@ -88,22 +88,52 @@ class Progress:
         return True
 
 
+LIBRDKAFKA = "librdkafka"
+"""The logger of librdkafka's own lines (confluent-kafka's ``logger`` setting: ``librdkafka_logger``)."""
+
+
+def _handler(stream) -> logging.Handler:
+    handler = logging.StreamHandler(stream)
+    formatter = logging.Formatter(FORMAT, DATE_FORMAT)
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    handler.addFilter(Repeats())
+    handler._flightwatch = True
+    return handler
+
+
+def _ours(logger: logging.Logger) -> list[logging.Handler]:
+    return [h for h in logger.handlers if getattr(h, "_flightwatch", False)]
+
+
 def setup(name: str) -> logging.Logger:
     """The process's logger, ``name`` (its agent name), writing to standard output (flushed per line)."""
     root = logging.getLogger()
-    if not any(getattr(h, "_flightwatch", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stdout)
-        formatter = logging.Formatter(FORMAT, DATE_FORMAT)
-        formatter.converter = time.gmtime
-        handler.setFormatter(formatter)
-        handler.addFilter(Repeats())
-        handler._flightwatch = True
-        root.addHandler(handler)
+    if not _ours(root):
+        root.addHandler(_handler(sys.stdout))
         level = (settings.get(LEVEL_ENV) or "INFO").upper()
         root.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") else "INFO")
-        for noisy in ("librdkafka", "py4j", "urllib3"):  # their INFO lines are per connection, not ours
+        for noisy in (LIBRDKAFKA, "py4j", "urllib3"):  # their INFO lines are per connection, not ours
             logging.getLogger(noisy).setLevel(max(root.level, logging.WARNING))
+        rdkafka = logging.getLogger(LIBRDKAFKA)
+        for h in _ours(rdkafka):  # librdkafka's lines given a handler of their own before: now the process's
+            rdkafka.removeHandler(h)
+        rdkafka.propagate = True
     return logging.getLogger(name)
+
+
+def librdkafka_logger() -> logging.Logger:
+    """The logger for a librdkafka client (confluent-kafka's ``logger`` setting), so that its own lines (``%3|…|FAIL|``
+    three times a second while a broker is away) go through the repeat filter: in a process set up with ``setup``,
+    to its handler; in one that is not (a command line's, whose standard output is its report), to standard error,
+    a line each, WARNING and above. Without it librdkafka writes every line to standard error itself."""
+    logger = logging.getLogger(LIBRDKAFKA)
+    if not _ours(logging.getLogger()) and not _ours(logger):
+        logger.addHandler(_handler(sys.stderr))
+        logger.propagate = False
+        if logger.level < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+    return logger
 
 
 def printer(logger: logging.Logger, level: int = logging.INFO):

@@ -162,9 +162,11 @@ def run_kafka(lib: str, port: int, a: argparse.Namespace, log) -> dict:
     made with ``a.partitions`` partitions."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from core.kafka_options import librdkafka
+
     stamp = time.strftime("%H%M%S")
     topics = {"perf": f"{PREFIX}.{stamp}", "e2e": f"{PREFIX}.e2e.{stamp}"}
-    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port}"})
+    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port}", **librdkafka({})})
     try:
         for f in admin.create_topics([NewTopic(t, a.partitions, 1) for t in topics.values()]).values():
             f.result(30)

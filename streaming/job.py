@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import re
 import shutil
@@ -48,10 +47,9 @@ def check_broker(cfg: JobConfig, wait: str, log) -> None:
     def topic_missing() -> str | None:
         nonlocal admin
         try:
-            # its log through Python's logging: librdkafka's own would print to stderr, even at info level (a
-            # "purging unserved events" line at exit broke a usage error's one line)
-            admin = admin or AdminClient({"bootstrap.servers": cfg.bootstrap, **librdkafka(cfg.kafka_options),
-                                          "logger": logging.getLogger("librdkafka")})
+            # its log through Python's logging (librdkafka's ``logger``): librdkafka's own would print to stderr, even
+            # at info level (a "purging unserved events" line at exit broke a usage error's one line)
+            admin = admin or AdminClient({"bootstrap.servers": cfg.bootstrap, **librdkafka(cfg.kafka_options)})
             return None if cfg.topic in admin.list_topics(timeout=10).topics else "not created yet"
         except KafkaException as e:
             return e.args[0].str() if e.args else str(e)

@@ -126,7 +126,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         deleted, even unassigned, and slices are deleted, brokers restarted empty. One costs ~1.6 ms of CPU and ~23 ms
         (measured on the embedded broker); kept assigned it would also fetch ahead, and every fetch on Tansu scans
         what the broker holds. The topics are listed by the admin client, which fetches nothing."""
-        import logging
 
         from confluent_kafka import Consumer
 
@@ -134,17 +133,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "group.id": "flightwatch-spark-planner",
             "enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": True,
             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20, "max.partition.fetch.bytes": 1024,
-            "queued.max.messages.kbytes": 64, "logger": logging.getLogger("librdkafka"),
+            "queued.max.messages.kbytes": 64,
             **NO_TOPIC_CREATION, **client_config(self.options)})  # asking about a deleted slice must not create it
 
     def _admin_client(self):
         if self._admin is None:
-            import logging
 
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient({**NO_TOPIC_CREATION, "logger": logging.getLogger("librdkafka"),
-                                       **client_config(self.options)})
+            self._admin = AdminClient({**NO_TOPIC_CREATION, **client_config(self.options)})
         return self._admin
 
     def _listing(self) -> dict[str, tuple[str | None, list[int]]] | None:

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import logging
+import os
+
+from support import ROOT
 
 from core.logs import Progress, Repeats
 
@@ -65,3 +68,24 @@ def test_a_progress_line_comes_when_the_work_changed_and_every_10_minutes_at_idl
                     (110.0, "2000 received; spooled 2003"), (120.0, "3000 received; spooled 3004"),
                     (720.0, "3000 received; spooled 3024")]
     assert not say((3000, 0), "3000 received; spooled 3050") and say((3000, 1), "3000 received; 1 lost")  # a loss
+
+
+def test_librdkafkas_lines_go_through_the_filter_before_and_after_the_process_sets_up_its_log():
+    """A command line's librdkafka lines (no ``setup``): to standard error, each text once; once the process sets up its
+    log, to its handler on standard output, once (the stand-alone handler gone, nothing twice)."""
+    import subprocess
+    import sys
+
+    code = ("from core import logs\n"
+            "lg = logs.librdkafka_logger()\n"
+            "for n in range(30): lg.error('FAIL [rdkafka#producer-1]: Connect to 127.0.0.1:%d failed', 9000 + n)\n"
+            "lg.info('purging unserved events')\n"
+            "logs.setup('agent')\n"
+            "assert logs.librdkafka_logger() is lg\n"
+            "for n in range(30): lg.error('FAIL [rdkafka#consumer-2]: Connect to 127.0.0.1:%d failed', 9000 + n)\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode == 0, p.stderr
+    err, out = p.stderr.splitlines(), p.stdout.splitlines()
+    assert len(err) == 1 and " ERROR librdkafka: FAIL [rdkafka#producer-1]: Connect to 127.0.0.1:9000 failed" in err[0], err
+    assert len(out) == 1 and " ERROR librdkafka: FAIL [rdkafka#consumer-2]: Connect to 127.0.0.1:9000 failed" in out[0], out

@@ -7,6 +7,7 @@ TLS test below every socket of the streaming job's process tree.)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import ssl
 import subprocess
@@ -198,7 +199,8 @@ def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
             ko.parse(bad)
     # the same options reach the librdkafka clients of the SUT through one mapping, which librdkafka accepts
     rd = ko.librdkafka(opts)
-    assert rd == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "fw",
+    assert rd["logger"] is logging.getLogger("librdkafka")  # every client's own lines through the repeat filter
+    assert {k: v for k, v in rd.items() if k != "logger"} == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "fw",
                   "sasl.password": SECRET, "ssl.endpoint.identification.algorithm": "none", "request.timeout.ms": 40000,
                   "client.id": "x"}
     from confluent_kafka import Producer
@@ -207,7 +209,7 @@ def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="api_version"):
         ko.librdkafka({"api_version": "2.8"})  # a kafka-python name with no librdkafka property: refused, not dropped
     assert ko.librdkafka({"max_in_flight_requests_per_connection": 1, "acks": "all"}) == {
-        "max.in.flight.requests.per.connection": 1, "acks": "all"}  # mapped, and acks taken as librdkafka has it
+        "logger": logging.getLogger("librdkafka"), "max.in.flight.requests.per.connection": 1, "acks": "all"}  # mapped, and acks taken as librdkafka has it
     # a value @PATH is read from the file, on the command line as in the environment; a missing file is one line
     assert ko.option("sasl_plain_password", f"@{tmp_path / 'pw'}") == ("sasl_plain_password", SECRET)
     assert ko.option("request_timeout_ms", "40000") == ("request_timeout_ms", 40000)
@@ -216,7 +218,8 @@ def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
     # librdkafka's own property names pass through as they are, a secret's from its file and redacted
     props = ko.parse(f"security.protocol=SASL_SSL,sasl.mechanism=PLAIN,sasl.username=fw,sasl.password=@{tmp_path / 'pw'},"
                      "ssl.endpoint.identification.algorithm=none,socket.keepalive.enable=true")
-    assert ko.librdkafka(props) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "fw", "sasl.password": SECRET,
+    assert ko.librdkafka(props) == {"logger": logging.getLogger("librdkafka"), "security.protocol": "SASL_SSL",
+                                    "sasl.mechanism": "PLAIN", "sasl.username": "fw", "sasl.password": SECRET,
                                     "ssl.endpoint.identification.algorithm": "none", "socket.keepalive.enable": "true"}
     assert ko.redacted(props)["sasl.password"] == "***"
     Producer({"bootstrap.servers": "127.0.0.1:1", **ko.librdkafka(props)})
