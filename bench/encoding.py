@@ -50,10 +50,11 @@ def produce(bootstrap: str, topic: str, messages: list[bytes]) -> None:
 def consume_decode(bootstrap: str, topic: str, num_messages: int) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
+    from core.kafka_options import librdkafka
     from streaming.decode import decode_messages
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-encoding", "enable.auto.commit": False,
-                  "max.partition.fetch.bytes": 16 << 20})
+                  "max.partition.fetch.bytes": 16 << 20, **librdkafka({})})
     c.assign([TopicPartition(topic, 0, 0)])
     values, offsets, rows = [], [], 0
     while len(offsets) < num_messages:

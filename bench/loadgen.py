@@ -98,7 +98,10 @@ def raw_produce(bootstrap: str, topic: str, seconds: float, payload: int) -> Non
     """The reference: confluent-kafka's produce in a tight loop (polling every 1,000), as fast as it goes."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": 1, "enable.idempotence": False})
+    from core.kafka_options import librdkafka
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": 1, "enable.idempotence": False,
+                  **librdkafka({})})
     p.list_topics(topic, timeout=10)
     value = os.urandom(payload)
     tail = [("ce_specversion", b"1.0"), ("ce_source", b"flightwatch/loadgen"), ("ce_type", b"dev.flightwatch.load"),

@@ -110,10 +110,12 @@ class SliceWatch:
     def sample(self, wall: float) -> None:
         from confluent_kafka.admin import AdminClient
 
+        from core.kafka_options import librdkafka
         from core.slices import NO_TOPIC_CREATION, split_slice
 
         try:
-            self._admin = self._admin or AdminClient({"bootstrap.servers": self.bootstrap, **NO_TOPIC_CREATION})
+            self._admin = self._admin or AdminClient({"bootstrap.servers": self.bootstrap, **NO_TOPIC_CREATION,
+                                                      **librdkafka({})})
             now = {t for t in self._admin.list_topics(timeout=5).topics if split_slice(t)}
         except Exception:  # noqa: BLE001 - away for a moment: next sample
             return
