@@ -126,7 +126,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         deleted, even unassigned, and slices are deleted, brokers restarted empty. One costs ~1.6 ms of CPU and ~23 ms
         (measured on the embedded broker); kept assigned it would also fetch ahead, and every fetch on Tansu scans
         what the broker holds. The topics are listed by the admin client, which fetches nothing."""
-
         from confluent_kafka import Consumer
 
         return Consumer({
@@ -138,7 +137,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _admin_client(self):
         if self._admin is None:
-
             from confluent_kafka.admin import AdminClient
 
             self._admin = AdminClient({**NO_TOPIC_CREATION, **client_config(self.options)})

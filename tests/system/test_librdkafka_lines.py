@@ -34,6 +34,7 @@ def test_a_kafka_sut_killed_under_a_live_client_gives_each_librdkafka_line_once_
     bootstrap, topic = f"127.0.0.1:{port}", "sut-away"
     env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
     rx_log = tmp_path / "receiver.log"
+    receiver = lg = None
     try:
         create_topic(bootstrap, topic)
         receiver = subprocess.Popen(
@@ -53,8 +54,9 @@ def test_a_kafka_sut_killed_under_a_live_client_gives_each_librdkafka_line_once_
         out, err = lg.communicate(timeout=120)
     finally:
         stop_process(sut)
-        if "receiver" in locals():
-            stop_process(receiver, wait_s=30, group=True)
+        for p in (lg, receiver):
+            if p is not None and p.poll() is None:
+                stop_process(p, wait_s=30, group=p is receiver)
     terminal = librdkafka_lines(out + err)
     logged = librdkafka_lines(rx_log.read_text(errors="replace"))
     print(f"\nthe SUT broker away {AWAY_S} s: the load generator's terminal {len(terminal)} librdkafka lines, the "

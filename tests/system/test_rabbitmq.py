@@ -77,11 +77,18 @@ def test_a_queue_that_routes_nowhere_is_counted_as_returned_by_cause(broker, rab
 
 
 def finished(*procs: subprocess.Popen, timeout_s: float = 120) -> list[subprocess.CompletedProcess]:
-    """Each process waited for (up to ``timeout_s`` each): its exit code and what it wrote."""
+    """Each process waited for (up to ``timeout_s`` each): its exit code and what it wrote. On a timeout, every one
+    still running is killed (as ``subprocess.run`` kills its one)."""
     done = []
-    for p in procs:
-        out, err = p.communicate(timeout=timeout_s)
-        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout_s)
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     return done
 
 
