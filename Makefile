@@ -126,7 +126,7 @@ test-fast: install ## the tests that need neither broker nor Spark
 soak: up ## 15 minutes at 2,000 events/s through the stack (MINUTES=30 RATE=5000, or SOAK_ARGS); memory of every process, engine state, completeness
 	$(PYTHON) -m bench.soak $(if $(MINUTES),--minutes $(MINUTES)) $(if $(filter command line,$(origin RATE)),--rate $(RATE)) $(SOAK_ARGS)
 
-workday: install ## a day of testing, compressed: make up, 9 attacks over 45 minutes with idle stretches, every process's CPU, memory and logs (SHORT=1: 8 minutes, 3 runs)
+workday: install ## a day of testing, compressed: make up, 9 attacks over 45 minutes with idle stretches, every process's CPU, memory and logs (SHORT=1: 6 minutes, 3 runs)
 	$(PYTHON) -m bench.workday $(if $(SHORT),--short) $(if $(MINUTES),--minutes $(MINUTES))
 
 bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the executors' join state (commit protocol vs Spark's state store), the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, its calibration with run-to-run effects (false alarms, detection, coverage), change-point detectors, each transport's generator beside the broker's own tool (RabbitMQ PerfTest, artemis perf, kafka-producer-perf-test)

@@ -2,20 +2,22 @@
 between them, every flightwatch process's CPU and memory and every log file's size sampled throughout.
 
     python -m bench.workday [--minutes 45]          (make workday)
-    python -m bench.workday --short                 (make workday SHORT=1: ~8 minutes, 3 runs; CI runs it)
+    python -m bench.workday --short                 (make workday SHORT=1: ~6 minutes, 3 runs; CI runs it)
 
-The stack must be down: it runs `python -m stack up` itself, as an operator starts the day (and lets it settle for a
-minute), and `stack down` at the end. The full day is 8 attacks, each as `make attack` runs one (`--stream`: the run's streaming job live beside it;
+The stack must be down: it runs `python -m stack up` itself, as an operator starts the day (and lets it settle: until
+its processes are calm, at most a minute), and `stack down` at the end. The full day is 8 attacks, each as `make attack` runs one (`--stream`: the run's streaming job live beside it;
 a Kafka attack renews the embedded SUT broker first): HTTP at 2,000/s and 1,000/s, Kafka at 5,000/s and 2,000/s,
 each twice, and a paced run (200, 350, 500/s) through a relay of capacity 400/s; between runs, idle stretches of at
 least 3 minutes (more to fill --minutes), one of them with a streaming job left live (`make stream`) all through it.
 The short day is HTTP at 2,000/s, Kafka at 5,000/s and HTTP at 2,000/s again, 30 s each with a drop timeout of 10 s
-(nothing the day checks hangs on the timeout), idle stretches of 105 s (judged over their last 45 s), the live job
-in the first: it spans deletions of telemetry slices (a writer that spins after one would show).
+(nothing the day checks hangs on the timeout), idle stretches judged over 45 s once flightwatch's processes are calm
+(at most 60 s after the stretch began: the last run's job closing, the live job's start), the live job in the first:
+it spans deletions of telemetry slices (a writer that spins after one would show).
 
 Every 10 s it samples each process of the stack and of the runs (psutil: CPU seconds, RSS), and the size of every
 log file. The SUT's own processes (the SUT broker, the relay) are sampled but are not flightwatch's. It checks:
-  idle      in every idle stretch, from its second minute on, flightwatch's processes together use <= 0.15 core
+  idle      in every idle stretch, from its second minute on (the short day's: from when its processes were calm),
+            flightwatch's processes together use <= 0.15 core
   verdict   every fixed-rate run is judged ok; the paced run's knee is within one step of the relay's capacity
   repeat    no repetition of a run is a regression of its first in flight-time p50, p90 or p99, as `runs compare`
             judges it (95% intervals from a block bootstrap over windows; within noise: ±5%, or ±1 ms, the machine's
@@ -43,18 +45,21 @@ from dataclasses import dataclass, field
 import psutil
 
 from bench.soak import SliceWatch, name_of
-from bench.workday_checks import CHECKS, RELAY_CAPACITY, judge, report
+from bench.workday_checks import CHECKS, RELAY_CAPACITY, SETTLE_S, judge, report
 from core.procs import free_port, stop_process
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from stack.__main__ import PORTS, STACK_DIR
 
 SAMPLE_EVERY_S = 10
 STACK_SETTLE_S = 60
-"""After `make up`, before the first attack: the dashboard's and Prometheus' start-up took CPU from the first run
-(its HTTP p99 4.1 ms, against 1.0 ms when repeated)."""
+"""After `make up`, before the first attack, at most: the stack's start-up once took CPU from the first run (its HTTP
+p99 4.1 ms, against 1.0 ms when repeated). The day waits until the stack is calm (``SETTLED_CORES``), which it was 11 s
+after `make up` here (0.10 core then, 0.08 a minute later)."""
+SETTLED_CORES, SETTLED_OVER_S = 0.2, 5.0
+"""The stack is calm once its processes used less than this many cores over each of two spans of this length."""
 SHORT_RUN_S, SHORT_IDLE_S, SHORT_DROP_TIMEOUT = 30.0, 105.0, "10s"
-"""The short day's runs, its idle stretches (judged from their second minute, ``workday_checks.SETTLE_S``) and its
-runs' drop timeout."""
+"""The short day's runs, its idle stretches (at most: ``workday_checks.SETTLE_S`` for its processes to be calm, then
+45 s judged) and its runs' drop timeout."""
 PACE = "200:15s,350:15s,500:15s"
 
 
@@ -69,6 +74,7 @@ class Step:
     live_stream: bool = False      # idle: a streaming job left live through it
     drop_timeout: str = ""         # run: the streaming job's drop timeout (empty: its default, as `make attack`)
     started_s: float = 0.0
+    judged_s: float = 0.0          # idle: where its judged span begins (0: its second minute, workday_checks.SETTLE_S)
     ended_s: float = 0.0
     run_id: str = ""
     result: dict = field(default_factory=dict)
@@ -88,6 +94,34 @@ def plan(short: bool, minutes: float) -> list[Step]:
         steps.append(Step("run", f"{target}-{rate}" if rate else "relay-paced", target, rate,
                           45.0 if target == "relay" else seconds, drop_timeout=SHORT_DROP_TIMEOUT if short else ""))
     return steps
+
+
+def settle(sampler: Sampler, at_most_s: float) -> tuple[float, float]:
+    """Wait until flightwatch's processes (the stack's and the day's, the SUT's left out) used under ``SETTLED_CORES``
+    over two ``SETTLED_OVER_S`` spans in a row, or ``at_most_s`` passed: (the cores of the last span, seconds waited)."""
+    t0 = time.monotonic()
+    calm, cores = 0, float("nan")
+    prev = _cpu_s(sampler)
+    while calm < 2 and time.monotonic() - t0 < at_most_s:
+        time.sleep(SETTLED_OVER_S)
+        cur = _cpu_s(sampler)
+        cores = sum(cur[pid] - prev[pid] for pid in cur.keys() & prev.keys()) / SETTLED_OVER_S
+        calm = calm + 1 if cores < SETTLED_CORES else 0
+        prev = cur
+    return cores, time.monotonic() - t0
+
+
+def _cpu_s(sampler: Sampler) -> dict[int, float]:
+    out = {}
+    for pid, p in sampler.processes().items():
+        if pid in sampler.sut or pid == sampler.stack_pids.get("sut-broker"):
+            continue
+        try:
+            t = p.cpu_times()
+            out[pid] = t.user + t.system
+        except psutil.Error:
+            continue
+    return out
 
 
 class Sampler:
@@ -209,7 +243,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.workday", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--minutes", type=float, help="length of the day (default 45, at least 45; --short: 5)")
-    ap.add_argument("--short", action="store_true", help="the ~8-minute day of 3 runs (CI)")
+    ap.add_argument("--short", action="store_true", help="the ~6-minute day of 3 runs (CI)")
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:
@@ -233,22 +267,31 @@ def main(argv=None) -> int:
 
     env = dict(os.environ, PYTHONPATH=ROOT)
     log(f"workday: stack up, {sum(s.kind == 'run' for s in steps)} runs, idle stretches of "
-        f"{next(s.seconds for s in steps if s.kind == 'idle') / 60:.1f} min; sampling every {SAMPLE_EVERY_S} s")
+        f"{'at most ' if a.short else ''}{next(s.seconds for s in steps if s.kind == 'idle') / 60:.1f} min; "
+        f"sampling every {SAMPLE_EVERY_S} s")
     if subprocess.run([sys.executable, "-m", "stack", "up"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL).returncode:
         print("workday: error: the stack did not start (see .stack/*.log)", file=sys.stderr)
         return 1
     stack_pids = {n: pid for n in ("telemetry-broker", "sut-broker", "prometheus", "node-exporter", "http-receiver",
                                    "kafka-receiver", "node-metrics", "ui") if (pid := recorded_pid(n))}
     sampler = Sampler(stack_pids).start()
-    log(f"the stack settles for {STACK_SETTLE_S} s (its dashboard and Prometheus start up) before the first run")
-    time.sleep(STACK_SETTLE_S)
+    cores, took = settle(sampler, STACK_SETTLE_S)
+    log(f"the stack settled in {took:.0f} s ({cores:.2f} cores over the last {SETTLED_OVER_S:.0f} s; at most "
+        f"{SETTLED_CORES} waited for, up to {STACK_SETTLE_S} s) before the first run")
     try:
         for i, st in enumerate(steps):
             st.started_s = time.monotonic()
             if st.kind == "idle":
                 log(f"{st.name}: {st.seconds / 60:.1f} min" + (" with a live streaming job" if st.live_stream else ""))
                 job = live_job(f"workday-{stamp}-live") if st.live_stream else None
-                time.sleep(st.seconds)
+                if a.short:  # judged from when its processes are calm, for as long as from its second minute
+                    cores, took = settle(sampler, SETTLE_S)
+                    st.judged_s = time.monotonic()
+                    log(f"{st.name}: calm after {took:.0f} s ({cores:.2f} cores); judged over the next "
+                        f"{st.seconds - SETTLE_S:.0f} s")
+                    time.sleep(st.seconds - SETTLE_S)
+                else:
+                    time.sleep(st.seconds)
                 if job is not None:
                     stop_process(job, signal.SIGINT, wait_s=60, group=True)
             else:

@@ -26,6 +26,11 @@ def between(samples: list[dict], t0: float, t1: float) -> list[dict]:
     return [s for s in samples if t0 <= s["t"] <= t1]
 
 
+def judged_from(st) -> float:
+    """Where an idle stretch's judged span begins: where the day found it calm, or its second minute."""
+    return st.judged_s or st.started_s + SETTLE_S
+
+
 def idle_cores(samples: list[dict]) -> tuple[float, dict[str, float]]:
     """flightwatch's cores over the samples (first to last), in total and by process name (processes in both)."""
     if len(samples) < 2:
@@ -58,8 +63,8 @@ def judge(steps, samples: list[dict]) -> tuple[list[tuple[str, str]], dict]:
     _idle(idles, samples, bad, fig)
     _runs([s for s in steps if s.kind == "run"], bad, fig)
     if len(idles) >= 2:
-        _memory(between(samples, idles[0].started_s + SETTLE_S, idles[0].ended_s),
-                between(samples, idles[-1].started_s + SETTLE_S, idles[-1].ended_s), bad, fig)
+        _memory(between(samples, judged_from(idles[0]), idles[0].ended_s),
+                between(samples, judged_from(idles[-1]), idles[-1].ended_s), bad, fig)
     _logs(idles, samples, bad, fig)
     fig["slices_deleted"] = samples[-1]["slices_deleted"] if samples else 0
     return bad, fig
@@ -67,7 +72,7 @@ def judge(steps, samples: list[dict]) -> tuple[list[tuple[str, str]], dict]:
 
 def _idle(idles, samples: list[dict], bad: list, fig: dict) -> None:
     for st in idles:
-        total, by = idle_cores(between(samples, st.started_s + SETTLE_S, st.ended_s))
+        total, by = idle_cores(between(samples, judged_from(st), st.ended_s))
         by_cores = sorted(by.items(), key=lambda kv: -kv[1])  # every process, for the figures' file
         fig["idle"].append({"name": st.name, "live_stream": st.live_stream, "minutes": (st.ended_s - st.started_s) / 60,
                             "cores": total, "top": by_cores})
@@ -130,11 +135,11 @@ def _memory(a: list[dict], b: list[dict], bad: list, fig: dict) -> None:
 
 
 def _logs(idles, samples: list[dict], bad: list, fig: dict) -> None:
-    """Each log file's growth an hour, over the idle stretches (from their second minute)."""
+    """Each log file's growth an hour, over the idle stretches (from their second minute, or from when calm)."""
     grown: dict[str, float] = {}
     idle_h = 0.0
     for st in idles:
-        span = between(samples, st.started_s + SETTLE_S, st.ended_s)
+        span = between(samples, judged_from(st), st.ended_s)
         if len(span) < 2:
             continue
         idle_h += (span[-1]["t"] - span[0]["t"]) / 3600
@@ -148,7 +153,7 @@ def _logs(idles, samples: list[dict], bad: list, fig: dict) -> None:
 
 
 def report(fig: dict) -> None:
-    print(f"\nidle stretches (from their second minute): flightwatch's cores, at most {IDLE_CORES}")
+    print(f"\nidle stretches (from their second minute, or from when calm): flightwatch's cores, at most {IDLE_CORES}")
     for r in fig["idle"]:
         top = ", ".join(f"{n} {c:.3f}" for n, c in r["top"][:8])
         print(f"  {r['name']:<8} {r['minutes']:4.1f} min{' (live job)' if r['live_stream'] else '':<11} "

@@ -246,6 +246,7 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
                            cwd=ROOT, env=job_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     stop = threading.Event()
     seen: dict[int, float] = {}  # window t (s) -> wall time it first showed
+    captions: dict[str, int] = {}  # what the caption read, for a failure's message
     try:
         assert wait_port(port, 60), "streamlit did not start"
         with sync_playwright() as pw:
@@ -268,6 +269,7 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
             while time.monotonic() < deadline and not (tmp_path / "checkpoints" / run_id / "summary.json").exists():
                 cap = page.locator("text=/newest figures: window t=\\+\\d+ s/").all_inner_texts()
                 m = re.search(r"(LIVE) · run .* window t=\+(\d+) s", cap[0]) if cap else None
+                captions[cap[0] if cap else "(no caption)"] = captions.get(cap[0] if cap else "(no caption)", 0) + 1
                 if m:
                     seen.setdefault(int(m.group(2)), time.time())
                     if int(m.group(2)) >= 21 and not (shots / "1-live.png").exists():
@@ -283,7 +285,10 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
                         assert "gap" in labels, labels
                         page.screenshot(path=str(shots / "1-live.png"), full_page=True)
                 time.sleep(0.1)
-            assert len(seen) >= 5, f"live updates seen for windows {sorted(seen)}"
+            if len(seen) < 5:
+                page.screenshot(path=str(shots / "1-not-live.png"), full_page=True)
+            assert len(seen) >= 5, (f"live updates seen for windows {sorted(seen)}; the captions read (times): "
+                                    f"{list(captions.items())[-8:]}; the page as it was: {shots / '1-not-live.png'}")
             assert (shots / "1-live.png").exists()
             assert job.wait(60) == 0
             page.get_by_text("Summary").first.wait_for(timeout=30_000)  # the finished run's sections
