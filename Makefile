@@ -114,7 +114,7 @@ test-serial: install ## the tests whose figures need the machine to themselves (
 test-brokers: install ## the seeds' real brokers (RabbitMQ from Debian's packages, over AMQP 0-9-1 and 1.0; Artemis and Apache Kafka from the Maven registry): runs, bad input, kill -9 of the broker; BROKER_WORKERS at once, the scenarios first (each worker starts its own brokers)
 	$(PYTHON) -m pytest -n $(BROKER_WORKERS) --dist worksteal -m brokers $(PYTEST_ARGS)
 
-test-cluster: install ## the cluster path: Spark standalone clusters, and (as root) seven hosts stood in for by network namespaces, with faults, skewed clocks and limits; on CLUSTER_WORKERS (2): the seven-host module on one, the other clusters on the other (tests/conftest.py ONE_WORKER), ~13 minutes
+test-cluster: install ## the cluster path: Spark standalone clusters, and (as root) seven hosts stood in for by network namespaces, with faults, skewed clocks and limits; on CLUSTER_WORKERS (2), in two shares balanced by their times (tests/conftest.py CLUSTER_SHARES), ~11-13 minutes
 	$(PYTHON) -m pytest -m cluster $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 test-faults: install ## the fault suite alone: kill -9 of job, receivers and load generator, broker away, fuzzing

@@ -201,7 +201,9 @@ def test_what_the_amqp_1_0_plugin_accepted_and_nobody_consumed_outlives_a_kill_o
     assert lg.returncode == 0, out[-3000:]
     report = json.load(open(tmp_path / "lg" / "report.json"))
     accepted = report["requests"] - sum(report["errors"].values())
-    assert accepted == 1000, report["errors"]
+    # every send accepted; a generator on a busy machine can end its 2 s one short of 1,000 (999 sent, with 3 pytest
+    # workers), which is not what this is about
+    assert not report["errors"] and 990 <= accepted <= 1000, (report["requests"], report["errors"])
     rabbit.kill_and_restart(after_s=0, down_s=1)()
     topic = f"tel-{queue}"
     create_topic(broker, topic)
