@@ -102,7 +102,8 @@ class KafkaAgent:
         self.logger = logs.setup(a.agent)
         self.log = logs.printer(self.logger)
         self.receiver = KafkaReceiver(consumer, self.spool, a.topic, a.state_dir, a.agent, log=self.log,
-                                      warn=logs.printer(self.logger, logs.WARNING), admin=admin)
+                                      warn=logs.printer(self.logger, logs.WARNING), admin=admin,
+                                      from_end=getattr(a, "from_end", False))
         self.exposed = self.server = self.offsets = None
         self.stopping: list[int] = []
         signal.signal(signal.SIGTERM, lambda *_: self.stopping.append(1))

@@ -48,9 +48,13 @@ def _header(headers, name: str) -> str | None:
 class KafkaReceiver:
     """Consumes every partition of the SUT topic with librdkafka (confluent-kafka's ``Consumer``)."""
 
-    def __init__(self, consumer, spool, topic: str, state_dir: str, agent: str, log=print, warn=None, admin=None) -> None:
-        """``spool``: an ``agents.spool.SpoolWriter`` (``append(line) -> bool``, never blocks)."""
+    def __init__(self, consumer, spool, topic: str, state_dir: str, agent: str, log=print, warn=None, admin=None,
+                 from_end: bool = False) -> None:
+        """``spool``: an ``agents.spool.SpoolWriter`` (``append(line) -> bool``, never blocks). ``from_end``: a first
+        start (no write-ahead log yet) takes up each partition at its end, not its start (a topic of the user's, with
+        what other runs and other producers left in it)."""
         self.consumer, self.spool, self.topic, self.admin = consumer, spool, topic, admin
+        self.from_end = from_end
         self.wal = WriteAheadLog(os.path.join(state_dir, "wal"))
         self.agent, self.log, self.warn = agent, log, warn or log
         self.lines = contract.FastLines("", agent)
@@ -82,7 +86,8 @@ class KafkaReceiver:
             append(line)
 
     def start(self) -> dict:
-        """Assign every partition; resume from the write-ahead log (re-sending its batch) or from the start."""
+        """Assign every partition; resume from the write-ahead log (re-sending its batch), or from the start (from the
+        end with ``from_end``: those offsets are written ahead at once, so a restart resumes from them)."""
         from confluent_kafka import KafkaException, TopicPartition
 
         parts = None
@@ -105,6 +110,13 @@ class KafkaReceiver:
             if lines[1:]:
                 self._send(lines[1:])  # identical re-send of the batch that may not have arrived
                 self.log(f"resumed: spooled again {len(lines) - 1} receive records of the last batch")
+        elif self.from_end:
+            for p in parts:
+                offsets[str(p)] = self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+            self.positioned.update(offsets)
+            self._write_ahead(offsets, [])
+            self.log(f"from the topic's end: {sum(offsets.values()):,} earlier records in {len(parts)} partitions "
+                     "left alone")
         self.consumer.assign([TopicPartition(self.topic, p, int(offsets[str(p)])) for p in parts])
         return offsets
 

@@ -87,6 +87,10 @@ def _add_kafka(k: argparse.ArgumentParser) -> None:
     k.add_argument("--spool-budget", default="2GiB", metavar="SIZE",
                    help="disk the telemetry spool may hold while the telemetry broker is away; receives past it are "
                         "counted as lost, in /metrics and in the run's summary (default %(default)s)")
+    k.add_argument("--from-end", action="store_true",
+                   help="on a first start (no write-ahead log in --state-dir yet), take up each partition at its end: "
+                        "what the topic held before is left alone (a topic of your own; the load generator starts a "
+                        "receiver this way for a run)")
     k.add_argument("--create-topic", type=int, default=2, metavar="PARTITIONS",
                    help="create the SUT topic with this many partitions if missing (default %(default)s)")
     k.add_argument("--fetch-wait-ms", type=int, default=FETCH_MAX_WAIT_MS, metavar="MS",

@@ -123,6 +123,12 @@ class RunPaths:
         return os.path.join(self.root, "run.json")
 
     @property
+    def receiver(self) -> str:
+        """The state (write-ahead log, spool) and log of the receiver the load generator started for the run, when
+        none was on the place the load went (``loadgen.follow``)."""
+        return os.path.join(self.root, "receiver")
+
+    @property
     def lease_file(self) -> str:
         """The live job's lease on the folder (``DriverLease``)."""
         return os.path.join(self.root, "driver.lease")

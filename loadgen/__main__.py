@@ -32,6 +32,7 @@ from core.rundir import CHECKPOINTS, RunPaths
 from core.slices import setting_problem
 from core.suts import DEFAULT_SUT, SUTS, default_target
 from core.units import parse_duration_ns
+from loadgen import follow
 from loadgen.errors import UsageError
 from loadgen.run import attack
 from loadgen.streamjob import start_job, wait_job
@@ -137,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
                         "summary once it has closed the run")
+    a.add_argument("--no-receiver", action="store_true",
+                   help="start no receiver for the run: yours record the receives (on your hosts, or behind an HTTP "
+                        "sink your system delivers to). By default a receiver consumes where a Kafka target's load "
+                        "goes, for the run (from the topic's end when it began), unless the stack's is already there")
     a.add_argument("--drop-timeout", metavar="DURATION",
                    help="with --stream: the job's drop timeout, a send unanswered this long is a drop, and the run "
                         "closes this long after its last send (the job's default, 30s)")
@@ -336,11 +341,25 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
+    receiver = None
     try:
+        if cfg.shard == 0:  # one receiver for the run, however many shards send
+            receiver = follow.start(cfg, a.no_receiver, log=lambda line: print(line, flush=True))
         job = start_job(cfg, a.drop_timeout) if a.stream else None
     except UsageError as e:
+        follow.stop(receiver)
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
+    try:
+        return _attack_and_close(a, cfg, thresholds, out, job)
+    finally:
+        if job is None:
+            follow.settle(receiver, cfg.timeout_s)
+        follow.stop(receiver, log=lambda line: print(line, flush=True))
+
+
+def _attack_and_close(a, cfg, thresholds, out: str, job) -> int:
+    """The attack, then (with ``--stream``) the run's close by its job, its loss thresholds and its comparison."""
     fail_on, abort_on = thresholds
     code = attack(cfg, fail_on, abort_on, out, quiet=a.quiet, metrics_listen=a.metrics_listen)
     if job is not None:

@@ -20,7 +20,7 @@ import struct
 import time
 
 from core import amqp
-from loadgen.targets.base import Book, TargetOptions
+from loadgen.targets.base import Book, TargetOptions, flag
 from loadgen.targets.http import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
@@ -79,10 +79,21 @@ class PublishFrames:
 
 class Amqp091Target:
     SCHEMES = ("amqp",)
+    RECEIVER = "amqp"
     DEFAULT_PORT = 5672
     EXAMPLE = "amqp://USER:PASSWORD@HOST:PORT/VHOST?queue=NAME (RabbitMQ)"
     TAKES_KAFKA_OPTIONS = False
     polled = False
+
+    @staticmethod
+    def receiver_args(spec) -> None:
+        """None: not yet: the queue's URL carries the password, which a receiver's command line would show."""
+        return None
+
+    @staticmethod
+    def receiver_place(flags: list[str]) -> str | None:
+        """Where a receiver started with ``flags`` consumes: its ``--url`` (None without one)."""
+        return flag(flags, "--url", None)
 
     def __init__(self, spec, opts: TargetOptions) -> None:
         import pika

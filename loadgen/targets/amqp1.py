@@ -24,7 +24,7 @@ import time
 from core import amqp
 from core.amqp1_codec import EventEncoder
 from core.amqp1_engine import EngineLink
-from loadgen.targets.base import Book, TargetOptions
+from loadgen.targets.base import Book, TargetOptions, flag
 from loadgen.targets.http import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
@@ -33,10 +33,21 @@ CONTENT_TYPE = "application/octet-stream"
 
 class Amqp1Target:
     SCHEMES = ("amqp1",)
+    RECEIVER = "amqp1"
     DEFAULT_PORT = 5672
     EXAMPLE = "amqp1://USER:PASSWORD@HOST:PORT/ADDRESS (AMQP 1.0: Artemis, RabbitMQ's //queue/NAME)"
     TAKES_KAFKA_OPTIONS = False
     polled = True
+
+    @staticmethod
+    def receiver_args(spec) -> None:
+        """None: not yet: the address' URL carries the password, which a receiver's command line would show."""
+        return None
+
+    @staticmethod
+    def receiver_place(flags: list[str]) -> str | None:
+        """Where a receiver started with ``flags`` consumes: its ``--url`` (None without one)."""
+        return flag(flags, "--url", None)
 
     def __init__(self, spec, opts: TargetOptions) -> None:
         self.spec, self.opts = spec, opts

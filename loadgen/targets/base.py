@@ -37,10 +37,17 @@ class TargetOptions:
     """The Kafka target's producer settings (``--kafka-option`` over FLIGHTWATCH_SUT_KAFKA_OPTIONS); None elsewhere."""
 
 
+def flag(argv: list[str], name: str, default: str | None) -> str | None:
+    """The value of ``name`` in a command line (``default`` if it is not there)."""
+    return argv[argv.index(name) + 1] if name in argv[:-1] else default
+
+
 class Target(Protocol):
     """One transport's load target. Class attributes say how the attack loop drives it and how it is addressed."""
 
     SCHEMES: ClassVar[tuple[str, ...]]
+    RECEIVER: ClassVar[str]
+    """The receiver agent's mode for this transport (``python -m agents.receiver MODE``)."""
     DEFAULT_PORT: ClassVar[int]
     EXAMPLE: ClassVar[str]
     """One address, as ``--help`` and a bad target's error show it."""
@@ -48,6 +55,16 @@ class Target(Protocol):
     polled: ClassVar[bool]
     """True: the driver calls ``poll`` between turns (the client has I/O threads of its own); False: the target
     lives on the worker's asyncio loop."""
+
+    @staticmethod
+    def receiver_args(spec) -> list[str] | None:
+        """``python -m agents.receiver``'s arguments for a receiver that consumes where this target's load goes, for
+        the load generator to start for a run (``loadgen.follow``); None if it cannot."""
+
+    @staticmethod
+    def receiver_place(flags: list[str]) -> str | None:
+        """Where a receiver agent of ``RECEIVER`` mode started with ``flags`` consumes, as a target URL; None if
+        that is no place a target names."""
 
     @staticmethod
     def check(path: str, userinfo: str | None, query: str) -> str:

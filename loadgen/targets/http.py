@@ -29,10 +29,21 @@ class HttpTarget:
     a wait for a connection (one being opened, or all busy) comes before it, and shows as send delay."""
 
     SCHEMES = ("http", "http+structured")
+    RECEIVER = "http"
     DEFAULT_PORT = 80
     EXAMPLE = "http://HOST:PORT/PATH (binary CloudEvents), http+structured://..."
     TAKES_KAFKA_OPTIONS = False
     polled = False
+
+    @staticmethod
+    def receiver_args(spec) -> None:
+        """None: the system under test delivers to flightwatch's HTTP receiver (not one to start for it)."""
+        return None
+
+    @staticmethod
+    def receiver_place(flags: list[str]) -> str | None:
+        """None: an HTTP receiver listens; it does not consume a place a target names."""
+        return None
 
     def __init__(self, spec, opts: TargetOptions) -> None:
         self.spec, self.timeout_s, self.max_inflight, self.run_id = spec, opts.timeout_s, opts.max_inflight, opts.run_id

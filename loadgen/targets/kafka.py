@@ -12,7 +12,7 @@ import time
 
 from core.cloudevents import KAFKA_ID_HEADER, KAFKA_RUN_HEADER
 from loadgen.errors import error_cause
-from loadgen.targets.base import Book, TargetOptions
+from loadgen.targets.base import Book, TargetOptions, flag
 from loadgen.targets.http import CE_SOURCE, CE_TYPE
 
 
@@ -75,10 +75,25 @@ class KafkaTarget:
     Records are still keyed by event ID; nothing downstream reads the partition."""
 
     SCHEMES = ("kafka",)
+    RECEIVER = "kafka"
     DEFAULT_PORT = 9092
     EXAMPLE = "kafka://HOST:PORT/TOPIC"
     TAKES_KAFKA_OPTIONS = True
     polled = True
+
+    @staticmethod
+    def receiver_args(spec) -> list[str]:
+        """The receiver agent that consumes where this target's load goes: the topic, from its end when the run
+        began, each partition assigned (no consumer group joined: nothing is left on the user's cluster)."""
+        return ["kafka", "--bootstrap", f"{spec.host}:{spec.port}", "--topic", spec.path, "--from-end"]
+
+    @staticmethod
+    def receiver_place(flags: list[str]) -> str | None:
+        """Where a Kafka receiver started with ``flags`` consumes, as a target (its defaults where a flag is absent)."""
+        from core.procs import sut_bootstrap
+        from core.suts import SUT_QUEUE
+
+        return f"kafka://{flag(flags, '--bootstrap', sut_bootstrap())}/{flag(flags, '--topic', SUT_QUEUE)}"
 
     def __init__(self, spec, opts: TargetOptions) -> None:
         self.spec, self.timeout_s, self.run_id = spec, opts.timeout_s, opts.run_id

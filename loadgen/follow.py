@@ -1,0 +1,170 @@
+"""The receiver follows the target: a receiver agent consumes exactly where the load goes, for the run.
+
+Without one, every event the system under test took is counted as dropped and the verdict blames a healthy broker
+(5,000 of 5,000 "dropped" on a topic of the user's that nobody consumed). Before the attack:
+
+    receiver = follow.start(cfg, no_receiver=False, log=print)   # None: the stack's is there, or none is needed
+    ...attack, and the job closes the run...
+    follow.stop(receiver)                                         # by its PID; its spool drains to the telemetry
+
+- A receiver of the embedded stack (``make up``) already on the target's place is used: its command line, read from
+  the PID it recorded, names the place it consumes.
+- Otherwise one is started for the run (``python -m agents.receiver`` with the target's ``receiver_args``): for a
+  Kafka topic, each partition taken up at its end when the run began, so what the topic held before is left alone.
+  Its state and log are the run folder's ``receiver/``; the attack starts once it serves its metrics (positioned).
+- ``--no-receiver``: the user's own receivers (on their hosts, behind their system) record the receives.
+
+Targets whose receiver cannot be started here (HTTP: the system under test delivers to flightwatch's HTTP receiver;
+AMQP for now) are left as before.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from core.observer import STACK_DIR
+from core.procs import HOST, free_port, pid_from_file
+from core.rundir import CHECKPOINTS, ROOT, RunPaths
+from loadgen.errors import UsageError
+from loadgen.targets import TargetSpec, transport
+
+STACK_RECEIVERS = ("kafka-receiver", "amqp-receiver", "amqp1-receiver")
+"""The embedded stack's receivers of a broker (``stack.__main__``), each recorded in ``<stack>/<name>.pid``."""
+READY_S = 60.0
+"""How long a started receiver may take to serve its metrics (positioned on the topic) before the attack gives up."""
+STOP_S = 60.0
+"""How long a stopped receiver may take to drain its spool to the telemetry broker before it is killed."""
+AGENT = "receiver-{mode}-run"
+"""The started receiver's name in its records: not the stack's own receiver's (``receiver-kafka``)."""
+
+
+class RunReceiver:
+    """A receiver agent started for one run: its process, its metrics port, its log."""
+
+    def __init__(self, proc: subprocess.Popen, port: int, log_path: str, place: str) -> None:
+        self.proc, self.port, self.log_path, self.place = proc, port, log_path, place
+
+    def received(self) -> int | None:
+        """The events it has recorded so far (its /metrics), or None if it does not answer."""
+        try:
+            text = urllib.request.urlopen(f"http://{HOST}:{self.port}/metrics", timeout=2).read().decode()
+        except OSError:
+            return None
+        return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith("flightwatch_") and "_receiver_events_total{" in line))
+
+
+def _place(spec: TargetSpec) -> TargetSpec:
+    """The target as a place to consume: its host by address (``localhost`` and ``127.0.0.1`` are one place)."""
+    try:
+        host = socket.gethostbyname(spec.host)
+    except OSError:
+        host = spec.host
+    return TargetSpec(spec.scheme, host, spec.port, spec.path, None, spec.query)
+
+
+def _receivers_by_mode() -> dict[str, type]:
+    from loadgen.targets import TRANSPORTS
+
+    return {cls.RECEIVER: cls for cls in TRANSPORTS.values()}
+
+
+def stack_receiver_on(target: TargetSpec, stack_dir: str | None = None) -> str | None:
+    """The stack's receiver that consumes where ``target``'s load goes (its name), or None. Its place is read from its
+    command line (by the PID it recorded), as its transport's ``receiver_place`` reads it."""
+    import psutil
+
+    want, by_mode = _place(target), _receivers_by_mode()
+    for name in STACK_RECEIVERS:
+        pid = pid_from_file(os.path.join(stack_dir or STACK_DIR, f"{name}.pid"))
+        if pid is None:
+            continue
+        try:
+            argv = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        at = next((i for i, a in enumerate(argv[:-1]) if a == "agents.receiver"), None)
+        kind = by_mode.get(argv[at + 1]) if at is not None else None
+        url = kind.receiver_place(argv[at + 2:]) if kind is not None else None
+        try:
+            if url is not None and _place(TargetSpec.parse(url)) == want:
+                return name
+        except ValueError:
+            continue
+    return None
+
+
+def start(cfg, no_receiver: bool, log=print) -> RunReceiver | None:
+    """A receiver for the run where its load goes, started and positioned, unless the stack's is there, the user's
+    are (``no_receiver``), or the target's transport has none to start; ``UsageError`` (one line) if it will not
+    start."""
+    args = transport(cfg.target.scheme).receiver_args(cfg.target)
+    if no_receiver or args is None or not cfg.telemetry_bootstrap:
+        return None
+    if (name := stack_receiver_on(cfg.target)) is not None:
+        log(f"receiver: the stack's {name} consumes {cfg.target}")
+        return None
+    paths = RunPaths.of_run(cfg.run_id, CHECKPOINTS)
+    os.makedirs(paths.receiver, exist_ok=True)
+    port = free_port()
+    log_path = os.path.join(paths.receiver, "receiver.log")
+    mode = args[0]
+    argv = [sys.executable, "-m", "agents.receiver", *args, "--state-dir", paths.receiver,
+            "--telemetry-bootstrap", cfg.telemetry_bootstrap, "--telemetry-topic", cfg.telemetry_topic,
+            "--agent", AGENT.format(mode=mode), "--metrics-listen", f"{HOST}:{port}"]
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=dict(os.environ, PYTHONPATH=ROOT))
+    r = RunReceiver(proc, port, log_path, str(cfg.target))
+    deadline = time.monotonic() + READY_S
+    while r.received() is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(r)
+            raise UsageError(f"the receiver for {cfg.target} did not start: {_last_line(log_path)} (see {log_path})")
+        time.sleep(0.2)
+    log(f"receiver: started for the run on {cfg.target} (pid {proc.pid}, {AGENT.format(mode=mode)}, log {log_path}); "
+        "stopped after it (--no-receiver: yours record the receives)")
+    return r
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "it wrote nothing"
+
+
+def settle(r: RunReceiver | None, within_s: float, quiet_s: float = 2.0) -> None:
+    """Without the run's job to wait for: until ``r`` has recorded nothing new for ``quiet_s`` (the SUT delivered
+    what it will), or ``within_s`` (the send timeout) passed."""
+    if r is None:
+        return
+    deadline = time.monotonic() + within_s
+    last, since = r.received(), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
+        time.sleep(0.25)
+        if (now := r.received()) != last:
+            last, since = now, time.monotonic()
+
+
+def stop(r: RunReceiver | None, log=None) -> None:
+    """Stop a receiver started for the run, by its PID: SIGTERM (its shipper drains the spool first), then SIGKILL of
+    its session after ``STOP_S``."""
+    if r is None or r.proc.poll() is not None:
+        return
+    received = r.received()
+    r.proc.send_signal(signal.SIGTERM)
+    try:
+        r.proc.wait(STOP_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(r.proc.pid, signal.SIGKILL)
+        r.proc.wait()
+    if log is not None:
+        log(f"receiver: stopped (pid {r.proc.pid}){'' if received is None else f', {received:,} events recorded'}")
