@@ -138,10 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
                         "summary once it has closed the run")
-    a.add_argument("--no-receiver", action="store_true",
-                   help="start no receiver for the run: yours record the receives (on your hosts, or behind an HTTP "
-                        "sink your system delivers to). By default a receiver consumes where a Kafka target's load "
-                        "goes, for the run (from the topic's end when it began), unless the stack's is already there")
+    a.add_argument("--receiver", choices=("auto", "none"), default="none",
+                   help="auto: make sure a receiver consumes where a Kafka target's load goes: the stack's when it is "
+                        "on that topic, else one started for the run (from the topic's end when the run begins) and "
+                        "stopped after it (make attack's default). none (the default here): receivers run elsewhere "
+                        "(the stack's, your hosts', a test's own, or behind an HTTP sink your system delivers to)")
+    a.add_argument("--no-receiver", dest="receiver", action="store_const", const="none",
+                   help="the same as --receiver none")
     a.add_argument("--drop-timeout", metavar="DURATION",
                    help="with --stream: the job's drop timeout, a send unanswered this long is a drop, and the run "
                         "closes this long after its last send (the job's default, 30s)")
@@ -344,7 +347,7 @@ def main(argv=None) -> int:
     receiver = None
     try:
         if cfg.shard == 0:  # one receiver for the run, however many shards send
-            receiver = follow.start(cfg, a.no_receiver, log=lambda line: print(line, flush=True))
+            receiver = follow.start(cfg, a.receiver != "auto", log=lambda line: print(line, flush=True))
         job = start_job(cfg, a.drop_timeout) if a.stream else None
     except UsageError as e:
         follow.stop(receiver)

@@ -12,7 +12,8 @@ Without one, every event the system under test took is counted as dropped and th
 - Otherwise one is started for the run (``python -m agents.receiver`` with the target's ``receiver_args``): for a
   Kafka topic, each partition taken up at its end when the run began, so what the topic held before is left alone.
   Its state and log are the run folder's ``receiver/``; the attack starts once it serves its metrics (positioned).
-- ``--no-receiver``: the user's own receivers (on their hosts, behind their system) record the receives.
+- ``--receiver none`` (the load generator's default; ``make attack`` passes ``auto``): receivers run elsewhere, the
+  user's own (on their hosts, behind their system), a test's, or a deployment's (``deploy/``).
 
 Targets whose receiver cannot be started here (HTTP: the system under test delivers to flightwatch's HTTP receiver;
 AMQP for now) are left as before.
@@ -128,7 +129,7 @@ def start(cfg, no_receiver: bool, log=print) -> RunReceiver | None:
             raise UsageError(f"the receiver for {cfg.target} did not start: {_last_line(log_path)} (see {log_path})")
         time.sleep(0.2)
     log(f"receiver: started for the run on {cfg.target} (pid {proc.pid}, {AGENT.format(mode=mode)}, log {log_path}); "
-        "stopped after it (--no-receiver: yours record the receives)")
+        "stopped after it (--receiver none: yours record the receives)")
     return r
 
 

@@ -47,15 +47,15 @@ def _theirs(broker: str, topic: str, n: int) -> None:
 
 
 def test_a_topic_nobody_consumes_is_measured_exactly_by_a_receiver_started_for_the_run(broker, tmp_path):
-    """kafka://.../orders, a topic of the user's with 20 records in it already, no receiver on it: the load generator
-    starts one for the run (from the topic's end), the run is exact (2,000 sent, 2,000 received, 0 dropped), and the
-    receiver is stopped after it, by its PID."""
+    """kafka://.../orders, a topic of the user's with 20 records in it already, no receiver on it, ``--receiver auto``
+    (as `make attack` runs it): the load generator starts one for the run (from the topic's end), the run is exact
+    (2,000 sent, 2,000 received, 0 dropped), and the receiver is stopped after it, by its PID."""
     topic, tel, run_id = "orders", "tel-follow", "follow-orders"
     create_topic(broker, topic)
     create_topic(broker, tel)
     _theirs(broker, topic, 20)
     p = _attack(tmp_path, broker, f"kafka://{broker}/{topic}", tel, run_id, "--rate", "500", "--duration", "4s",
-                "--stream", "--drop-timeout", "3s")
+                "--stream", "--drop-timeout", "3s", "--receiver", "auto")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     started = re.search(r"receiver: started for the run on kafka://\S+/orders \(pid (\d+), receiver-kafka-run", p.stdout)
     assert started, p.stdout[-3000:]
@@ -80,7 +80,8 @@ def test_a_topic_nobody_consumes_is_measured_exactly_by_a_receiver_started_for_t
 
 
 def test_with_no_receiver_none_is_started_and_nothing_is_received(broker, tmp_path):
-    """``--no-receiver``: the user's receivers record the receives; the load generator starts none."""
+    """``--no-receiver`` (``make attack NO_RECEIVER=1``; ``--receiver none``, the load generator's default): the
+    user's receivers record the receives; the load generator starts none."""
     topic, tel, run_id = "orders-theirs", "tel-follow-none", "follow-none"
     create_topic(broker, topic)
     create_topic(broker, tel)
@@ -111,7 +112,8 @@ def test_the_stacks_receiver_on_the_targets_place_is_used(broker, tmp_path):
         assert follow.stack_receiver_on(TargetSpec.parse(f"kafka://localhost:{port}/{topic}"), str(stack)) == "kafka-receiver"
         assert follow.stack_receiver_on(TargetSpec.parse(f"kafka://{broker}/another"), str(stack)) is None
         assert follow.stack_receiver_on(TargetSpec.parse(f"kafka://127.0.0.1:1/{topic}"), str(stack)) is None
-        p = _attack(tmp_path, broker, f"kafka://{broker}/{topic}", tel, run_id, "--rate", "200", "--duration", "1s")
+        p = _attack(tmp_path, broker, f"kafka://{broker}/{topic}", tel, run_id, "--rate", "200", "--duration", "1s",
+                    "--receiver", "auto")
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         assert "receiver: the stack's kafka-receiver consumes" in p.stdout and "started for the run" not in p.stdout
     finally:
