@@ -96,6 +96,22 @@ def plan(short: bool, minutes: float) -> list[Step]:
     return steps
 
 
+def idle(st: Step, short: bool, sampler: Sampler, live_run: str, log) -> None:
+    """An idle stretch (with the live job ``live_run`` through it, if it has one); the short day's is judged from
+    when its processes are calm, for as long as from its second minute."""
+    log(f"{st.name}: {st.seconds / 60:.1f} min" + (" with a live streaming job" if st.live_stream else ""))
+    job = live_job(live_run) if st.live_stream else None
+    if short:
+        cores, took = settle(sampler, SETTLE_S)
+        st.judged_s = time.monotonic()
+        log(f"{st.name}: calm after {took:.0f} s ({cores:.2f} cores); judged over the next {st.seconds - SETTLE_S:.0f} s")
+        time.sleep(st.seconds - SETTLE_S)
+    else:
+        time.sleep(st.seconds)
+    if job is not None:
+        stop_process(job, signal.SIGINT, wait_s=60, group=True)
+
+
 def settle(sampler: Sampler, at_most_s: float) -> tuple[float, float]:
     """Wait until flightwatch's processes (the stack's and the day's, the SUT's left out) used under ``SETTLED_CORES``
     over two ``SETTLED_OVER_S`` spans in a row, or ``at_most_s`` passed: (the cores of the last span, seconds waited)."""
@@ -282,18 +298,7 @@ def main(argv=None) -> int:
         for i, st in enumerate(steps):
             st.started_s = time.monotonic()
             if st.kind == "idle":
-                log(f"{st.name}: {st.seconds / 60:.1f} min" + (" with a live streaming job" if st.live_stream else ""))
-                job = live_job(f"workday-{stamp}-live") if st.live_stream else None
-                if a.short:  # judged from when its processes are calm, for as long as from its second minute
-                    cores, took = settle(sampler, SETTLE_S)
-                    st.judged_s = time.monotonic()
-                    log(f"{st.name}: calm after {took:.0f} s ({cores:.2f} cores); judged over the next "
-                        f"{st.seconds - SETTLE_S:.0f} s")
-                    time.sleep(st.seconds - SETTLE_S)
-                else:
-                    time.sleep(st.seconds)
-                if job is not None:
-                    stop_process(job, signal.SIGINT, wait_s=60, group=True)
+                idle(st, a.short, sampler, f"workday-{stamp}-live", log)
             else:
                 st.run_id = f"workday-{stamp}-{i}"
                 log(f"{st.name}: attack {st.run_id}")

@@ -6,6 +6,7 @@ where the load generator aims by default. ``FLIGHTWATCH_SUT`` (``--sut``; ``make
 """
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 from core import settings
@@ -29,6 +30,38 @@ SUTS: dict[str, Sut] = {
     "artemis": Sut("artemis", "amqp1-receiver", "Apache ActiveMQ Artemis 2.40 from the Maven registry (AMQP 1.0)"),
     "kafka": Sut("kafka", "kafka-receiver", "Apache Kafka 4.4 from the Maven registry, one KRaft node"),
 }
+
+
+SUT_FILE = "sut"
+"""In the stack's folder: the SUT `python -m stack up --sut` started, until `down`; the next commands aim at it."""
+
+
+def recorded_sut(stack_dir: str) -> str | None:
+    """The SUT the stack in ``stack_dir`` was brought up with (``make up SUT=kafka``), until `make down`; None if
+    none was recorded."""
+    try:
+        with open(os.path.join(stack_dir, SUT_FILE)) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return text if text in SUTS else None
+
+
+def record_sut(stack_dir: str, sut: str | None) -> None:
+    """Record the SUT the stack runs (None: forget it, at `down`)."""
+    path = os.path.join(stack_dir, SUT_FILE)
+    if sut is None:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    with open(path, "w") as f:
+        f.write(sut + "\n")
+
+
+def stack_sut(stack_dir: str) -> str:
+    """The SUT a command aims at by default: ``FLIGHTWATCH_SUT`` if set, else the stack's recorded one, else
+    ``DEFAULT_SUT``."""
+    return settings.get("FLIGHTWATCH_SUT") or recorded_sut(stack_dir) or DEFAULT_SUT
 
 
 def rabbitmq_port() -> int:

@@ -26,11 +26,12 @@ import time
 from core import metrics, settings
 from core.cli import add_clock_reference, add_memory_trace, add_telemetry, add_wait, wait_for_servers
 from core.kafka_options import client_options
+from core.observer import STACK_DIR
 from core.pacer import NS_PER_S, Schedule
 from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable
 from core.rundir import CHECKPOINTS, RunPaths
 from core.slices import setting_problem
-from core.suts import DEFAULT_SUT, SUTS, default_target
+from core.suts import DEFAULT_SUT, SUTS, default_target, stack_sut
 from core.units import parse_duration_ns
 from loadgen import follow
 from loadgen.errors import UsageError
@@ -98,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME (RabbitMQ), amqp1://USER:PASS@HOST:PORT/ADDRESS "
                       "(AMQP 1.0: Artemis, RabbitMQ's plugin; core/amqp.py has both) (default "
                       + ", ".join(f"{default_target(s)} with --sut {s}" for s in SUTS).replace("%", "%%") + ")")
-    settings.add(a, "FLIGHTWATCH_SUT", "--sut", default=DEFAULT_SUT, choices=tuple(SUTS),
-                 help="without --target, aim at this SUT of the stack's default topic or queue")
+    settings.add(a, "FLIGHTWATCH_SUT", "--sut", default=stack_sut(STACK_DIR), choices=tuple(SUTS),
+                 help="without --target, aim at this SUT of the stack's default topic or queue (default: the one "
+                      "`make up SUT=...` started, until `make down`; else %s)" % DEFAULT_SUT)
     a.add_argument("--payload", type=int, default=2048, help="event payload bytes (default %(default)s)")
     a.add_argument("--workers", default="auto",
                    help="worker processes splitting the rate; 'auto' (the default) is one per "
@@ -138,13 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
                         "summary once it has closed the run")
-    a.add_argument("--receiver", choices=("auto", "none"), default="none",
-                   help="auto: make sure a receiver consumes where a Kafka target's load goes: the stack's when it is "
-                        "on that topic, else one started for the run (from the topic's end when the run begins) and "
-                        "stopped after it (make attack's default). none (the default here): receivers run elsewhere "
-                        "(the stack's, your hosts', a test's own, or behind an HTTP sink your system delivers to)")
-    a.add_argument("--no-receiver", dest="receiver", action="store_const", const="none",
-                   help="the same as --receiver none")
+    _add_receiver(a)
     a.add_argument("--drop-timeout", metavar="DURATION",
                    help="with --stream: the job's drop timeout, a send unanswered this long is a drop, and the run "
                         "closes this long after its last send (the job's default, 30s)")
@@ -161,6 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --baseline: exit 1 when a change's 95%% interval lies wholly beyond the limit, e.g. "
                         "'p99>+10%%', 'delivered<-5%%' (repeatable; `python -m runs compare --help`)")
     return p
+
+
+def _add_receiver(a: argparse.ArgumentParser) -> None:
+    a.add_argument("--receiver", choices=("auto", "none"), default="none",
+                   help="auto: make sure a receiver consumes where a Kafka target's load goes: the stack's when it is "
+                        "on that topic, else one started for the run (from the topic's end when the run begins) and "
+                        "stopped after it (make attack's default). none (the default here): receivers run elsewhere "
+                        "(the stack's, your hosts', a test's own, or behind an HTTP sink your system delivers to)")
+    a.add_argument("--no-receiver", dest="receiver", action="store_const", const="none",
+                   help="the same as --receiver none")
 
 
 def check_baseline(a: argparse.Namespace, cfg) -> None:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 
-from core import settings
+from core import settings, suts
 from core.procs import (
     AMQP_RECEIVER_METRICS_PORT,
     JOB_METRICS_PORT,
@@ -46,6 +46,7 @@ from core.procs import (
 from core.rundir import ROOT
 from core.suts import DEFAULT_SUT, SUTS, default_target, pairs_target, receiver_bootstrap, routing_target
 from stack import artemis, debian, kafka, rabbitmq
+from stack.prometheus import PROMETHEUS_GO_MEMORY, prometheus_config
 from stack.tansu import tansu_command
 
 HOST = "127.0.0.1"
@@ -91,20 +92,6 @@ SUT_COMPONENTS = {name for sut in SUTS.values() for name in (sut.broker, sut.rec
 """Components that run only when their SUT is the stack's (``--sut``)."""
 
 
-PROMETHEUS_GO_MEMORY = {"GOGC": "off", "GOMEMLIMIT": "96MiB", "GODEBUG": "madvdontneed=0"}
-"""The embedded Prometheus collects when its heap reaches a fixed budget (set GOGC or GOMEMLIMIT to change it), as a
-JVM with a fixed heap does. With Go's default (collect when the heap doubles), its resident memory drifted up by
-a fifth over 15 minutes, 29 -> 36 MiB, with 20 MiB in use throughout: the runtime keeps what it freed up to the
-next collection's goal, and reaches it slowly. Its ~500 series need ~20 MiB; the budget is reached ~2 minutes after
-start. Pages it frees after a collection are handed back lazily (MADV_FREE: the kernel takes them when it needs
-them), so it stays at the budget rather than swinging 74-84 MiB between collections."""
-
-
-def prometheus_config(node_exporter_port: int, flightwatch: dict[str, int] | None = None) -> str:
-    """Every second: the node exporter, and flightwatch's own /metrics (``flightwatch``: job name -> port)."""
-    return "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n" + "".join(
-        f"  - job_name: {name}\n    static_configs:\n      - targets: ['{HOST}:{port}']\n"
-        for name, port in {"node": node_exporter_port, **(flightwatch or {})}.items())
 
 
 def ui_command(port: int) -> list[str]:
@@ -210,8 +197,12 @@ def address(name: str) -> str:
     return f"{HOST}:{port}" if name.endswith("broker") or name == "kafka" else f"http://{HOST}:{port}"
 
 
-def up() -> int:
+def up(with_sut: bool = True) -> int:
+    """Start what is not running: the telemetry plane, and (``with_sut``) the SUT's broker and receiver, the SUT
+    recorded in the stack's folder for the commands after (``core.suts.recorded_sut``)."""
     os.makedirs(STACK_DIR, exist_ok=True)
+    if with_sut:
+        suts.record_sut(STACK_DIR, SUT)
     with open(os.path.join(STACK_DIR, "prometheus.yml"), "w") as f:
         f.write(prometheus_config(PORTS["node-exporter"], {
             "flightwatch-receiver": PORTS["http-receiver"], "flightwatch-job": METRICS_PORTS["job"],
@@ -220,7 +211,7 @@ def up() -> int:
             "flightwatch-loadgen": METRICS_PORTS["loadgen"]}))  # the load generator's is up while it attacks
     failed = False
     fresh_broker = False
-    mine = {SUTS[SUT].broker, SUTS[SUT].receiver}
+    mine = {SUTS[SUT].broker, SUTS[SUT].receiver} if with_sut else set()
     for name, cmd in commands().items():
         if name in SUT_COMPONENTS and name not in mine:
             continue
@@ -305,6 +296,7 @@ def _stop(name: str) -> None:
 def down() -> int:
     for name in reversed(all_components()):
         _stop(name)
+    suts.record_sut(STACK_DIR, None)
     return 0
 
 
@@ -383,15 +375,22 @@ def main(argv=None) -> int:
     if error := problem(a):
         print(f"stack: error: {error}", file=sys.stderr)
         return 2
+    given = settings.get("FLIGHTWATCH_SUT") is not None or any(
+        x == "--sut" or x.startswith("--sut=") for x in (sys.argv[1:] if argv is None else argv))
     settings.export(a, STACK_SETTINGS)  # for this process and every component it starts: their defaults follow
     SUT = a.sut
     STACK_DIR, ports, metrics_ports = _configured()
+    if not given and (remembered := suts.recorded_sut(STACK_DIR)) is not None:  # `make up SUT=kafka`, then `make attack`
+        SUT = os.environ["FLIGHTWATCH_SUT"] = remembered
     CLOCK_PORT = ports.pop("clock")
     PORTS.update(ports)
     METRICS_PORTS.update(metrics_ports)
     if a.action == "restart":
         return restart(a.component)
-    actions = {"up": up, "down": down, "status": status, "renew-sut": renew_sut, "clean": clean}
+    if a.no_sut and a.action != "up":
+        print("stack: error: --no-sut is for up (the telemetry plane without a SUT broker)", file=sys.stderr)
+        return 2
+    actions = {"up": lambda: up(not a.no_sut), "down": down, "status": status, "renew-sut": renew_sut, "clean": clean}
     return actions[a.action]()
 
 

@@ -23,7 +23,12 @@ def parser(doc: str, port_settings: dict) -> argparse.ArgumentParser:
         settings.add(p, env, f"--{env[12:-5].lower().replace('_', '-')}-port", type=int, default=default, metavar="PORT",
                      help=what.get(name, f"the {name.replace('-', ' ')}") + " (every command's default follows it)")
     settings.add(p, "FLIGHTWATCH_SUT", "--sut", default=DEFAULT_SUT, choices=tuple(SUTS),
-                 help="the system under test the stack runs: " + "; ".join(f"{k}: {v.what}" for k, v in SUTS.items()))
+                 help="the system under test the stack runs (default: the one `up --sut` recorded, until `down`; "
+                      "else tansu): " + "; ".join(f"{k}: {v.what}" for k, v in SUTS.items()))
+    p.add_argument("--no-sut", action="store_true",
+                   help="up: the telemetry plane alone (the telemetry broker, Prometheus, the HTTP receiver, node "
+                        "metrics), no SUT broker nor its receiver: `make attack TARGET=...` at a broker of yours; what "
+                        "runs already is left running")
     settings.add(p, "FLIGHTWATCH_SUT_PARTITIONS", "--partitions", type=int, default=2, metavar="N",
                  help="partitions of the SUT topic, which the Kafka receiver makes (Tansu, Apache Kafka), and of every "
                       "topic Apache Kafka makes when first named; takes effect on a SUT started here, as renew-sut "

@@ -30,6 +30,7 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
         pids = {p.stem: int(p.read_text().split()[0]) for p in tmp_path.glob("*.pid")}
         assert len(pids) == 8
         assert json.loads((tmp_path / "addresses.json").read_text())["telemetry-broker"] == f"127.0.0.1:{ports['TELEMETRY']}"
+        assert (tmp_path / "sut").read_text() == "tansu\n"  # remembered for the commands after, until `down`
         again = stack("up", env)
         assert again.returncode == 0 and again.stdout.count("running") == 8
         assert {p.stem: int(p.read_text().split()[0]) for p in tmp_path.glob("*.pid")} == pids
@@ -71,9 +72,46 @@ def test_up_is_idempotent_and_down_stops_what_up_started(tmp_path):
         pids = after
     finally:
         down = stack("down", env)
-    assert down.returncode == 0 and down.stdout.count("stopped") == 8
+    assert down.returncode == 0 and down.stdout.count("stopped") == 8 and not (tmp_path / "sut").exists()
     for pid in pids.values():
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_up_without_a_sut_starts_no_sut_broker_and_the_sut_up_started_is_the_default_until_down(tmp_path):
+    """`make attack TARGET=...` runs `stack up --no-sut`: the telemetry plane, no SUT broker nor its receiver. After
+    `make up SUT=kafka` (recorded in the stack's folder), the load generator aims at Apache Kafka's default topic
+    without being told, and `stack up` keeps that SUT, until `down`."""
+    ports = {k: free_port() for k in ("TELEMETRY", "SUT", "PROMETHEUS", "NODE_EXPORTER", "RECEIVER", "UI", "KAFKA")}
+    env = dict(os.environ, FLIGHTWATCH_STACK_DIR=str(tmp_path), PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_PORT=str(free_port()),
+               **{f"FLIGHTWATCH_{k}_PORT": str(v) for k, v in ports.items()})
+    env.pop("FLIGHTWATCH_SUT", None)
+    plane = subprocess.run([sys.executable, "-m", "stack", "up", "--no-sut"], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=120)
+    try:
+        assert plane.returncode == 0, plane.stdout + plane.stderr
+        started = {p.stem for p in tmp_path.glob("*.pid")}
+        assert "telemetry-broker" in started and not started & {"sut-broker", "kafka-receiver", "kafka", "rabbitmq"}
+        assert not (tmp_path / "sut").exists() and not _listens(ports["SUT"])
+    finally:
+        assert stack("down", env).returncode == 0
+    (tmp_path / "sut").write_text("kafka\n")  # as `python -m stack up --sut kafka` leaves it
+    aimed = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s",
+                            "--no-telemetry", "--wait", "0s"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert aimed.returncode == 2 and f"kafka://127.0.0.1:{ports['KAFKA']}/flightwatch.sut" in aimed.stderr, aimed.stderr
+    told = subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s", "--sut", "tansu",
+                           "--no-telemetry", "--wait", "0s"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert f"kafka://127.0.0.1:{ports['SUT']}/flightwatch.sut" in told.stderr, told.stderr
+    refused = subprocess.run([sys.executable, "-m", "stack", "status", "--no-sut"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "--no-sut is for up" in refused.stderr
+
+
+def _listens(port: int) -> bool:
+    from core.procs import port_open
+
+    return port_open(port)
 
 
 def test_prometheus_scrapes_every_flightwatch_process_during_an_attack(tmp_path):
