@@ -92,8 +92,6 @@ SUT_COMPONENTS = {name for sut in SUTS.values() for name in (sut.broker, sut.rec
 """Components that run only when their SUT is the stack's (``--sut``)."""
 
 
-
-
 def ui_command(port: int) -> list[str]:
     """The dashboard (Streamlit) on 127.0.0.1:port, reading ./checkpoints (FLIGHTWATCH_CHECKPOINTS)."""
     return [sys.executable, "-m", "streamlit", "run", os.path.join(ROOT, "ui", "app.py"), "--server.address", HOST,
