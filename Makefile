@@ -77,13 +77,13 @@ demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --no-heartbeat --available-now
 	$(PYTHON) -m streaming summary --run $(RUN)
 
-attack: install ## attack the target (default: the stack's SUT broker, the one `make up SUT=` started or SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first; with TARGET=, no SUT broker is started) at RATE for DURATION, or PACE; streams the run (WARMUP=5s COOLDOWN=1s: left out of its latency figures) (BASELINE=run or r1,r2,r3: then compares with it; SCENARIO=name: a series for `make history`; LABEL=v1.2: the build under test, named at a change; REPEAT=3: three runs one after the other, RUN-1 ... RUN-3, a baseline set; TARGET=kafka://HOST:PORT/TOPIC: a receiver consumes it for the run unless the stack's does, NO_RECEIVER=1: yours do)
+attack: install ## attack the target (default: the stack's SUT broker, the one `make up SUT=` started or SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first; with TARGET=, no SUT broker is started) at RATE for DURATION, or PACE; streams the run (WARMUP=5s COOLDOWN=1s: left out of its latency figures) (BASELINE=run or r1,r2,r3: then compares with it; SCENARIO=name: a series for `make history`; LABEL=v1.2: the build under test, named at a change; REPEAT=3: three runs one after the other, RUN-1 ... RUN-3, a baseline set; TARGET=kafka://HOST:PORT/TOPIC: a receiver consumes it for the run unless the stack's does, NO_RECEIVER=1: yours do; a probe first: no receiver recorded it within PROBE_TIMEOUT=10s, exit 2 before the load)
 	@set -e; for i in $$(seq 1 $(or $(REPEAT),1)); do \
 	  $(PYTHON) -m stack $(if $(TARGET),up --no-sut,renew-sut) $(if $(SUT),--sut $(SUT)); \
 	  $(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) $(if $(SUT),--sut $(SUT)) \
 	    $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
 	    --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
-	    --receiver $(if $(NO_RECEIVER),none,auto) \
+	    --receiver $(if $(NO_RECEIVER),none,auto) --probe-timeout $(or $(PROBE_TIMEOUT),10s) \
 	    $(if $(filter command line,$(origin RUN)),--run $(RUN)$(if $(REPEAT),-$$i)) $(if $(SCENARIO),--scenario '$(SCENARIO)') $(if $(LABEL),--label '$(LABEL)') \
 	    $(if $(WARMUP),--warmup $(WARMUP)) $(if $(COOLDOWN),--cooldown $(COOLDOWN)) \
 	    $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)'); \

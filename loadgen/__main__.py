@@ -62,6 +62,16 @@ def parse_duration_s(text: str) -> float:
         raise UsageError(str(e)) from None
 
 
+def _probe_s(a: argparse.Namespace) -> float:
+    try:
+        seconds = parse_duration_ns(a.probe_timeout) / NS_PER_S
+    except ValueError as e:
+        raise UsageError(f"--probe-timeout: {e}") from None
+    if seconds > 0 and a.no_telemetry:
+        raise UsageError("--probe-timeout reads the receivers' records in the telemetry: not with --no-telemetry")
+    return max(seconds, 0.0)
+
+
 def _default_shard(shards: int | None) -> str:
     """With ``--shards N`` and no ``--shard``: this pod's index in a Kubernetes indexed Job (JOB_COMPLETION_INDEX)."""
     return "0/1" if shards is None else f"{os.environ.get('JOB_COMPLETION_INDEX', '0')}/{shards}"
@@ -167,6 +177,10 @@ def _add_receiver(a: argparse.ArgumentParser) -> None:
                         "(the stack's, your hosts', a test's own, or behind an HTTP sink your system delivers to)")
     a.add_argument("--no-receiver", dest="receiver", action="store_const", const="none",
                    help="the same as --receiver none")
+    a.add_argument("--probe-timeout", default="0s", metavar="DURATION",
+                   help="before the load, send a few probe events (a run of their own, never in this run's figures) "
+                        "and wait this long for a receiver to record one; none did: one line and exit 2, nothing of "
+                        "the load sent (make attack: 10s; default 0s: no probe)")
 
 
 def check_baseline(a: argparse.Namespace, cfg) -> None:
@@ -334,6 +348,7 @@ def main(argv=None) -> int:
     try:
         a = build_parser().parse_args(argv)
         cfg, thresholds, out = config(a)
+        probe_s = _probe_s(a)
         checks = {f"target {cfg.target}": cfg.target.reachable}
         hints = {}
         if cfg.telemetry_bootstrap:
@@ -354,6 +369,10 @@ def main(argv=None) -> int:
     try:
         if cfg.shard == 0:  # one receiver for the run, however many shards send
             receiver = follow.start(cfg, a.receiver != "auto", log=lambda line: print(line, flush=True))
+            if probe_s > 0:
+                from loadgen.probe import probe_receivers
+
+                probe_receivers(cfg, probe_s, log=lambda line: print(line, flush=True))
         job = start_job(cfg, a.drop_timeout) if a.stream else None
     except UsageError as e:
         follow.stop(receiver)

@@ -48,19 +48,22 @@ def _theirs(broker: str, topic: str, n: int) -> None:
 
 def test_a_topic_nobody_consumes_is_measured_exactly_by_a_receiver_started_for_the_run(broker, tmp_path):
     """kafka://.../orders, a topic of the user's with 20 records in it already, no receiver on it, ``--receiver auto``
-    (as `make attack` runs it): the load generator starts one for the run (from the topic's end), the run is exact
-    (2,000 sent, 2,000 received, 0 dropped), and the receiver is stopped after it, by its PID."""
+    and a probe (as `make attack` runs it): the load generator starts one for the run (from the topic's end), the
+    probe's 3 events are recorded and kept apart, the run is exact (2,000 sent, 2,000 received, 0 dropped), and the
+    receiver is stopped after it, by its PID."""
     topic, tel, run_id = "orders", "tel-follow", "follow-orders"
     create_topic(broker, topic)
     create_topic(broker, tel)
     _theirs(broker, topic, 20)
     p = _attack(tmp_path, broker, f"kafka://{broker}/{topic}", tel, run_id, "--rate", "500", "--duration", "4s",
-                "--stream", "--drop-timeout", "3s", "--receiver", "auto")
+                "--stream", "--drop-timeout", "3s", "--receiver", "auto", "--probe-timeout", "10s")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     started = re.search(r"receiver: started for the run on kafka://\S+/orders \(pid (\d+), receiver-kafka-run", p.stdout)
     assert started, p.stdout[-3000:]
     assert not psutil.pid_exists(int(started.group(1))), "the run's receiver outlived the run"
-    assert "receiver: stopped (pid" in p.stdout and "2,000 events recorded" in p.stdout, p.stdout[-2000:]
+    # the probe went first, recorded by the run's receiver, and is not in the run's figures (2,003 recorded in all)
+    assert re.search(r"probe: recorded by receiver-kafka-run [\d.]+ s after it was sent \(3 probe events", p.stdout)
+    assert "receiver: stopped (pid" in p.stdout and "2,003 events recorded" in p.stdout, p.stdout[-2000:]
     root = tmp_path / "checkpoints" / run_id
     s = json.load(open(root / "summary.json"))
     report = json.load(open(root / "loadgen" / "report.json"))
@@ -119,3 +122,66 @@ def test_the_stacks_receiver_on_the_targets_place_is_used(broker, tmp_path):
     finally:
         rx.terminate()
         rx.wait(30)
+
+
+def test_a_probe_nobody_records_ends_the_attack_before_the_load_in_one_line(broker, tmp_path):
+    """The issue's case: a topic nobody consumes, ``--no-receiver``, a probe of 3 s. One line that says where the probe
+    went and what to do, exit 2, and nothing of the load sent: the topic holds the 3 probe events only, the telemetry
+    no send of the run."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic, tel, run_id = "orders-unread", "tel-probe-none", "probe-none"
+    create_topic(broker, topic)
+    create_topic(broker, tel)
+    p = _attack(tmp_path, broker, f"kafka://{broker}/{topic}", tel, run_id, "--rate", "500", "--duration", "4s",
+                "--no-receiver", "--probe-timeout", "3s")
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stdout[-2000:] + p.stderr
+    assert lines[0] == (f"loadgen: error: no receiver recorded the probe sent to kafka://{broker}/{topic} within 3 s: "
+                        f"start one where the SUT delivers (python -m agents.receiver kafka --bootstrap {broker} "
+                        f"--topic {topic} ...), or let flightwatch start it (make attack without NO_RECEIVER, or "
+                        "--receiver auto)"), lines[0]
+    # what the topic holds, read (Tansu's ListOffsets may answer the start of a partition's last record batch)
+    c = Consumer({"bootstrap.servers": broker, "group.id": "probe-check", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, part, 0) for part in (0, 1)])
+    held, idle = 0, 0
+    while idle < 8:
+        m = c.poll(0.25)
+        idle = 0 if m is not None else idle + 1
+        held += m is not None and m.error() is None
+    c.close()
+    assert held == 3 and not [r for r in telemetry(broker, tel, run_id) if r["kind"] == "send"]
+    assert not (tmp_path / "checkpoints" / run_id / "loadgen").exists()
+
+
+def test_an_http_target_that_delivers_to_no_receiver_is_told_from_one_that_does(broker, tmp_path):
+    """HTTP: the system under test must deliver to flightwatch's receiver. A sink that takes events and records none
+    (the HTTP receiver with --no-telemetry) fails the probe with that hint; the recording receiver passes it, and
+    its 3 probe events are a run of their own (``<run>.probe``)."""
+    from core.procs import free_port, wait_port
+
+    tel = "tel-probe-http"
+    create_topic(broker, tel)
+    procs = {}
+    try:
+        for name, extra in (("sink", ["--no-telemetry"]), ("receiver", [])):
+            port = free_port()
+            procs[name] = (port, subprocess.Popen(
+                [sys.executable, "-m", "agents.receiver", "http", "--listen", f"127.0.0.1:{port}", "--telemetry-bootstrap",
+                 broker, "--telemetry-topic", tel, "--spool-dir", str(tmp_path / f"spool-{name}"), *extra],
+                cwd=ROOT, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True))
+            assert wait_port(port, 30), name
+        sink = _attack(tmp_path, broker, f"http://127.0.0.1:{procs['sink'][0]}/", tel, "probe-sink", "--rate", "100",
+                       "--duration", "1s", "--probe-timeout", "3s")
+        assert sink.returncode == 2 and sink.stderr.strip().endswith(
+            "the system under test must deliver to a receiver of flightwatch's (make up starts one: python -m "
+            "agents.receiver http, or the stack's at http://127.0.0.1:18080/)"), sink.stderr
+        ok = _attack(tmp_path, broker, f"http://127.0.0.1:{procs['receiver'][0]}/", tel, "probe-http", "--rate", "100",
+                     "--duration", "1s", "--probe-timeout", "10s")
+        assert ok.returncode == 0 and "probe: recorded by receiver-http" in ok.stdout, ok.stdout + ok.stderr
+        records = telemetry(broker, tel, "probe-http.probe")
+        assert sorted(r["kind"] for r in records) == ["recv"] * 3, records
+    finally:
+        for _port, proc in procs.values():
+            proc.terminate()
+            proc.wait(30)
