@@ -62,16 +62,6 @@ def parse_duration_s(text: str) -> float:
         raise UsageError(str(e)) from None
 
 
-def _probe_s(a: argparse.Namespace) -> float:
-    try:
-        seconds = parse_duration_ns(a.probe_timeout) / NS_PER_S
-    except ValueError as e:
-        raise UsageError(f"--probe-timeout: {e}") from None
-    if seconds > 0 and a.no_telemetry:
-        raise UsageError("--probe-timeout reads the receivers' records in the telemetry: not with --no-telemetry")
-    return max(seconds, 0.0)
-
-
 def _default_shard(shards: int | None) -> str:
     """With ``--shards N`` and no ``--shard``: this pod's index in a Kubernetes indexed Job (JOB_COMPLETION_INDEX)."""
     return "0/1" if shards is None else f"{os.environ.get('JOB_COMPLETION_INDEX', '0')}/{shards}"
@@ -150,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--stream", action="store_true",
                    help="also start the streaming job for this run (log in checkpoints/<run>/job.log) and print its "
                         "summary once it has closed the run")
-    _add_receiver(a)
+    follow.add_flags(a)
     a.add_argument("--drop-timeout", metavar="DURATION",
                    help="with --stream: the job's drop timeout, a send unanswered this long is a drop, and the run "
                         "closes this long after its last send (the job's default, 30s)")
@@ -167,20 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --baseline: exit 1 when a change's 95%% interval lies wholly beyond the limit, e.g. "
                         "'p99>+10%%', 'delivered<-5%%' (repeatable; `python -m runs compare --help`)")
     return p
-
-
-def _add_receiver(a: argparse.ArgumentParser) -> None:
-    a.add_argument("--receiver", choices=("auto", "none"), default="none",
-                   help="auto: make sure a receiver consumes where a Kafka target's load goes: the stack's when it is "
-                        "on that topic, else one started for the run (from the topic's end when the run begins) and "
-                        "stopped after it (make attack's default). none (the default here): receivers run elsewhere "
-                        "(the stack's, your hosts', a test's own, or behind an HTTP sink your system delivers to)")
-    a.add_argument("--no-receiver", dest="receiver", action="store_const", const="none",
-                   help="the same as --receiver none")
-    a.add_argument("--probe-timeout", default="0s", metavar="DURATION",
-                   help="before the load, send a few probe events (a run of their own, never in this run's figures) "
-                        "and wait this long for a receiver to record one; none did: one line and exit 2, nothing of "
-                        "the load sent (make attack: 10s; default 0s: no probe)")
 
 
 def check_baseline(a: argparse.Namespace, cfg) -> None:
@@ -348,7 +324,7 @@ def main(argv=None) -> int:
     try:
         a = build_parser().parse_args(argv)
         cfg, thresholds, out = config(a)
-        probe_s = _probe_s(a)
+        probe_s = follow.probe_seconds(a)
         checks = {f"target {cfg.target}": cfg.target.reachable}
         hints = {}
         if cfg.telemetry_bootstrap:
@@ -367,12 +343,9 @@ def main(argv=None) -> int:
         return 2
     receiver = None
     try:
-        if cfg.shard == 0:  # one receiver for the run, however many shards send
+        if cfg.shard == 0:  # one receiver for the run, however many shards send; then the probe
             receiver = follow.start(cfg, a.receiver != "auto", log=lambda line: print(line, flush=True))
-            if probe_s > 0:
-                from loadgen.probe import probe_receivers
-
-                probe_receivers(cfg, probe_s, log=lambda line: print(line, flush=True))
+            follow.probe(cfg, probe_s, log=lambda line: print(line, flush=True))
         job = start_job(cfg, a.drop_timeout) if a.stream else None
     except UsageError as e:
         follow.stop(receiver)

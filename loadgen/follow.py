@@ -31,6 +31,7 @@ import urllib.request
 from core.observer import STACK_DIR
 from core.procs import HOST, free_port, pid_from_file
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
+from core.units import parse_duration_ns
 from loadgen.errors import UsageError
 from loadgen.targets import TargetSpec, transport
 
@@ -42,6 +43,40 @@ STOP_S = 60.0
 """How long a stopped receiver may take to drain its spool to the telemetry broker before it is killed."""
 AGENT = "receiver-{mode}-run"
 """The started receiver's name in its records: not the stack's own receiver's (``receiver-kafka``)."""
+
+
+def add_flags(a) -> None:
+    """The load generator's flags for the run's receiver and the probe."""
+    a.add_argument("--receiver", choices=("auto", "none"), default="none",
+                   help="auto: make sure a receiver consumes where a Kafka target's load goes: the stack's when it is "
+                        "on that topic, else one started for the run (from the topic's end when the run begins) and "
+                        "stopped after it (make attack's default). none (the default here): receivers run elsewhere "
+                        "(the stack's, your hosts', a test's own, or behind an HTTP sink your system delivers to)")
+    a.add_argument("--no-receiver", dest="receiver", action="store_const", const="none",
+                   help="the same as --receiver none")
+    a.add_argument("--probe-timeout", default="0s", metavar="DURATION",
+                   help="before the load, send a few probe events (a run of their own, never in this run's figures) "
+                        "and wait this long for a receiver to record one; none did: one line and exit 2, nothing of "
+                        "the load sent (make attack: 10s; default 0s: no probe)")
+
+
+def probe_seconds(a) -> float:
+    """``--probe-timeout`` in seconds (0: no probe); ``UsageError`` on a bad one."""
+    try:
+        seconds = parse_duration_ns(a.probe_timeout) / 1e9
+    except ValueError as e:
+        raise UsageError(f"--probe-timeout: {e}") from None
+    if seconds > 0 and a.no_telemetry:
+        raise UsageError("--probe-timeout reads the receivers' records in the telemetry: not with --no-telemetry")
+    return max(seconds, 0.0)
+
+
+def probe(cfg, seconds: float, log=print) -> None:
+    """The probe before the load (``loadgen.probe``), when asked for."""
+    if seconds > 0:
+        from loadgen.probe import probe_receivers
+
+        probe_receivers(cfg, seconds, log=log)
 
 
 class RunReceiver:
