@@ -16,6 +16,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+
+def free_port_block(count: int) -> int:
+    """A loopback port with the ``count - 1`` ports above it free too (RabbitMQ's Erlang distribution and epmd on the
+    two above its AMQP port, Apache Kafka's controller on the one above), chosen below the kernel's ephemeral range:
+    no client's outgoing connection takes one of them between this choice and the broker's start. RabbitMQ once
+    failed to start in CI when its distribution port, AMQP + 1 of a port from the ephemeral range, was taken."""
+    import random
+    import socket
+
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    for _ in range(500):
+        port = random.randrange(10_000, low - count)
+        try:
+            for i in range(count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port + i))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no {count} free loopback ports in a row below {low}")
+
 def script(name: str) -> str:
     """The path of one of this package's loopback servers, to run as ``python <path> ...``."""
     return os.path.join(HERE, name)

@@ -15,9 +15,18 @@ import numpy as np
 import pytest
 
 from core.output import State
-from core.procs import free_port, stop_process, wait_port
+from core.procs import stop_process, wait_port
 from core.units import parse_duration_ns
-from support import ROOT, answers, create_topic, job_command, job_env, telemetry, wait_for_first_batch
+from support import (
+    ROOT,
+    answers,
+    create_topic,
+    free_port_block,
+    job_command,
+    job_env,
+    telemetry,
+    wait_for_first_batch,
+)
 
 
 class Broker:
@@ -26,7 +35,7 @@ class Broker:
     it), the last one running."""
 
     def __init__(self, start, stop, folder: str) -> None:
-        self.start, self.stop, self.folder, self.port = start, stop, folder, free_port()
+        self.start, self.stop, self.folder, self.port = start, stop, folder, free_port_block(3)
         self.procs = [self._started()]
 
     def _started(self):
@@ -194,8 +203,12 @@ def assert_accounted(what: str, s: dict, truth: dict, report: dict) -> None:
     assert s["late"] <= int((flight > parse_duration_ns(s["settings"]["drop_timeout"])).sum()), s["late"]
     assert s["received"] + s["late"] == truth["received"] and s["duplicates"] == truth["duplicates"]
     assert s["errors_by_cause"] == truth["errors_by_cause"]
-    assert s["received"] + s["late"] + s["dropped"] + truth["errored_not_received"] == s["sent"]
-    assert s["dropped"] == truth["lost"]
+    # every send once: received in time, late, lost (acked, never received) or failed and never received
+    assert s["received"] + s["late"] + truth["lost"] + truth["errored_not_received"] == s["sent"]
+    # the drops are the lost, and the acked sends that came late (the README's `late`: its send counts as dropped; a
+    # send that failed at the client and came late is an error, not a drop). In CI once: 7 acked sends that Apache
+    # Kafka gave out past the 10 s drop timeout, dropped 7 and late 7
+    assert truth["lost"] <= s["dropped"] <= truth["lost"] + s["late"], (s["dropped"], s["late"], truth["lost"])
     assert s["verdict"]["state"] in (State.SATURATED, State.DEGRADING), s["verdict"]["message"]
 
 
@@ -207,8 +220,8 @@ def assert_amqp1_kill(what: str, s: dict, truth: dict, report: dict, durable: bo
     assert truth["errored"] > 0
     assert all(c in ("connection lost", "not connected", "timeout") or c.startswith("connection closed")
                for c in s["errors_by_cause"]), s["errors_by_cause"]
-    if durable:
-        assert s["dropped"] == 0
+    if durable:  # nothing the broker accepted lost (a drop is one that came late)
+        assert truth["lost"] == 0 and s["dropped"] <= s["late"]
 
 
 EXACT_DROP_TIMEOUT = "5s"

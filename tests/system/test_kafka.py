@@ -44,7 +44,9 @@ def test_an_apache_kafka_killed_mid_attack_and_restarted_is_accounted_exactly_an
     s, truth, report = run_attack(broker, port, tmp_path, "akf-kill", "", 1000, 30, during=kill_and_restart,
                                   target=kafka_url(port, "killed"), args=IDEMPOTENT)
     assert_accounted("Apache Kafka killed", s, truth, report)
-    assert s["dropped"] == 0  # a process killed, not the machine: what it acked is in its log
+    # a process killed, not the machine: what it acked is in its log, none lost (a drop is one that came late: in CI
+    # once, 7 sends the broker took before the kill and gave out past the 10 s drop timeout)
+    assert truth["lost"] == 0 and s["dropped"] <= s["late"]
     assert truth["duplicates"] == 0  # the idempotent producer's retries are written once
     # the sends of the time it was away waited in the producer (up to --max-inflight, then in the schedule: send
     # delay), and those past --timeout failed as timeouts; then it served again, every send of the last 5 s answered

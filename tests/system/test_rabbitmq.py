@@ -169,8 +169,8 @@ def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_bla
         assert truth["errored"] > 0  # the kill failed the unconfirmed publishes, by cause
         assert all(c.startswith(("connection closed", "channel closed", "not connected", "timeout"))
                    for c in s["errors_by_cause"]), s["errors_by_cause"]
-        if durable:  # persistent messages in a durable queue that the broker confirmed survive its crash
-            assert s["dropped"] == 0
+        if durable:  # persistent messages in a durable queue that the broker confirmed survive its crash (a drop
+            assert truth["lost"] == 0 and s["dropped"] <= s["late"]  # is one that came after its drop timeout)
 
 
 def test_rabbitmq_killed_under_amqp_1_0_is_accounted_exactly_and_blamed_on_the_sut(broker, rabbit, tmp_path):

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from support import ROOT, free_port
+from support import ROOT, free_port, free_port_block
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers,
               pytest.mark.skipif(shutil.which("java") is None, reason="Apache Kafka needs Java 17 (.ci/run has it)")]
@@ -22,10 +22,12 @@ NS = 10**9
 def stack_env(tmp_path):
     """A stack of its own: every port free, its state and the run folders under tmp_path; stopped after."""
     ports = {k: free_port() for k in ("TELEMETRY", "SUT", "PROMETHEUS", "NODE_EXPORTER", "RECEIVER", "UI", "CLOCK",
-                                      "RABBITMQ", "ARTEMIS")}
-    kafka = free_port()
-    while kafka + 1 in ports.values():  # its controller takes the next port
-        kafka = free_port()
+                                      "ARTEMIS")}
+    # RabbitMQ's Erlang distribution and epmd take the two ports above its own, Apache Kafka's controller the next
+    ports["RABBITMQ"] = free_port_block(3)
+    kafka = free_port_block(2)
+    while {kafka, kafka + 1} & (set(ports.values()) | set(range(ports["RABBITMQ"], ports["RABBITMQ"] + 3))):
+        kafka = free_port_block(2)
     env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_STACK_DIR=str(tmp_path / "stack"),
                FLIGHTWATCH_CHECKPOINTS=str(tmp_path / "checkpoints"), FLIGHTWATCH_KAFKA_PORT=str(kafka),
                **{f"FLIGHTWATCH_{k}_PORT": str(v) for k, v in ports.items()},
