@@ -14,6 +14,7 @@ import sys
 import psutil
 import pytest
 from support import ROOT, create_topic, telemetry
+from support.brokers import sent_of
 
 from core.procs import write_pid_file
 from loadgen import follow
@@ -61,19 +62,20 @@ def test_a_topic_nobody_consumes_is_measured_exactly_by_a_receiver_started_for_t
     started = re.search(r"receiver: started for the run on kafka://\S+/orders \(pid (\d+), receiver-kafka-run", p.stdout)
     assert started, p.stdout[-3000:]
     assert not psutil.pid_exists(int(started.group(1))), "the run's receiver outlived the run"
-    # the probe went first, recorded by the run's receiver, and is not in the run's figures (2,003 recorded in all)
-    assert re.search(r"probe: recorded by receiver-kafka-run [\d.]+ s after it was sent \(3 probe events", p.stdout)
-    assert "receiver: stopped (pid" in p.stdout and "2,003 events recorded" in p.stdout, p.stdout[-2000:]
     root = tmp_path / "checkpoints" / run_id
     s = json.load(open(root / "summary.json"))
     report = json.load(open(root / "loadgen" / "report.json"))
+    n = sent_of(report, 2000)  # a generator on a busy machine may end one short (1,999 in CI once)
+    # the probe went first, recorded by the run's receiver, and is not in the run's figures (n + 3 recorded in all)
+    assert re.search(r"probe: recorded by receiver-kafka-run [\d.]+ s after it was sent \(3 probe events", p.stdout)
+    assert "receiver: stopped (pid" in p.stdout and f"{n + 3:,} events recorded" in p.stdout, p.stdout[-2000:]
     records = telemetry(broker, tel, run_id)
     sends = {r["event_id"] for r in records if r["kind"] == "send"}
     recvs = {r["event_id"] for r in records if r["kind"] == "recv" and r["agent"] == "receiver-kafka-run"}
     print(f"\nsent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,}; raw: {len(sends):,} sends, "
           f"{len(recvs):,} receives by the run's receiver; verdict {s['verdict']['message']!r}")
-    assert len(sends) == report["requests"] == 2000 and recvs == sends
-    assert s["sent"] == s["received"] == 2000 and s["dropped"] == s["duplicates"] == s["unaccounted"] == 0
+    assert len(sends) == n and recvs == sends
+    assert s["sent"] == s["received"] == n and s["dropped"] == s["duplicates"] == s["unaccounted"] == 0
     assert s["verdict"]["state"] == "ok", s["verdict"]["message"]
     log = (root / "receiver" / "receiver.log").read_text()
     left = re.search(r"from the topic's end: (\d+) earlier records", log)
@@ -93,7 +95,9 @@ def test_with_no_receiver_none_is_started_and_nothing_is_received(broker, tmp_pa
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "receiver:" not in p.stdout and not (tmp_path / "checkpoints" / run_id / "receiver").exists()
     records = telemetry(broker, tel, run_id)
-    assert sum(r["kind"] == "send" for r in records) == 200 and not any(r["kind"] == "recv" for r in records)
+    report = json.load(open(tmp_path / "checkpoints" / run_id / "loadgen" / "report.json"))
+    sent = sent_of(report, 200)
+    assert sum(r["kind"] == "send" for r in records) == sent and not any(r["kind"] == "recv" for r in records)
 
 
 def test_the_stacks_receiver_on_the_targets_place_is_used(broker, tmp_path):
