@@ -128,16 +128,8 @@ def settle(sampler: Sampler, at_most_s: float) -> tuple[float, float]:
 
 
 def _cpu_s(sampler: Sampler) -> dict[int, float]:
-    out = {}
-    for pid, p in sampler.processes().items():
-        if pid in sampler.sut or pid == sampler.stack_pids.get("sut-broker"):
-            continue
-        try:
-            t = p.cpu_times()
-            out[pid] = t.user + t.system
-        except psutil.Error:
-            continue
-    return out
+    """flightwatch's processes' CPU seconds so far (the SUT's left out), as the samples count them."""
+    return {pid: p["cpu_s"] for pid, p in sampler.procs().items() if not p["sut"]}
 
 
 class Sampler:
@@ -172,8 +164,8 @@ class Sampler:
                 continue
         return out
 
-    def sample(self) -> dict:
-        now = time.monotonic()
+    def procs(self) -> dict[int, dict]:
+        """{pid: {"name", "cpu_s", "rss", "sut"}} of every process sampled, now."""
         procs = {}
         for pid, p in self.processes().items():
             try:
@@ -184,6 +176,11 @@ class Sampler:
                                   "sut": pid in self.sut or name == "sut-broker"}
             except psutil.Error:
                 continue
+        return procs
+
+    def sample(self) -> dict:
+        now = time.monotonic()
+        procs = self.procs()
         logs = {}
         for path in log_files():
             try:

@@ -80,10 +80,10 @@ def probe(cfg, seconds: float, log=print) -> None:
 
 
 class RunReceiver:
-    """A receiver agent started for one run: its process, its metrics port, its log."""
+    """A receiver agent started for one run: its process and its metrics port."""
 
-    def __init__(self, proc: subprocess.Popen, port: int, log_path: str, place: str) -> None:
-        self.proc, self.port, self.log_path, self.place = proc, port, log_path, place
+    def __init__(self, proc: subprocess.Popen, port: int) -> None:
+        self.proc, self.port = proc, port
 
     def received(self) -> int | None:
         """The events it has recorded so far (its /metrics), or None if it does not answer."""
@@ -149,21 +149,21 @@ def start(cfg, no_receiver: bool, log=print) -> RunReceiver | None:
     os.makedirs(paths.receiver, exist_ok=True)
     port = free_port()
     log_path = os.path.join(paths.receiver, "receiver.log")
-    mode = args[0]
+    agent = AGENT.format(mode=args[0])
     argv = [sys.executable, "-m", "agents.receiver", *args, "--state-dir", paths.receiver,
             "--telemetry-bootstrap", cfg.telemetry_bootstrap, "--telemetry-topic", cfg.telemetry_topic,
-            "--agent", AGENT.format(mode=mode), "--metrics-listen", f"{HOST}:{port}"]
+            "--agent", agent, "--metrics-listen", f"{HOST}:{port}"]
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=dict(os.environ, PYTHONPATH=ROOT))
-    r = RunReceiver(proc, port, log_path, str(cfg.target))
+    r = RunReceiver(proc, port)
     deadline = time.monotonic() + READY_S
     while r.received() is None:
         if proc.poll() is not None or time.monotonic() > deadline:
             stop(r)
             raise UsageError(f"the receiver for {cfg.target} did not start: {_last_line(log_path)} (see {log_path})")
         time.sleep(0.2)
-    log(f"receiver: started for the run on {cfg.target} (pid {proc.pid}, {AGENT.format(mode=mode)}, log {log_path}); "
+    log(f"receiver: started for the run on {cfg.target} (pid {proc.pid}, {agent}, log {log_path}); "
         "stopped after it (--receiver none: yours record the receives)")
     return r
 

@@ -373,13 +373,10 @@ def main(argv=None) -> int:
     if error := problem(a):
         print(f"stack: error: {error}", file=sys.stderr)
         return 2
-    given = settings.get("FLIGHTWATCH_SUT") is not None or any(
-        x == "--sut" or x.startswith("--sut=") for x in (sys.argv[1:] if argv is None else argv))
     settings.export(a, STACK_SETTINGS)  # for this process and every component it starts: their defaults follow
-    SUT = a.sut
     STACK_DIR, ports, metrics_ports = _configured()
-    if not given and (remembered := suts.recorded_sut(STACK_DIR)) is not None:  # `make up SUT=kafka`, then `make attack`
-        SUT = os.environ["FLIGHTWATCH_SUT"] = remembered
+    SUT = a.sut or suts.stack_sut(STACK_DIR)  # no --sut nor FLIGHTWATCH_SUT: the one `up --sut` recorded, or tansu
+    os.environ["FLIGHTWATCH_SUT"] = SUT
     CLOCK_PORT = ports.pop("clock")
     PORTS.update(ports)
     METRICS_PORTS.update(metrics_ports)

@@ -6,7 +6,7 @@ import argparse
 from core import settings
 from core.amqp import MAX_PAIRS
 from core.cli import OneLineParser
-from core.suts import DEFAULT_SUT, SUTS
+from core.suts import SUTS
 
 
 def parser(doc: str, port_settings: dict) -> argparse.ArgumentParser:
@@ -22,7 +22,7 @@ def parser(doc: str, port_settings: dict) -> argparse.ArgumentParser:
     for name, (env, default) in port_settings.items():
         settings.add(p, env, f"--{env[12:-5].lower().replace('_', '-')}-port", type=int, default=default, metavar="PORT",
                      help=what.get(name, f"the {name.replace('-', ' ')}") + " (every command's default follows it)")
-    settings.add(p, "FLIGHTWATCH_SUT", "--sut", default=DEFAULT_SUT, choices=tuple(SUTS),
+    settings.add(p, "FLIGHTWATCH_SUT", "--sut", choices=tuple(SUTS),
                  help="the system under test the stack runs (default: the one `up --sut` recorded, until `down`; "
                       "else tansu): " + "; ".join(f"{k}: {v.what}" for k, v in SUTS.items()))
     p.add_argument("--no-sut", action="store_true",

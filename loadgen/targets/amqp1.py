@@ -24,7 +24,7 @@ import time
 from core import amqp
 from core.amqp1_codec import EventEncoder
 from core.amqp1_engine import EngineLink
-from loadgen.targets.base import Book, TargetOptions, flag
+from loadgen.targets.base import Book, TargetOptions, no_receiver_args, url_receiver_place
 from loadgen.targets.http import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
@@ -39,15 +39,9 @@ class Amqp1Target:
     TAKES_KAFKA_OPTIONS = False
     polled = True
 
-    @staticmethod
-    def receiver_args(spec) -> None:
-        """None: not yet: the address' URL carries the password, which a receiver's command line would show."""
-        return None
-
-    @staticmethod
-    def receiver_place(flags: list[str]) -> str | None:
-        """Where a receiver started with ``flags`` consumes: its ``--url`` (None without one)."""
-        return flag(flags, "--url", None)
+    # no receiver started for a run yet: the address' URL carries the password, which a command line would show
+    receiver_args = staticmethod(no_receiver_args)
+    receiver_place = staticmethod(url_receiver_place)
 
     def __init__(self, spec, opts: TargetOptions) -> None:
         self.spec, self.opts = spec, opts

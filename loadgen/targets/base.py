@@ -42,6 +42,16 @@ def flag(argv: list[str], name: str, default: str | None) -> str | None:
     return argv[argv.index(name) + 1] if name in argv[:-1] else default
 
 
+def no_receiver_args(spec) -> None:
+    """A target's ``receiver_args`` when the load generator cannot start its receiver."""
+    return None
+
+
+def url_receiver_place(flags: list[str]) -> str | None:
+    """A target's ``receiver_place`` when its receiver is given the target's URL: its ``--url`` (None without one)."""
+    return flag(flags, "--url", None)
+
+
 class Target(Protocol):
     """One transport's load target. Class attributes say how the attack loop drives it and how it is addressed."""
 

@@ -12,7 +12,7 @@ import os
 import time
 
 from core.cloudevents import RUN_ATTRIBUTE
-from loadgen.targets.base import Book, TargetOptions
+from loadgen.targets.base import Book, TargetOptions, no_receiver_args
 
 CE_SOURCE = "flightwatch/loadgen"
 CE_TYPE = "dev.flightwatch.load"
@@ -35,10 +35,8 @@ class HttpTarget:
     TAKES_KAFKA_OPTIONS = False
     polled = False
 
-    @staticmethod
-    def receiver_args(spec) -> None:
-        """None: the system under test delivers to flightwatch's HTTP receiver (not one to start for it)."""
-        return None
+    # no receiver to start for a run: the system under test delivers to flightwatch's HTTP receiver
+    receiver_args = staticmethod(no_receiver_args)
 
     @staticmethod
     def receiver_place(flags: list[str]) -> str | None:

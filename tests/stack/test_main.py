@@ -10,6 +10,8 @@ import urllib.request
 import pytest
 from support import ROOT, free_port
 
+from core.procs import port_open
+
 pytestmark = pytest.mark.integration
 
 
@@ -91,7 +93,7 @@ def test_up_without_a_sut_starts_no_sut_broker_and_the_sut_up_started_is_the_def
         assert plane.returncode == 0, plane.stdout + plane.stderr
         started = {p.stem for p in tmp_path.glob("*.pid")}
         assert "telemetry-broker" in started and not started & {"sut-broker", "kafka-receiver", "kafka", "rabbitmq"}
-        assert not (tmp_path / "sut").exists() and not _listens(ports["SUT"])
+        assert not (tmp_path / "sut").exists() and not port_open(ports["SUT"])
     finally:
         assert stack("down", env).returncode == 0
     (tmp_path / "sut").write_text("kafka\n")  # as `python -m stack up --sut kafka` leaves it
@@ -106,12 +108,6 @@ def test_up_without_a_sut_starts_no_sut_broker_and_the_sut_up_started_is_the_def
     refused = subprocess.run([sys.executable, "-m", "stack", "status", "--no-sut"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "--no-sut is for up" in refused.stderr
-
-
-def _listens(port: int) -> bool:
-    from core.procs import port_open
-
-    return port_open(port)
 
 
 def test_prometheus_scrapes_every_flightwatch_process_during_an_attack(tmp_path):
