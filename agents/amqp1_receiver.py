@@ -52,7 +52,8 @@ class Amqp1Receiver:
         pairs = self.address.pairs  # credit per link: 10/s a pair needs little, and 1,000 links share the budget
         link = EngineLink(self.host, self.port, self.userinfo, self.address.address, sending=False,
                           prefetch=self.prefetch if pairs == 1 else max(self.prefetch // pairs, PAIR_PREFETCH_MIN),
-                          name=f"flightwatch-{self.agent}", pairs=pairs, durable=self.address.durable)
+                          name=f"flightwatch-{self.agent}", pairs=pairs, durable=self.address.durable,
+                          tls=self.address.tls)
         link.on_message = self.on_message
         link.on_lost = lambda why: self.lost(link, why)
         self.link, self._was_open = link, False

@@ -63,7 +63,7 @@ def ship_and_serve(a, spool_dir: str, receiver: Source, log):
 
 def main_amqp(a) -> int:
     try:
-        address, url = amqp.AmqpAddress.from_url(a.url)
+        address, params = amqp.AmqpAddress.from_url(a.url)
         budget_bytes = parse_size(a.spool_budget)
         if a.prefetch < 1:
             raise ValueError("--prefetch must be at least 1")
@@ -81,7 +81,7 @@ def main_amqp(a) -> int:
     metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)
     spool_dir = os.path.join(a.state_dir, "spool")
     spool = SpoolWriter(spool_dir, budget_bytes=budget_bytes, agent=a.agent)
-    receiver = AmqpReceiver(url, address, spool, a.agent, a.prefetch, a.auto_ack, log=log, warn=warn)
+    receiver = AmqpReceiver(params, address, spool, a.agent, a.prefetch, a.auto_ack, log=log, warn=warn)
     try:
         import uvloop
         uvloop.install()
@@ -94,12 +94,13 @@ def main_amqp(a) -> int:
         try:
             await asyncio.wait_for(receiver.connect(), CONNECT_S + address.bindings / 50)  # 1,000 bindings: 20 s more
         except (TimeoutError, ConnectionError) as e:
-            where = f"{u.hostname}:{u.port or 5672}"
+            where = f"{u.hostname}:{u.port or amqp.default_port(u.scheme)}"
             print(f"receiver: error: amqp {where}{u.path}: " + (str(e) if isinstance(e, ConnectionError) else
                   f"no AMQP 0-9-1 handshake within {CONNECT_S:g} s: is {where} an AMQP broker?"), file=sys.stderr)
             return 2
         shipper, exposed, server = ship_and_serve(a, spool_dir, receiver, log)
-        log(f"receiver {a.agent}: {address.where()} at {u.hostname}:{u.port or 5672} (prefetch {a.prefetch}, "
+        at = f"{u.hostname}:{u.port or amqp.default_port(u.scheme)}" + (" over TLS" if address.tls else "")
+        log(f"receiver {a.agent}: {address.where()} at {at} (prefetch {a.prefetch}, "
             f"{'auto-ack' if a.auto_ack else 'manual acks'}) -> spool {spool_dir} -> {a.telemetry_bootstrap}/"
             f"{a.telemetry_topic}", flush=True)
         if address.bindings:  # a scenario starts no sender before every queue is bound and consumed

@@ -30,11 +30,9 @@ RECONNECT_S = 0.5
 class AmqpReceiver:
     """Consumes one queue; ``run`` until ``stop`` is set, reconnecting while the broker is away."""
 
-    def __init__(self, url: str, address: amqp.AmqpAddress, spool, agent: str, prefetch: int = PREFETCH,
+    def __init__(self, params, address: amqp.AmqpAddress, spool, agent: str, prefetch: int = PREFETCH,
                  auto_ack: bool = False, log=print, warn=None) -> None:
-        import pika
-
-        self.params = pika.URLParameters(url)
+        self.params = params  # pika's connection parameters (``AmqpAddress.from_url``)
         amqp.quiet_clients()
         self.address, self.spool, self.agent = address, spool, agent
         self.prefetch, self.auto_ack = prefetch, auto_ack
@@ -72,7 +70,7 @@ class AmqpReceiver:
 
     def _fail(self, error) -> None:
         if self._opened is not None and not self._opened.done():
-            self._opened.set_exception(ConnectionError(f"{amqp.close_cause(error)} ({error})"))
+            self._opened.set_exception(ConnectionError(amqp.open_failure(error)))
 
     def _on_closed(self, _conn, reason) -> None:
         self.channel = None

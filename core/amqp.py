@@ -27,13 +27,15 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
+from core import secrets, tls
+
 CE_PREFIX = "cloudEvents_"
 ID_HEADER = CE_PREFIX + "id"
 RUN_HEADER = CE_PREFIX + "fwrun"
 SENT_HEADER = "fw_sent_ns"
-SCHEMES = ("amqp",)
-SCHEMES_1 = ("amqp1",)
-OURS = ("queue", "exchange", "routing_key", "durable", "declare", "bindings")
+SCHEMES = ("amqp", "amqps")
+SCHEMES_1 = ("amqp1", "amqp1s")
+OURS = ("queue", "exchange", "routing_key", "durable", "declare", "bindings", tls.OPTION)
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 MAX_PAIRS = 5000
 """Pairs (AMQP 1.0) or bindings (0-9-1) at most: a link each way, or a queue and a consumer, each."""
@@ -49,11 +51,12 @@ class AmqpAddress:
     declare: bool = True
     client_query: str = ""     # what is left for pika's URLParameters
     bindings: int = 0          # given: a topic exchange, a queue and a binding for each routing key (``routes``)
+    tls: tls.Tls | None = None  # amqps://: the broker's certificate checked against ?cafile= (core.tls)
 
     @classmethod
-    def parse(cls, path: str, query: str) -> AmqpAddress:
+    def parse(cls, path: str, query: str, scheme: str = "amqp") -> AmqpAddress:
         """``ValueError`` saying what is wrong; ``path`` as in the URL (``/vhost``, percent-encoded; none, or ``/``
-        alone, is RabbitMQ's default vhost ``/``)."""
+        alone, is RabbitMQ's default vhost ``/``); ``scheme`` ``amqps`` for TLS."""
         vhost = unquote(path[1:]) if path.startswith("/") and len(path) > 1 else "/"
         if "/" in path[1:]:
             raise ValueError(f"the path is the virtual host, one segment ({path!r}): write '/' as %2F")
@@ -76,25 +79,26 @@ class AmqpAddress:
         if "bindings" in opts and (not exchange or not int(bindings)):
             raise ValueError("?bindings=N needs ?exchange=NAME (the topic exchange the queues are bound to) and N >= 1")
         return cls(vhost, queue, exchange, opts.get("routing_key", "fw" if int(bindings) else queue or ""),
-                   client_query=urlencode(rest), bindings=int(bindings), **flags)
+                   client_query=urlencode(rest), bindings=int(bindings), tls=tls.Tls.of(scheme, query), **flags)
 
     def routes(self) -> list[tuple[str, str]]:
         """With ``bindings``: each queue and its binding key, ``(EXCHANGE.q<i>, ROUTING_KEY.<i>)``."""
         return [(f"{self.exchange}.q{i}", f"{self.routing_key}.{i}") for i in range(self.bindings)]
 
     @classmethod
-    def from_url(cls, url: str) -> tuple[AmqpAddress, str]:
-        """The address in a whole URL, and the URL as pika takes it; ``ValueError`` naming the URL (password hidden)."""
+    def from_url(cls, url: str) -> tuple[AmqpAddress, object]:
+        """The address in a whole URL, and pika's connection parameters for it; ``ValueError`` naming the URL
+        (password hidden)."""
         from urllib.parse import urlsplit
 
         u = urlsplit(url)
         shown = url.replace(f":{u.password}@", ":***@", 1) if u.password else url
         try:
             if u.scheme not in SCHEMES or not u.hostname:
-                raise ValueError("amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME")
-            address = cls.parse(u.path or "/", u.query)
-            userinfo = f"{unquote(u.username)}:{unquote(u.password or '')}" if u.username else None
-            return address, address.pika_url(u.hostname, u.port or 5672, userinfo)
+                raise ValueError("amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME (amqps:// for TLS)")
+            address = cls.parse(u.path or "/", u.query, u.scheme)
+            userinfo = secrets.userinfo(u.username, u.password)
+            return address, address.pika_params(u.hostname, u.port or default_port(u.scheme), userinfo)
         except ValueError as e:
             raise ValueError(f"bad AMQP address {shown!r}: {e}") from None
 
@@ -103,6 +107,15 @@ class AmqpAddress:
         user, _, password = (userinfo or "guest:guest").partition(":")
         return (f"amqp://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{quote(self.vhost, safe='')}"
                 + (f"?{self.client_query}" if self.client_query else ""))
+
+    def pika_params(self, host: str, port: int, userinfo: str | None):
+        """pika's ``URLParameters`` for the address, with TLS (the certificate and ``host`` checked) for amqps."""
+        import pika
+
+        params = pika.URLParameters(self.pika_url(host, port, userinfo))
+        if self.tls is not None:
+            params.ssl_options = pika.SSLOptions(self.tls.context(), server_hostname=host)
+        return params
 
     def where(self) -> str:
         """Where the events go, as a line shows it."""
@@ -130,17 +143,18 @@ class Amqp1Address:
     settle: str = "unsettled"
     durable: bool = False
     pairs: int = 1
+    tls: tls.Tls | None = None  # amqp1s://: the broker's certificate and name checked against ?cafile= (core.tls)
 
     @classmethod
-    def parse(cls, path: str, query: str) -> Amqp1Address:
+    def parse(cls, path: str, query: str, scheme: str = "amqp1") -> Amqp1Address:
         address = unquote(path[1:]) if path.startswith("/") else unquote(path)
         if not address:
             raise ValueError("name an address: amqp1://HOST:PORT/ADDRESS (RabbitMQ: //queue/NAME)")
         opts = dict(parse_qsl(query, keep_blank_values=True))
-        unknown = sorted(set(opts) - {"settle", "durable", "pairs"})
+        unknown = sorted(set(opts) - {"settle", "durable", "pairs", tls.OPTION})
         if unknown:
             raise ValueError(f"unknown option {unknown[0]!r}: amqp1:// takes ?settle=unsettled|presettled, "
-                             "?durable=true|false and ?pairs=N")
+                             "?durable=true|false and ?pairs=N (amqp1s:// also ?cafile=PATH)")
         pairs = opts.get("pairs", "1")
         if not pairs.isdigit() or not 1 <= int(pairs) <= MAX_PAIRS:
             raise ValueError(f"?pairs={pairs!r}: a number of sender-receiver pairs, 1 to {MAX_PAIRS:,}")
@@ -150,7 +164,7 @@ class Amqp1Address:
         durable = opts.get("durable", "false").lower()
         if durable not in _TRUE + _FALSE:
             raise ValueError(f"?durable={opts['durable']!r}: true or false")
-        return cls(address, settle, durable in _TRUE, int(pairs))
+        return cls(address, settle, durable in _TRUE, int(pairs), tls.Tls.of(scheme, query))
 
     @classmethod
     def from_url(cls, url: str) -> tuple[Amqp1Address, str, int, str | None]:
@@ -161,11 +175,16 @@ class Amqp1Address:
         shown = url.replace(f":{u.password}@", ":***@", 1) if u.password else url
         try:
             if u.scheme not in SCHEMES_1 or not u.hostname:
-                raise ValueError("amqp1://USER:PASS@HOST:PORT/ADDRESS")
-            userinfo = f"{unquote(u.username)}:{unquote(u.password or '')}" if u.username else None
-            return cls.parse(u.path, u.query), u.hostname, u.port or 5672, userinfo
+                raise ValueError("amqp1://USER:PASS@HOST:PORT/ADDRESS (amqp1s:// for TLS)")
+            userinfo = secrets.userinfo(u.username, u.password)
+            return cls.parse(u.path, u.query, u.scheme), u.hostname, u.port or default_port(u.scheme), userinfo
         except ValueError as e:
             raise ValueError(f"bad AMQP 1.0 address {shown!r}: {e}") from None
+
+
+def default_port(scheme: str) -> int:
+    """AMQP's port (5672), or AMQPS' (5671) for a TLS scheme."""
+    return 5671 if scheme in tls.SCHEMES else 5672
 
 
 ATTACHED_FILE = "attached.json"
@@ -228,6 +247,16 @@ def coalesce_pika_writes() -> None:
         original(self)
     _produce.coalesced = True
     base._produce = _produce
+
+
+def open_failure(error: BaseException) -> str:
+    """Why a connection did not open, as one line: a TLS failure named with what to do (``core.tls``), else the
+    broker's cause with its words (of pika's last attempt, when it made several)."""
+    found = tls.cause(repr(error))
+    if found is not None:
+        return found
+    inner = (getattr(error, "exceptions", None) or (error,))[-1]
+    return f"{close_cause(inner)} ({inner})"
 
 
 def close_cause(error: BaseException | None) -> str:

@@ -2,7 +2,7 @@
 ``pairs=N``, N links on the one connection, to ``ADDRESS.0`` ... ``ADDRESS.<N-1>``: ``send(..., pair=i)`` picks one,
 and the link is open once the broker attached all of them.
 
-    link = EngineLink(host, port, userinfo, address, sending=True, settled=False)
+    link = EngineLink(host, port, userinfo, address, sending=True, settled=False, tls=None)  # tls: a core.tls.Tls
     link.on_outcome = lambda delivery, error: ...   # sender: the broker's outcome (None: accepted; else its cause)
     link.on_message = lambda message_bytes: ...     # receiver: one whole message; it is accepted after the call
     link.on_lost = lambda why: ...                  # the link, session or connection went away (a short cause)
@@ -23,7 +23,7 @@ import select
 import socket
 import time
 
-from core import amqp
+from core import amqp, tls
 
 READ_BYTES = 256 * 1024
 TICK_S = 0.25
@@ -38,12 +38,13 @@ def pair_addresses(address: str, pairs: int) -> list[str]:
 class EngineLink:
     def __init__(self, host: str, port: int, userinfo: str | None, address: str, sending: bool,
                  settled: bool = False, prefetch: int = 1000, name: str = "flightwatch", pairs: int = 1,
-                 durable: bool = False) -> None:
+                 durable: bool = False, tls=None) -> None:
         from cproton_ffi import ffi, lib
         from proton import Collector, Connection, Transport
 
         self.ffi, self.lib = ffi, lib
         self.host, self.port, self.address, self.sending, self.prefetch = host, port, address, sending, prefetch
+        self.tls = tls
         self.opened = False
         self.attached_ns: int | None = None  # when the broker had attached every link (epoch ns)
         self.closed: str | None = None  # why, once the link, session or connection went away
@@ -61,6 +62,11 @@ class EngineLink:
             sasl.allow_insecure_mechs = True
             self.conn.user, self.conn.password = user, password
         self.transport.bind(self.conn)
+        if self.tls is not None:  # amqp1s: TLS under SASL, the certificate and the host's name checked (core.tls)
+            from proton import SSL
+
+            self.ssl = SSL(self.transport, tls.domain())
+            self.ssl.peer_hostname = host
         self.collector = Collector()
         self.conn.collect(self.collector)
         self.conn.open()
@@ -122,6 +128,12 @@ class EngineLink:
         if self.closed is not None:
             if self.closed == "connection lost" and not self.opened:  # ended with no reason: likely no AMQP 1.0 broker
                 raise ConnectionError(f"{self.closed}: {hint}")
+            said = getattr(self.transport.condition, "description", None) or ""
+            if self.tls is not None and "SSL" in said:
+                raise ConnectionError(tls.diagnose(self.host, self.port, self.tls) or said)
+            if self.tls is None and tls.speaks_tls(said):
+                raise ConnectionError("the port speaks TLS: use amqp1s:// (with ?cafile=PATH, the CA that signed its "
+                                      "certificate)")
             raise ConnectionError(f"{self.closed} ({self.detail})" if self.detail else self.closed)
 
     def _write(self) -> None:

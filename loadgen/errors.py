@@ -3,7 +3,9 @@ reports count errors by (as vegeta's report lists them)."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 
+from core import tls
 from core.units import one_line
 
 
@@ -18,6 +20,8 @@ def error_cause(exc: BaseException) -> str:
     """A short, stable name for a failed send (what vegeta's report lists as errors)."""
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timeout"
+    if isinstance(exc, ssl.SSLError):
+        return tls.short_cause(exc)
     if isinstance(exc, ConnectionRefusedError) or "Connect call failed" in str(exc) or "refused" in str(exc).lower():
         return "connection refused"
     if isinstance(exc, ConnectionResetError) or "reset" in str(exc).lower():

@@ -92,8 +92,9 @@ class HttpPool:
     fails before it is written (no connection) is stamped at that moment. The defaults serve ``request()``."""
 
     def __init__(self, host: str, port: int, max_connections: int, timeout_s: float, on_write=_stamp,
-                 on_done=_resolve) -> None:
+                 on_done=_resolve, ssl=None) -> None:
         self.host, self.port = host, port
+        self.ssl = ssl  # an ssl.SSLContext for https (the host's name checked against the certificate), or None
         self.max_connections, self.timeout_s = max_connections, timeout_s
         self.on_write, self.on_done = on_write, on_done
         self.idle: deque[_Conn] = deque()
@@ -164,7 +165,9 @@ class HttpPool:
     async def _open(self) -> None:
         try:
             loop = asyncio.get_running_loop()
-            _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Conn(self), self.host, self.port), self.timeout_s)
+            _, conn = await asyncio.wait_for(loop.create_connection(
+                lambda: _Conn(self), self.host, self.port, ssl=self.ssl, server_hostname=self.host if self.ssl else None),
+                self.timeout_s)
         except Exception as e:  # noqa: BLE001 - the oldest waiting request fails with the cause; the rest try again
             self.opening -= 1
             if self.queue:

@@ -20,11 +20,13 @@ import struct
 import time
 
 from core import amqp
-from loadgen.targets.base import Book, TargetOptions, no_receiver_args, url_receiver_place
+from loadgen.targets.base import Book, TargetOptions, url_receiver_place
 from loadgen.targets.http import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
 """How often a lost connection is tried again while the attack runs."""
+PEEK_S = 5.0
+"""How long the look at a queue's consumers before a run may take (``consumers``)."""
 _LONG = struct.Struct(">q")
 CONTENT_TYPE = "application/octet-stream"
 
@@ -78,24 +80,52 @@ class PublishFrames:
 
 
 class Amqp091Target:
-    SCHEMES = ("amqp",)
+    SCHEMES = ("amqp", "amqps")
     RECEIVER = "amqp"
+    TLS_PORT = 5671
     DEFAULT_PORT = 5672
     EXAMPLE = "amqp://USER:PASSWORD@HOST:PORT/VHOST?queue=NAME (RabbitMQ)"
     TAKES_KAFKA_OPTIONS = False
     polled = False
 
-    # no receiver started for a run yet: the queue's URL carries the password, which a command line would show
-    receiver_args = staticmethod(no_receiver_args)
+    @staticmethod
+    def receiver_args(spec) -> list[str]:
+        """The receiver agent on the queue the load goes to (for an exchange, a queue of its own bound with the
+        routing key; with ``?bindings=N``, every queue), given the URL with its user alone: the load generator hands
+        it the password in its environment (``core.secrets.child_env``), where no command line shows it."""
+        return ["amqp", "--url", spec.with_user()]
+
     receiver_place = staticmethod(url_receiver_place)
 
-    def __init__(self, spec, opts: TargetOptions) -> None:
+    @staticmethod
+    def consumers(spec) -> int | None:
+        """The target queue's consumers now (a passive declare); None for an exchange, a queue not there yet, or a
+        broker that does not answer within ``PEEK_S`` (the attack's own connect says why)."""
         import pika
+
+        address = amqp.AmqpAddress.parse(spec.path, spec.query, spec.scheme)
+        if address.queue is None:
+            return None
+        params = address.pika_params(spec.host, spec.port, spec.userinfo)
+        params.socket_timeout = params.stack_timeout = params.blocked_connection_timeout = PEEK_S
+        try:
+            conn = pika.BlockingConnection(params)
+        except pika.exceptions.AMQPError:
+            return None
+        try:
+            return conn.channel().queue_declare(address.queue, passive=True).method.consumer_count
+        except pika.exceptions.AMQPError:
+            return None
+        finally:
+            if conn.is_open:
+                conn.close()
+
+    def __init__(self, spec, opts: TargetOptions) -> None:
 
         self.spec, self.opts = spec, opts
         amqp.quiet_clients()
-        self.address = amqp.AmqpAddress.parse(spec.path, spec.query)
-        self.params = pika.URLParameters(self.address.pika_url(spec.host, spec.port, spec.userinfo))
+        self.address = amqp.AmqpAddress.parse(spec.path, spec.query, spec.scheme)
+        self.params = self.address.pika_params(spec.host, spec.port, spec.userinfo)
         self.payload = os.urandom(opts.payload_bytes)
         self.book: Book | None = None
         self.conn = self.channel = None
@@ -112,8 +142,8 @@ class Amqp091Target:
         self._probe_queue = None
 
     @staticmethod
-    def check(path: str, userinfo: str | None, query: str) -> str:
-        amqp.AmqpAddress.parse(path or "/", query)
+    def check(scheme: str, path: str, userinfo: str | None, query: str) -> str:
+        amqp.AmqpAddress.parse(path or "/", query, scheme)
         return path or "/"
 
     def shaping(self) -> dict | None:
@@ -191,7 +221,7 @@ class Amqp091Target:
             self._opened.set_exception(ConnectionError(f"amqp {self.spec}: {why}"))
 
     def _on_open_error(self, _conn, error: BaseException) -> None:
-        self._fail_open(f"{amqp.close_cause(error)} ({error})")
+        self._fail_open(amqp.open_failure(error))
 
     def _on_connection(self, conn) -> None:
         conn.channel(on_open_callback=self._on_channel)

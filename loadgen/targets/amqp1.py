@@ -24,7 +24,7 @@ import time
 from core import amqp
 from core.amqp1_codec import EventEncoder
 from core.amqp1_engine import EngineLink
-from loadgen.targets.base import Book, TargetOptions, no_receiver_args, url_receiver_place
+from loadgen.targets.base import Book, TargetOptions, no_consumers, url_receiver_place
 from loadgen.targets.http import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
@@ -32,20 +32,27 @@ CONTENT_TYPE = "application/octet-stream"
 
 
 class Amqp1Target:
-    SCHEMES = ("amqp1",)
+    SCHEMES = ("amqp1", "amqp1s")
     RECEIVER = "amqp1"
+    TLS_PORT = 5671
     DEFAULT_PORT = 5672
     EXAMPLE = "amqp1://USER:PASSWORD@HOST:PORT/ADDRESS (AMQP 1.0: Artemis, RabbitMQ's //queue/NAME)"
     TAKES_KAFKA_OPTIONS = False
     polled = True
 
-    # no receiver started for a run yet: the address' URL carries the password, which a command line would show
-    receiver_args = staticmethod(no_receiver_args)
+    @staticmethod
+    def receiver_args(spec) -> list[str]:
+        """The receiver agent with a link on the address the load goes to (with ``?pairs=N``, one on each pair's),
+        given the URL with its user alone: the load generator hands it the password in its environment
+        (``core.secrets.child_env``), where no command line shows it."""
+        return ["amqp1", "--url", spec.with_user()]
+
     receiver_place = staticmethod(url_receiver_place)
+    consumers = staticmethod(no_consumers)  # a link's peers are the broker's to know (Artemis: its management)
 
     def __init__(self, spec, opts: TargetOptions) -> None:
         self.spec, self.opts = spec, opts
-        self.address = amqp.Amqp1Address.parse(spec.path, spec.query)
+        self.address = amqp.Amqp1Address.parse(spec.path, spec.query, spec.scheme)
         self.presettled = self.address.settle == "presettled"
         self.payload = os.urandom(opts.payload_bytes)
         self.encoder = EventEncoder({"cloudEvents_specversion": "1.0", "cloudEvents_source": CE_SOURCE,
@@ -60,8 +67,8 @@ class Amqp1Target:
         self.attached_ns: int | None = None  # every link attached (epoch ns), before the first send
 
     @staticmethod
-    def check(path: str, userinfo: str | None, query: str) -> str:
-        amqp.Amqp1Address.parse(path, query)
+    def check(scheme: str, path: str, userinfo: str | None, query: str) -> str:
+        amqp.Amqp1Address.parse(path, query, scheme)
         return path
 
     def shaping(self) -> dict | None:
@@ -75,7 +82,7 @@ class Amqp1Target:
     def _open(self) -> None:
         link = EngineLink(self.spec.host, self.spec.port, self.spec.userinfo, self.address.address, sending=True,
                           settled=self.presettled, name="flightwatch-loadgen", pairs=self.address.pairs,
-                          durable=self.address.durable)
+                          durable=self.address.durable, tls=self.address.tls)
         link.on_outcome = self.outcome
         link.on_lost = lambda why: self.lost(link, why)
         self.link = link

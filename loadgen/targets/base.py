@@ -47,6 +47,11 @@ def no_receiver_args(spec) -> None:
     return None
 
 
+def no_consumers(spec) -> None:
+    """A target's ``consumers`` when its transport cannot tell who else consumes its place."""
+    return None
+
+
 def url_receiver_place(flags: list[str]) -> str | None:
     """A target's ``receiver_place`` when its receiver is given the target's URL: its ``--url`` (None without one)."""
     return flag(flags, "--url", None)
@@ -59,6 +64,8 @@ class Target(Protocol):
     RECEIVER: ClassVar[str]
     """The receiver agent's mode for this transport (``python -m agents.receiver MODE``)."""
     DEFAULT_PORT: ClassVar[int]
+    TLS_PORT: ClassVar[int | None]
+    """The port of the scheme's TLS form (``core.tls.SCHEMES``), None for a transport without one here."""
     EXAMPLE: ClassVar[str]
     """One address, as ``--help`` and a bad target's error show it."""
     TAKES_KAFKA_OPTIONS: ClassVar[bool]
@@ -72,12 +79,17 @@ class Target(Protocol):
         the load generator to start for a run (``loadgen.follow``); None if it cannot."""
 
     @staticmethod
+    def consumers(spec) -> int | None:
+        """How many consumers the target's place has now, when its transport can tell (AMQP 0-9-1: a queue's
+        consumer count); None when it cannot. Each one not flightwatch's takes events that will count as dropped."""
+
+    @staticmethod
     def receiver_place(flags: list[str]) -> str | None:
         """Where a receiver agent of ``RECEIVER`` mode started with ``flags`` consumes, as a target URL; None if
         that is no place a target names."""
 
     @staticmethod
-    def check(path: str, userinfo: str | None, query: str) -> str:
+    def check(scheme: str, path: str, userinfo: str | None, query: str) -> str:
         """The address' path as the target keeps it, or ``ValueError`` saying what is wrong."""
 
     async def connect(self) -> None: ...

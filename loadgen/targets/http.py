@@ -3,6 +3,7 @@
     http://127.0.0.1:8080/            binary mode (ce-* headers)
     http+structured://host:port/path  structured mode (JSON envelope)
     http://user:password@host/path    with basic auth
+    https://host:8443/?cafile=ca.pem  over TLS, the certificate and host name checked against the CA (core.tls)
 """
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import json
 import os
 import time
 
+from core import tls
 from core.cloudevents import RUN_ATTRIBUTE
-from loadgen.targets.base import Book, TargetOptions, no_receiver_args
+from loadgen.errors import error_cause
+from loadgen.targets.base import Book, TargetOptions, no_consumers, no_receiver_args
 
 CE_SOURCE = "flightwatch/loadgen"
 CE_TYPE = "dev.flightwatch.load"
@@ -28,15 +31,17 @@ class HttpTarget:
     The send stamp is taken by the pool right before the request's bytes are written to its connection:
     a wait for a connection (one being opened, or all busy) comes before it, and shows as send delay."""
 
-    SCHEMES = ("http", "http+structured")
+    SCHEMES = ("http", "http+structured", "https", "https+structured")
     RECEIVER = "http"
+    TLS_PORT = 443
     DEFAULT_PORT = 80
-    EXAMPLE = "http://HOST:PORT/PATH (binary CloudEvents), http+structured://..."
+    EXAMPLE = "http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., https://...?cafile=CA.pem"
     TAKES_KAFKA_OPTIONS = False
     polled = False
 
     # no receiver to start for a run: the system under test delivers to flightwatch's HTTP receiver
     receiver_args = staticmethod(no_receiver_args)
+    consumers = staticmethod(no_consumers)
 
     @staticmethod
     def receiver_place(flags: list[str]) -> str | None:
@@ -47,7 +52,7 @@ class HttpTarget:
         self.spec, self.timeout_s, self.max_inflight, self.run_id = spec, opts.timeout_s, opts.max_inflight, opts.run_id
         run_id = opts.run_id
         self.payload = os.urandom(opts.payload_bytes)
-        self.structured = spec.scheme == "http+structured"
+        self.structured = spec.scheme.endswith("+structured")
         self.pool = None
         common = f"POST {spec.path} HTTP/1.1\r\nHost: {spec.host}:{spec.port}\r\n"
         if spec.userinfo is not None:
@@ -61,11 +66,23 @@ class HttpTarget:
             self._id_before, _, self._id_after = self._head.replace("{n}", str(len(self.payload))).partition("{id}")
 
     @staticmethod
-    def check(path: str, userinfo: str | None, query: str) -> str:
+    def check(scheme: str, path: str, userinfo: str | None, query: str) -> str:
         return path or "/"
 
     async def connect(self) -> None:
-        pass  # connections open as the first sends need them
+        """Plain HTTP: nothing (connections open as the first sends need them). HTTPS: one TLS handshake first, so
+        that an untrusted certificate or a host name it does not have ends the attack in one line before the load."""
+        if self.spec.tls is None:
+            return
+        import asyncio
+
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(
+                self.spec.host, self.spec.port, ssl=self.spec.tls.context(), server_hostname=self.spec.host),
+                self.timeout_s)
+        except (TimeoutError, OSError) as e:
+            raise ConnectionError(f"{self.spec}: {tls.cause(e) or error_cause(e)}") from None
+        writer.close()
 
     def start(self, book: Book) -> None:
         from loadgen.http import HttpPool
@@ -78,7 +95,8 @@ class HttpTarget:
         def on_done(ctx, sent: int, status: int | None, error: str | None) -> None:
             book.done(ctx[0], sent, status, error)
 
-        self.pool = HttpPool(self.spec.host, self.spec.port, self.max_inflight, self.timeout_s, on_write, on_done)
+        self.pool = HttpPool(self.spec.host, self.spec.port, self.max_inflight, self.timeout_s, on_write, on_done,
+                             ssl=self.spec.tls.context() if self.spec.tls else None)
         self.pool.start()
 
     def send(self, event_id: str, intended_ns: int) -> None:

@@ -12,7 +12,7 @@ import time
 
 from core.cloudevents import KAFKA_ID_HEADER, KAFKA_RUN_HEADER
 from loadgen.errors import error_cause
-from loadgen.targets.base import Book, TargetOptions, flag
+from loadgen.targets.base import Book, TargetOptions, flag, no_consumers
 from loadgen.targets.http import CE_SOURCE, CE_TYPE
 
 
@@ -76,6 +76,7 @@ class KafkaTarget:
 
     SCHEMES = ("kafka",)
     RECEIVER = "kafka"
+    TLS_PORT = None  # TLS and SASL are librdkafka settings (--kafka-option)
     DEFAULT_PORT = 9092
     EXAMPLE = "kafka://HOST:PORT/TOPIC"
     TAKES_KAFKA_OPTIONS = True
@@ -86,6 +87,8 @@ class KafkaTarget:
         """The receiver agent that consumes where this target's load goes: the topic, from its end when the run
         began, each partition assigned (no consumer group joined: nothing is left on the user's cluster)."""
         return ["kafka", "--bootstrap", f"{spec.host}:{spec.port}", "--topic", spec.path, "--from-end"]
+
+    consumers = staticmethod(no_consumers)  # consumers that assign partitions, as ours does, are no group's members
 
     @staticmethod
     def receiver_place(flags: list[str]) -> str | None:
@@ -113,7 +116,7 @@ class KafkaTarget:
         self._second, self._second_text = -1, b""
 
     @staticmethod
-    def check(path: str, userinfo: str | None, query: str) -> str:
+    def check(scheme: str, path: str, userinfo: str | None, query: str) -> str:
         topic = path.strip("/")
         if not topic:
             raise ValueError("kafka://HOST:PORT/TOPIC needs a topic")

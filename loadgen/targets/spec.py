@@ -6,7 +6,9 @@ Kafka, a virtual host and a queue or exchange for AMQP. The password is never pr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, urlsplit
+
+from core import secrets, tls
 
 
 @dataclass(frozen=True)
@@ -16,8 +18,11 @@ class TargetSpec:
     port: int
     path: str            # URL path (HTTP), topic (Kafka), virtual host (AMQP 0-9-1), address (AMQP 1.0)
     userinfo: str | None = field(default=None, repr=False, compare=False)
-    """``user:password`` when the URL has one: basic auth over HTTP, SASL PLAIN over AMQP; never printed or recorded."""
+    """``user:password`` when the URL names a user: basic auth over HTTP, SASL PLAIN over AMQP; never printed or
+    recorded. A user without a password in the URL takes ``FLIGHTWATCH_TARGET_PASSWORD`` (``core.secrets``)."""
     query: str = ""      # the transport's options (AMQP: queue, exchange, routing_key, ...)
+    tls: tls.Tls | None = None
+    """A TLS scheme's (``amqps``, ``amqp1s``, ``https``): the CA its certificate is checked against (``core.tls``)."""
 
     @classmethod
     def parse(cls, text: str) -> TargetSpec:
@@ -30,21 +35,30 @@ class TargetSpec:
             raise ValueError(f"bad target {shown!r}: use " + ", ".join(t.EXAMPLE for t in _unique(TRANSPORTS.values())))
         kind = transport(u.scheme)
         try:
-            port = u.port or kind.DEFAULT_PORT
+            port = u.port or (kind.TLS_PORT if u.scheme in tls.SCHEMES else kind.DEFAULT_PORT)
         except ValueError:
             raise ValueError(f"bad target {shown!r}: bad port") from None
-        userinfo = None
-        if u.username is not None:
-            userinfo = f"{unquote(u.username)}:{unquote(u.password or '')}"
         try:
-            path = kind.check(u.path, userinfo, u.query)
+            userinfo = secrets.userinfo(u.username, u.password)
+            path = kind.check(u.scheme, u.path, userinfo, u.query)
+            secure = tls.Tls.of(u.scheme, u.query)
         except ValueError as e:
             raise ValueError(f"bad target {shown!r}: {e}") from None
-        return cls(u.scheme, u.hostname, port, path, userinfo, u.query)
+        return cls(u.scheme, u.hostname, port, path, userinfo, u.query, secure)
 
     def __str__(self) -> str:
         path = self.path if self.path.startswith("/") else "/" + self.path  # an AMQP 1.0 address may start with /
         return f"{self.scheme}://{self.host}:{self.port}{path}" + (f"?{self.query}" if self.query else "")
+
+    def with_user(self) -> str:
+        """The URL with its user and without the password, as a child process is given it (``secrets.child_env``
+        hands it the password)."""
+        user = secrets.user_of(self.userinfo)
+        plain = str(self)
+        if user is None:
+            return plain
+        scheme, rest = plain.split("://", 1)
+        return f"{scheme}://{quote(user, safe='')}@{rest}"
 
     def reachable(self, timeout_s: float = 3.0) -> str | None:
         """None if a TCP connection opens, else why not."""

@@ -187,9 +187,9 @@ def test_every_consumer_of_the_sut_keeps_the_receiver_source_contract():
 
     spool = type("Spool", (), {"append": staticmethod(lambda line: True),
                                "counters": staticmethod(lambda: {"spooled": 0, "lost": 0})})()
-    address, url = AmqpAddress.from_url("amqp://guest:guest@127.0.0.1:1/%2F?queue=q")
+    address, params = AmqpAddress.from_url("amqp://guest:guest@127.0.0.1:1/%2F?queue=q")
     consumers = [Amqp1Receiver("127.0.0.1", 1, None, Amqp1Address("q"), spool, "a1"),
-                 AmqpReceiver(url, address, spool, "a0"),
+                 AmqpReceiver(params, address, spool, "a0"),
                  KafkaReceiver(None, spool, "t", os.path.join(tempfile.mkdtemp(), "state"), "k")]
     for consumer in consumers:
         assert isinstance(consumer, Source), type(consumer).__name__
