@@ -10,13 +10,17 @@ Without one, every event the system under test took is counted as dropped and th
 - A receiver of the embedded stack (``make up``) already on the target's place is used: its command line, read from
   the PID it recorded, names the place it consumes.
 - Otherwise one is started for the run (``python -m agents.receiver`` with the target's ``receiver_args``): for a
-  Kafka topic, each partition taken up at its end when the run began, so what the topic held before is left alone.
-  Its state and log are the run folder's ``receiver/``; the attack starts once it serves its metrics (positioned).
+  Kafka topic, each partition taken up at its end when the run began, so what the topic held before is left alone;
+  for AMQP 0-9-1 the queue (or a queue of its own bound to the exchange), for AMQP 1.0 a link on the address (each
+  pair's). A login's password reaches it in its environment, never on its command line (``core.secrets``). Its
+  state and log are the run folder's ``receiver/``; the attack starts once it serves its metrics (positioned).
+- Consumers of the place that are not flightwatch's (an AMQP 0-9-1 queue's count) are named in a warning: each takes
+  events that will count as dropped.
 - ``--receiver none`` (the load generator's default; ``make attack`` passes ``auto``): receivers run elsewhere, the
   user's own (on their hosts, behind their system), a test's, or a deployment's (``deploy/``).
 
-Targets whose receiver cannot be started here (HTTP: the system under test delivers to flightwatch's HTTP receiver;
-AMQP for now) are left as before.
+An HTTP target's receiver cannot be started here: the system under test delivers to flightwatch's HTTP receiver
+(a Knative Trigger's subscriber), and the probe (``loadgen.probe``) tells whether it does.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import sys
 import time
 import urllib.request
 
+from core import secrets
 from core.observer import STACK_DIR
 from core.procs import HOST, free_port, pid_from_file
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
@@ -48,8 +53,9 @@ AGENT = "receiver-{mode}-run"
 def add_flags(a) -> None:
     """The load generator's flags for the run's receiver and the probe."""
     a.add_argument("--receiver", choices=("auto", "none"), default="none",
-                   help="auto: make sure a receiver consumes where a Kafka target's load goes: the stack's when it is "
-                        "on that topic, else one started for the run (from the topic's end when the run begins) and "
+                   help="auto: make sure a receiver consumes where a broker target's load goes (a Kafka topic, an AMQP "
+                        "queue or address): the stack's when it is on that place, else one started for the run (a "
+                        "topic from its end when the run begins) and "
                         "stopped after it (make attack's default). none (the default here): receivers run elsewhere "
                         "(the stack's, your hosts', a test's own, or behind an HTTP sink your system delivers to)")
     a.add_argument("--no-receiver", dest="receiver", action="store_const", const="none",
@@ -144,7 +150,9 @@ def start(cfg, no_receiver: bool, log=print) -> RunReceiver | None:
         return None
     if (name := stack_receiver_on(cfg.target)) is not None:
         log(f"receiver: the stack's {name} consumes {cfg.target}")
+        _warn_others(cfg.target, 1, log)
         return None
+    _warn_others(cfg.target, 0, log)
     paths = RunPaths.of_run(cfg.run_id, CHECKPOINTS)
     os.makedirs(paths.receiver, exist_ok=True)
     port = free_port()
@@ -155,7 +163,7 @@ def start(cfg, no_receiver: bool, log=print) -> RunReceiver | None:
             "--agent", agent, "--metrics-listen", f"{HOST}:{port}"]
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(os.environ, PYTHONPATH=ROOT))
+                                env=secrets.child_env(cfg.target.userinfo, dict(os.environ, PYTHONPATH=ROOT)))
     r = RunReceiver(proc, port)
     deadline = time.monotonic() + READY_S
     while r.received() is None:
@@ -166,6 +174,16 @@ def start(cfg, no_receiver: bool, log=print) -> RunReceiver | None:
     log(f"receiver: started for the run on {cfg.target} (pid {proc.pid}, {agent}, log {log_path}); "
         "stopped after it (--receiver none: yours record the receives)")
     return r
+
+
+def _warn_others(target: TargetSpec, ours: int, log) -> None:
+    """A warning when the target's place has consumers other than flightwatch's ``ours`` (its transport tells)."""
+    n = transport(target.scheme).consumers(target)
+    if n is not None and n > ours:
+        others = n - ours
+        log(f"receiver: warning: {target} has {others} consumer{'s' if others > 1 else ''} besides flightwatch's: "
+            f"{'they take' if others > 1 else 'it takes'} events that flightwatch will count as dropped (stop "
+            f"{'them' if others > 1 else 'it'}, or aim the load at a queue of its own)")
 
 
 def _last_line(path: str) -> str:
