@@ -19,6 +19,7 @@ from core.procs import HOST, start_server, stop_session
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 """The server's own script: the one in /usr/sbin switches to the rabbitmq user and its home."""
+CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 EPMD = "epmd"
 START_S = 60.0
 """Seconds a start may take (about 10 here, more on a busy machine)."""
@@ -35,24 +36,39 @@ def ports(amqp_port: int) -> dict[str, int]:
     return {"amqp": amqp_port, "dist": amqp_port + 1, "epmd": amqp_port + 2}
 
 
-def environment(amqp_port: int, folder: str) -> dict[str, str]:
-    """The server's settings as RabbitMQ's ``RABBITMQ_*`` and Erlang's variables, and its files written in ``folder``."""
-    p = ports(amqp_port)
-    home = os.path.join(folder, "home")
-    os.makedirs(home, exist_ok=True)
+def environment(amqp_port: int, folder: str, tls: tuple[str, str, str] | None = None) -> dict[str, str]:
+    """The server's settings as RabbitMQ's ``RABBITMQ_*`` and Erlang's variables, and its files written in ``folder``.
+    ``tls`` (CA, certificate, key: PEM files): AMQP 0-9-1 and 1.0 over TLS alone on ``amqp_port``, no plain listener,
+    and no login as guest by default (a production broker's shape)."""
+    os.makedirs(os.path.join(folder, "home"), exist_ok=True)
     plugins = os.path.join(folder, "enabled_plugins")
     with open(plugins, "w") as f:
         f.write("[rabbitmq_amqp1_0].\n")  # AMQP 1.0 on the same port (the rabbitmq-amqp1 SUT)
     conf = os.path.join(folder, "rabbitmq.conf")
     with open(conf, "w") as f:
-        f.write(f"listeners.tcp.1 = {HOST}:{amqp_port}\n"
-                "loopback_users = none\n"            # it listens on loopback only anyway
+        if tls is None:
+            f.write(f"listeners.tcp.1 = {HOST}:{amqp_port}\n")
+        else:
+            ca, cert, key = tls
+            f.write(f"listeners.tcp = none\nlisteners.ssl.default = {HOST}:{amqp_port}\n"
+                    f"ssl_options.cacertfile = {ca}\nssl_options.certfile = {cert}\nssl_options.keyfile = {key}\n"
+                    "ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n"
+                    "amqp1_0.default_user = none\n")  # else AMQP 1.0 without a login is taken as guest
+        f.write("loopback_users = none\n"            # it listens on loopback only anyway
                 "log.console = true\nlog.console.level = warning\nlog.file = false\n")
-    return dict(os.environ, HOME=home, RABBITMQ_NODENAME="fw@localhost", RABBITMQ_NODE_IP_ADDRESS=HOST,
+    return variables(amqp_port, folder)
+
+
+def variables(amqp_port: int, folder: str) -> dict[str, str]:
+    """The environment of the server started on ``amqp_port`` with ``folder`` (its files are ``environment``'s)."""
+    p = ports(amqp_port)
+    return dict(os.environ, HOME=os.path.join(folder, "home"), RABBITMQ_NODENAME="fw@localhost",
+                RABBITMQ_NODE_IP_ADDRESS=HOST,
                 RABBITMQ_NODE_PORT=str(amqp_port), RABBITMQ_DIST_PORT=str(p["dist"]), ERL_EPMD_PORT=str(p["epmd"]),
                 ERL_EPMD_ADDRESS=HOST, RABBITMQ_MNESIA_BASE=os.path.join(folder, "mnesia"),
-                RABBITMQ_LOG_BASE=os.path.join(folder, "log"), RABBITMQ_ENABLED_PLUGINS_FILE=plugins,
-                RABBITMQ_CONFIG_FILE=conf,
+                RABBITMQ_LOG_BASE=os.path.join(folder, "log"),
+                RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(folder, "enabled_plugins"),
+                RABBITMQ_CONFIG_FILE=os.path.join(folder, "rabbitmq.conf"),
                 RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}")
 
 
@@ -62,12 +78,34 @@ def command() -> list[str]:
     return ["sh", "-c", f'{EPMD} -port "$ERL_EPMD_PORT" -address {HOST} & e=$!; {SERVER}; s=$?; kill $e; exit $s']
 
 
-def start_rabbitmq(amqp_port: int, folder: str, log=subprocess.DEVNULL) -> subprocess.Popen:
-    """The broker on ``HOST:amqp_port`` in its own session, its state in ``folder``; RuntimeError if it is not
-    installed or does not serve AMQP within ``START_S``."""
+def start_rabbitmq(amqp_port: int, folder: str, log=subprocess.DEVNULL,
+                   tls: tuple[str, str, str] | None = None) -> subprocess.Popen:
+    """The broker on ``HOST:amqp_port`` in its own session, its state in ``folder`` (``tls``: see ``environment``);
+    RuntimeError if it is not installed or does not serve AMQP within ``START_S``."""
     if not installed():
         raise RuntimeError(INSTALL_HINT)
-    return start_server(command(), amqp_port, START_S, "rabbitmq", log, env=environment(amqp_port, folder))
+    return start_server(command(), amqp_port, START_S, "rabbitmq", log, env=environment(amqp_port, folder, tls))
+
+
+def ctl(amqp_port: int, folder: str, *args: str, within_s: float = 60.0) -> str:
+    """``rabbitmqctl ARGS`` against the broker started on ``amqp_port`` with ``folder`` (its cookie and node name),
+    once it has finished starting (``await_startup`` fails at once until the node is known to epmd: tried again);
+    its output, or RuntimeError with it."""
+    import time
+
+    env = variables(amqp_port, folder)  # the node, its cookie and epmd
+    deadline = time.monotonic() + within_s
+    while True:
+        done = subprocess.run([CTL, "await_startup"], env=env, capture_output=True, text=True, timeout=within_s)
+        if done.returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rabbitmqctl await_startup: {(done.stdout + done.stderr).strip()[-300:]}")
+        time.sleep(0.5)
+    done = subprocess.run([CTL, *args], env=env, capture_output=True, text=True, timeout=within_s)
+    if done.returncode != 0:
+        raise RuntimeError(f"rabbitmqctl {' '.join(args[:2])}: {(done.stdout + done.stderr).strip()[-300:]}")
+    return done.stdout
 
 
 def stop_rabbitmq(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
