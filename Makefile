@@ -1,6 +1,7 @@
 # flightwatch: live flight-time telemetry for load tests of event brokers.
 # Tunables (override on the command line: make stream RUN=r1 BOOTSTRAP=kafka:9092)
 PYTHON     ?= $(CURDIR)/.venv/bin/python
+FLIGHTWATCH ?= $(CURDIR)/.venv/bin/flightwatch
 RUN        ?= demo
 BOOTSTRAP  ?= $(or $(FLIGHTWATCH_BOOTSTRAP),127.0.0.1:$(or $(FLIGHTWATCH_TELEMETRY_PORT),19092))
 TOPIC      ?= flightwatch.telemetry
@@ -50,27 +51,26 @@ help: ## list the targets
 install: .venv/.installed ## create .venv and install the pinned dependencies
 
 up: install ## start the embedded stack on loopback (brokers, Prometheus, node exporter, receivers, node metrics); prints addresses (SUT=rabbitmq|rabbitmq-amqp1|artemis|kafka: that broker as the SUT)
-	$(PYTHON) -m stack up $(if $(SUT),--sut $(SUT))
+	$(FLIGHTWATCH) up $(if $(SUT),--sut $(SUT))
 
 down: ## stop exactly what `make up` started
 	@test -x $(PYTHON) && $(PYTHON) -m stack down || true
 
 status: ## what of the embedded stack is running
-	$(PYTHON) -m stack status
+	$(FLIGHTWATCH) status
 
 ui: install ## serve the dashboard on 127.0.0.1:$(UI_PORT) (opens on the live run, else the latest)
-	$(PYTHON) -m streamlit run ui/app.py --server.address 127.0.0.1 --server.port $(UI_PORT) --server.headless true \
-	  --browser.gatherUsageStats false --client.toolbarMode viewer
+	$(FLIGHTWATCH) ui --server.port $(UI_PORT)
 
 stream: install ## run the streaming job for RUN (results in checkpoints/RUN)
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC)
 
 replay: install ## recompute RUN from its archive into checkpoints/RUN/replay (DROP_TIMEOUT=10s WINDOW=500ms: into replay-drop10s-window500ms)
-	$(PYTHON) -m streaming replay --run $(RUN) $(if $(DROP_TIMEOUT),--drop-timeout $(DROP_TIMEOUT)) \
+	$(FLIGHTWATCH) replay --run $(RUN) $(if $(DROP_TIMEOUT),--drop-timeout $(DROP_TIMEOUT)) \
 		$(if $(WINDOW),--window $(WINDOW)) $(if $(WATERMARK_DELAY),--watermark-delay $(WATERMARK_DELAY))
 
 summary: install ## print RUN's summary
-	$(PYTHON) -m streaming summary --run $(RUN)
+	$(FLIGHTWATCH) summary --run $(RUN)
 
 demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE, DURATION)
 	$(PYTHON) -m loadgen.synthetic --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --run $(RUN) --rate 1000 --duration 60
@@ -79,11 +79,10 @@ demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE
 
 attack: install ## attack the target (default: the stack's SUT broker, the one `make up SUT=` started or SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first; with TARGET=, no SUT broker is started) at RATE for DURATION, or PACE; streams the run (WARMUP=5s COOLDOWN=1s: left out of its latency figures) (BASELINE=run or r1,r2,r3: then compares with it; SCENARIO=name: a series for `make history`; LABEL=v1.2: the build under test, named at a change; REPEAT=3: three runs one after the other, RUN-1 ... RUN-3, a baseline set; TARGET=kafka://HOST:PORT/TOPIC: a receiver consumes it for the run unless the stack's does, NO_RECEIVER=1: yours do; a probe first: no receiver recorded it within PROBE_TIMEOUT=10s, exit 2 before the load)
 	@set -e; for i in $$(seq 1 $(or $(REPEAT),1)); do \
-	  $(PYTHON) -m stack $(if $(TARGET),up --no-sut,renew-sut) $(if $(SUT),--sut $(SUT)); \
-	  $(PYTHON) -m loadgen attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) $(if $(SUT),--sut $(SUT)) \
+	  $(FLIGHTWATCH) attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) $(if $(SUT),--sut $(SUT)) \
 	    $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
-	    --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) --stream \
-	    --receiver $(if $(NO_RECEIVER),none,auto) --probe-timeout $(or $(PROBE_TIMEOUT),10s) \
+	    --timeout $(TIMEOUT) --telemetry-bootstrap $(BOOTSTRAP) --telemetry-topic $(TOPIC) \
+	    $(if $(NO_RECEIVER),--no-receiver) $(if $(PROBE_TIMEOUT),--probe-timeout $(PROBE_TIMEOUT)) \
 	    $(if $(filter command line,$(origin RUN)),--run $(RUN)$(if $(REPEAT),-$$i)) $(if $(SCENARIO),--scenario '$(SCENARIO)') $(if $(LABEL),--label '$(LABEL)') \
 	    $(if $(WARMUP),--warmup $(WARMUP)) $(if $(COOLDOWN),--cooldown $(COOLDOWN)) \
 	    $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)'); \
@@ -91,15 +90,15 @@ attack: install ## attack the target (default: the stack's SUT broker, the one `
 
 scenario: install ## run a seed's experiment on the stack, one report (NAME=kafka-matrix; SUT=, SHORT=1: the CI's form; ONLY=payload=128,1024; PAIRS=1000; TARGET=http://...: bursts at your broker; PEER=1: the broker's own tool after each cell); `python -m scenarios list`
 	$(if $(NAME),,$(error give NAME=<scenario>: $(shell $(PYTHON) -m scenarios list 2>/dev/null | cut -d' ' -f1 | tr '\n' ' ')))
-	$(PYTHON) -m scenarios run $(NAME) $(if $(SUT),--sut $(SUT)) $(if $(SHORT),--short) $(if $(PEER),--peer) $(if $(ONLY),--only $(ONLY)) \
+	$(FLIGHTWATCH) scenario $(NAME) $(if $(SUT),--sut $(SUT)) $(if $(SHORT),--short) $(if $(PEER),--peer) $(if $(ONLY),--only $(ONLY)) \
 	  $(if $(TARGET),--target $(TARGET)) $(if $(PAIRS),--only pairs=$(PAIRS))
 
 compare: install ## is RUN worse than BASELINE beyond the noise? per figure and pace step, with 95% intervals (GATE='p99>+10%': exit 1 past it)
 	$(if $(BASELINE),,$(error give BASELINE=<run> (and RUN=<run>): make compare BASELINE=r1 RUN=r2))
-	$(PYTHON) -m runs compare $(BASELINE) $(RUN) $(if $(GATE),--fail-on-regression '$(GATE)')
+	$(FLIGHTWATCH) compare $(BASELINE) $(RUN) $(if $(GATE),--fail-on-regression '$(GATE)')
 
 history: install ## a scenario's runs, their p50/p99/throughput and significant changes (SCENARIO=name; without it, the series there are; FAIL_ON_CHANGE=1: exit 1 on a recent regression, for CI)
-	$(PYTHON) -m runs history $(if $(SCENARIO),'$(SCENARIO)') $(if $(FAIL_ON_CHANGE),--fail-on-change)
+	$(FLIGHTWATCH) history $(if $(SCENARIO),'$(SCENARIO)') $(if $(FAIL_ON_CHANGE),--fail-on-change)
 
 lint: install ## the layers (import-linter contracts in pyproject.toml), ruff, and the CI workflows (actionlint)
 	$(CURDIR)/.venv/bin/lint-imports --no-cache

@@ -1,0 +1,1 @@
+"""The ``flightwatch`` command (``flightwatch.cli``): one entry to every component's own command."""

@@ -1,0 +1,5 @@
+import sys
+
+from flightwatch.cli import main
+
+sys.exit(main())
