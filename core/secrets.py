@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote
 
+from core import settings
+
 PASSWORD_ENV = "FLIGHTWATCH_TARGET_PASSWORD"
 
 
@@ -28,7 +30,7 @@ def resolve(value: str, what: str) -> str:
 
 def env_password() -> str | None:
     """``FLIGHTWATCH_TARGET_PASSWORD``, read (``@FILE``), or None when it is not set."""
-    value = os.environ.get(PASSWORD_ENV)
+    value = settings.get(PASSWORD_ENV)
     return None if value is None else resolve(value, PASSWORD_ENV)
 
 

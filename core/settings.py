@@ -41,6 +41,8 @@ SETTINGS: dict[str, Setting] = {
     "FLIGHTWATCH_SUT_KAFKA_OPTIONS": Setting("--kafka-option (load generator)", "",
                                              "librdkafka properties of the clients of the system under test"),
     "FLIGHTWATCH_TARGET": Setting("--target", "the SUT's default (core.suts)", "where the load goes"),
+    "FLIGHTWATCH_TARGET_PASSWORD": Setting("--target-password (load generator)", "", "the password of a target URL "
+                                           "that names its user alone: itself, or @FILE (core.secrets); never printed"),
     "FLIGHTWATCH_SUT": Setting("--sut (stack, load generator)", "tansu", "which broker the stack runs as the system under "
                                "test (tansu, rabbitmq, rabbitmq-amqp1, artemis, kafka), and so the load generator's default target"),
     "FLIGHTWATCH_PROMETHEUS": Setting("--prometheus", "http://127.0.0.1:19090", "the Prometheus node metrics come from"),

@@ -97,8 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     settings.add(a, "FLIGHTWATCH_TARGET", "--target",
                  help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC, "
                       "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME (RabbitMQ), amqp1://USER:PASS@HOST:PORT/ADDRESS "
-                      "(AMQP 1.0: Artemis, RabbitMQ's plugin; core/amqp.py has both) (default "
+                      "(AMQP 1.0: Artemis, RabbitMQ's plugin; core/amqp.py has both); over TLS https://, amqps:// and "
+                      "amqp1s://, with ?cafile=CA.pem (core/tls.py); a USER without :PASS takes the password from "
+                      "FLIGHTWATCH_TARGET_PASSWORD (itself, or @FILE) (default "
                       + ", ".join(f"{default_target(s)} with --sut {s}" for s in SUTS).replace("%", "%%") + ")")
+    settings.add(a, "FLIGHTWATCH_TARGET_PASSWORD", "--target-password", metavar="PASSWORD|@FILE",
+                 help="the password of a --target that names its user alone (amqps://fw@HOST/...): @FILE reads it "
+                      "from a file; the run's receiver gets it in its environment; never printed or recorded")
     settings.add(a, "FLIGHTWATCH_SUT", "--sut", default=stack_sut(STACK_DIR), choices=tuple(SUTS),
                  help="without --target, aim at this SUT of the stack's default topic or queue (default: the one "
                       "`make up SUT=...` started, until `make down`; else %s)" % DEFAULT_SUT)
@@ -225,7 +230,8 @@ def config(a: argparse.Namespace):
     from loadgen.attack import AttackConfig
 
     # for this process' readers and its workers: the clock probe, the memory trace, log level, slices, trimming
-    settings.export(a, (*settings.PROCESS_WIDE, "FLIGHTWATCH_CLOCK_REFERENCE", "FLIGHTWATCH_MEMORY_TRACE"))
+    settings.export(a, (*settings.PROCESS_WIDE, "FLIGHTWATCH_CLOCK_REFERENCE", "FLIGHTWATCH_MEMORY_TRACE",
+                        "FLIGHTWATCH_TARGET_PASSWORD"))  # the password: for the target's parse and the run's receiver
     if (a.rate is None) == (a.pace is None):
         raise UsageError("give exactly one of --rate or --pace")
     duration_s = parse_duration_s(a.duration)
