@@ -78,6 +78,23 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def _target_flags(a) -> None:
+    """Where the load goes: the target, its password, or the stack's SUT."""
+    settings.add(a, "FLIGHTWATCH_TARGET", "--target",
+                 help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC, "
+                      "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME (RabbitMQ), amqp1://USER:PASS@HOST:PORT/ADDRESS "
+                      "(AMQP 1.0: Artemis, RabbitMQ's plugin; core/amqp.py has both); over TLS https://, amqps:// and "
+                      "amqp1s://, with ?cafile=CA.pem (core/tls.py); a USER without :PASS takes the password from "
+                      "FLIGHTWATCH_TARGET_PASSWORD (itself, or @FILE) (default "
+                      + ", ".join(f"{default_target(s)} with --sut {s}" for s in SUTS).replace("%", "%%") + ")")
+    settings.add(a, "FLIGHTWATCH_TARGET_PASSWORD", "--target-password", metavar="PASSWORD|@FILE",
+                 help="the password of a --target that names its user alone (amqps://fw@HOST/...): @FILE reads it "
+                      "from a file; the run's receiver gets it in its environment; never printed or recorded")
+    settings.add(a, "FLIGHTWATCH_SUT", "--sut", default=stack_sut(STACK_DIR), choices=tuple(SUTS),
+                 help="without --target, aim at this SUT of the stack's default topic or queue (default: the one "
+                      "`make up SUT=...` started, until `make down`; else %s)" % DEFAULT_SUT)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m loadgen", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
@@ -94,19 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--cooldown", default="0s", metavar="DURATION",
                    help="the same for the schedule's last DURATION (the Dispatch Router tests trim their last second; "
                         "default %(default)s)")
-    settings.add(a, "FLIGHTWATCH_TARGET", "--target",
-                 help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC, "
-                      "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME (RabbitMQ), amqp1://USER:PASS@HOST:PORT/ADDRESS "
-                      "(AMQP 1.0: Artemis, RabbitMQ's plugin; core/amqp.py has both); over TLS https://, amqps:// and "
-                      "amqp1s://, with ?cafile=CA.pem (core/tls.py); a USER without :PASS takes the password from "
-                      "FLIGHTWATCH_TARGET_PASSWORD (itself, or @FILE) (default "
-                      + ", ".join(f"{default_target(s)} with --sut {s}" for s in SUTS).replace("%", "%%") + ")")
-    settings.add(a, "FLIGHTWATCH_TARGET_PASSWORD", "--target-password", metavar="PASSWORD|@FILE",
-                 help="the password of a --target that names its user alone (amqps://fw@HOST/...): @FILE reads it "
-                      "from a file; the run's receiver gets it in its environment; never printed or recorded")
-    settings.add(a, "FLIGHTWATCH_SUT", "--sut", default=stack_sut(STACK_DIR), choices=tuple(SUTS),
-                 help="without --target, aim at this SUT of the stack's default topic or queue (default: the one "
-                      "`make up SUT=...` started, until `make down`; else %s)" % DEFAULT_SUT)
+    _target_flags(a)
     a.add_argument("--payload", type=int, default=2048, help="event payload bytes (default %(default)s)")
     a.add_argument("--workers", default="auto",
                    help="worker processes splitting the rate; 'auto' (the default) is one per "
