@@ -18,6 +18,8 @@ import textwrap
 from dataclasses import dataclass
 
 from core import settings
+from core.units import one_line
+from flightwatch import testfile
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,9 @@ COMMANDS = {
                       "yours do) and a probe goes first (--probe-timeout 10s); --no-stack: none of the embedded "
                       "stack is started (your telemetry broker: --telemetry-bootstrap)",
                       "flightwatch attack --target kafka://127.0.0.1:29192/orders --rate 2000 --duration 30s"),
+    "run": Command("loadgen", ("attack",), "run a test written down as a file (TOML: the target, its login, the "
+                   "rate or pace, thresholds, a gate; flightwatch run --help lists its keys), as flightwatch attack "
+                   "with those flags; flags after the file override it", "flightwatch run examples/kafka.toml"),
     "scenario": Command("scenarios", ("run",), "run a seed's experiment on the stack, one report (their names: "
                         "flightwatch scenario list)", "flightwatch scenario kafka-matrix --short"),
     "replay": Command("streaming", ("replay",), "recompute a run from its archive", "flightwatch replay --run r1"),
@@ -86,6 +91,15 @@ def argv_of(name: str, args: list[str]) -> list[str]:
     return [sys.executable, "-m", c.module, *c.head, *extra, *args]
 
 
+def run_help() -> str:
+    """``flightwatch run --help``: the test file's keys, each with the attack's flag it stands for."""
+    head = testfile.__doc__.split("\n\n")
+    lines = ["usage: flightwatch run FILE.toml [ATTACK FLAGS]", "", head[0], "", head[1], "", "keys:"]
+    own = "(the file's own)"
+    lines += [f"  {k:<20} {(v.flag or own):<22} {v.what}" for k, v in testfile.KEYS.items()]
+    return "\n".join([*lines, "", head[2]])
+
+
 def stack_step(args: list[str]) -> list[str] | None:
     """``flightwatch attack``'s first step, as ``make attack`` runs it: the SUT renewed (restarted empty), or with
     ``--target`` the stack without a SUT broker; None with ``--no-stack`` (telemetry elsewhere)."""
@@ -108,6 +122,16 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     c = COMMANDS[name]
+    if name == "run":
+        if not args or args[0] in ("-h", "--help"):
+            print(run_help())
+            return 0 if args else 2
+        try:
+            args = testfile.load(args[0]) + args[1:]
+        except testfile.FileError as e:
+            print(f"flightwatch: error: {one_line(str(e))}", file=sys.stderr)
+            return 2
+        name = "attack"
     if "--help" in args or "-h" in args:
         print(f"flightwatch {name}: {c.what}\n  example: {c.example}\n\nits flags, as python -m {c.module} "
               f"{' '.join(c.head)} takes them:\n", flush=True)

@@ -1,0 +1,184 @@
+"""A test written down as a file (``flightwatch run checkout.toml``): TOML with the scenarios' own key names, kept
+next to the system it tests, as OpenMessaging Benchmark keeps a workload file and k6 a script. Every key is one of
+``flightwatch attack``'s flags; ``${NAME}`` (or ``${NAME:-default}``) in a string is taken from the environment.
+
+    title = "Checkout events on our RabbitMQ"
+    target = "amqps://fw@rabbit.example:5671/orders?queue=checkout&cafile=${CA_FILE}"
+    password = "@/etc/flightwatch/rabbitmq.pw"     # the target's login (@FILE, or FLIGHTWATCH_TARGET_PASSWORD)
+    rate = 2000                                     # or pace = "1000:60,1200:60"
+    duration = "30s"
+    fail_on = ["p99>500ms for 10s", "success<99%"]
+    [kafka_options]                                 # a Kafka target's librdkafka settings (secrets as @FILE)
+    "security.protocol" = "SASL_SSL"
+
+A secret's ``@FILE`` is relative to the test file's folder. The whole file is checked before anything starts: an unknown key, a value of the wrong kind or out of range, a
+variable that is not set, or a secret's file that cannot be read is ``checkout.toml:12: ...`` and exit 2.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+
+from core.units import parse_duration_ns
+
+
+class FileError(ValueError):
+    """A test file's mistake, as one line: ``PATH:LINE: what``."""
+
+
+@dataclass(frozen=True)
+class Key:
+    flag: str | None      # the attack's flag (None: the file's own, e.g. title)
+    kind: type | tuple    # what TOML must give
+    check: str = ""       # "duration", "positive", "threshold", "gate", "target", "pace", "choice:a|b", "secret"
+    what: str = ""
+
+
+KEYS = {
+    "title": Key(None, str, what="what the test is, for its reader"),
+    "description": Key(None, str, what="more of it"),
+    "target": Key("--target", str, "target", "where the load goes (a URL, as --target takes it)"),
+    "password": Key("--target-password", str, "secret", "the target's password: @FILE (or the literal)"),
+    "sut": Key("--sut", str, what="without target: the stack's SUT (tansu, rabbitmq, rabbitmq-amqp1, artemis, kafka)"),
+    "rate": Key("--rate", (int, float), "positive", "events per second"),
+    "pace": Key("--pace", str, "pace", "steps RATE:SECONDS[,...] or a ramp FROM-TO:SECONDS"),
+    "duration": Key("--duration", str, "duration", "run length with rate"),
+    "warmup": Key("--warmup", str, "duration", "left out of the latency figures at the start"),
+    "cooldown": Key("--cooldown", str, "duration", "... and at the end"),
+    "payload": Key("--payload", int, "positive", "event payload bytes"),
+    "workers": Key("--workers", (int, str), "workers", "worker processes, or auto"),
+    "max_inflight": Key("--max-inflight", int, "positive", "outstanding sends per worker"),
+    "timeout": Key("--timeout", str, "duration", "per-send timeout"),
+    "drop_timeout": Key("--drop-timeout", str, "duration", "a send unanswered this long is a drop"),
+    "receivers": Key("--receiver", str, "choice:auto|none", "auto: flightwatch's follow the target; none: yours"),
+    "probe_timeout": Key("--probe-timeout", str, "duration", "the probe before the load (0s: none)"),
+    "fail_on": Key("--fail-on", list, "threshold", "thresholds: exit 1 when crossed"),
+    "abort_on": Key("--abort-on", list, "threshold", "thresholds: stop at once (exit 3)"),
+    "baseline": Key("--baseline", str, what="a finished run (or r1,r2,r3) to compare with"),
+    "fail_on_regression": Key("--fail-on-regression", (str, list), "gate", "the regression gate, e.g. p99>+10%"),
+    "scenario": Key("--scenario", str, what="the series the run belongs to (flightwatch history)"),
+    "label": Key("--label", str, what="the build under test"),
+    "run": Key("--run", str, what="the run's ID"),
+    "telemetry_bootstrap": Key("--telemetry-bootstrap", str, what="your telemetry Kafka (with no_stack)"),
+    "no_stack": Key("--no-stack", bool, what="start none of the embedded stack"),
+    "kafka_options": Key("--kafka-option", dict, "secret", "a Kafka target's librdkafka settings"),
+}
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _line(text: str, key: str, table: str | None = None) -> int:
+    """The line of ``key`` (in ``[table]``), for an error's place (1 if it cannot be found)."""
+    lines = text.splitlines()
+    start = 0
+    if table is not None:
+        start = next((i for i, ln in enumerate(lines) if re.match(rf"\s*\[\s*{re.escape(table)}\s*\]", ln)), 0)
+    pattern = re.compile(rf'\s*"?{re.escape(key)}"?\s*=')
+    return next((i + 1 for i, ln in enumerate(lines[start:], start) if pattern.match(ln)), start + 1)
+
+
+def _expand(value: str, where) -> str:
+    def one(m) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise where(f"${{{name}}} is not set (set it, or write ${{{name}:-DEFAULT}})")
+    return _VAR.sub(one, value)
+
+
+def load(path: str) -> list[str]:
+    """The attack's flags for the test in ``path``; ``FileError`` (``PATH:LINE: ...``) for anything wrong in it."""
+    try:
+        text = open(path).read()
+    except OSError as e:
+        raise FileError(f"{path}: {e.strerror or e}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        raise FileError(f"{path}:{m.group(1) if m else 1}: not TOML: {str(e).split(' (at line')[0]}") from None
+    flags: list[str] = []
+    for key, value in doc.items():
+        def where(msg: str, k: str = key, table: str | None = None) -> FileError:
+            return FileError(f"{path}:{_line(text, k, table)}: {msg}")
+        spec = KEYS.get(key)
+        if spec is None:
+            raise where(f"unknown key {key!r}: one of {', '.join(KEYS)}")
+        if isinstance(value, bool) and spec.kind is not bool or not isinstance(value, spec.kind):
+            raise where(f"{key} = {value!r}: {_kind(spec.kind)} ({spec.what})")
+        flags += _flags(key, spec, value, where, os.path.dirname(os.path.abspath(path)))
+    return flags
+
+
+def _kind(kind) -> str:
+    names = {str: "a string", int: "a whole number", float: "a number", bool: "true or false", list: "a list",
+             dict: "a table"}
+    return " or ".join(names[k] for k in (kind if isinstance(kind, tuple) else (kind,)))
+
+
+def _flags(key: str, spec: Key, value, where, folder: str) -> list[str]:
+    """One key's flags, its value checked as the attack would check it, and named by its line when it is wrong; a
+    secret's ``@FILE`` is relative to ``folder``, the test file's."""
+    if spec.flag is None:
+        return []
+    if isinstance(value, bool):
+        return [spec.flag] if value else []
+    if isinstance(value, dict):  # kafka_options: KEY = VALUE each, a secret @FILE checked readable
+        out = []
+        for k, v in value.items():
+            v = _expand(str(v).lower() if isinstance(v, bool) else str(v), lambda m, k=k: where(m, k, key))
+            v = _secret(v, lambda m, k=k: where(m, k, key), folder)
+            out += [spec.flag, f"{k}={v}"]
+        return out
+    values = value if isinstance(value, list) else [value]
+    out = []
+    for v in values:
+        text = _expand(v, where) if isinstance(v, str) else str(v)
+        _check(spec.check, key, text, where)
+        if spec.check == "secret":
+            text = _secret(text, where, folder)
+        out += [spec.flag, text]
+    if key == "receivers":
+        return ["--no-receiver"] if values == ["none"] else out
+    return out
+
+
+def _secret(text: str, where, folder: str = "") -> str:
+    """A secret's ``@FILE``, relative to the test file's folder, checked readable; other text as it is."""
+    if not text.startswith("@"):
+        return text
+    path = os.path.join(folder, text[1:])
+    if not os.access(path, os.R_OK):
+        raise where(f"the secret's file {path} cannot be read")
+    return "@" + os.path.abspath(path)
+
+
+def _check(check: str, key: str, text: str, where) -> None:
+    try:
+        if check == "duration":
+            parse_duration_ns(text)
+        elif check == "positive" and not float(text) > 0:
+            raise ValueError("must be more than 0")
+        elif check == "workers" and text != "auto" and not (text.isdigit() and int(text) > 0):
+            raise ValueError("a number of processes, or auto")
+        elif check.startswith("choice:") and text not in check[7:].split("|"):
+            raise ValueError(f"one of {', '.join(check[7:].split('|'))}")
+        elif check == "threshold":
+            from loadgen.thresholds import Threshold
+
+            Threshold.parse(text, key)
+        elif check == "pace":
+            from core.pacer import Schedule
+
+            Schedule.parse(text)
+        elif check == "target":
+            from loadgen.targets import TargetSpec
+
+            TargetSpec.parse(text)
+    except FileError:
+        raise
+    except ValueError as e:
+        raise where(f"{key} = {text!r}: {e}") from None

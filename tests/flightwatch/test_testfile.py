@@ -1,0 +1,77 @@
+"""A test as a file (``flightwatch run FILE.toml``, ``flightwatch.testfile``): every key is one of the attack's flags,
+``${VAR}`` comes from the environment, secrets are files next to it, and anything wrong is ``FILE:LINE: ...``, exit 2,
+before anything starts. The examples are run for real by ``tests/system/test_secure_amqp.py`` (RabbitMQ)."""
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+from support import ROOT
+
+from flightwatch import testfile
+
+EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.toml")))
+
+
+def test_every_broker_and_an_http_sink_has_an_example_and_each_reads_whole(tmp_path, monkeypatch):
+    assert [os.path.basename(p) for p in EXAMPLES] == ["artemis.toml", "http.toml", "kafka.toml", "rabbitmq.toml"]
+    for name in ("rabbitmq", "kafka", "artemis"):
+        (tmp_path / f"{name}.pw").write_text("s3cret\n")
+        monkeypatch.setenv(f"{name.upper()}_PASSWORD_FILE", str(tmp_path / f"{name}.pw"))
+    monkeypatch.setenv("CA_FILE", "/etc/hosts")  # readable: the attack would find it is no CA
+    for path in EXAMPLES:
+        flags = testfile.load(path)
+        given = dict(zip(flags[::2], flags[1::2]))
+        assert given["--rate"] == "2000" and given["--duration"] == "30s" and "--fail-on" in flags, (path, flags)
+        assert "s3cret" not in " ".join(flags)  # a secret stays in its file
+    rabbit = testfile.load(os.path.join(ROOT, "examples", "rabbitmq.toml"))
+    assert rabbit[:4] == ["--target", "amqps://fw@localhost:5671/orders?queue=orders&cafile=/etc/hosts",
+                          "--target-password", f"@{tmp_path / 'rabbitmq.pw'}"]
+    kafka = testfile.load(os.path.join(ROOT, "examples", "kafka.toml"))
+    assert "sasl.password=@" + str(tmp_path / "kafka.pw") in kafka and "security.protocol=SASL_SSL" in kafka
+
+
+@pytest.mark.parametrize("text, error", [
+    ('rate = 100\nduraton = "10s"\n', ":2: unknown key 'duraton': one of title,"),
+    ('target = "kafka://h:1/t"\nrate = "fast"\n', ":2: rate = 'fast': a whole number or a number (events per second)"),
+    ('rate = 0\n', ":1: rate = '0': must be more than 0"),
+    ('rate = 10\nduration = "ten seconds"\n', ":2: duration = 'ten seconds': "),
+    ('target = "kafka://${NO_SUCH_VAR_HERE}/t"\n', ":1: ${NO_SUCH_VAR_HERE} is not set (set it, or write"),
+    ('target = "amqp://h/%2F"\n', ":1: target = 'amqp://h/%2F': bad target"),
+    ('receivers = "some"\n', ":1: receivers = 'some': one of auto, none"),
+    ('fail_on = ["p99 > soon"]\n', ":1: fail_on = 'p99 > soon': bad fail_on"),
+    ('rate = 10\n\n[kafka_options]\nacks = "all"\n"sasl.password" = "@missing.pw"\n',
+     ":5: the secret's file "),
+    ('rate = [10\n', ":1: not TOML: "),
+    ('no_stack = "yes"\n', ":1: no_stack = 'yes': true or false"),
+])
+def test_anything_wrong_is_named_by_its_line_before_anything_starts(tmp_path, text, error):
+    path = tmp_path / "checkout.toml"
+    path.write_text(text)
+    with pytest.raises(testfile.FileError) as e:
+        testfile.load(str(path))
+    assert str(e.value).startswith(str(path) + ":") and error in str(e.value), str(e.value)
+
+
+def test_flightwatch_run_says_it_in_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "checkout.toml"
+    path.write_text('title = "checkout"\nrate = 2000\nduration = "30s"\nwarmpu = "5s"\n')
+    r = subprocess.run([sys.executable, "-m", "flightwatch", "run", str(path)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert r.stderr.strip() == f"flightwatch: error: {path}:4: unknown key 'warmpu': one of " + ", ".join(testfile.KEYS)
+    h = subprocess.run([sys.executable, "-m", "flightwatch", "run", "--help"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert h.returncode == 0 and all(f"  {key} " in h.stdout for key in testfile.KEYS)
+
+
+def test_a_files_flags_come_first_so_that_flags_after_it_override(tmp_path, monkeypatch):
+    from flightwatch.cli import argv_of
+
+    path = tmp_path / "t.toml"
+    path.write_text('target = "kafka://h:1/t"\nrate = 2000\nreceivers = "none"\n')
+    cmd = argv_of("attack", [*testfile.load(str(path)), "--rate", "50"])
+    assert cmd.index("--rate") < len(cmd) - 2 and cmd[-2:] == ["--rate", "50"] and "--no-receiver" in cmd
