@@ -161,9 +161,15 @@ def start(cfg, no_receiver: bool, log=print) -> RunReceiver | None:
     argv = [sys.executable, "-m", "agents.receiver", *args, "--state-dir", paths.receiver,
             "--telemetry-bootstrap", cfg.telemetry_bootstrap, "--telemetry-topic", cfg.telemetry_topic,
             "--agent", agent, "--metrics-listen", f"{HOST}:{port}"]
+    env = secrets.child_env(cfg.target.userinfo, dict(os.environ, PYTHONPATH=ROOT))
+    if cfg.sut_kafka_options:  # a Kafka target's login and TLS (--kafka-option), for the receiver's consumer too
+        from core.kafka_options import SUT_ENV
+
+        env[SUT_ENV] = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                                for k, v in cfg.sut_kafka_options.items() if k != "logger")
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=secrets.child_env(cfg.target.userinfo, dict(os.environ, PYTHONPATH=ROOT)))
+                                env=env)
     r = RunReceiver(proc, port)
     deadline = time.monotonic() + READY_S
     while r.received() is None:
