@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import uuid
+from dataclasses import dataclass
 
 from core.procs import HOST, start_server, stop_session
 from stack import maven
@@ -50,14 +51,44 @@ def fetch(log=print) -> str:
     return maven.fetch(f"kafka-{VERSION}", ARTIFACTS, f"Apache Kafka {VERSION}", log=log)
 
 
-def server_properties(port: int, data: str, partitions: int = 1) -> str:
+@dataclass(frozen=True)
+class Secure:
+    """A broker as production runs one: SASL/SCRAM-SHA-512 over TLS on its port (the controller's stays plain, on
+    loopback), its certificate ``chain`` (an unencrypted PKCS#8 key and the certificate in one PEM file) for
+    ``host``, which it advertises, and ``users`` (name: password) added when its storage is formatted, the broker's
+    own (``BROKER_USER``) among them."""
+    chain: str
+    ca: str
+    users: dict
+    host: str = "localhost"
+
+
+BROKER_USER = "broker"
+
+
+def _listeners(port: int, secure: Secure | None) -> str:
+    if secure is None:
+        return (f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{port + 1}\n"
+                f"advertised.listeners=PLAINTEXT://{HOST}:{port}\ncontroller.listener.names=CONTROLLER\n"
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n")
+    login = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+             f'username="{BROKER_USER}" password="{secure.users[BROKER_USER]}";')
+    return (f"listeners=SASL_SSL://{HOST}:{port},CONTROLLER://{HOST}:{port + 1}\n"
+            f"advertised.listeners=SASL_SSL://{secure.host}:{port}\ncontroller.listener.names=CONTROLLER\n"
+            "listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT\n"
+            "inter.broker.listener.name=SASL_SSL\nsasl.enabled.mechanisms=SCRAM-SHA-512\n"
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512\n"
+            f"listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={login}\n"
+            f"ssl.keystore.type=PEM\nssl.keystore.location={secure.chain}\n"
+            f"ssl.truststore.type=PEM\nssl.truststore.location={secure.ca}\n")
+
+
+def server_properties(port: int, data: str, partitions: int = 1, secure: Secure | None = None) -> str:
     """One node, broker and controller, on ``HOST:port`` and ``HOST:port+1``; topics of one replica and
     ``partitions`` partitions, made when first named; the broker's defaults otherwise (flushed by the OS, as Kafka is
-    run)."""
+    run). ``secure``: SASL_SSL on ``port`` (``Secure``)."""
     return (f"process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@{HOST}:{port + 1}\n"
-            f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{port + 1}\n"
-            f"advertised.listeners=PLAINTEXT://{HOST}:{port}\ncontroller.listener.names=CONTROLLER\n"
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n"
+            + _listeners(port, secure) +
             f"log.dirs={data}\nnum.partitions={partitions}\noffsets.topic.replication.factor=1\n"
             "transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n"
             "share.coordinator.state.topic.replication.factor=1\nshare.coordinator.state.topic.min.isr=1\n"
@@ -79,34 +110,36 @@ def random_uuid() -> str:
             return text
 
 
-def create(lib: str, folder: str, port: int, partitions: int = 1) -> str:
+def create(lib: str, folder: str, port: int, partitions: int = 1, secure: Secure | None = None) -> str:
     """The node's ``server.properties`` in ``folder`` for ``port``, and its storage formatted if it is not yet
-    (``data/`` is its whole state: remove it for an empty broker)."""
+    (``data/`` is its whole state: remove it for an empty broker), with ``secure``'s users."""
     os.makedirs(folder, exist_ok=True)
     props, data = os.path.join(folder, "server.properties"), os.path.join(folder, "data")
     with open(props, "w") as f:
-        f.write(server_properties(port, data, partitions))
+        f.write(server_properties(port, data, partitions, secure))
     with open(os.path.join(folder, "log4j2.properties"), "w") as f:
         f.write(LOG_CONFIG)
     if not os.path.exists(os.path.join(data, "meta.properties")):
+        users = [arg for name, pw in (secure.users.items() if secure else ())
+                 for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={pw}]")]
         done = subprocess.run(_java(lib, folder, "kafka.tools.StorageTool", "format", f"--cluster-id={random_uuid()}",
-                                    "-c", props),
+                                    "-c", props, *users),
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"formatting Kafka's storage failed: {(done.stdout + done.stderr).strip()[-300:]}")
     return props
 
 
-def command(port: int, folder: str, partitions: int = 1) -> list[str]:
+def command(port: int, folder: str, partitions: int = 1, secure: Secure | None = None) -> list[str]:
     """The node's command line (fetched and its storage formatted, as needed)."""
     lib = fetch()
-    return _java(lib, folder, "kafka.Kafka", create(lib, folder, port, partitions))
+    return _java(lib, folder, "kafka.Kafka", create(lib, folder, port, partitions, secure))
 
 
-def start_kafka(port: int, folder: str, log=subprocess.DEVNULL) -> subprocess.Popen:
-    """The broker on ``HOST:port``, its state in ``folder``; RuntimeError if it cannot be had or does not serve
-    within ``START_S``."""
-    return start_server(command(port, folder), port, START_S, "kafka", log)
+def start_kafka(port: int, folder: str, log=subprocess.DEVNULL, secure: Secure | None = None) -> subprocess.Popen:
+    """The broker on ``HOST:port``, its state in ``folder`` (``secure``: SASL_SSL, ``Secure``); RuntimeError if it
+    cannot be had or does not serve within ``START_S``."""
+    return start_server(command(port, folder, secure=secure), port, START_S, "kafka", log)
 
 
 def stop_kafka(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:

@@ -7,9 +7,11 @@ Credentials and TLS are librdkafka properties (``--kafka-option``, FLIGHTWATCH_S
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 
+from core import tls
 from core.cloudevents import KAFKA_ID_HEADER, KAFKA_RUN_HEADER
 from loadgen.errors import error_cause
 from loadgen.targets.base import Book, TargetOptions, flag, no_consumers
@@ -132,16 +134,41 @@ class KafkaTarget:
         """Create the producer and learn the topic's partitions (a broker that is away fails here, before the start)."""
         from confluent_kafka import KafkaException, Producer
 
-        self.producer = Producer(self.config)
+        self.producer = Producer({**self.config, "error_cb": self._on_error})
         loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + self.timeout_s
+        quiet = logging.getLogger("librdkafka")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL + 1)  # a failure here is said in one line, below
         try:
-            md = await loop.run_in_executor(None, lambda: self.producer.list_topics(self.spec.path, timeout=self.timeout_s))
-        except KafkaException as e:
-            raise ConnectionError(f"kafka {self.spec}: {e.args[0].str() if e.args else e}: is it up, and a Kafka "
-                                  "broker?") from None
+            while True:  # a refused login or certificate reaches only error_cb, which poll serves: between short tries
+                wait_s = min(1.0, max(deadline - time.monotonic(), 0.1))
+                try:
+                    md = await loop.run_in_executor(None, self.producer.list_topics, self.spec.path, wait_s)
+                    break
+                except KafkaException as e:
+                    self.producer.poll(0)
+                    if self.refused is not None:
+                        raise ConnectionError(f"kafka {self.spec}: {self.refused}") from None
+                    if time.monotonic() >= deadline:
+                        raise ConnectionError(f"kafka {self.spec}: {e.args[0].str() if e.args else e}: is it up, and "
+                                              "a Kafka broker?") from None
+        finally:
+            quiet.setLevel(level)
         topic = md.topics.get(self.spec.path)
         self.partitions = max(len(topic.partitions) if topic is not None and topic.partitions else 1, 1)
         self._check_size(await loop.run_in_executor(None, self._topic_limit) if topic is not None else None)
+
+    refused: str | None = None
+    """Why the broker refused us (a login, a certificate), from librdkafka's ``error_cb``: before the attack only."""
+
+    def _on_error(self, err) -> None:
+        from confluent_kafka import KafkaError
+
+        if err.code() == KafkaError._AUTHENTICATION:
+            self.refused = f"SASL authentication failed (user or password wrong): {err.str()}"
+        elif err.code() == KafkaError._SSL:
+            self.refused = tls.cause(err.str()) or f"TLS failed: {err.str()}"
 
     def _topic_limit(self) -> int | None:
         """The topic's ``max.message.bytes`` as its broker says it, or None if it will not say."""
