@@ -49,12 +49,13 @@ class KafkaReceiver:
     """Consumes every partition of the SUT topic with librdkafka (confluent-kafka's ``Consumer``)."""
 
     def __init__(self, consumer, spool, topic: str, state_dir: str, agent: str, log=print, warn=None, admin=None,
-                 from_end: bool = False) -> None:
+                 from_end: bool = False, share: tuple[int, int] = (0, 1)) -> None:
         """``spool``: an ``agents.spool.SpoolWriter`` (``append(line) -> bool``, never blocks). ``from_end``: a first
         start (no write-ahead log yet) takes up each partition at its end, not its start (a topic of the user's, with
-        what other runs and other producers left in it)."""
+        what other runs and other producers left in it). ``share`` (I, N): the partitions p with p mod N == I, one of
+        N receivers that split the topic (competing consumers without a group: ``--receivers N``)."""
         self.consumer, self.spool, self.topic, self.admin = consumer, spool, topic, admin
-        self.from_end = from_end
+        self.from_end, self.share = from_end, share
         self.wal = WriteAheadLog(os.path.join(state_dir, "wal"))
         self.agent, self.log, self.warn = agent, log, warn or log
         self.lines = contract.FastLines("", agent)
@@ -102,6 +103,10 @@ class KafkaReceiver:
             time.sleep(0.1)
         if not parts:
             raise RuntimeError(f"topic {self.topic!r} not found")
+        parts = self._mine(parts)
+        if not parts:
+            raise RuntimeError(f"topic {self.topic!r} has fewer partitions than receivers share it "
+                               f"(this is share {self.share[0]} of {self.share[1]})")
         offsets = {str(p): 0 for p in parts}
         if (last := self.wal.last()) is not None:
             lines = last.decode().split("\n")
@@ -120,6 +125,11 @@ class KafkaReceiver:
         self.consumer.assign([TopicPartition(self.topic, p, int(offsets[str(p)])) for p in parts])
         return offsets
 
+    def _mine(self, parts: list[int]) -> list[int]:
+        """This receiver's share of the topic's partitions."""
+        i, n = self.share
+        return [p for p in parts if p % n == i]
+
     def check_topic(self, offsets: dict) -> bool:
         """Whether the SUT topic came back under a new ID (a broker on memory storage that was restarted, a topic
         deleted and created): then its new log is read from the start, on whatever partitions it has now. Tansu
@@ -133,7 +143,7 @@ class KafkaReceiver:
             found = self.admin.describe_topics(TopicCollection([self.topic]), request_timeout=2)[self.topic].result(3)
         except Exception:  # noqa: BLE001 - the broker away, the topic not there yet: ask again later
             return False
-        topic_id, parts = str(found.topic_id), sorted(p.id for p in found.partitions)
+        topic_id, parts = str(found.topic_id), self._mine(sorted(p.id for p in found.partitions))
         if self.topic_id in (None, topic_id):
             self.topic_id = topic_id
             return False

@@ -355,7 +355,7 @@ def main(argv=None) -> int:
     receiver = None
     try:
         if cfg.shard == 0:  # one receiver for the run, however many shards send; then the probe
-            receiver = follow.start(cfg, a.receiver != "auto", log=lambda line: print(line, flush=True))
+            receiver = follow.start(cfg, a.receiver != "auto", lambda line: print(line, flush=True), a.receivers)
             follow.probe(cfg, probe_s, log=lambda line: print(line, flush=True))
         job = start_job(cfg, a.drop_timeout) if a.stream else None
     except UsageError as e:

@@ -46,6 +46,7 @@ READY_S = 60.0
 """How long a started receiver may take to serve its metrics (positioned on the topic) before the attack gives up."""
 STOP_S = 60.0
 """How long a stopped receiver may take to drain its spool to the telemetry broker before it is killed."""
+MAX_RECEIVERS = 32
 AGENT = "receiver-{mode}-run"
 """The started receiver's name in its records: not the stack's own receiver's (``receiver-kafka``)."""
 
@@ -60,10 +61,22 @@ def add_flags(a) -> None:
                         "(the stack's, your hosts', a test's own, or behind an HTTP sink your system delivers to)")
     a.add_argument("--no-receiver", dest="receiver", action="store_const", const="none",
                    help="the same as --receiver none")
+    a.add_argument("--receivers", type=_count, default=1, metavar="N",
+                   help="with --receiver auto: N competing receivers started for the run (an AMQP queue's or "
+                        "address' consumers; a Kafka topic's partitions split between them), when one would be the "
+                        "limit (default %(default)s)")
     a.add_argument("--probe-timeout", default="0s", metavar="DURATION",
                    help="before the load, send a few probe events (a run of their own, never in this run's figures) "
                         "and wait this long for a receiver to record one; none did: one line and exit 2, nothing of "
                         "the load sent (make attack: 10s; default 0s: no probe)")
+
+
+def _count(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or not 1 <= int(text) <= MAX_RECEIVERS:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of receivers, 1 to {MAX_RECEIVERS}")
+    return int(text)
 
 
 def probe_seconds(a) -> float:
@@ -86,19 +99,22 @@ def probe(cfg, seconds: float, log=print) -> None:
 
 
 class RunReceiver:
-    """A receiver agent started for one run: its process and its metrics port."""
+    """The receiver agents started for one run: their processes and their metrics ports."""
 
-    def __init__(self, proc: subprocess.Popen, port: int) -> None:
-        self.proc, self.port = proc, port
+    def __init__(self, procs: list[subprocess.Popen], ports: list[int]) -> None:
+        self.procs, self.ports = procs, ports
 
     def received(self) -> int | None:
-        """The events it has recorded so far (its /metrics), or None if it does not answer."""
-        try:
-            text = urllib.request.urlopen(f"http://{HOST}:{self.port}/metrics", timeout=2).read().decode()
-        except OSError:
-            return None
-        return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                       if line.startswith("flightwatch_") and "_receiver_events_total{" in line))
+        """The events they have recorded so far (their /metrics), or None if one does not answer."""
+        total = 0
+        for port in self.ports:
+            try:
+                text = urllib.request.urlopen(f"http://{HOST}:{port}/metrics", timeout=2).read().decode()
+            except OSError:
+                return None
+            total += int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                             if line.startswith("flightwatch_") and "_receiver_events_total{" in line))
+        return total
 
 
 def _place(spec: TargetSpec) -> TargetSpec:
@@ -141,11 +157,12 @@ def stack_receiver_on(target: TargetSpec, stack_dir: str | None = None) -> str |
     return None
 
 
-def start(cfg, no_receiver: bool, log=print) -> RunReceiver | None:
-    """A receiver for the run where its load goes, started and positioned, unless the stack's is there, the user's
-    are (``no_receiver``), or the target's transport has none to start; ``UsageError`` (one line) if it will not
-    start."""
-    args = transport(cfg.target.scheme).receiver_args(cfg.target)
+def start(cfg, no_receiver: bool, log=print, count: int = 1) -> RunReceiver | None:
+    """``count`` receivers for the run where its load goes, started and positioned, unless the stack's is there, the
+    user's are (``no_receiver``), or the target's transport has none to start; ``UsageError`` (one line) if one will
+    not start."""
+    kind = transport(cfg.target.scheme)
+    args = kind.receiver_args(cfg.target)
     if no_receiver or args is None or not cfg.telemetry_bootstrap:
         return None
     if (name := stack_receiver_on(cfg.target)) is not None:
@@ -153,32 +170,39 @@ def start(cfg, no_receiver: bool, log=print) -> RunReceiver | None:
         _warn_others(cfg.target, 1, log)
         return None
     _warn_others(cfg.target, 0, log)
+    try:
+        shares = [kind.share_args(cfg.target, i, count) for i in range(count)]
+    except ValueError as e:
+        raise UsageError(f"--receivers {count}: {e}") from None
     paths = RunPaths.of_run(cfg.run_id, CHECKPOINTS)
-    os.makedirs(paths.receiver, exist_ok=True)
-    port = free_port()
-    log_path = os.path.join(paths.receiver, "receiver.log")
-    agent = AGENT.format(mode=args[0])
-    argv = [sys.executable, "-m", "agents.receiver", *args, "--state-dir", paths.receiver,
-            "--telemetry-bootstrap", cfg.telemetry_bootstrap, "--telemetry-topic", cfg.telemetry_topic,
-            "--agent", agent, "--metrics-listen", f"{HOST}:{port}"]
     env = secrets.child_env(cfg.target.userinfo, dict(os.environ, PYTHONPATH=ROOT))
     if cfg.sut_kafka_options:  # a Kafka target's login and TLS (--kafka-option), for the receiver's consumer too
         from core.kafka_options import SUT_ENV
 
         env[SUT_ENV] = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
                                 for k, v in cfg.sut_kafka_options.items() if k != "logger")
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=env)
-    r = RunReceiver(proc, port)
-    deadline = time.monotonic() + READY_S
-    while r.received() is None:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop(r)
-            raise UsageError(f"the receiver for {cfg.target} did not start: {_last_line(log_path)} (see {log_path})")
-        time.sleep(0.2)
-    log(f"receiver: started for the run on {cfg.target} (pid {proc.pid}, {agent}, log {log_path}); "
-        "stopped after it (--receiver none: yours record the receives)")
+    r = RunReceiver([], [])
+    for i in range(count):  # one after the other: each positioned before the next starts
+        folder = paths.receiver if count == 1 else os.path.join(paths.receiver, str(i))
+        os.makedirs(folder, exist_ok=True)
+        port, log_path = free_port(), os.path.join(folder, "receiver.log")
+        agent = AGENT.format(mode=args[0]) + ("" if count == 1 else f"-{i}")
+        argv = [sys.executable, "-m", "agents.receiver", *args, *shares[i], "--state-dir", folder,
+                "--telemetry-bootstrap", cfg.telemetry_bootstrap, "--telemetry-topic", cfg.telemetry_topic,
+                "--agent", agent, "--metrics-listen", f"{HOST}:{port}"]
+        with open(log_path, "ab") as out:
+            r.procs.append(subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True, env=env))
+        r.ports.append(port)
+        deadline = time.monotonic() + READY_S
+        while r.received() is None:
+            if r.procs[-1].poll() is not None or time.monotonic() > deadline:
+                stop(r)
+                raise UsageError(f"the receiver for {cfg.target} did not start: {_last_line(log_path)} "
+                                 f"(see {log_path})")
+            time.sleep(0.2)
+        log(f"receiver: started for the run on {cfg.target} (pid {r.procs[-1].pid}, {agent}, log {log_path}); "
+            "stopped after it (--receiver none: yours record the receives)")
     return r
 
 
@@ -215,16 +239,21 @@ def settle(r: RunReceiver | None, within_s: float, quiet_s: float = 2.0) -> None
 
 
 def stop(r: RunReceiver | None, log=None) -> None:
-    """Stop a receiver started for the run, by its PID: SIGTERM (its shipper drains the spool first), then SIGKILL of
-    its session after ``STOP_S``."""
-    if r is None or r.proc.poll() is not None:
+    """Stop the receivers started for the run, by their PIDs: SIGTERM (each shipper drains its spool first), then
+    SIGKILL of a session after ``STOP_S``."""
+    running = [p for p in (r.procs if r is not None else ()) if p.poll() is None]
+    if not running:
         return
     received = r.received()
-    r.proc.send_signal(signal.SIGTERM)
-    try:
-        r.proc.wait(STOP_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(r.proc.pid, signal.SIGKILL)
-        r.proc.wait()
+    for p in running:
+        p.send_signal(signal.SIGTERM)
+    for p in running:
+        try:
+            p.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
     if log is not None:
-        log(f"receiver: stopped (pid {r.proc.pid}){'' if received is None else f', {received:,} events recorded'}")
+        pids = ", ".join(str(p.pid) for p in running)
+        log(f"receiver: stopped (pid{'s' if len(running) > 1 else ''} {pids})"
+            + ("" if received is None else f", {received:,} events recorded"))

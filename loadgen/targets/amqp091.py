@@ -98,6 +98,14 @@ class Amqp091Target:
     receiver_place = staticmethod(url_receiver_place)
 
     @staticmethod
+    def share_args(spec, i: int, count: int) -> list[str]:
+        """Competing consumers of the target's queue; an exchange's receivers would each bind a queue of its own
+        (every event recorded ``count`` times): one."""
+        if count > 1 and amqp.AmqpAddress.parse(spec.path, spec.query, spec.scheme).queue is None:
+            raise ValueError("an exchange's receivers each bind a queue of their own: one receiver, or aim at a queue")
+        return []
+
+    @staticmethod
     def consumers(spec) -> int | None:
         """The target queue's consumers now (a passive declare); None for an exchange, a queue not there yet, or a
         broker that does not answer within ``PEEK_S`` (the attack's own connect says why)."""

@@ -24,7 +24,7 @@ import time
 from core import amqp
 from core.amqp1_codec import EventEncoder
 from core.amqp1_engine import EngineLink
-from loadgen.targets.base import Book, TargetOptions, no_consumers, url_receiver_place
+from loadgen.targets.base import Book, TargetOptions, no_consumers, one_receiver, url_receiver_place
 from loadgen.targets.http import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
@@ -49,6 +49,7 @@ class Amqp1Target:
 
     receiver_place = staticmethod(url_receiver_place)
     consumers = staticmethod(no_consumers)  # a link's peers are the broker's to know (Artemis: its management)
+    share_args = staticmethod(one_receiver)  # an address may be multicast: each link a copy of its own
 
     def __init__(self, spec, opts: TargetOptions) -> None:
         self.spec, self.opts = spec, opts

@@ -47,6 +47,13 @@ def no_receiver_args(spec) -> None:
     return None
 
 
+def one_receiver(spec, i: int, count: int) -> list[str]:
+    """A target's ``share_args`` when one receiver must take all (``ValueError`` for more)."""
+    if count > 1:
+        raise ValueError(f"{spec.scheme}:// takes one receiver: each one more would record every event again")
+    return []
+
+
 def no_consumers(spec) -> None:
     """A target's ``consumers`` when its transport cannot tell who else consumes its place."""
     return None
@@ -77,6 +84,11 @@ class Target(Protocol):
     def receiver_args(spec) -> list[str] | None:
         """``python -m agents.receiver``'s arguments for a receiver that consumes where this target's load goes, for
         the load generator to start for a run (``loadgen.follow``); None if it cannot."""
+
+    @staticmethod
+    def share_args(spec, i: int, count: int) -> list[str]:
+        """More of the receiver's arguments when it is ``i`` of ``count`` started for a run (``--receivers``), so that
+        the ``count`` share the place, each event recorded once; ``ValueError`` if they cannot."""
 
     @staticmethod
     def consumers(spec) -> int | None:

@@ -15,7 +15,7 @@ import time
 from core import tls
 from core.cloudevents import RUN_ATTRIBUTE
 from loadgen.errors import error_cause
-from loadgen.targets.base import Book, TargetOptions, no_consumers, no_receiver_args
+from loadgen.targets.base import Book, TargetOptions, no_consumers, no_receiver_args, one_receiver
 
 CE_SOURCE = "flightwatch/loadgen"
 CE_TYPE = "dev.flightwatch.load"
@@ -42,6 +42,7 @@ class HttpTarget:
     # no receiver to start for a run: the system under test delivers to flightwatch's HTTP receiver
     receiver_args = staticmethod(no_receiver_args)
     consumers = staticmethod(no_consumers)
+    share_args = staticmethod(one_receiver)  # none is started: the SUT delivers to flightwatch's
 
     @staticmethod
     def receiver_place(flags: list[str]) -> str | None:

@@ -93,6 +93,12 @@ class KafkaTarget:
     consumers = staticmethod(no_consumers)  # consumers that assign partitions, as ours does, are no group's members
 
     @staticmethod
+    def share_args(spec, i: int, count: int) -> list[str]:
+        """Receiver ``i`` of ``count`` takes the partitions p with p mod count == i (no group: nothing on the
+        user's cluster)."""
+        return [] if count == 1 else ["--share", f"{i}/{count}"]
+
+    @staticmethod
     def receiver_place(flags: list[str]) -> str | None:
         """Where a Kafka receiver started with ``flags`` consumes, as a target (its defaults where a flag is absent)."""
         from core.procs import sut_bootstrap
