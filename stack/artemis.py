@@ -74,17 +74,37 @@ def _check_sha1(path: str) -> None:
         raise RuntimeError(f"{path}: SHA-1 {h.hexdigest()} is not the registry's {want}: remove it and fetch again")
 
 
-def create(home: str, instance: str, port: int) -> None:
-    """A broker instance in ``instance`` listening on ``HOST:port`` (made once; an existing one is kept)."""
+def create(home: str, instance: str, port: int, login: tuple[str, str] = (USER, PASSWORD),
+           tls: str | None = None) -> None:
+    """A broker instance in ``instance`` listening on ``HOST:port`` (made once; an existing one is kept), its one
+    user ``login``; ``tls``: the acceptor speaks TLS alone, with SASL PLAIN, its key and certificate the PEM file
+    ``tls`` names (an unencrypted PKCS#8 key, then the chain)."""
     if os.path.exists(os.path.join(instance, "bin", "artemis")):
         return
-    done = subprocess.run([os.path.join(home, "bin", "artemis"), "create", instance, "--user", USER, "--password",
-                           PASSWORD, "--require-login", "--silent", "--host", HOST, "--default-port", str(port),
+    done = subprocess.run([os.path.join(home, "bin", "artemis"), "create", instance, "--user", login[0], "--password",
+                           login[1], "--require-login", "--silent", "--host", HOST, "--default-port", str(port),
                            "--no-web", "--no-amqp-acceptor", "--no-mqtt-acceptor", "--no-stomp-acceptor",
                            "--no-hornetq-acceptor", "--queues", f"{QUEUE}:anycast", "--java-memory", "512M", "--nio",
                            "--force"], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"artemis create failed: {(done.stdout + done.stderr).strip()[-300:]}")
+    if tls is not None:
+        _tls_acceptor(os.path.join(instance, "etc", "broker.xml"), port, tls)
+
+
+def _tls_acceptor(broker_xml: str, port: int, chain: str) -> None:
+    """The instance's acceptor on ``port`` turned to TLS (the PEM key store ``chain``) with SASL PLAIN."""
+    with open(broker_xml) as f:
+        text = f.read()
+    head = f"tcp://{HOST}:{port}?"
+    at = text.find(head)
+    if at < 0:
+        raise RuntimeError(f"artemis create: no acceptor on {HOST}:{port} in {broker_xml}")
+    end = text.index("</acceptor>", at)
+    text = (text[:end] + f";sslEnabled=true;keyStoreType=PEM;keyStorePath={chain};saslMechanisms=PLAIN"
+            + text[end:])
+    with open(broker_xml, "w") as f:
+        f.write(text)
 
 
 def command(instance: str) -> list[str]:
@@ -93,17 +113,18 @@ def command(instance: str) -> list[str]:
     return ["sh", "-c", '"$0" run; exit $?', os.path.join(instance, "bin", "artemis")]
 
 
-def prepare(port: int, folder: str) -> str:
+def prepare(port: int, folder: str, login: tuple[str, str] = (USER, PASSWORD), tls: str | None = None) -> str:
     """Fetch, unpack and create as needed: the instance's folder."""
     instance = os.path.join(folder, "instance")
-    create(fetch(), instance, port)
+    create(fetch(), instance, port, login, tls)
     return instance
 
 
-def start_artemis(port: int, folder: str, log=subprocess.DEVNULL) -> subprocess.Popen:
-    """The broker on ``HOST:port``, its instance in ``folder``; RuntimeError if it cannot be had or does not serve
-    within ``START_S``."""
-    return start_server(command(prepare(port, folder)), port, START_S, "artemis", log)
+def start_artemis(port: int, folder: str, log=subprocess.DEVNULL, login: tuple[str, str] = (USER, PASSWORD),
+                  tls: str | None = None) -> subprocess.Popen:
+    """The broker on ``HOST:port``, its instance in ``folder`` (``login``, ``tls``: see ``create``); RuntimeError if
+    it cannot be had or does not serve within ``START_S``."""
+    return start_server(command(prepare(port, folder, login, tls)), port, START_S, "artemis", log)
 
 
 def stop_artemis(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:

@@ -11,11 +11,8 @@ import sys
 import pytest
 from support import ROOT
 from support.brokers import (
-    EXACT_DROP_TIMEOUT,
     Attack,
     assert_amqp1_kill,
-    assert_exact,
-    run_attack,
     run_attacks,
     running,
     url1,
@@ -43,11 +40,7 @@ def broker_artemis(tmp_path_factory):
         yield b
 
 
-def test_a_run_at_1000_per_s_through_artemis_is_exact(broker, broker_artemis, tmp_path):
-    port, _, _ = broker_artemis
-    s, truth, report = run_attack(broker, port, tmp_path, "art-exact", "", 1000, 10,
-                                  target=url1(port, "flightwatch.sut", user=LOGIN), drop_timeout=EXACT_DROP_TIMEOUT)
-    assert_exact("Artemis AMQP 1.0 1,000/s 10 s", s, truth, report, 10_000)
+# Exactness (AMQP 1.0, unsettled): test_secure_artemis's run of examples/artemis.toml over TLS, at 2,000/s.
 
 
 @pytest.mark.parametrize("case, words", [("credentials", "unauthorized"), ("no address", "an amqp 1.0 broker?")])
