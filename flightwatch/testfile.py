@@ -42,7 +42,7 @@ KEYS = {
     "target": Key("--target", str, "target", "where the load goes (a URL, as --target takes it)"),
     "password": Key("--target-password", str, "secret", "the target's password: @FILE (or the literal)"),
     "sut": Key("--sut", str, what="without target: the stack's SUT (tansu, rabbitmq, rabbitmq-amqp1, artemis, kafka)"),
-    "rate": Key("--rate", (int, float), "positive", "events per second"),
+    "rate": Key("--rate", (int, float, str), "positive", "events per second"),
     "pace": Key("--pace", str, "pace", "steps RATE:SECONDS[,...] or a ramp FROM-TO:SECONDS"),
     "duration": Key("--duration", str, "duration", "run length with rate"),
     "warmup": Key("--warmup", str, "duration", "left out of the latency figures at the start"),
@@ -52,7 +52,8 @@ KEYS = {
     "max_inflight": Key("--max-inflight", int, "positive", "outstanding sends per worker"),
     "timeout": Key("--timeout", str, "duration", "per-send timeout"),
     "drop_timeout": Key("--drop-timeout", str, "duration", "a send unanswered this long is a drop"),
-    "receivers": Key("--receiver", str, "choice:auto|none", "auto: flightwatch's follow the target; none: yours"),
+    "receivers": Key("--receiver", (str, int), "receivers", "auto: flightwatch's follow the target; N: that many "
+                     "(competing); none: yours record the receives"),
     "probe_timeout": Key("--probe-timeout", str, "duration", "the probe before the load (0s: none)"),
     "fail_on": Key("--fail-on", list, "threshold", "thresholds: exit 1 when crossed"),
     "abort_on": Key("--abort-on", list, "threshold", "thresholds: stop at once (exit 3)"),
@@ -142,7 +143,7 @@ def _flags(key: str, spec: Key, value, where, folder: str) -> list[str]:
             text = _secret(text, where, folder)
         out += [spec.flag, text]
     if key == "receivers":
-        return ["--no-receiver"] if values == ["none"] else out
+        return {"none": ["--no-receiver"], "auto": out}.get(out[1], ["--receiver", "auto", "--receivers", out[1]])
     return out
 
 
@@ -160,12 +161,12 @@ def _check(check: str, key: str, text: str, where) -> None:
     try:
         if check == "duration":
             parse_duration_ns(text)
-        elif check == "positive" and not float(text) > 0:
-            raise ValueError("must be more than 0")
+        elif check == "positive" and not (re.fullmatch(r"\d+(\.\d+)?", text) and float(text) > 0):
+            raise ValueError("a number more than 0")
         elif check == "workers" and text != "auto" and not (text.isdigit() and int(text) > 0):
             raise ValueError("a number of processes, or auto")
-        elif check.startswith("choice:") and text not in check[7:].split("|"):
-            raise ValueError(f"one of {', '.join(check[7:].split('|'))}")
+        elif check == "receivers" and text not in ("auto", "none") and not (text.isdigit() and 1 <= int(text) <= 32):
+            raise ValueError("auto, none, or a number of receivers (1 to 32)")
         elif check == "threshold":
             from loadgen.thresholds import Threshold
 

@@ -36,12 +36,14 @@ def test_every_broker_and_an_http_sink_has_an_example_and_each_reads_whole(tmp_p
 
 @pytest.mark.parametrize("text, error", [
     ('rate = 100\nduraton = "10s"\n', ":2: unknown key 'duraton': one of title,"),
-    ('target = "kafka://h:1/t"\nrate = "fast"\n', ":2: rate = 'fast': a whole number or a number (events per second)"),
-    ('rate = 0\n', ":1: rate = '0': must be more than 0"),
+    ('target = "kafka://h:1/t"\nrate = "fast"\n', ":2: rate = 'fast': a number more than 0"),
+    ('rate = true\n', ":1: rate = True: a whole number or a number or a string (events per second)"),
+    ('rate = 0\n', ":1: rate = '0': a number more than 0"),
     ('rate = 10\nduration = "ten seconds"\n', ":2: duration = 'ten seconds': "),
     ('target = "kafka://${NO_SUCH_VAR_HERE}/t"\n', ":1: ${NO_SUCH_VAR_HERE} is not set (set it, or write"),
     ('target = "amqp://h/%2F"\n', ":1: target = 'amqp://h/%2F': bad target"),
-    ('receivers = "some"\n', ":1: receivers = 'some': one of auto, none"),
+    ('receivers = "some"\n', ":1: receivers = 'some': auto, none, or a number of receivers (1 to 32)"),
+    ('receivers = 0\n', ":1: receivers = '0': auto, none, or a number of receivers (1 to 32)"),
     ('fail_on = ["p99 > soon"]\n', ":1: fail_on = 'p99 > soon': bad fail_on"),
     ('rate = 10\n\n[kafka_options]\nacks = "all"\n"sasl.password" = "@missing.pw"\n',
      ":5: the secret's file "),
@@ -75,3 +77,7 @@ def test_a_files_flags_come_first_so_that_flags_after_it_override(tmp_path, monk
     path.write_text('target = "kafka://h:1/t"\nrate = 2000\nreceivers = "none"\n')
     cmd = argv_of("attack", [*testfile.load(str(path)), "--rate", "50"])
     assert cmd.index("--rate") < len(cmd) - 2 and cmd[-2:] == ["--rate", "50"] and "--no-receiver" in cmd
+    path.write_text('target = "kafka://h:1/t"\nrate = "${RATE:-2000}"\nreceivers = 3\n')
+    monkeypatch.setenv("RATE", "750")
+    assert testfile.load(str(path)) == ["--target", "kafka://h:1/t", "--rate", "750", "--receiver", "auto",
+                                        "--receivers", "3"]

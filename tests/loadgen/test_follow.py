@@ -189,3 +189,32 @@ def test_an_http_target_that_delivers_to_no_receiver_is_told_from_one_that_does(
         for _port, proc in procs.values():
             proc.terminate()
             proc.wait(30)
+
+
+def test_receivers_n_split_a_topics_partitions_and_record_each_event_once(broker, tmp_path):
+    """``--receivers 2`` on a topic of 2 partitions: two receivers for the run, each taking one partition (no
+    consumer group), every send recorded once between them, by both; 3 receivers for 2 partitions: one line naming
+    why, exit 2, nothing sent."""
+    topic, tel, run_id = "orders-split", "tel-follow-split", "follow-split"
+    create_topic(broker, topic)
+    create_topic(broker, tel)
+    p = _attack(tmp_path, broker, f"kafka://{broker}/{topic}", tel, run_id, "--rate", "500", "--duration", "2s",
+                "--receiver", "auto", "--receivers", "2")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stdout.count("receiver: started for the run on") == 2 and "receiver: stopped (pids " in p.stdout
+    records = telemetry(broker, tel, run_id)
+    n = sent_of(json.load(open(tmp_path / "checkpoints" / run_id / "loadgen" / "report.json")), 1000)
+    sends = [r["event_id"] for r in records if r["kind"] == "send"]
+    by = {}
+    for r in records:
+        if r["kind"] == "recv":
+            by.setdefault(r["agent"], []).append(r["event_id"])
+    print(f"\nsent {len(sends):,}; recorded by {({a: len(v) for a, v in by.items()})}")
+    assert len(sends) == n and sorted(sends) == sorted(e for v in by.values() for e in v)
+    assert sorted(by) == ["receiver-kafka-run-0", "receiver-kafka-run-1"] and all(by.values())
+    three = _attack(tmp_path, broker, f"kafka://{broker}/{topic}", tel, "follow-three", "--rate", "500", "--duration",
+                    "2s", "--receiver", "auto", "--receivers", "3")
+    lines = three.stderr.strip().splitlines()
+    assert three.returncode == 2 and len(lines) == 1, three.stdout[-2000:] + three.stderr
+    assert "the receiver for kafka://" in lines[0] and "fewer partitions than receivers share it" in lines[0], lines
+    assert not [r for r in telemetry(broker, tel, "follow-three") if r["kind"] == "send"]

@@ -222,3 +222,35 @@ def test_a_wrong_login_or_certificate_is_one_line_and_nothing_is_sent(secure, tm
         assert p.returncode == 2 and len(lines) == 1 and expect in lines[0], (k, out[-2000:])
         assert lines[0].startswith("loadgen: error: ") and SECRET not in out
         assert not (tmp_path / k / "lg" / "report.json").exists()
+
+
+def test_two_receivers_for_the_run_compete_for_the_queue_and_record_each_event_once(broker, secure, tmp_path):
+    """``--receivers 2``: two competing consumers of the queue, started for the run over TLS; every send recorded
+    once between them, by both. An exchange target's receivers would each bind a queue of their own (every event
+    twice): one line, exit 2, nothing sent."""
+    port, certs, pw = secure
+    run_id, tel = "tls-two", "tel-tls-two"
+    create_topic(broker, tel)
+    target = f"amqps://{USER}@localhost:{port}/{VHOST}?queue=shared&cafile={certs.ca}"
+    p = _attack(tmp_path, run_id, target, *_telemetry(broker, tel), "--rate", "1000", "--duration", "4s",
+                "--receiver", "auto", "--receivers", "2", "--probe-timeout", "10s", password=f"@{pw}")
+    out = p.communicate(timeout=240)[0]
+    assert p.returncode == 0, out[-3000:]
+    records = telemetry(broker, tel, run_id)
+    n = sent_of(json.load(open(tmp_path / "checkpoints" / run_id / "loadgen" / "report.json")), 4000)
+    sends = [r["event_id"] for r in records if r["kind"] == "send"]
+    by: dict[str, list[str]] = {}
+    for r in records:
+        if r["kind"] == "recv":
+            by.setdefault(r["agent"], []).append(r["event_id"])
+    print(f"\nsent {len(sends):,}; recorded by {({a: len(v) for a, v in by.items()})}")
+    assert len(sends) == n and sorted(sends) == sorted(e for v in by.values() for e in v)
+    assert sorted(by) == ["receiver-amqp-run-0", "receiver-amqp-run-1"] and all(by.values())
+    exchange = f"amqps://{USER}@localhost:{port}/{VHOST}?exchange=amq.topic&routing_key=k&cafile={certs.ca}"
+    bad = _attack(tmp_path, "tls-two-x", exchange, *_telemetry(broker, tel), "--rate", "100", "--duration", "1s",
+                  "--receiver", "auto", "--receivers", "2", password=f"@{pw}")
+    lines = [line for line in bad.communicate(timeout=120)[0].splitlines() if line.strip()]
+    assert bad.returncode == 2 and lines == ["loadgen: error: --receivers 2: an exchange's receivers each bind a queue "
+                                             "of their own: one receiver, or aim at a queue"], lines
+    assert not [r for r in telemetry(broker, tel, "tls-two-x") if r["kind"] == "send"]
+    assert not _leaks(tmp_path, out)
