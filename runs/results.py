@@ -81,7 +81,8 @@ def run_verdict(run: RunReader | str, windows: pd.DataFrame, events: pd.DataFram
     return verdicts.verdict(windows, steps, cfg["window_ns"], figures,
                             cfg.get("latency_bound_us", saturation.DEFAULT_LATENCY_BOUND_US), outages=outages, gaps=gaps,
                             held=runinfo.telemetry_held(events),
-                            ooms=runinfo.records(events, "oom", ["at_ns", "source", "where"]))
+                            ooms=runinfo.records(events, "oom", ["at_ns", "source", "where"]),
+                            stopped=runinfo.receivers_stopped(events))
 
 
 def live_verdict(run: RunReader | str) -> output.Verdict | None:

@@ -118,6 +118,24 @@ def clock_offsets(events: pd.DataFrame, corrected: bool = True) -> list[dict]:
     return out
 
 
+RECEIVER_SILENT_NS = 15_000_000_000
+"""A receiver agent whose clock records (every 5 s, ``core.clock.REPORT_EVERY_S``) stopped this long before the run's
+last one from any agent has stopped itself (killed, or its host gone), if the receives stopped with it."""
+
+
+def receivers_stopped(events: pd.DataFrame) -> dict[str, int]:
+    """Receiver agents (``receiver-*``) whose clock records stopped ``RECEIVER_SILENT_NS`` or more before the run's
+    last clock record: each one's last record (epoch ns). Where agents keep no clock (``--clock-reference none``),
+    nothing is known and nothing is said."""
+    if events.empty or not (events["kind"] == "clock").any():
+        return {}
+    clocks = events[events["kind"] == "clock"]
+    last = clocks.groupby("agent")["at_ns"].max()
+    horizon = int(last.max())
+    return {str(agent): int(at) for agent, at in last.items()
+            if str(agent).startswith("receiver") and horizon - int(at) >= RECEIVER_SILENT_NS}
+
+
 def telemetry_held(events: pd.DataFrame) -> dict[str, dict]:
     """Per agent, its telemetry held on the way to the broker (``core.contract.TelemetryHeld``, a re-sent report
     counted once): when the first hold began (``from_ns``), when the last ended (``until_ns``), the longest wait

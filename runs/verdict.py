@@ -116,7 +116,7 @@ def _ooms(ooms: list[dict], start_ns: int) -> str:
 def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, step_figures=None,
             latency_bound_us: float = DEFAULT_LATENCY_BOUND_US, outages: list[dict] | None = None,
             gaps: list[dict] | None = None, held: dict[str, dict] | None = None,
-            ooms: list[dict] | None = None) -> output.Verdict:
+            ooms: list[dict] | None = None, stopped: dict[str, int] | None = None) -> output.Verdict:
     """The run's verdict: its state (the one its message opens with), where saturation began (with evidence), the
     stalls that drained, flightwatch's own telemetry outages, per-step profile and knee.
 
@@ -125,7 +125,9 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
     ``reason``), to name them; ``gaps``: its receive silences (``start_ns``, ``end_ns``, ``in_flight``), to give a
     stall its exact interval; ``held``: per agent, its telemetry held on the way to the broker
     (``runs.runinfo.telemetry_held``), named as flightwatch's outage; ``ooms``: its OOM events (``at_ns``, ``source``,
-    ``where``), named by where they were.
+    ``where``), named by where they were; ``stopped``: receiver agents whose records stopped mid-run (their last, epoch
+    ns: ``runs.runinfo.receivers_stopped``): when nothing was received after one stopped, what went unrecorded is
+    flightwatch's outage, and the run is judged on the windows before it.
     """
     everything = assess_windows(w, steps, window_ns)
     out: output.Verdict = {"state": State.OK, "saturated_at": None, "knee": None, "steps": [], "stalls": [],
@@ -139,6 +141,15 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
     if a.empty:
         return {**out, "state": State.TELEMETRY_INCOMPLETE, "message": f"{State.TELEMETRY_INCOMPLETE}: {outage}"}
     head = _headline(a, steps)
+    if (gone := _receiver_gone(a, stopped or {}, window_ns)) is not None:
+        agent, silent_ns = gone
+        before = a[a["window_ns"] < silent_ns]
+        prior = _headline(before, steps).message if not before.empty else "no window before it"
+        head = Headline(State.TELEMETRY_INCOMPLETE, (
+            f"{State.TELEMETRY_INCOMPLETE}: flightwatch's receiver {agent} stopped recording "
+            f"{max(silent_ns - (steps[0]['start_ns'] if steps else int(a['window_ns'].iloc[0])), 0) / 1e9:.0f} s into "
+            f"the run, and nothing was received after it: the events it did not record are flightwatch's own "
+            f"outage, not the SUT's (restart the receiver, or let flightwatch start one); before it: {prior}"), {})
     out.update(head.fields, state=head.state, message=head.message, stalls=_stalls(a, window_ns, gaps or []))
     notes = [_stalls_note(out["stalls"])] if out["stalls"] else []
     if outage:
@@ -159,6 +170,24 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
     out["steps"] = _profile(a, steps, window_ns, step_figures)
     out["knee"] = _knee(out["steps"], out["saturated_at"]["step"] if out["saturated_at"] else None, latency_bound_us)
     return out
+
+
+def _receiver_gone(a: pd.DataFrame, stopped: dict[str, int], window_ns: int) -> tuple[str, int] | None:
+    """The receiver agent whose stop explains the run's silence, and when the silence began: it had recorded receives
+    before its last record, and from the time its next record was due (``core.clock.REPORT_EVERY_S`` later) to the
+    end, events went out and none was received; else None."""
+    from core.clock import REPORT_EVERY_S
+
+    received = a[output.RECEIVED].to_numpy()
+    for agent, last_ns in sorted(stopped.items(), key=lambda kv: kv[1]):
+        after = a[a["window_ns"] >= last_ns + int(REPORT_EVERY_S * 1e9)]
+        if after.empty or after[output.SENT].sum() == 0 or after[output.RECEIVED].sum() > 0:
+            continue
+        if a.loc[a["window_ns"] + window_ns <= last_ns, output.RECEIVED].sum() == 0:
+            continue
+        last_received = int(np.flatnonzero(received > 0)[-1])
+        return agent, int(a["window_ns"].iloc[last_received]) + window_ns
+    return None
 
 
 def _stalls_note(st: list[dict]) -> str:

@@ -218,3 +218,59 @@ def test_receivers_n_split_a_topics_partitions_and_record_each_event_once(broker
     assert three.returncode == 2 and len(lines) == 1, three.stdout[-2000:] + three.stderr
     assert "the receiver for kafka://" in lines[0] and "fewer partitions than receivers share it" in lines[0], lines
     assert not [r for r in telemetry(broker, tel, "follow-three") if r["kind"] == "send"]
+
+
+def test_the_runs_receiver_killed_mid_run_is_named_in_the_verdict_not_the_sut(broker, tmp_path):
+    """kill -9 of the receiver started for the run, 5 s into a 24 s attack at 500/s (the SUT, Tansu, takes every
+    event): nothing is received after it, every later event is dropped, and the verdict names flightwatch's receiver
+    as its own outage instead of saturating the SUT. (Its clock records, every 5 s against a clock reference, stop
+    with it: ``runs.runinfo.receivers_stopped``.)"""
+    import threading
+    import time
+
+    from core.procs import free_port
+
+    topic, tel, run_id = "orders-rx-killed", "tel-follow-killed", "follow-killed"
+    create_topic(broker, topic)
+    create_topic(broker, tel)
+    clock_port = free_port()
+    clock = subprocess.Popen([sys.executable, "-m", "agents.clock", "serve", "--listen", f"127.0.0.1:{clock_port}"],
+                             cwd=ROOT, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    env = dict(_env(tmp_path), FLIGHTWATCH_CLOCK_REFERENCE=f"127.0.0.1:{clock_port}")
+    p = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--target", f"kafka://{broker}/{topic}", "--run",
+                          run_id, "--workers", "1", "--telemetry-bootstrap", broker, "--telemetry-topic", tel,
+                          "--metrics-listen", "none", "--rate", "500", "--duration", "24s", "--stream",
+                          "--drop-timeout", "3s", "--receiver", "auto"],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    killed: list[int] = []
+
+    def kill(pid: int) -> None:
+        time.sleep(4)
+        os.kill(pid, 9)
+        killed.append(pid)
+
+    def read() -> None:
+        pid = None
+        for line in p.stdout:
+            lines.append(line)
+            if m := re.search(r"receiver: started for the run on \S+ \(pid (\d+)", line):
+                pid = int(m.group(1))
+            if pid is not None and re.match(r"\s+1s  sent ", line):  # the attack's first second: the load is on
+                threading.Thread(target=kill, args=(pid,)).start()
+                pid = None
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        assert p.wait(300) == 0, "".join(lines)[-3000:]
+        reader.join(10)
+    finally:
+        clock.terminate()
+        clock.wait(30)
+    assert killed, "".join(lines)[-3000:]
+    s = json.load(open(tmp_path / "checkpoints" / run_id / "summary.json"))
+    v = s["verdict"]
+    print(f"\nsent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,}; verdict {v['message']!r}")
+    assert s["received"] > 0 and s["dropped"] > 0 and s["received"] + s["dropped"] == s["sent"], s
+    assert v["state"] == "telemetry-incomplete" and v["saturated_at"] is None, v["message"]
+    assert "flightwatch's receiver receiver-kafka-run stopped recording" in v["message"], v["message"]

@@ -563,3 +563,32 @@ def test_a_hosts_receiver_out_of_cpu_is_that_hosts_limit_and_an_oom_kill_is_name
     assert v["state"] == "observer-bound", v["message"]
     assert "flightwatch 0.10 of 0.10 busy cores on receiver" in v["message"], v["message"]
     assert v["message"].endswith("OOM kills: 1 on worker-1 from 12 s into the run"), v["message"]
+
+
+def test_a_receiver_that_stopped_mid_run_is_named_as_flightwatchs_outage_not_the_suts_saturation():
+    """1,000/s for 20 s, every event received until 8 s, then none: without more, the SUT is saturated. With the
+    run's receiver's last clock record at 4.5 s (``runs.runinfo.receivers_stopped``; the next was due at 9.5 s), the
+    verdict names that receiver as flightwatch's own outage from its last receive (8 s) and judges the windows before
+    it (ok). A receiver that stopped while the
+    receives went on (another agent's, say the stack's HTTP receiver during a Kafka run) changes nothing."""
+    from core.output import State
+    from runs.runinfo import RECEIVER_SILENT_NS, receivers_stopped
+
+    sent = np.full(20, 1000.0)
+    recv = np.where(np.arange(20) < 8, 1000.0, 0.0)
+    steps = steps_of([1000], seconds=20)
+    blamed = verdicts.verdict(windows(sent, recv), steps, NS)
+    assert blamed["state"] == State.SATURATED, blamed["message"]
+    v = verdicts.verdict(windows(sent, recv), steps, NS, stopped={"receiver-kafka-run": int(4.5 * NS)})
+    assert v["state"] == State.TELEMETRY_INCOMPLETE and v["saturated_at"] is None, v["message"]
+    assert v["message"].startswith(f"{State.TELEMETRY_INCOMPLETE}: flightwatch's receiver receiver-kafka-run stopped "
+                                   "recording 8 s into the run, and nothing was received after it: the events it did "
+                                   "not record are flightwatch's own outage, not the SUT's"), v["message"]
+    assert v["message"].endswith("before it: ok"), v["message"]
+    other = verdicts.verdict(windows(sent, sent), steps, NS, stopped={"receiver-http": int(8.5 * NS)})
+    assert other["state"] == State.OK and "receiver-http" not in other["message"], other["message"]
+    # the agents' clock records tell which receiver stopped: the run's last one is the horizon
+    clock = pd.DataFrame({"kind": "clock", "agent": ["receiver-kafka-run"] * 2 + ["loadgen"] * 5 + ["receiver-http"] * 5,
+                          "at_ns": [0, 5 * NS, 0, 5 * NS, 10 * NS, 15 * NS, 20 * NS, 0, 5 * NS, 10 * NS, 15 * NS, 20 * NS]})
+    assert receivers_stopped(clock) == {"receiver-kafka-run": 5 * NS} and RECEIVER_SILENT_NS == 15 * NS
+    assert receivers_stopped(clock[clock["agent"] != "receiver-kafka-run"]) == {}
