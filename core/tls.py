@@ -40,7 +40,9 @@ class Tls:
             return None
         if cafile is not None and not os.access(cafile, os.R_OK):
             raise ValueError(f"?{OPTION}={cafile}: no readable CA file there")
-        return cls(cafile or None)
+        secure = cls(cafile or None)
+        secure.context()  # a file that holds no PEM certificate: said here, before any connection
+        return secure
 
     def context(self) -> ssl.SSLContext:
         """A client context that checks the certificate's chain and host name (Python's defaults)."""
@@ -51,13 +53,16 @@ class Tls:
 
     def domain(self):
         """proton's client domain: the peer's certificate verified, and its name (``VERIFY_PEER_NAME``)."""
-        from proton import SSLDomain
+        from proton import SSLDomain, SSLException
 
         domain = SSLDomain(SSLDomain.MODE_CLIENT)
         cafile = self.cafile or ssl.get_default_verify_paths().cafile
-        if cafile:
-            domain.set_trusted_ca_db(cafile)
-        domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+        try:
+            if cafile:
+                domain.set_trusted_ca_db(cafile)
+            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+        except SSLException as e:
+            raise ValueError(f"?{OPTION}={cafile}: proton refused it ({e})") from None
         return domain
 
 

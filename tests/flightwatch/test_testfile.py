@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from support import ROOT
+from support.certs import make_certs
 
 from flightwatch import testfile
 
@@ -21,14 +22,15 @@ def test_every_broker_and_an_http_sink_has_an_example_and_each_reads_whole(tmp_p
     for name in ("rabbitmq", "kafka", "artemis"):
         (tmp_path / f"{name}.pw").write_text("s3cret\n")
         monkeypatch.setenv(f"{name.upper()}_PASSWORD_FILE", str(tmp_path / f"{name}.pw"))
-    monkeypatch.setenv("CA_FILE", "/etc/hosts")  # readable: the attack would find it is no CA
+    ca = make_certs(str(tmp_path / "certs")).ca
+    monkeypatch.setenv("CA_FILE", ca)
     for path in EXAMPLES:
         flags = testfile.load(path)
         given = dict(zip(flags[::2], flags[1::2]))
         assert given["--rate"] == "2000" and given["--duration"] == "30s" and "--fail-on" in flags, (path, flags)
         assert "s3cret" not in " ".join(flags)  # a secret stays in its file
     rabbit = testfile.load(os.path.join(ROOT, "examples", "rabbitmq.toml"))
-    assert rabbit[:4] == ["--target", "amqps://fw@localhost:5671/orders?queue=orders&cafile=/etc/hosts",
+    assert rabbit[:4] == ["--target", f"amqps://fw@localhost:5671/orders?queue=orders&cafile={ca}",
                           "--target-password", f"@{tmp_path / 'rabbitmq.pw'}"]
     kafka = testfile.load(os.path.join(ROOT, "examples", "kafka.toml"))
     assert "sasl.password=@" + str(tmp_path / "kafka.pw") in kafka and "security.protocol=SASL_SSL" in kafka

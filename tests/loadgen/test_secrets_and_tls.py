@@ -37,7 +37,7 @@ def test_a_user_without_a_password_takes_it_from_the_environment_or_its_file(tmp
     assert f"{secrets.PASSWORD_ENV}: cannot read {tmp_path / 'missing'}" in str(e.value)
 
 
-@pytest.mark.parametrize("url, mode", [("amqps://fw:s3cret@h:1/v?queue=q&cafile=/etc/hosts", "amqp"),
+@pytest.mark.parametrize("url, mode", [("amqps://fw:s3cret@h:1/v?queue=q&durable=true", "amqp"),
                                        ("amqp1s://fw:s3cret@h:1//queue/q?pairs=2", "amqp1")])
 def test_a_receiver_started_for_the_run_is_given_the_user_and_never_the_password(url, mode):
     """Its command line holds the URL with the user alone; its environment holds the password (a process's
@@ -56,9 +56,12 @@ def test_a_receiver_started_for_the_run_is_given_the_user_and_never_the_password
     ("http://h/?cafile=/etc/hosts", "?cafile= is for TLS: write https://"),
     ("kafka://h/t?cafile=/etc/hosts", "Kafka: --kafka-option security.protocol=SSL,ssl.ca.location=PATH"),
     ("amqps://h/%2F?queue=q&cafile=/no/such/ca.pem", "?cafile=/no/such/ca.pem: no readable CA file there"),
-    ("amqp1s://h/a?cafile=/etc/hosts&color=red", "unknown option 'color'"),
+    ("amqp1s://h/a?cafile=/etc/hosts&pairs=2", "?cafile=/etc/hosts: not a PEM CA file"),  # readable, no certificate
+    ("https://h/?cafile=/etc/hosts", "?cafile=/etc/hosts: not a PEM CA file"),
+    ("amqp1s://h/a?cafile=CA&color=red", "unknown option 'color'"),
 ])
-def test_tls_options_are_checked_before_anything_starts(url, error):
+def test_tls_options_are_checked_before_anything_starts(url, error, tmp_path):
+    url = url.replace("cafile=CA", f"cafile={make_certs(str(tmp_path)).ca}")
     with pytest.raises(ValueError) as e:
         TargetSpec.parse(url)
     assert error in str(e.value)
