@@ -40,7 +40,7 @@ KEYS = {
     "title": Key(None, str, what="what the test is, for its reader"),
     "description": Key(None, str, what="more of it"),
     "target": Key("--target", str, "target", "where the load goes (a URL, as --target takes it)"),
-    "password": Key("--target-password", str, "secret", "the target's password: @FILE (or the literal)"),
+    "password": Key("--target-password", str, "secret", "the target's password: @FILE, a file that holds it"),
     "sut": Key("--sut", str, what="without target: the stack's SUT (tansu, rabbitmq, rabbitmq-amqp1, artemis, kafka)"),
     "rate": Key("--rate", (int, float, str), "positive", "events per second"),
     "pace": Key("--pace", str, "pace", "steps RATE:SECONDS[,...] or a ramp FROM-TO:SECONDS"),
@@ -66,6 +66,9 @@ KEYS = {
     "no_stack": Key("--no-stack", bool, what="start none of the embedded stack"),
     "kafka_options": Key("--kafka-option", dict, "secret", "a Kafka target's librdkafka settings"),
 }
+SECRET_PROPERTIES = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password",
+                     "sasl.oauthbearer.client.secret")
+"""librdkafka's secret properties: in a test file, only as @FILE."""
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -131,6 +134,9 @@ def _flags(key: str, spec: Key, value, where, folder: str) -> list[str]:
         out = []
         for k, v in value.items():
             v = _expand(str(v).lower() if isinstance(v, bool) else str(v), lambda m, k=k: where(m, k, key))
+            if k.replace("_", ".") in SECRET_PROPERTIES and not v.startswith("@"):
+                raise where(f"{k}: write @FILE, a file that holds it (a secret written here would show on the load "
+                            "generator's command line)", k, key)
             v = _secret(v, lambda m, k=k: where(m, k, key), folder)
             out += [spec.flag, f"{k}={v}"]
         return out
@@ -140,6 +146,9 @@ def _flags(key: str, spec: Key, value, where, folder: str) -> list[str]:
         text = _expand(v, where) if isinstance(v, str) else str(v)
         _check(spec.check, key, text, where)
         if spec.check == "secret":
+            if not text.startswith("@"):
+                raise where(f"{key}: write @FILE, a file that holds it, or set FLIGHTWATCH_TARGET_PASSWORD (a "
+                            "password written here would show on the load generator's command line)")
             text = _secret(text, where, folder)
         out += [spec.flag, text]
     if key == "receivers":

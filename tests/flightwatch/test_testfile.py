@@ -50,6 +50,8 @@ def test_every_broker_and_an_http_sink_has_an_example_and_each_reads_whole(tmp_p
     ('rate = 10\n\n[kafka_options]\nacks = "all"\n"sasl.password" = "@missing.pw"\n',
      ":5: the secret's file "),
     ('rate = [10\n', ":1: not TOML: "),
+    ('target = "amqps://fw@h/%2F?queue=q"\npassword = "hunter2"\n', ":2: password: write @FILE, a file that holds it"),
+    ('rate = 10\n[kafka_options]\n"sasl.password" = "hunter2"\n', ":3: sasl.password: write @FILE"),
     ('no_stack = "yes"\n', ":1: no_stack = 'yes': true or false"),
 ])
 def test_anything_wrong_is_named_by_its_line_before_anything_starts(tmp_path, text, error):
