@@ -221,7 +221,7 @@ def test_receivers_n_split_a_topics_partitions_and_record_each_event_once(broker
 
 
 def test_the_runs_receiver_killed_mid_run_is_named_in_the_verdict_not_the_sut(broker, tmp_path):
-    """kill -9 of the receiver started for the run, 5 s into a 24 s attack at 500/s (the SUT, Tansu, takes every
+    """kill -9 of the receiver started for the run, 5 s into a 30 s attack at 500/s (the SUT, Tansu, takes every
     event): nothing is received after it, every later event is dropped, and the verdict names flightwatch's receiver
     as its own outage instead of saturating the SUT. (Its clock records, every 5 s against a clock reference, stop
     with it: ``runs.runinfo.receivers_stopped``.)"""
@@ -239,7 +239,7 @@ def test_the_runs_receiver_killed_mid_run_is_named_in_the_verdict_not_the_sut(br
     env = dict(_env(tmp_path), FLIGHTWATCH_CLOCK_REFERENCE=f"127.0.0.1:{clock_port}")
     p = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--target", f"kafka://{broker}/{topic}", "--run",
                           run_id, "--workers", "1", "--telemetry-bootstrap", broker, "--telemetry-topic", tel,
-                          "--metrics-listen", "none", "--rate", "500", "--duration", "24s", "--stream",
+                          "--metrics-listen", "none", "--rate", "500", "--duration", "30s", "--stream",
                           "--drop-timeout", "3s", "--receiver", "auto"],
                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
