@@ -14,7 +14,7 @@ import sys
 import psutil
 import pytest
 from support import ROOT, create_topic, telemetry
-from support.brokers import sent_of
+from support.brokers import by_receiver, sent_of
 
 from core.procs import write_pid_file
 from loadgen import follow
@@ -204,11 +204,7 @@ def test_receivers_n_split_a_topics_partitions_and_record_each_event_once(broker
     assert p.stdout.count("receiver: started for the run on") == 2 and "receiver: stopped (pids " in p.stdout
     records = telemetry(broker, tel, run_id)
     n = sent_of(json.load(open(tmp_path / "checkpoints" / run_id / "loadgen" / "report.json")), 1000)
-    sends = [r["event_id"] for r in records if r["kind"] == "send"]
-    by = {}
-    for r in records:
-        if r["kind"] == "recv":
-            by.setdefault(r["agent"], []).append(r["event_id"])
+    sends, by = by_receiver(records)
     print(f"\nsent {len(sends):,}; recorded by {({a: len(v) for a, v in by.items()})}")
     assert len(sends) == n and sorted(sends) == sorted(e for v in by.values() for e in v)
     assert sorted(by) == ["receiver-kafka-run-0", "receiver-kafka-run-1"] and all(by.values())

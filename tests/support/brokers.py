@@ -296,3 +296,51 @@ def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tu
                            for what, ns in getattr(during, "events", ())]
         out.append((summary, truth, report))
     return out
+
+
+def secret_file(folder, secret: str) -> str:
+    """A file in ``folder`` holding ``secret``, as a user keeps a password (``@FILE``): its path."""
+    path = os.path.join(str(folder), "password")
+    with open(path, "w") as f:
+        f.write(secret + "\n")
+    return path
+
+
+def holding(folder, secret: str, *texts: str) -> list[str]:
+    """Every file under ``folder`` (logs, reports, run.json, summaries, Parquet, spools), and each of ``texts`` (by
+    its number), that holds ``secret``."""
+    found = [f"output {i}" for i, t in enumerate(texts) if secret in t]
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                if secret.encode() in open(path, "rb").read():
+                    found.append(path)
+            except OSError:
+                pass
+    return found
+
+
+def by_receiver(records: list[dict]) -> tuple[list[str], dict[str, list[str]]]:
+    """A run's raw telemetry: its sends' event IDs, and its receives' event IDs by the agent that recorded them."""
+    sends = [r["event_id"] for r in records if r["kind"] == "send"]
+    receives: dict[str, list[str]] = {}
+    for r in records:
+        if r["kind"] == "recv":
+            receives.setdefault(r["agent"], []).append(r["event_id"])
+    return sends, receives
+
+
+def run_example(tmp_path, broker: str, name: str, run_id: str, env: dict, *more: str) -> subprocess.Popen:
+    """``flightwatch run examples/NAME.toml`` exactly as written, its place and secrets in ``env`` as the file reads
+    them, beside no stack (``--no-stack``): its telemetry to its own topic ``tel-RUN`` on ``broker``, its run folder
+    under ``tmp_path / "checkpoints"``."""
+    create_topic(broker, f"tel-{run_id}")
+    return subprocess.Popen([sys.executable, "-m", "flightwatch", "run", os.path.join(ROOT, "examples", f"{name}.toml"),
+                             "--no-stack", "--telemetry-bootstrap", broker, "--telemetry-topic", f"tel-{run_id}",
+                             "--run", run_id, "--workers", "1", "--metrics-listen", "none", "--quiet", *more],
+                            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none",
+                                               FLIGHTWATCH_CHECKPOINTS=str(tmp_path / "checkpoints"),
+                                               FLIGHTWATCH_STACK_DIR=str(tmp_path / "stack"),
+                                               FLIGHTWATCH_DRIVER_MEMORY="1g", **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

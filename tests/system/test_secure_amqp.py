@@ -19,7 +19,17 @@ import threading
 import psutil
 import pytest
 from support import ROOT, create_topic, telemetry
-from support.brokers import EXACT_DROP_TIMEOUT, assert_exact, ground_truth, running, sent_of
+from support.brokers import (
+    EXACT_DROP_TIMEOUT,
+    assert_exact,
+    by_receiver,
+    ground_truth,
+    holding,
+    run_example,
+    running,
+    secret_file,
+    sent_of,
+)
 from support.certs import make_certs
 
 from stack.rabbitmq import ctl, installed, start_rabbitmq, stop_rabbitmq
@@ -41,15 +51,13 @@ def secure(tmp_path_factory):
                      ("set_permissions", "-p", VHOST, USER, ".*", ".*", ".*"),
                      ("set_permissions", "-p", "/", USER, ".*", ".*", ".*")):  # AMQP 1.0's plugin serves vhost /
             ctl(b.port, b.folder, *args)
-        pw = folder / "password"
-        pw.write_text(SECRET + "\n")
-        yield b.port, certs, str(pw)
+        yield b.port, certs, secret_file(folder, SECRET)
 
 
-def _env(tmp_path, password: str, **more: str) -> dict:
+def _env(tmp_path, password: str) -> dict:
     return dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CHECKPOINTS=str(tmp_path / "checkpoints"),
                 FLIGHTWATCH_STACK_DIR=str(tmp_path / "stack"), FLIGHTWATCH_CLOCK_REFERENCE="none",
-                FLIGHTWATCH_DRIVER_MEMORY="1g", FLIGHTWATCH_TARGET_PASSWORD=password, **more)
+                FLIGHTWATCH_DRIVER_MEMORY="1g", FLIGHTWATCH_TARGET_PASSWORD=password)
 
 
 def _attack(tmp_path, run_id: str, target: str, *args: str, password: str = "") -> subprocess.Popen:
@@ -61,21 +69,6 @@ def _attack(tmp_path, run_id: str, target: str, *args: str, password: str = "") 
 
 def _telemetry(broker: str, topic: str) -> tuple[str, ...]:
     return ("--telemetry-bootstrap", broker, "--telemetry-topic", topic)
-
-
-def _leaks(folder, *texts: str) -> list[str]:
-    """Every file under ``folder`` (logs, reports, run.json, summaries, Parquet, spools), and ``texts``, that hold the
-    password."""
-    found = [f"output {i}" for i, t in enumerate(texts) if SECRET in t]
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(root, name)
-            try:
-                if SECRET.encode() in open(path, "rb").read():
-                    found.append(path)
-            except OSError:
-                pass
-    return found
 
 
 def _recorded_by_the_runs_receiver(broker, tel: str, run_id: str, out: str, report: dict, planned: int,
@@ -116,12 +109,7 @@ def test_the_rabbitmq_example_and_amqp_1_0_over_tls_are_exact_with_receivers_sta
     port, certs, pw = secure
     env = dict(RABBITMQ_PORT=str(port), CA_FILE=certs.ca, RABBITMQ_PASSWORD_FILE=pw, DURATION="10s",
                DROP_TIMEOUT=EXACT_DROP_TIMEOUT)
-    create_topic(broker, "tel-tls-091")
-    example = subprocess.Popen([sys.executable, "-m", "flightwatch", "run", os.path.join(ROOT, "examples", "rabbitmq.toml"),
-                                "--no-stack", *_telemetry(broker, "tel-tls-091"), "--run", "tls-091", "--workers", "1",
-                                "--metrics-listen", "none", "--quiet"],
-                               cwd=ROOT, env=_env(tmp_path, "", **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+    example = run_example(tmp_path, broker, "rabbitmq", "tls-091", env)
     create_topic(broker, "tel-tls-10")
     amqp1 = _attack(tmp_path, "tls-10", f"amqp1s://{USER}@localhost:{port}//queue/orders1?cafile={certs.ca}",
                     *_telemetry(broker, "tel-tls-10"), "--rate", "1000", "--duration", "10s", "--receiver", "auto",
@@ -139,7 +127,7 @@ def test_the_rabbitmq_example_and_amqp_1_0_over_tls_are_exact_with_receivers_sta
         assert 0 < report["latency_us"]["p50"]  # the broker's answer: the load generator's own figure, apart from flight
     assert json.load(open(tmp_path / "checkpoints" / "tls-10" / "loadgen" / "report.json"))["client"]["settle"] == \
         "unsettled"
-    assert not _leaks(tmp_path, *outs)
+    assert not holding(tmp_path, SECRET, *outs)
 
 
 def test_a_queue_with_a_consumer_of_its_own_is_named_and_what_it_took_is_what_dropped(broker, secure, tmp_path):
@@ -193,7 +181,7 @@ def test_a_queue_with_a_consumer_of_its_own_is_named_and_what_it_took_is_what_dr
     assert s["dropped"] == len(taken) and s["received"] + s["dropped"] == s["sent"], s
     recvs = {r["event_id"] for r in telemetry(broker, tel, run_id) if r["kind"] == "recv"}
     assert not recvs & set(taken)  # what it took, the run's receiver never saw
-    assert not _leaks(tmp_path, out)
+    assert not holding(tmp_path, SECRET, out)
 
 
 @pytest.mark.parametrize("how", ["wrong password", "unknown CA", "host not in the certificate", "plain to TLS port"])
@@ -238,11 +226,7 @@ def test_two_receivers_for_the_run_compete_for_the_queue_and_record_each_event_o
     assert p.returncode == 0, out[-3000:]
     records = telemetry(broker, tel, run_id)
     n = sent_of(json.load(open(tmp_path / "checkpoints" / run_id / "loadgen" / "report.json")), 4000)
-    sends = [r["event_id"] for r in records if r["kind"] == "send"]
-    by: dict[str, list[str]] = {}
-    for r in records:
-        if r["kind"] == "recv":
-            by.setdefault(r["agent"], []).append(r["event_id"])
+    sends, by = by_receiver(records)
     print(f"\nsent {len(sends):,}; recorded by {({a: len(v) for a, v in by.items()})}")
     assert len(sends) == n and sorted(sends) == sorted(e for v in by.values() for e in v)
     assert sorted(by) == ["receiver-amqp-run-0", "receiver-amqp-run-1"] and all(by.values())
@@ -253,4 +237,4 @@ def test_two_receivers_for_the_run_compete_for_the_queue_and_record_each_event_o
     assert bad.returncode == 2 and lines == ["loadgen: error: --receivers 2: an exchange's receivers each bind a queue "
                                              "of their own: one receiver, or aim at a queue"], lines
     assert not [r for r in telemetry(broker, tel, "tls-two-x") if r["kind"] == "send"]
-    assert not _leaks(tmp_path, out)
+    assert not holding(tmp_path, SECRET, out)

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
-from support import ROOT, create_topic, telemetry
-from support.brokers import EXACT_DROP_TIMEOUT, assert_exact, ground_truth, running
+from support import telemetry
+from support.brokers import EXACT_DROP_TIMEOUT, assert_exact, ground_truth, holding, run_example, running, secret_file
 from support.certs import make_certs
 
 from stack import artemis
@@ -36,22 +33,15 @@ def secure_artemis(tmp_path_factory):
     certs = make_certs(str(folder / "certs"))
     start = functools.partial(artemis.start_artemis, login=(USER, SECRET), tls=certs.chain)
     for b in running(start, artemis.stop_artemis, tmp_path_factory, "artemis-tls"):
-        pw = folder / "password"
-        pw.write_text(SECRET + "\n")
-        yield b.port, certs, str(pw)
+        yield b.port, certs, secret_file(folder, SECRET)
 
 
-def _run(tmp_path, broker: str, run_id: str, port: int, ca: str, pw: str, *more: str) -> subprocess.CompletedProcess:
-    tel = f"tel-{run_id}"
-    create_topic(broker, tel)
-    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CHECKPOINTS=str(tmp_path / "checkpoints"),
-               FLIGHTWATCH_STACK_DIR=str(tmp_path / "stack"), FLIGHTWATCH_CLOCK_REFERENCE="none",
-               FLIGHTWATCH_DRIVER_MEMORY="1g", ARTEMIS_PORT=str(port), CA_FILE=ca, ARTEMIS_PASSWORD_FILE=pw,
-               DURATION="10s", DROP_TIMEOUT=EXACT_DROP_TIMEOUT, RATE="1000")
-    return subprocess.run([sys.executable, "-m", "flightwatch", "run", os.path.join(ROOT, "examples", "artemis.toml"),
-                           "--no-stack", "--telemetry-bootstrap", broker, "--telemetry-topic", tel, "--run", run_id,
-                           "--workers", "1", "--metrics-listen", "none", "--quiet", *more],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+def _run(tmp_path, broker: str, run_id: str, port: int, ca: str, pw: str, *more: str) -> tuple[int, str]:
+    """``flightwatch run examples/artemis.toml`` at the module's broker: (its exit code, its output)."""
+    p = run_example(tmp_path, broker, "artemis", run_id, dict(ARTEMIS_PORT=str(port), CA_FILE=ca, ARTEMIS_PASSWORD_FILE=pw, DURATION="10s",
+                                                          DROP_TIMEOUT=EXACT_DROP_TIMEOUT, RATE="1000"), *more)
+    out = p.communicate(timeout=300)[0]
+    return p.returncode, out
 
 
 def test_the_artemis_example_over_tls_is_exact(broker, secure_artemis, tmp_path):
@@ -62,9 +52,8 @@ def test_the_artemis_example_over_tls_is_exact(broker, secure_artemis, tmp_path)
     (exit 0), the password in no output, log, report or record. (Artemis' exactness over plain TCP was
     ``test_artemis``'s run at 1,000/s; this one holds its every assertion.)"""
     port, certs, pw = secure_artemis
-    p = _run(tmp_path, broker, "art-tls", port, certs.ca, pw)
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, out[-3000:]
+    code, out = _run(tmp_path, broker, "art-tls", port, certs.ca, pw)
+    assert code == 0, out[-3000:]
     assert re.search(r"receiver: started for the run on amqp1s://localhost:\d+/orders\?\S* \(pid \d+, "
                      r"receiver-amqp1-run", out), out[-3000:]
     root = tmp_path / "checkpoints" / "art-tls"
@@ -74,10 +63,7 @@ def test_the_artemis_example_over_tls_is_exact(broker, secure_artemis, tmp_path)
     assert {r["agent"] for r in records if r["kind"] == "recv"} == {"receiver-amqp1-run"}
     assert s["verdict"]["state"] == "ok", s["verdict"]["message"]
     assert report["client"]["settle"] == "unsettled" and report["success_ratio"] == 1.0
-    leaks = [out] if SECRET in out else []
-    for folder, _dirs, files in os.walk(tmp_path):
-        leaks += [os.path.join(folder, f) for f in files if SECRET.encode() in open(os.path.join(folder, f), "rb").read()]
-    assert not leaks, leaks
+    assert not holding(tmp_path, SECRET, out)
 
 
 @pytest.mark.parametrize("how, cause", [
@@ -90,7 +76,7 @@ def test_a_wrong_login_or_ca_is_one_line_and_nothing_is_sent(broker, secure_arte
         (tmp_path / "wrong").write_text("not-the-password\n")
         pw = str(tmp_path / "wrong")
     run_id = f"art-bad-{how[:5]}"
-    p = _run(tmp_path, broker, run_id, port, certs.other_ca if how == "unknown CA" else certs.ca, pw)
-    lines = [line for line in (p.stdout + p.stderr).splitlines() if line.strip()]
-    assert p.returncode == 2 and len(lines) == 1 and cause in lines[0], p.stdout[-2000:] + p.stderr[-2000:]
+    code, out = _run(tmp_path, broker, run_id, port, certs.other_ca if how == "unknown CA" else certs.ca, pw)
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and cause in lines[0], out[-2000:]
     assert not (tmp_path / "checkpoints" / run_id / "loadgen" / "report.json").exists()

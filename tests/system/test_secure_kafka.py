@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
-from support import ROOT, create_topic, telemetry
-from support.brokers import EXACT_DROP_TIMEOUT, assert_exact, ground_truth, running
+from support import telemetry
+from support.brokers import EXACT_DROP_TIMEOUT, assert_exact, ground_truth, holding, run_example, running, secret_file
 from support.certs import make_certs
 
 from stack import kafka
@@ -36,22 +33,15 @@ def secure_kafka(tmp_path_factory):
     secure = kafka.Secure(certs.chain, certs.ca, {kafka.BROKER_USER: "broker-pw", USER: SECRET})
     for b in running(functools.partial(kafka.start_kafka, secure=secure), kafka.stop_kafka, tmp_path_factory,
                      "kafka-sasl-ssl"):
-        pw = folder / "password"
-        pw.write_text(SECRET + "\n")
-        yield b.port, certs, str(pw)
+        yield b.port, certs, secret_file(folder, SECRET)
 
 
-def _run(tmp_path, broker: str, run_id: str, port: int, ca: str, pw: str, *more: str) -> subprocess.CompletedProcess:
-    tel = f"tel-{run_id}"
-    create_topic(broker, tel)
-    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CHECKPOINTS=str(tmp_path / "checkpoints"),
-               FLIGHTWATCH_STACK_DIR=str(tmp_path / "stack"), FLIGHTWATCH_CLOCK_REFERENCE="none",
-               FLIGHTWATCH_DRIVER_MEMORY="1g", KAFKA_BOOTSTRAP=f"localhost:{port}", CA_FILE=ca,
-               KAFKA_PASSWORD_FILE=pw, DURATION="10s", DROP_TIMEOUT=EXACT_DROP_TIMEOUT)
-    return subprocess.run([sys.executable, "-m", "flightwatch", "run", os.path.join(ROOT, "examples", "kafka.toml"),
-                           "--no-stack", "--telemetry-bootstrap", broker, "--telemetry-topic", tel, "--run", run_id,
-                           "--workers", "1", "--metrics-listen", "none", "--quiet", *more],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+def _run(tmp_path, broker: str, run_id: str, port: int, ca: str, pw: str, *more: str) -> tuple[int, str]:
+    """``flightwatch run examples/kafka.toml`` at the module's broker: (its exit code, its output)."""
+    p = run_example(tmp_path, broker, "kafka", run_id, dict(KAFKA_BOOTSTRAP=f"localhost:{port}", CA_FILE=ca, KAFKA_PASSWORD_FILE=pw, DURATION="10s",
+                                                          DROP_TIMEOUT=EXACT_DROP_TIMEOUT), *more)
+    out = p.communicate(timeout=300)[0]
+    return p.returncode, out
 
 
 def test_the_kafka_example_over_sasl_ssl_is_exact(broker, secure_kafka, tmp_path):
@@ -61,9 +51,8 @@ def test_the_kafka_example_over_sasl_ssl_is_exact(broker, secure_kafka, tmp_path
     the file's thresholds held (exit 0), and the password in no output, log, report or record. (Apache Kafka's
     exactness over plain TCP was ``test_kafka``'s run of the same shape; this one holds its every assertion.)"""
     port, certs, pw = secure_kafka
-    p = _run(tmp_path, broker, "kfk-sasl", port, certs.ca, pw)
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, out[-3000:]
+    code, out = _run(tmp_path, broker, "kfk-sasl", port, certs.ca, pw)
+    assert code == 0, out[-3000:]
     assert re.search(r"receiver: started for the run on kafka://localhost:\d+/orders \(pid \d+, receiver-kafka-run",
                      out), out[-3000:]
     root = tmp_path / "checkpoints" / "kfk-sasl"
@@ -76,10 +65,7 @@ def test_the_kafka_example_over_sasl_ssl_is_exact(broker, secure_kafka, tmp_path
     assert report["client"]["acks"] == "all" and report["client"]["enable.idempotence"] == "true"
     assert report["success_ratio"] == 1.0
     assert 0 < report["latency_us"]["p50"]  # the ack latency: the load generator's own figure, apart from flight
-    leaks = [out] if SECRET in out else []
-    for folder, _dirs, files in os.walk(tmp_path):
-        leaks += [os.path.join(folder, f) for f in files if SECRET.encode() in open(os.path.join(folder, f), "rb").read()]
-    assert not leaks, leaks
+    assert not holding(tmp_path, SECRET, out)
 
 
 @pytest.mark.parametrize("how, cause", [
@@ -91,8 +77,8 @@ def test_a_wrong_login_or_ca_is_one_line_and_nothing_is_sent(broker, secure_kafk
     if how == "wrong password":
         (tmp_path / "wrong").write_text("not-the-password\n")
         pw = str(tmp_path / "wrong")
-    p = _run(tmp_path, broker, f"kfk-bad-{how[:5]}", port, certs.other_ca if how == "unknown CA" else certs.ca, pw,
+    code, out = _run(tmp_path, broker, f"kfk-bad-{how[:5]}", port, certs.other_ca if how == "unknown CA" else certs.ca, pw,
              "--probe-timeout", "10s")
-    lines = [line for line in (p.stdout + p.stderr).splitlines() if line.strip()]
-    assert p.returncode == 2 and len(lines) == 1 and cause in lines[0], p.stdout[-2000:] + p.stderr[-2000:]
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and cause in lines[0], out[-2000:]
     assert not (tmp_path / "checkpoints" / f"kfk-bad-{how[:5]}" / "loadgen" / "report.json").exists()
