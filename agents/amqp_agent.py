@@ -73,6 +73,7 @@ def main_amqp(a) -> int:
     from urllib.parse import urlsplit
 
     u = urlsplit(a.url)
+    where = f"{u.hostname}:{u.port or amqp.default_port(u.scheme)}"
     logger = logs.setup(a.agent)
     log, warn = logs.printer(logger), logs.printer(logger, logs.WARNING)
     from agents.shipper import stop_shipper
@@ -94,13 +95,11 @@ def main_amqp(a) -> int:
         try:
             await asyncio.wait_for(receiver.connect(), CONNECT_S + address.bindings / 50)  # 1,000 bindings: 20 s more
         except (TimeoutError, ConnectionError) as e:
-            where = f"{u.hostname}:{u.port or amqp.default_port(u.scheme)}"
             print(f"receiver: error: amqp {where}{u.path}: " + (str(e) if isinstance(e, ConnectionError) else
                   f"no AMQP 0-9-1 handshake within {CONNECT_S:g} s: is {where} an AMQP broker?"), file=sys.stderr)
             return 2
         shipper, exposed, server = ship_and_serve(a, spool_dir, receiver, log)
-        at = f"{u.hostname}:{u.port or amqp.default_port(u.scheme)}" + (" over TLS" if address.tls else "")
-        log(f"receiver {a.agent}: {address.where()} at {at} (prefetch {a.prefetch}, "
+        log(f"receiver {a.agent}: {address.where()} at {where}{' over TLS' if address.tls else ''} (prefetch {a.prefetch}, "
             f"{'auto-ack' if a.auto_ack else 'manual acks'}) -> spool {spool_dir} -> {a.telemetry_bootstrap}/"
             f"{a.telemetry_topic}", flush=True)
         if address.bindings:  # a scenario starts no sender before every queue is bound and consumed

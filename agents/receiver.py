@@ -33,7 +33,7 @@ from core import clock, contract, logs, memory, metrics, settings
 from core.cli import OneLineParser, add_clock_reference, add_telemetry, add_wait, bootstrap_arg
 from core.procs import AMQP_RECEIVER_METRICS_PORT, HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap
 from core.rundir import ROOT
-from core.units import parse_duration_ns, parse_size, split_host_port
+from core.units import parse_duration_ns, parse_part, parse_size, split_host_port
 
 
 def _common(p: argparse.ArgumentParser, agent: str) -> None:
@@ -79,12 +79,9 @@ def _add_http(h: argparse.ArgumentParser) -> None:
 
 def _share(text: str) -> tuple[int, int]:
     try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: I/N, e.g. 0/2") from None
-    if not 0 <= i < n:
-        raise argparse.ArgumentTypeError(f"{text!r}: I must be 0..N-1")
-    return i, n
+        return parse_part(text, "--share")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _add_kafka(k: argparse.ArgumentParser) -> None:
@@ -101,9 +98,10 @@ def _add_kafka(k: argparse.ArgumentParser) -> None:
                    help="on a first start (no write-ahead log in --state-dir yet), take up each partition at its end: "
                         "what the topic held before is left alone (a topic of your own; the load generator starts a "
                         "receiver this way for a run)")
-    k.add_argument("--share", type=_share, default=(0, 1), metavar="I/N",
-                   help="consume only the partitions p with p mod N == I: one of N receivers that split the topic "
-                        "between them, no consumer group joined (the load generator's --receivers N; default 0/1)")
+    k.add_argument("--share", type=_share, default=(0, 1), metavar="INDEX/COUNT",
+                   help="consume only the partitions p with p mod COUNT == INDEX: one of COUNT receivers that split "
+                        "the topic between them, no consumer group joined (the load generator's --receivers N; "
+                        "default 0/1)")
     k.add_argument("--create-topic", type=int, default=2, metavar="PARTITIONS",
                    help="create the SUT topic with this many partitions if missing (default %(default)s)")
     k.add_argument("--fetch-wait-ms", type=int, default=FETCH_MAX_WAIT_MS, metavar="MS",

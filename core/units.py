@@ -51,6 +51,19 @@ def split_host_port(text: str, what: str = "address", example: str = "127.0.0.1:
     return host, int(port)
 
 
+def parse_part(text: str, flag: str) -> tuple[int, int]:
+    """``INDEX/COUNT``: part INDEX (from 0) of COUNT, as ``--shard`` and ``--share`` take it; ``ValueError`` naming
+    ``flag``."""
+    index, _, count = str(text).partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise ValueError(f"bad {flag} {text!r}: use INDEX/COUNT, e.g. 0/2") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ValueError(f"bad {flag} {text!r}: INDEX must be 0..COUNT-1 and COUNT >= 1")
+    return i, n
+
+
 def one_line(text: str) -> str:
     """``text`` with line breaks and other control characters escaped: an error message stays one line."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(text))

@@ -32,7 +32,7 @@ from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable
 from core.rundir import CHECKPOINTS, RunPaths
 from core.slices import setting_problem
 from core.suts import DEFAULT_SUT, SUTS, default_target, stack_sut
-from core.units import parse_duration_ns
+from core.units import parse_duration_ns, parse_part
 from loadgen import follow
 from loadgen.errors import UsageError
 from loadgen.run import attack
@@ -68,14 +68,10 @@ def _default_shard(shards: int | None) -> str:
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    index, _, count = str(text).partition("/")
     try:
-        i, n = int(index), int(count)
-    except ValueError:
-        raise UsageError(f"bad --shard {text!r}: use INDEX/COUNT, e.g. 0/2") from None
-    if not (n >= 1 and 0 <= i < n):
-        raise UsageError(f"bad --shard {text!r}: INDEX must be 0..COUNT-1 and COUNT >= 1")
-    return i, n
+        return parse_part(text, "--shard")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _target_flags(a) -> None:
