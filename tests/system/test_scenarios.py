@@ -100,14 +100,15 @@ def assert_peer(c: dict, s: dict, tool: str, rate: int, resolution_us: int, p999
 
 
 def test_the_size_and_acks_matrix_on_apache_kafka(stack_env):
-    """kafka-matrix --short --peer: 1 KiB x acks 1, all x 1, 3 partitions, each cell a 1,000 then 2,000/s ramp,
-    then kafka-producer-perf-test at 2,000/s and EndToEndLatency. The acks reach the producer, the partitions the
-    broker, the warm-up and cool-down the figures; the report's two tables have a row per size and a column per
-    acks and partitions, and the peers' table a row per cell."""
+    """kafka-matrix --short --peer: 1 KiB x acks 1, all x 3 partitions, each cell a 1,000 then 2,000/s ramp, then
+    kafka-producer-perf-test at 2,000/s and EndToEndLatency. Each acks setting reaches the producer, the partitions
+    the broker (the topic's default is 1), the warm-up and cool-down the figures; the report's two tables have a row
+    per size and a column per acks and partitions, and the peers' table a row per cell. (The short form had the four
+    cells of acks x partitions 1, 3 until 2026-11-29: 303 s of CI's brokers step for what two cells show; the
+    tables' shape for every combination is ``tests/scenarios/test_spec.py``'s, on figures given.)"""
     doc, text, out = run_scenario(stack_env, "kafka-matrix", "--peer")
-    runs = assert_cells_exact(stack_env, doc, 4)
-    assert [c["cell"] for c in doc["cells"]] == [{"payload": 1024, "acks": a, "partitions": p}
-                                                  for a in ("1", "all") for p in (1, 3)]
+    runs = assert_cells_exact(stack_env, doc, 2)
+    assert [c["cell"] for c in doc["cells"]] == [{"payload": 1024, "acks": a, "partitions": 3} for a in ("1", "all")]
     for c, (s, lg) in zip(doc["cells"], runs):
         assert str(lg["client"]["acks"]) == c["cell"]["acks"] and s["attack"]["payload_bytes"] == 1024
         m, steps = s["measured"], s["attack"]["steps"]
@@ -122,11 +123,11 @@ def test_the_size_and_acks_matrix_on_apache_kafka(stack_env):
 
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{stack_env['FLIGHTWATCH_KAFKA_PORT']}"})
     assert len(admin.list_topics("flightwatch.sut", timeout=20).topics["flightwatch.sut"].partitions) == 3
-    assert "| payload | acks=1, 1 partition | acks=1, 3 partitions | acks=all, 1 partition | acks=all, 3 partitions |" in text
+    assert "| payload | acks=1, 3 partitions | acks=all, 3 partitions |" in text
     row = next(line for line in text.splitlines() if line.startswith("| 1,024 B |"))
-    assert row.count("/s") == 4 and "failed" not in row and "not run" not in row
-    assert "[4/4 payload=1024,acks=all,partitions=3] done: sent 12,000 received 12,000 dropped 0" in out
-    assert "## Beside the broker's own tool" in text and text.count("| kafka-producer-perf-test + EndToEndLatency") == 4
+    assert row.count("/s") == 2 and "failed" not in row and "not run" not in row
+    assert "[2/2 payload=1024,acks=all,partitions=3] done: sent 12,000 received 12,000 dropped 0" in out
+    assert "## Beside the broker's own tool" in text and text.count("| kafka-producer-perf-test + EndToEndLatency") == 2
 
 
 def fw_step(s: dict, rate: int) -> tuple[int, int]:
