@@ -13,9 +13,12 @@ import sys
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from support import ROOT, create_topic, job_command, job_env, telemetry, wait_for_first_batch
+from support.brokers import EXACT_DROP_TIMEOUT
 
 from core.procs import free_port, stop_process
 from stack.tansu import start_tansu
@@ -35,48 +38,91 @@ def _receiver_count(port: int) -> int:
                    if line.startswith("flightwatch_kafka_receiver_events_total")))
 
 
-def _kafka_run(tmp_path, name: str, tel_port: int, sut_bootstrap: str, fault=None) -> tuple[dict, int, list]:
+@dataclass
+class _Run:
+    """One run of ``RATE``/s for ``SECONDS`` on the Kafka target: its folder, topics, receiver and live job."""
+    d: Path
+    tel: str
+    sut_bootstrap: str
+    drop_timeout: str
+    metrics_port: int = 0
+    receiver: subprocess.Popen | None = None
+    job: subprocess.Popen | None = None
+
+    @property
+    def name(self) -> str:
+        return self.d.name
+
+    def start(self) -> _Run:
+        """Its receiver and job, until the job has run its first batch."""
+        self.d.mkdir()
+        topic, sut_topic = f"tel-{self.name}", f"sut-{self.name}"
+        create_topic(self.tel, topic)
+        create_topic(self.sut_bootstrap, sut_topic)
+        self.metrics_port = free_port()
+        self.receiver = subprocess.Popen(
+            [sys.executable, "-m", "agents.receiver", "kafka", "--bootstrap", self.sut_bootstrap, "--topic", sut_topic,
+             "--telemetry-bootstrap", self.tel, "--telemetry-topic", topic, "--state-dir", str(self.d / "rx"),
+             "--metrics-listen", f"127.0.0.1:{self.metrics_port}"],
+            cwd=ROOT, env=ENV, stdout=open(self.d / "receiver.log", "w"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        self.job = subprocess.Popen(job_command("run", "--run", self.name, "--bootstrap", self.tel, "--topic", topic,
+                                                "--checkpoints", str(self.d), "--drop-timeout", self.drop_timeout),
+                                    cwd=ROOT, env=job_env(), stdout=open(self.d / "job.log", "w"),
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for_first_batch(self.tel, topic, self.name, self.d / self.name / "batches")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def attack(self, fault=None) -> None:
+        """The load generator's attack, ``fault(lg)`` beside it."""
+        try:
+            lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--target",
+                                   f"kafka://{self.sut_bootstrap}/sut-{self.name}", "--run", self.name, "--workers", "1",
+                                   "--out", str(self.d / "lg"), "--telemetry-bootstrap", self.tel, "--telemetry-topic",
+                                   f"tel-{self.name}", "--rate", str(RATE), "--duration", f"{SECONDS}s"],
+                                  cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            t = threading.Thread(target=fault, args=(lg,)) if fault else None
+            if t:
+                t.start()
+            out = lg.communicate(timeout=240)[0]
+            if t:
+                t.join()
+            assert lg.returncode in (0, 1), out[-3000:]
+        except BaseException:
+            self.stop()
+            raise
+
+    def close(self) -> tuple[dict, int, list]:
+        """Once the job has closed the run: its summary, the receives the receiver counted, and the run's telemetry as
+        written after the run."""
+        try:
+            assert self.job.wait(300) == 0, (self.d / "job.log").read_text()[-3000:]
+            received = _receiver_count(self.metrics_port)
+            records = telemetry(self.tel, f"tel-{self.name}", self.name)
+        finally:
+            self.stop()
+        return json.load(open(self.d / self.name / "summary.json")), received, records
+
+    def stop(self) -> None:
+        for p in (self.job, self.receiver):
+            if p is not None and p.poll() is None:
+                stop_process(p, wait_s=30, group=True)
+
+
+ENV = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
+
+
+def _kafka_run(tmp_path, name: str, tel_port: int, sut_bootstrap: str, fault=None,
+               drop_timeout: str = "10s") -> tuple[dict, int, list]:
     """One run of ``RATE``/s for ``SECONDS`` on the Kafka target, the job live: its summary, the receives the receiver
     counted, and the run's telemetry as written after the run. ``fault(lg)`` runs beside the attack."""
-    d = tmp_path / name
-    d.mkdir()
-    tel = f"127.0.0.1:{tel_port}"
-    topic, sut_topic, run_id = f"tel-{name}", f"sut-{name}", name
-    create_topic(tel, topic)
-    create_topic(sut_bootstrap, sut_topic)
-    metrics_port = free_port()
-    env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
-    receiver = subprocess.Popen(
-        [sys.executable, "-m", "agents.receiver", "kafka", "--bootstrap", sut_bootstrap, "--topic", sut_topic,
-         "--telemetry-bootstrap", tel, "--telemetry-topic", topic, "--state-dir", str(d / "rx"),
-         "--metrics-listen", f"127.0.0.1:{metrics_port}"],
-        cwd=ROOT, env=env, stdout=open(d / "receiver.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    job = subprocess.Popen(job_command("run", "--run", run_id, "--bootstrap", tel, "--topic", topic, "--checkpoints",
-                                       str(d), "--drop-timeout", "10s"),
-                           cwd=ROOT, env=job_env(), stdout=open(d / "job.log", "w"), stderr=subprocess.STDOUT,
-                           start_new_session=True)
-    try:
-        wait_for_first_batch(tel, topic, run_id, d / run_id / "batches")
-        lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--quiet", "--target",
-                               f"kafka://{sut_bootstrap}/{sut_topic}", "--run", run_id, "--workers", "1", "--out",
-                               str(d / "lg"), "--telemetry-bootstrap", tel, "--telemetry-topic", topic, "--rate",
-                               str(RATE), "--duration", f"{SECONDS}s"],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        t = threading.Thread(target=fault, args=(lg,)) if fault else None
-        if t:
-            t.start()
-        out = lg.communicate(timeout=240)[0]
-        if t:
-            t.join()
-        assert lg.returncode in (0, 1), out[-3000:]
-        assert job.wait(300) == 0, (d / "job.log").read_text()[-3000:]
-        received = _receiver_count(metrics_port)
-        records = telemetry(tel, topic, run_id)
-    finally:
-        for p in (job, receiver):
-            if p.poll() is None:
-                stop_process(p, wait_s=30, group=True)
-    return json.load(open(d / run_id / "summary.json")), received, records
+    run = _Run(tmp_path / name, f"127.0.0.1:{tel_port}", sut_bootstrap, drop_timeout).start()
+    run.attack(fault)
+    return run.close()
 
 
 def _flight(s: dict) -> dict:
@@ -103,9 +149,15 @@ def test_a_telemetry_broker_killed_for_10s_is_not_the_suts_latency_nor_its_satur
         state["broker"] = start_tansu(tel_port, open(tmp_path / "tel-2.log", "wb"), "flightwatch-tel")
         create_topic(f"127.0.0.1:{tel_port}", "tel-outage")
 
+    tel = f"127.0.0.1:{tel_port}"
     try:
-        calm, calm_rx, _ = _kafka_run(tmp_path, "calm", tel_port, broker)
-        hit, hit_rx, records = _kafka_run(tmp_path, "outage", tel_port, broker, fault=kill_and_restart)
+        calm = _Run(tmp_path / "calm", tel, broker, EXACT_DROP_TIMEOUT).start()
+        calm.attack()
+        # the second run's receiver and job start while the first run's job closes it: what it measured is done
+        outage = _Run(tmp_path / "outage", tel, broker, EXACT_DROP_TIMEOUT).start()
+        calm, calm_rx, _ = calm.close()
+        outage.attack(kill_and_restart)
+        hit, hit_rx, records = outage.close()
     finally:
         stop_process(state["broker"])
     recvs = [r for r in records if r["kind"] == "recv"]
