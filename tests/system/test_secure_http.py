@@ -1,0 +1,87 @@
+"""A user's own HTTPS CloudEvents sink that delivers to flightwatch's HTTP receiver (``make test-brokers``), as a
+Knative broker's ingress does with a Trigger whose subscriber is the receiver: ``bench.capacity_relay`` with a
+certificate for ``localhost`` of a CA made by ``openssl`` here, taking each event with 202 and forwarding it, at no
+limit, to an HTTP receiver agent started as the user would (flightwatch cannot start it for them: the sink decides
+where events go). ``flightwatch run examples/http.toml`` exactly as written, its URL and CA from the environment as
+the file says; the probe before the load tells a sink that delivers elsewhere from one that delivers here.
+
+Ground truth is read back independently from the telemetry topic with kafka-python.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from support import ROOT, create_topic, start_receiver, stop_receiver, telemetry, wait_port
+from support.brokers import EXACT_DROP_TIMEOUT, assert_exact, ground_truth, run_example
+from support.certs import make_certs
+
+from core.procs import free_port, stop_process
+
+pytestmark = [pytest.mark.integration, pytest.mark.brokers]
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_certs(str(tmp_path_factory.mktemp("https-sink") / "certs"))
+
+
+def _sink(certs, port: int, deliver_to: str, log) -> subprocess.Popen:
+    """The user's HTTPS sink on ``port``, delivering to ``deliver_to``, once it listens."""
+    p = subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(port), deliver_to, "--tls-cert", certs.cert,
+                          "--tls-key", certs.key], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    assert wait_port(port, 30), "the sink did not start"
+    return p
+
+
+def _run(tmp_path, broker: str, run_id: str, sink_port: int, ca: str, *more: str) -> tuple[int, str]:
+    """``flightwatch run examples/http.toml`` at the sink on ``sink_port``: (its exit code, its output)."""
+    p = run_example(tmp_path, broker, "http", run_id, dict(SINK_URL=f"https://localhost:{sink_port}/", CA_FILE=ca,
+                                                          DROP_TIMEOUT=EXACT_DROP_TIMEOUT, DURATION="10s"), *more)
+    out = p.communicate(timeout=300)[0]
+    return p.returncode, out
+
+
+def test_the_http_example_through_a_sink_that_delivers_to_the_receiver_is_exact(broker, certs, tmp_path):
+    """2,000/s (as the file says) for 10 s (``DURATION``), over HTTPS with the CA the file names: the sink's 202 is
+    the ack latency, its delivery to the receiver the flight time; the job's figures exact against the raw telemetry (``assert_exact``,
+    with a 5 s drop timeout: counting is deterministic), every receive the user's receiver's, ``ok``, the file's
+    thresholds held (exit 0)."""
+    rx_port, sink_port = free_port(), free_port()
+    create_topic(broker, "tel-https")  # the receiver's telemetry: the run's own topic (``run_example``'s)
+    receiver = start_receiver(broker, "tel-https", tmp_path / "spool", rx_port)
+    sink = _sink(certs, sink_port, f"http://127.0.0.1:{rx_port}/", open(tmp_path / "sink.log", "w"))
+    try:
+        code, out = _run(tmp_path, broker, "https", sink_port, certs.ca)
+    finally:
+        stop_process(sink)
+        stop_receiver(receiver)
+    assert code == 0, out[-3000:]
+    assert "probe: recorded by receiver-http" in out, out[-3000:]
+    root = tmp_path / "checkpoints" / "https"
+    s, report = json.load(open(root / "summary.json")), json.load(open(root / "loadgen" / "report.json"))
+    records = telemetry(broker, "tel-https", "https")
+    assert_exact("examples/http.toml through an HTTPS sink, 2,000/s 10 s", s, ground_truth(records), report, 20_000)
+    assert {r["agent"] for r in records if r["kind"] == "recv"} == {"receiver-http"}
+    assert s["verdict"]["state"] == "ok", s["verdict"]["message"]
+    assert report["success_ratio"] == 1.0 and report["status_codes"] == {"202": s["sent"]}
+    assert 0 < report["latency_us"]["p50"]  # the sink's 202: the load generator's own figure, apart from flight
+
+
+def test_a_sink_that_delivers_elsewhere_is_one_line_and_exit_2_before_the_load(broker, certs, tmp_path):
+    """The sink takes every event (202) but delivers them where no receiver of flightwatch's is: the probe goes
+    unrecorded, and the run ends before its load, in one line naming the target and what to do, exit 2."""
+    sink_port = free_port()
+    sink = _sink(certs, sink_port, f"http://127.0.0.1:{free_port()}/", open(tmp_path / "sink.log", "w"))
+    try:
+        code, out = _run(tmp_path, broker, "https-nowhere", sink_port, certs.ca, "--probe-timeout", "5s")
+    finally:
+        stop_process(sink)
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, out[-2000:]
+    assert f"error: no receiver recorded the probe sent to https://localhost:{sink_port}/?cafile=" in lines[0]
+    assert "must deliver to a receiver of flightwatch's" in lines[0]
+    assert not (tmp_path / "checkpoints" / "https-nowhere" / "loadgen" / "report.json").exists()
