@@ -177,7 +177,10 @@ def test_a_queue_with_a_consumer_of_its_own_is_named_and_what_it_took_is_what_dr
     print(f"\nsent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,}; the other consumer took "
           f"{len(taken):,}; verdict {s['verdict']['message']!r}")
     assert len(set(taken)) == len(taken) > 0 and s["errors_by_cause"] == {} and s["duplicates"] == 0
-    assert s["sent"] == sent_of(json.load(open(root / "loadgen" / "report.json")), 6000)
+    # every send the generator made is the run's (on a busy machine it made 5,980 of its 6,000 once: its own shortfall,
+    # unsent, is not this test's subject; sent_of bounds it where a test is about the schedule)
+    lg = json.load(open(root / "loadgen" / "report.json"))
+    assert lg["scheduled"] == 6000 and s["sent"] == lg["requests"] == 6000 - lg["unsent"] > 0, lg
     assert s["dropped"] == len(taken) and s["received"] + s["dropped"] == s["sent"], s
     recvs = {r["event_id"] for r in telemetry(broker, tel, run_id) if r["kind"] == "recv"}
     assert not recvs & set(taken)  # what it took, the run's receiver never saw
