@@ -17,9 +17,8 @@ import sys
 import textwrap
 from dataclasses import dataclass
 
-from core import settings
+from core import settings, testfile
 from core.units import one_line
-from flightwatch import testfile
 
 
 @dataclass(frozen=True)
@@ -92,12 +91,30 @@ def argv_of(name: str, args: list[str]) -> list[str]:
 
 
 def run_help() -> str:
-    """``flightwatch run --help``: the test file's keys, each with the attack's flag it stands for."""
+    """``flightwatch run --help``: the test file's keys, each with the attack's flag it stands for, and a
+    scenario's."""
     head = testfile.__doc__.split("\n\n")
-    lines = ["usage: flightwatch run FILE.toml [ATTACK FLAGS]", "", head[0], "", head[1], "", "keys:"]
+    lines = ["usage: flightwatch run FILE.toml [ATTACK FLAGS]   (a scenario: [SCENARIO FLAGS], e.g. --short, --peer)",
+             "", head[0], "", head[1], "", "keys:"]
     own = "(the file's own)"
     lines += [f"  {k:<20} {(v.flag or own):<22} {v.what}" for k, v in testfile.KEYS.items()]
-    return "\n".join([*lines, "", head[2]])
+    prose = [textwrap.fill(" ".join(h.replace("``", "").split()), 118) for h in head[2:]]
+    lines += ["", prose[0], "",
+              f"a scenario's keys besides {', '.join(testfile.CELL_KEYS)} and the ones it shares with a test:"]
+    lines += [f"  {k:<20} {v}" for k, v in testfile.SCENARIO_KEYS.items()]
+    return "\n".join([*lines, "", *prose[1:]])
+
+
+def run_file(path: str, more: list[str]) -> tuple[str, list[str]]:
+    """``flightwatch run FILE [FLAGS]`` as the command it is: a test's attack with the file's flags, or a scenario's
+    run (a file with ``[axes]``, checked by ``python -m scenarios`` as it starts); ``testfile.FileError`` for a
+    mistake in a test, at its line."""
+    from loadgen.targets import TargetSpec
+
+    text, doc = testfile.read(path)
+    if testfile.is_scenario(doc):
+        return "scenario", [path, *more]
+    return "attack", testfile.flags(path, text, doc, check_target=TargetSpec.parse) + more
 
 
 def stack_step(args: list[str]) -> list[str] | None:
@@ -127,11 +144,11 @@ def main(argv: list[str] | None = None) -> int:
             print(run_help())
             return 0 if args else 2
         try:
-            args = testfile.load(args[0]) + args[1:]
+            name, args = run_file(args[0], args[1:])
         except testfile.FileError as e:
             print(f"flightwatch: error: {one_line(str(e))}", file=sys.stderr)
             return 2
-        name = "attack"
+        c = COMMANDS[name]
     if "--help" in args or "-h" in args:
         print(f"flightwatch {name}: {c.what}\n  example: {c.example}\n\nits flags, as python -m {c.module} "
               f"{' '.join(c.head)} takes them:\n", flush=True)

@@ -10,7 +10,7 @@ report.json and latency.hlog (HdrHistogram interval log) into --out.
 
 Exit codes: 0 ok; 1 a --fail-on threshold was crossed or the attack failed; 2 bad input
 (flags, rate, pace, unreachable target); 3 stopped early by an --abort-on threshold; 130 interrupted (Ctrl-C).
-Thresholds: 'METRIC OP VALUE[UNIT] [for DURATION]' (loadgen/thresholds.py), e.g.
+Thresholds: 'METRIC OP VALUE[UNIT] [for DURATION]' (core/thresholds.py), e.g.
 --fail-on 'p99>500ms for 10s' --fail-on 'loss>0.1%' --abort-on 'p99>2s for 5s'.
 With --stream --baseline RUN, the run is compared with RUN once it closes (``python -m runs compare``), and
 --fail-on-regression 'p99>+10%' exits 1 when the change's 95% interval lies wholly beyond the limit.
@@ -32,13 +32,13 @@ from core.procs import HOST, LOADGEN_METRICS_PORT, servers_unreachable
 from core.rundir import CHECKPOINTS, RunPaths
 from core.slices import setting_problem
 from core.suts import DEFAULT_SUT, SUTS, default_target, stack_sut
+from core.thresholds import Threshold, run_value
 from core.units import parse_duration_ns, parse_part
 from loadgen import follow
 from loadgen.errors import UsageError
 from loadgen.run import attack
 from loadgen.streamjob import start_job, wait_job
 from loadgen.targets import TargetSpec, transport
-from loadgen.thresholds import Threshold, run_value
 
 WORKER_RATE = 10_000
 """Events per second one worker process is given by --workers auto. One worker sends 5,000/s at ~50 µs of CPU an
@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--fail-on", action="append", default=[], metavar="THRESHOLD",
                    help="exit 1 when crossed: 'METRIC OP VALUE[UNIT] [for DURATION]' with METRIC p50|p90|p95|p99|max|"
                         "mean (ms), success (%%), errors, rate, loss (%%, needs --stream); e.g. 'p99>500ms for 10s', "
-                        "'success<99%%', 'loss>0.1%%'; repeatable (see loadgen/thresholds.py)")
+                        "'success<99%%', 'loss>0.1%%'; repeatable (see core/thresholds.py)")
     a.add_argument("--abort-on", action="append", default=[], metavar="THRESHOLD",
                    help="stop the attack at once when crossed, judged every second (exit 3); e.g. 'p99>2s for 5s', "
                         "'errors>100'; repeatable")

@@ -13,9 +13,9 @@ import time
 
 from core import settings
 from core.pacer import NS_PER_S
+from core.thresholds import Sustained, run_value, second_value
 from loadgen import report
 from loadgen.stats import RunStats
-from loadgen.thresholds import Sustained, run_value, second_value
 
 LOADGEN_BOUND_RATIO = 0.95
 """A second in which fewer than this share of the scheduled sends went out marks the generator as the limit."""

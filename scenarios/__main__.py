@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("folder", help="the scenario run's folder (checkpoints/scenario-<name>-<time>)")
     for name, what in (("show", "a scenario's method, settings and cells"), ("run", "run a scenario's cells, write its report")):
         s = sub.add_parser(name, help=what, description=what)
-        s.add_argument("name", help="the scenario (`python -m scenarios list`)")
+        s.add_argument("name", help="the scenario (`python -m scenarios list`), or a scenario file's path (a test "
+                                    "file with [axes]: `flightwatch run --help`)")
         s.add_argument("--short", action="store_true", help="its short form, as the CI runs it")
         s.add_argument("--only", action="append", default=[], metavar="AXIS=V[,V...]",
                        help="run only these values of one axis (repeatable), e.g. payload=128,1024")
@@ -80,7 +81,7 @@ def show(sc: spec.Scenario, sut: str) -> None:
     print(f"{sc.name}: {sc.title} (after the {sc.seed}); at {where}, {'short' if sc.short else 'full'} form")
     print(f"method: {sc.method}")
     print(f"every cell: pace {sc.pace} ({sc.schedule().duration_ns / 1e9:g} s), warm-up {sc.warmup}, cool-down "
-          f"{sc.cooldown}, drop timeout {sc.drop_timeout}")
+          f"{sc.cooldown}, drop timeout {sc.drop_timeout}" + (f"; its attack also {' '.join(sc.attack)}" if sc.attack else ""))
     if sut in PEER_SUTS and sc.target != "http":
         print(f"with --peer: after each cell, the broker's own tool at the cell's {'rate' if sc.peer_rate is None else f'step of {sc.peer_rate:,}/s'} "
               f"for {sc.peer_seconds} s (`python -m stack.peers --help`)")

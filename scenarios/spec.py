@@ -24,15 +24,23 @@
     rows = "payload"
     columns = ["acks"]
 
-``load(name)`` returns a ``Scenario`` or raises ``ScenarioError`` naming the file and the key at fault.
+It is the test files' language (``core.testfile``, ``flightwatch run FILE.toml``) with ``[axes]``: ``title``,
+``sut``, ``pace``, ``warmup``, ``cooldown`` and ``drop_timeout`` mean what they mean in a test, and a test's
+``CELL_KEYS`` (``payload``, ``workers``, ``timeout``, ``fail_on``, ``kafka_options``, ...) set every cell's attack:
+
+    payload = 1024                                 # every cell's, unless payload is an axis
+    fail_on = ["success<100%"]                     # a cell that crosses it exits 1: the scenario says so
+
+``load(name)`` (a name in ``scenarios/``, or a file's path) returns a ``Scenario`` or raises ``ScenarioError``
+naming the file, the line and the key at fault.
 """
 from __future__ import annotations
 
 import itertools
 import os
-import tomllib
 from dataclasses import dataclass
 
+from core import testfile
 from core.pacer import Schedule
 from core.suts import SUTS
 from core.units import parse_duration_ns
@@ -130,69 +138,90 @@ def names() -> list[str]:
     return sorted(n[:-5] for n in os.listdir(FOLDER) if n.endswith(".toml"))
 
 
+def is_path(name: str) -> bool:
+    """A scenario given as a file (``flightwatch scenario my-matrix.toml``), not by its name in ``scenarios/``."""
+    return name.endswith(".toml") or os.sep in name
+
+
 def load(name: str, short: bool = False, folder: str = FOLDER) -> Scenario:
-    """The scenario ``name`` (``short``: its CI form); ``ScenarioError`` if it is missing or wrong."""
-    path = os.path.join(folder, f"{name}.toml")
+    """The scenario ``name`` (or the file at that path; ``short``: its CI form); ``ScenarioError`` if it is missing
+    or wrong."""
+    path = os.path.abspath(name) if is_path(name) else os.path.join(folder, f"{name}.toml")
     if not os.path.isfile(path):
-        raise ScenarioError(f"no scenario {name!r} (there are: {', '.join(names()) or 'none'})")
+        raise ScenarioError(f"no scenario {name!r} (there are: {', '.join(names()) or 'none'})" if not is_path(name)
+                            else f"{name}: no such file")
     try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(f"{path}: {e}") from None
-    return parse(name, path, raw, short)
+        text, raw = testfile.read(path)
+    except testfile.FileError as e:
+        raise ScenarioError(str(e)) from None
+    return parse(os.path.basename(path)[:-5] if is_path(name) else name, path, raw, short, text)
 
 
-def parse(name: str, path: str, raw: dict, short: bool = False) -> Scenario:
-    def bad(what: str) -> ScenarioError:
-        return ScenarioError(f"{path}: {what}")
+_CELL_KEYS = {k: testfile.KEYS[k] for k in testfile.CELL_KEYS}
+_ALL_KEYS = _KEYS | set(_CELL_KEYS)
 
-    unknown = set(raw) - _KEYS
+
+def _cell_flags(path: str, text: str, form: dict, axes: dict) -> tuple[str, ...]:
+    """Every cell's attack flags from the test-file keys among ``form`` (checked as a test's are)."""
+    given = {k: v for k, v in form.items() if k in _CELL_KEYS}
+    for k in given.keys() & axes.keys():
+        raise testfile.at(path, text, k)(f"{k} is an axis of this scenario: each cell has its own")
+    return tuple(testfile.flags(path, text, given, _CELL_KEYS))
+
+
+def parse(name: str, path: str, raw: dict, short: bool = False, text: str = "") -> Scenario:
+    def bad(what: str, key: str | None = None, table: str | None = None) -> ScenarioError:
+        return ScenarioError(f"{path}:{testfile.line_of(text, key, table)}: {what}" if key and text else f"{path}: {what}")
+
+    unknown = set(raw) - _ALL_KEYS
     if unknown:
-        raise bad(f"unknown key {sorted(unknown)[0]!r} (known: {', '.join(sorted(_KEYS))})")
+        k = sorted(unknown)[0]
+        raise bad(f"unknown key {k!r}: a scenario's own ({', '.join(sorted(_KEYS))}) or a test's for every cell "
+                  f"({', '.join(_CELL_KEYS)})", k)
     form = dict(raw)
     short_form = raw.get("short") or {}
     if short:
         if not short_form:
             raise bad("has no [short] form")
-        unknown = set(short_form) - _KEYS
+        unknown = set(short_form) - _ALL_KEYS
         if unknown:
-            raise bad(f"[short]: unknown key {sorted(unknown)[0]!r}")
+            raise bad(f"[short]: unknown key {sorted(unknown)[0]!r}", sorted(unknown)[0], "short")
         form.update({k: v for k, v in short_form.items() if k != "axes"})
         form["axes"] = {**raw.get("axes", {}), **short_form.get("axes", {})}
     for key in ("title", "seed", "method", "kind", "sut", "pace"):
         if not isinstance(form.get(key), str) or not form[key].strip():
-            raise bad(f"{key!r} must be given, as text")
+            raise bad(f"{key!r} must be given, as text", key if key in raw else None)
     if form["kind"] not in KINDS:
-        raise bad(f"kind {form['kind']!r} is not one of {', '.join(KINDS)}")
+        raise bad(f"kind {form['kind']!r} is not one of {', '.join(KINDS)}", "kind")
     suts = tuple(form.get("suts") or (form["sut"],))
     for s in (form["sut"], *suts):
         if s not in SUTS:
-            raise bad(f"SUT {s!r} is not one of the stack's ({', '.join(SUTS)})")
-    try:
-        Schedule.parse(form["pace"])
-        for key in ("warmup", "cooldown", "drop_timeout"):
-            parse_duration_ns(str(form.get(key, "0s")))
-    except ValueError as e:
-        raise bad(str(e)) from None
+            raise bad(f"SUT {s!r} is not one of the stack's ({', '.join(SUTS)})", "suts" if s in suts and "suts" in raw else "sut")
+    for key in ("pace", "warmup", "cooldown", "drop_timeout"):
+        try:
+            Schedule.parse(form["pace"]) if key == "pace" else parse_duration_ns(str(form.get(key, "0s")))
+        except ValueError as e:
+            raise bad(f"{key} = {form.get(key)!r}: {e}", key, "short" if short and key in short_form else None) from None
     axes = form.get("axes") or {}
     for axis, values in axes.items():
         if axis not in KNOBS:
-            raise bad(f"unknown axis {axis!r} (known: {', '.join(KNOBS)})")
+            raise bad(f"unknown axis {axis!r} (known: {', '.join(KNOBS)})", axis, "axes")
         if not isinstance(values, list) or not values or len({type(v) for v in values}) != 1:
-            raise bad(f"axis {axis!r}: a non-empty list of values of one type")
+            raise bad(f"axis {axis!r}: a non-empty list of values of one type", axis, "axes")
         if axis in KNOB_SUTS and set(suts) - set(KNOB_SUTS[axis]):
-            raise bad(f"axis {axis!r} means something on {', '.join(KNOB_SUTS[axis])} only, not on every SUT in {suts}")
+            raise bad(f"axis {axis!r} means something on {', '.join(KNOB_SUTS[axis])} only, not on every SUT in {suts}",
+                      axis, "axes")
     peer_rate, peer_seconds = form.get("peer_rate"), form.get("peer_seconds", 20)
     if peer_rate is not None and (not isinstance(peer_rate, int) or
                                   peer_rate not in {int(st.rate_per_sec) for st in Schedule.parse(form["pace"]).steps}):
-        raise bad(f"peer_rate {peer_rate!r} must be the rate of one of the pace's steps ({form['pace']})")
+        raise bad(f"peer_rate {peer_rate!r} must be the rate of one of the pace's steps ({form['pace']})", "peer_rate")
     if not isinstance(peer_seconds, int) or peer_seconds < 8:
-        raise bad(f"peer_seconds {peer_seconds!r}: whole seconds, at least 8")
+        raise bad(f"peer_seconds {peer_seconds!r}: whole seconds, at least 8", "peer_seconds")
     if form.get("pace_per_pair") and "pairs" not in axes:
-        raise bad("pace_per_pair needs a pairs axis")
+        raise bad("pace_per_pair needs a pairs axis", "pace_per_pair")
     if form.get("target", "sut") not in ("sut", "http"):
-        raise bad(f"target {form['target']!r}: sut (the SUT broker) or http (the stack's HTTP receiver, or --target)")
+        raise bad(f"target {form['target']!r}: sut (the SUT broker) or http (the stack's HTTP receiver, or --target)",
+                  "target")
     if "receivers" in axes and form.get("target") != "http":
         raise bad("axis 'receivers' is the stack's HTTP receiver's: it needs target = \"http\"")
     report = raw.get("report") or {}
@@ -202,10 +231,14 @@ def parse(name: str, path: str, raw: dict, short: bool = False) -> Scenario:
     for a in (rows, *columns):
         if a and a not in axes:
             raise bad(f"[report] names {a!r}, which is not an axis")
+    try:
+        cell_flags = _cell_flags(path, text, form, axes)
+    except testfile.FileError as e:
+        raise ScenarioError(str(e)) from None
     return Scenario(name=name, path=path, title=form["title"], seed=form["seed"], method=" ".join(form["method"].split()),
                     kind=form["kind"], sut=form["sut"], suts=suts, warmup=str(form.get("warmup", "0s")),
                     cooldown=str(form.get("cooldown", "0s")), drop_timeout=str(form.get("drop_timeout", "30s")),
                     pace=form["pace"], axes={k: list(v) for k, v in axes.items()}, rows=rows, columns=columns,
-                    attack=tuple(str(x) for x in form.get("attack", ())), short=short,
+                    attack=(*(str(x) for x in form.get("attack", ())), *cell_flags), short=short,
                     pace_per_pair=bool(form.get("pace_per_pair", False)), target=form.get("target", "sut"),
                     peer_rate=peer_rate, peer_seconds=peer_seconds)

@@ -1,4 +1,4 @@
-"""A test as a file (``flightwatch run FILE.toml``, ``flightwatch.testfile``): every key is one of the attack's flags,
+"""A test as a file (``flightwatch run FILE.toml``, ``core.testfile``): every key is one of the attack's flags,
 ``${VAR}`` comes from the environment, secrets are files next to it, and anything wrong is ``FILE:LINE: ...``, exit 2,
 before anything starts. The examples are run for real by ``tests/system/test_secure_amqp.py`` (RabbitMQ)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from support import ROOT
 from support.certs import make_certs
 
-from flightwatch import testfile
+from core import testfile
 
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.toml")))
 
@@ -57,8 +57,10 @@ def test_every_broker_and_an_http_sink_has_an_example_and_each_reads_whole(tmp_p
 def test_anything_wrong_is_named_by_its_line_before_anything_starts(tmp_path, text, error):
     path = tmp_path / "checkout.toml"
     path.write_text(text)
+    from loadgen.targets import TargetSpec
+
     with pytest.raises(testfile.FileError) as e:
-        testfile.load(str(path))
+        testfile.load(str(path), TargetSpec.parse)  # as flightwatch run checks it: the load generator's own parser
     assert str(e.value).startswith(str(path) + ":") and error in str(e.value), str(e.value)
 
 
@@ -85,3 +87,50 @@ def test_a_files_flags_come_first_so_that_flags_after_it_override(tmp_path, monk
     monkeypatch.setenv("RATE", "750")
     assert testfile.load(str(path)) == ["--target", "kafka://h:1/t", "--rate", "750", "--receiver", "auto",
                                         "--receivers", "3"]
+
+
+MATRIX = os.path.join(ROOT, "scenarios", "kafka-matrix.toml")
+
+
+def _scenario(tmp_path, extra: str) -> str:
+    """A copy of the Kafka matrix's file with ``extra`` keys first: a user's own scenario."""
+    path = tmp_path / "my-matrix.toml"
+    path.write_text(extra + open(MATRIX).read())
+    return str(path)
+
+
+def test_a_scenario_is_a_test_file_with_axes_whose_test_keys_set_every_cells_attack(tmp_path):
+    """One language: a scenario file takes a test's keys for every cell (checked as a test's are), its own
+    ``title``, ``pace``, ``warmup``, ``cooldown`` and ``drop_timeout`` mean what a test's do, and it loads by its
+    path (``flightwatch scenario FILE``, ``flightwatch run FILE``)."""
+    from flightwatch.cli import run_file
+    from scenarios import spec
+
+    path = _scenario(tmp_path, 'workers = 1\ntimeout = "5s"\nfail_on = ["success<100%"]\n')
+    sc = spec.load(path, short=True)
+    assert sc.name == "my-matrix" and sc.path == path and [c["payload"] for c in sc.cells()] == [1024, 1024]
+    assert sc.attack == ("--workers", "1", "--timeout", "5s", "--fail-on", "success<100%")
+    assert run_file(path, ["--short"]) == ("scenario", [path, "--short"])  # flightwatch run: the scenario's run
+    assert spec.load("kafka-matrix").attack == ()  # the seeds' own files set nothing more
+
+
+@pytest.mark.parametrize("extra, error", [
+    ('fail_on = ["p99 > soon"]\n', ":1: fail_on = 'p99 > soon': bad fail_on"),
+    ('workers = 0\n', ":1: workers = '0': a number of processes, or auto"),
+    ('payload = 512\n', ":1: payload is an axis of this scenario: each cell has its own"),
+    ('label = "v2"\nrate = 100\n', ":2: unknown key 'rate': a scenario's own ("),
+    ('probe_timeout = "soon"\n', ":1: probe_timeout = 'soon': "),
+])
+def test_a_wrong_scenario_file_is_named_by_its_line_before_anything_starts(tmp_path, extra, error):
+    path = _scenario(tmp_path, extra)
+    r = subprocess.run([sys.executable, "-m", "flightwatch", "run", path, "--short"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, r.stdout + r.stderr
+    assert r.stderr.startswith(f"scenarios: error: {path}:") and error in r.stderr, r.stderr
+
+
+def test_flightwatch_run_help_lists_a_scenarios_keys_too():
+    h = subprocess.run([sys.executable, "-m", "flightwatch", "run", "--help"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert h.returncode == 0 and all(f"  {key} " in h.stdout for key in testfile.SCENARIO_KEYS)
+    assert "A file with [axes] is a scenario in the same language" in h.stdout

@@ -320,7 +320,7 @@ def test_a_generator_short_of_its_schedule_is_loadgen_bound(broker, tmp_path):
 
 # --- thresholds (pure) ------------------------------------------------------------------------------
 
-from loadgen.thresholds import Sustained, Threshold, run_value  # noqa: E402
+from core.thresholds import Sustained, Threshold, run_value  # noqa: E402
 
 
 @pytest.mark.parametrize("text,expected", [

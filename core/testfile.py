@@ -11,6 +11,9 @@ next to the system it tests, as OpenMessaging Benchmark keeps a workload file an
     [kafka_options]                                 # a Kafka target's librdkafka settings (secrets as @FILE)
     "security.protocol" = "SASL_SSL"
 
+A file with ``[axes]`` is a scenario in the same language (``scenarios.spec``): its cells are runs, ``CELL_KEYS`` set
+every cell's attack, and ``flightwatch run`` runs it as ``flightwatch scenario`` does.
+
 A secret's ``@FILE`` is relative to the test file's folder. The whole file is checked before anything starts: an unknown key, a value of the wrong kind or out of range, a
 variable that is not set, or a secret's file that cannot be read is ``checkout.toml:12: ...`` and exit 2.
 """
@@ -66,13 +69,32 @@ KEYS = {
     "no_stack": Key("--no-stack", bool, what="start none of the embedded stack"),
     "kafka_options": Key("--kafka-option", dict, "secret", "a Kafka target's librdkafka settings"),
 }
+CELL_KEYS = ("payload", "workers", "max_inflight", "timeout", "fail_on", "abort_on", "kafka_options", "probe_timeout",
+             "label")
+"""The keys of this language a scenario (a file with ``[axes]``, ``scenarios.spec``) may set: every cell's attack
+takes them. ``title``, ``sut``, ``pace``, ``warmup``, ``cooldown`` and ``drop_timeout`` mean the same there; its cells
+are runs of their own, on the stack's SUT, so it sets no ``target``, ``run`` or ``baseline`` of a test."""
+SCENARIO_KEYS = {
+    "seed": "the published report whose method it follows",
+    "method": "the method, as the report states it",
+    "kind": "the report's shape: matrix, pairs, routing or bursts",
+    "suts": "every stack SUT it can run on (sut: the default)",
+    "target": "sut (the SUT broker's queue or topic) or http (the stack's HTTP receiver, or --target URL)",
+    "axes": "[axes]: AXIS = [values]; one cell per combination (payload, acks, partitions, pairs, bindings, receivers)",
+    "short": "[short]: the CI's form, any key above replaced",
+    "report": "[report]: rows = AXIS, columns = [AXIS, ...]",
+    "pace_per_pair": "true: the pace is each pair's (a cell of N pairs runs N times it)",
+    "peer_rate": "--peer: the broker's own tool at this step's rate",
+    "peer_seconds": "... for this long (whole seconds, at least 8)",
+}
+"""A scenario's own keys, beside ``CELL_KEYS`` and the ones it shares with a test."""
 SECRET_PROPERTIES = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.truststore.password",
                      "sasl.oauthbearer.client.secret")
 """librdkafka's secret properties: in a test file, only as @FILE."""
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def _line(text: str, key: str, table: str | None = None) -> int:
+def line_of(text: str, key: str, table: str | None = None) -> int:
     """The line of ``key`` (in ``[table]``), for an error's place (1 if it cannot be found)."""
     lines = text.splitlines()
     start = 0
@@ -93,28 +115,56 @@ def _expand(value: str, where) -> str:
     return _VAR.sub(one, value)
 
 
-def load(path: str) -> list[str]:
-    """The attack's flags for the test in ``path``; ``FileError`` (``PATH:LINE: ...``) for anything wrong in it."""
+def read(path: str) -> tuple[str, dict]:
+    """(the file's text, its TOML); ``FileError`` (``PATH:LINE: ...``) if it cannot be read or is not TOML."""
     try:
         text = open(path).read()
     except OSError as e:
         raise FileError(f"{path}: {e.strerror or e}") from None
     try:
-        doc = tomllib.loads(text)
+        return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"line (\d+)", str(e))
         raise FileError(f"{path}:{m.group(1) if m else 1}: not TOML: {str(e).split(' (at line')[0]}") from None
-    flags: list[str] = []
+
+
+def at(path: str, text: str, key: str, table: str | None = None):
+    """A function that makes ``FileError(PATH:LINE: msg)`` at the line of ``key`` (in ``[table]``)."""
+    def where(msg: str, k: str = key, t: str | None = table) -> FileError:
+        return FileError(f"{path}:{line_of(text, k, t)}: {msg}")
+    return where
+
+
+def is_scenario(doc: dict) -> bool:
+    """A file with ``[axes]`` is a scenario: its cells are runs (``flightwatch scenario``, ``scenarios.spec``)."""
+    return "axes" in doc
+
+
+def flags(path: str, text: str, doc: dict, keys: dict | None = None, check_target=None) -> list[str]:
+    """The attack's flags for the keys of ``doc`` (``keys``: the ones allowed, KEYS by default); ``FileError`` for
+    a key not allowed, a value of the wrong kind, or one the attack would refuse, at its line. ``check_target(url)``
+    raises ``ValueError`` for a target the load generator would refuse (its parser, which the core cannot import)."""
+    keys = KEYS if keys is None else keys
+    out: list[str] = []
     for key, value in doc.items():
-        def where(msg: str, k: str = key, table: str | None = None) -> FileError:
-            return FileError(f"{path}:{_line(text, k, table)}: {msg}")
-        spec = KEYS.get(key)
+        where = at(path, text, key)
+        spec = keys.get(key)
         if spec is None:
-            raise where(f"unknown key {key!r}: one of {', '.join(KEYS)}")
+            raise where(f"unknown key {key!r}: one of {', '.join(keys)}")
         if isinstance(value, bool) and spec.kind is not bool or not isinstance(value, spec.kind):
             raise where(f"{key} = {value!r}: {_kind(spec.kind)} ({spec.what})")
-        flags += _flags(key, spec, value, where, os.path.dirname(os.path.abspath(path)))
-    return flags
+        out += _flags(key, spec, value, where, os.path.dirname(os.path.abspath(path)), check_target)
+    return out
+
+
+def load(path: str, check_target=None) -> list[str]:
+    """The attack's flags for the test in ``path``; ``FileError`` (``PATH:LINE: ...``) for anything wrong in it
+    (``check_target``: as ``flags`` takes it)."""
+    text, doc = read(path)
+    if is_scenario(doc):
+        raise at(path, text, "axes", "axes")("a scenario (it has [axes]): run it with flightwatch scenario "
+                                             f"{path}, or flightwatch run {path} (the same)")
+    return flags(path, text, doc, check_target=check_target)
 
 
 def _kind(kind) -> str:
@@ -123,7 +173,7 @@ def _kind(kind) -> str:
     return " or ".join(names[k] for k in (kind if isinstance(kind, tuple) else (kind,)))
 
 
-def _flags(key: str, spec: Key, value, where, folder: str) -> list[str]:
+def _flags(key: str, spec: Key, value, where, folder: str, check_target=None) -> list[str]:
     """One key's flags, its value checked as the attack would check it, and named by its line when it is wrong; a
     secret's ``@FILE`` is relative to ``folder``, the test file's."""
     if spec.flag is None:
@@ -144,7 +194,7 @@ def _flags(key: str, spec: Key, value, where, folder: str) -> list[str]:
     out = []
     for v in values:
         text = _expand(v, where) if isinstance(v, str) else str(v)
-        _check(spec.check, key, text, where)
+        _check(spec.check, key, text, where, check_target)
         if spec.check == "secret":
             if not text.startswith("@"):
                 raise where(f"{key}: write @FILE, a file that holds it, or set FLIGHTWATCH_TARGET_PASSWORD (a "
@@ -166,7 +216,7 @@ def _secret(text: str, where, folder: str = "") -> str:
     return "@" + os.path.abspath(path)
 
 
-def _check(check: str, key: str, text: str, where) -> None:
+def _check(check: str, key: str, text: str, where, check_target=None) -> None:
     try:
         if check == "duration":
             parse_duration_ns(text)
@@ -177,17 +227,15 @@ def _check(check: str, key: str, text: str, where) -> None:
         elif check == "receivers" and text not in ("auto", "none") and not (text.isdigit() and 1 <= int(text) <= 32):
             raise ValueError("auto, none, or a number of receivers (1 to 32)")
         elif check == "threshold":
-            from loadgen.thresholds import Threshold
+            from core.thresholds import Threshold
 
             Threshold.parse(text, key)
         elif check == "pace":
             from core.pacer import Schedule
 
             Schedule.parse(text)
-        elif check == "target":
-            from loadgen.targets import TargetSpec
-
-            TargetSpec.parse(text)
+        elif check == "target" and check_target is not None:
+            check_target(text)
     except FileError:
         raise
     except ValueError as e:
