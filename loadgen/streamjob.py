@@ -48,9 +48,11 @@ def start_job(cfg, drop_timeout: str | None = None):
         time.sleep(1.0)
     if job.poll() is not None:
         raise UsageError(f"the streaming job exited (code {job.returncode}); see {run_dir}/job.log")
+    from core import links
+
     ui_port = int(settings.get("FLIGHTWATCH_UI_PORT", "18501"))
     if tcp_unreachable("127.0.0.1", ui_port, 0.5) is None:
-        print(f"dashboard: http://127.0.0.1:{ui_port}/ (opens on this run while it is live)", flush=True)
+        print(f"dashboard: {links.dashboard(run=cfg.run_id)}", flush=True)
     else:
         print("dashboard: not running (make ui)", flush=True)
     return job

@@ -31,6 +31,18 @@ def run_folder(name: str, checkpoints: str | None = None) -> str:
     raise ValueError(f"no run {name!r} (not a run folder, nor a run in {checkpoints or CHECKPOINTS})")
 
 
+def dashboard_link(candidate: str, baseline: str | None) -> str | None:
+    """The dashboard's link to the candidate compared with ``baseline`` (``core.links``), when both are runs it lists
+    (under the checkpoints folder)."""
+    from core import links
+
+    top = os.path.abspath(CHECKPOINTS)
+    ids = [os.path.relpath(os.path.abspath(f), top) if f else None for f in (candidate, baseline)]
+    if any(i is not None and (i.startswith("..") or os.path.isabs(i)) for i in ids):
+        return None
+    return links.dashboard(run=ids[0], compare=ids[1])
+
+
 def run_compare(baseline: str | list[str], candidate: str, gates_text: list[str], block_s: float | None = None,
                 noise: float = 0.05, reps: int = 2000, out: str | None = None, floor_us: float = 0.0, print_=print,
                 run_spread: float | None = None) -> int:
@@ -59,6 +71,9 @@ def run_compare(baseline: str | list[str], candidate: str, gates_text: list[str]
     path = out or RunPaths(cand.root).compare_file
     write_json(path, report)
     print_(f"written: {path}")
+    link = dashboard_link(cand.root, bases[0].root if len(bases) == 1 else None)
+    if link:
+        print_(f"dashboard: {link}")
     for g in crossed:
         print(f"regression gate crossed: {g}", file=sys.stderr)
     return 1 if crossed else 0

@@ -137,7 +137,10 @@ def main(argv=None) -> int:
         return 2
     started = time.time_ns()
     write = lambda cells, done=False: report.write(folder, report.document(sc, sut, scenario_run, cells, started, done))
-    print(f"scenario {sc.name} on {sut}: {len(sc.cells())} cells, report in {folder}/{report.REPORT_MD}", flush=True)
+    from core import links
+
+    print(f"scenario {sc.name} on {sut}: {len(sc.cells())} cells, report in {folder}/{report.REPORT_MD}; dashboard: "
+          f"{links.dashboard(scenario=scenario_run)}", flush=True)
     try:
         cells = runner.run(sc, sut, scenario_run, log=lambda line: print(line, flush=True), on_cell=write,
                            target=a.target, peer=a.peer)

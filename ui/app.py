@@ -85,7 +85,12 @@ def scenarios_view(folder: str) -> None:
         return
     label = {d["run"]: f"{d['run']}  ({'finished' if d.get('finished') else 'running'}; "
                        f"{len(d.get('cells', []))} cells)" for d in docs}
+    if st.session_state.get("scenario-report") not in label:  # a link to a scenario run that is not here
+        if "scenario-report" in st.session_state:
+            st.warning(f"the link names scenario={st.session_state['scenario-report']}: no such scenario run in {folder}")
+        st.session_state["scenario-report"] = next(iter(label))
     chosen = st.selectbox("report", list(label), format_func=label.get, key="scenario-report")
+    keep_in_link(scenario=chosen)
     doc = next(d for d in docs if d["run"] == chosen)
     draw = {"matrix": charts.scenario_matrix, "pairs": charts.scenario_pairs,
             "routing": charts.scenario_routing, "bursts": charts.scenario_bursts}.get(doc.get("kind"))
@@ -185,7 +190,10 @@ def after_run(view: data.RunView, runs: list[data.RunInfo]) -> None:
             st.plotly_chart(charts.profile(v), key="profile", width="stretch", config=charts.png_config(f"flightwatch-{view.run_id}-profile"))
         st.dataframe(steps, hide_index=True)
     others = [r.run_id for r in runs if r.run_id != view.run_id]
+    if st.session_state.get("compare") not in ["(none)"] + others:  # a link's baseline that is this run itself
+        st.session_state["compare"] = "(none)"
     other = st.selectbox("compare with", ["(none)"] + others, key="compare")
+    keep_in_link(compare=None if other == "(none)" else other)
     if other != "(none)":
         other_path = next(r.path for r in runs if r.run_id == other)
         ov = current(other_path)
@@ -239,17 +247,51 @@ def replay_view(info: data.RunInfo, speed: float, log_latency: bool) -> None:
     frame()
 
 
+def read_link(names: list[str], folder: str) -> str | None:
+    """A link's ``?run=``, ``?compare=`` and ``?scenario=`` (``core.links``), once per browser session, into the
+    widgets they name; what of it could not be opened, as a line to show (else None)."""
+    if st.session_state.get("link-read"):
+        return None
+    st.session_state["link-read"] = True
+    q = st.query_params
+    missing = []
+    if scenario := q.get("scenario"):
+        st.session_state["scenarios-mode"] = True
+        st.session_state["scenario-report"] = scenario
+    for param, key in (("run", "run"), ("compare", "compare")):
+        if (name := q.get(param)) and name in names:
+            st.session_state[key] = name
+        elif name:
+            missing.append(f"{param}={name}")
+    return f"the link names {' and '.join(missing)}: no such run in {folder}" if missing else None
+
+
+def keep_in_link(**names: str | None) -> None:
+    """The URL says what is shown: each of ``names`` set (or taken out when None), so that it can be pasted."""
+    for k, v in names.items():
+        if v and st.query_params.get(k) != v:
+            st.query_params[k] = v
+        elif not v and k in st.query_params:
+            del st.query_params[k]
+
+
 def main() -> None:
     st.set_page_config(page_title="flightwatch", layout="wide")
     folder = checkpoints_dir()
     runs = data.list_runs(folder)
     st.sidebar.title("flightwatch")
+    unopened = read_link([r.run_id for r in runs], folder)
+    if unopened:
+        st.warning(unopened + " (showing the newest)")
     if runs and st.sidebar.toggle("scenario history", key="history-mode"):
+        keep_in_link(run=None, compare=None, scenario=None)
         history_view(folder)
         return
     if st.sidebar.toggle("scenario reports", key="scenarios-mode"):
+        keep_in_link(run=None, compare=None)
         scenarios_view(folder)
         return
+    keep_in_link(scenario=None)
     if not runs:
         st.info(f"waiting for data: no runs in {folder} yet. Start one with `make attack RATE=5000`.")
 
@@ -263,7 +305,10 @@ def main() -> None:
     default = data.default_run(runs)
     names = [r.run_id for r in runs]
     label = {r.run_id: f"{r.run_id}  ({'live' if r.live else 'finished' if r.finished else 'stopped'})" for r in runs}
-    run_id = st.sidebar.selectbox("run", names, index=names.index(default.run_id), format_func=label.get, key="run")
+    chosen = st.session_state.get("run") in names  # a link's (or the user's) run: the widget keeps it
+    run_id = st.sidebar.selectbox("run", names, index=None if chosen else names.index(default.run_id),
+                                  format_func=label.get, key="run") or default.run_id
+    keep_in_link(run=run_id)
     info = next(r for r in runs if r.run_id == run_id)
     live = info.live
     mode = st.sidebar.radio("view", ["live" if live else "whole run", "replay"], key="mode")

@@ -185,7 +185,8 @@ def test_runs_that_are_not_the_same_test_are_refused(folder):
 
 def cli(*args, checkpoints):
     return subprocess.run([sys.executable, "-m", "runs", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, FLIGHTWATCH_CHECKPOINTS=str(checkpoints)), timeout=120)
+                          env=dict(os.environ, FLIGHTWATCH_CHECKPOINTS=str(checkpoints), FLIGHTWATCH_UI_PORT="18501"),
+                          timeout=120)
 
 
 def test_cli_gate_and_json(folder):
@@ -199,6 +200,7 @@ def test_cli_gate_and_json(folder):
     lines = assumed.stdout.splitlines()
     assert "judged figures, family-wise 5%" in lines[1] and "Politis-White" in lines[1] and "Holm across the " in lines[1]
     assert lines[2].startswith("run-to-run spread: unknown with one baseline run; times taken to spread ±5%")
+    assert lines[-1] == "dashboard: http://127.0.0.1:18501/?run=x0&compare=b0"  # the link opens this comparison
     p = cli("compare", "b0", "x0", "--fail-on-regression", "p99>+10%", "--fail-on-regression", "p50>+10%",
             "--run-spread", "0%", checkpoints=folder)
     assert p.returncode == 1, p.stderr

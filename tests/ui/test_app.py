@@ -327,6 +327,7 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
             with page.expect_download(timeout=30_000) as csv:
                 page.get_by_role("button", name="windows (CSV)").click()
             csv.value.save_as(tmp_path / "windows.csv")
+            open_links(page, port, checkpoints, run_id, shots)
             browser.close()
         exported = pd.read_csv(tmp_path / "windows.csv")
         assert exported["sent"].sum() == summary["sent"] and exported["dropped"].sum() == summary["dropped"]
@@ -356,6 +357,37 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
     missed = sorted(t for t, reign_s in reigns.items() if reign_s >= 4.0 and t not in seen)
     assert not missed, f"newest for 4 s or more but never shown: windows {missed}; shown {sorted(seen)}"
     assert report["median_s"] <= 2.5, report
+
+
+def open_links(page, port: int, checkpoints, run_id: str, shots) -> None:
+    """Links pasted into a fresh tab open what they name (``core.links``): ``?run=`` an older run than the newest,
+    ``?run=&compare=`` the comparison, ``?scenario=`` a scenario report; each stays in the address bar."""
+    from scenarios import report, spec
+
+    build_run(checkpoints / "older", SyntheticSpec(run_id="older", start_ns=1_800_000_000 * NS, duration_s=12,
+                                                   rate_per_sec=100, drop_timeout_s=5, num_malformed=0, pause=None,
+                                                   oom_at_s=()))
+    sc = spec.load("kafka-matrix", short=True)
+    cells = [{"cell": c, "run_id": f"m-c{k}", "exit": 0, "sent": 100, "received": 100, "dropped": 0, "errors": 0,
+              "p50_us": 900, "p99_us": 2000, "ceiling_per_s": 2000.0, "limit": None, "state": "ok", "message": "ok"}
+             for k, c in enumerate(sc.cells())]
+    report.write(str(checkpoints / "scen-a"), report.document(sc, "kafka", "scen-a", cells, 1_800_000_000 * NS, True))
+    def shown(label: str) -> str:  # a selectbox's label and its value (in its input, or as text)
+        return page.locator('[data-testid="stSelectbox"]', has_text=label).first.evaluate(
+            "e => e.innerText + ' ' + Array.from(e.querySelectorAll('input')).map(i => i.value).join(' ')")
+    page.goto(f"http://127.0.0.1:{port}/?run=older")
+    page.get_by_text("Summary").first.wait_for(timeout=30_000)
+    assert "older" in shown("run") and "run=older" in page.url, (shown("run"), page.url)
+    page.screenshot(path=str(shots / "3-link-run.png"), full_page=True)
+    page.goto(f"http://127.0.0.1:{port}/?run={run_id}&compare=older")
+    page.get_by_text("compare with").first.wait_for(timeout=30_000)
+    assert "older" in shown("compare with") and run_id in shown("run") and "compare=older" in page.url, (
+        shown("compare with"), shown("run"), page.url)
+    page.screenshot(path=str(shots / "4-link-compare.png"), full_page=True)
+    page.goto(f"http://127.0.0.1:{port}/?scenario=scen-a")
+    page.get_by_text("Scenario reports").first.wait_for(timeout=30_000)
+    assert "scen-a" in shown("report") and "scenario=scen-a" in page.url, (shown("report"), page.url)
+    page.screenshot(path=str(shots / "5-link-scenario.png"), full_page=True)
 
 
 def newest_window_reigns(w: pd.DataFrame, seen_until_ns: int) -> dict[int, float]:
@@ -467,7 +499,7 @@ def test_scenario_reports_are_listed_beside_the_runs_with_their_cells_and_chart(
     lists it, newest first, with a row per cell and the matrix chart (a bar per cell in each panel)."""
     from scenarios import report, spec
 
-    sc = spec.load("kafka-matrix", short=True)
+    sc = spec.load("kafka-matrix").only("payload", [1024])  # 1 KiB x acks 1, all x 1, 3 partitions: 4 cells
     cells = [{"cell": c, "run_id": f"m-c{k}", "exit": 0, "sent": 100, "received": 100, "dropped": 0, "errors": 0,
               "p50_us": 900, "p99_us": 2000 + k, "ceiling_per_s": 2000.0, "limit": None, "state": "ok", "message": "ok"}
              for k, c in enumerate(sc.cells())]
@@ -517,3 +549,47 @@ def test_the_pairs_and_routing_reports_draw_their_seeds_charts(app, tmp_path):
     at = app(tmp_path)
     at.sidebar.toggle(key="scenarios-mode").set_value(True).run()
     assert not at.exception and len(at.dataframe[0].value) == 3
+
+
+def test_a_link_opens_the_run_the_comparison_and_the_scenario_it_names_and_the_url_follows(app, tmp_path, monkeypatch):
+    """``?run=`` opens that run, not the newest; ``?compare=`` its comparison; ``?scenario=`` that scenario report;
+    a run that is not there is said so, over the newest. As the user changes the view the URL says what is shown
+    (``st.query_params``), so that a link pasted from the address bar opens it again."""
+    from streamlit.testing.v1 import AppTest
+
+    from scenarios import report, spec
+
+    base = dict(start_ns=1_800_000_000 * NS, duration_s=12, drop_timeout_s=5, num_malformed=0, pause=None, oom_at_s=())
+    build_run(tmp_path / "older", SyntheticSpec(run_id="older", rate_per_sec=100, **base))
+    build_run(tmp_path / "newer", SyntheticSpec(run_id="newer", rate_per_sec=300, **{**base, "start_ns": base["start_ns"] + 60 * NS}))
+    sc = spec.load("kafka-matrix", short=True)
+    cells = [{"cell": c, "run_id": f"m-c{k}", "exit": 0, "sent": 100, "received": 100, "dropped": 0, "errors": 0,
+              "p50_us": 900, "p99_us": 2000, "ceiling_per_s": 2000.0, "limit": None, "state": "ok", "message": "ok"}
+             for k, c in enumerate(sc.cells())]
+    for name, at_ns in (("scen-a", 1_800_000_000 * NS), ("scen-b", 1_800_000_100 * NS)):
+        report.write(str(tmp_path / name), report.document(sc, "kafka", name, cells, at_ns, True))
+    monkeypatch.setenv("FLIGHTWATCH_CHECKPOINTS", str(tmp_path))
+
+    def opened(**query: str) -> AppTest:
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.query_params.update(query)
+        at.run()
+        assert not at.exception, at.exception
+        return at
+
+    newest = opened()
+    assert newest.selectbox(key="run").value == "newer" and newest.query_params["run"] == "newer"
+    at = opened(run="older")
+    assert at.selectbox(key="run").value == "older" and metric(at, "rate (run, sent/s)") == "100"
+    assert at.query_params["run"] == "older" and not at.warning
+    at = opened(run="newer", compare="older")
+    assert at.selectbox(key="compare").value == "older" and len(at.get("plotly_chart")) == 2
+    assert at.query_params["compare"] == "older"
+    at.selectbox(key="compare").set_value("(none)").run()
+    assert "compare" not in at.query_params  # the URL follows the user
+    at = opened(scenario="scen-a")
+    assert at.sidebar.toggle(key="scenarios-mode").value and at.selectbox(key="scenario-report").value == "scen-a"
+    assert at.query_params["scenario"] == "scen-a" and "run" not in at.query_params
+    at = opened(run="killkafka")
+    assert at.selectbox(key="run").value == "newer"
+    assert [w.value for w in at.warning] == [f"the link names run=killkafka: no such run in {tmp_path} (showing the newest)"]
