@@ -38,6 +38,8 @@ DUPLICATES: Final = "duplicates"
 LATE: Final = "late"
 ORPHAN_RECEIVES: Final = "orphan_receives"
 UNACCOUNTED: Final = "unaccounted"                    # sends whose fate a telemetry reset took: not drops
+IN_DOUBT: Final = "in_doubt"                          # failed at the sender, yet received in time (in received too)
+FAILED_LATE: Final = "failed_late"                    # failed at the sender, yet received after the drop timeout
 TELEMETRY_INCOMPLETE: Final = "telemetry_incomplete"  # > 0: a telemetry reset touched the window; not judged
 OOM_KILLS: Final = "oom_kills"
 CONTAINER_RESTARTS: Final = "container_restarts"
@@ -49,7 +51,7 @@ SILENCE_NS: Final = "silence_ns"                      # a partial; the table sho
 SILENCE_MS: Final = "silence_ms"
 
 COUNTS: Final = (SENT, RECEIVED, DROPPED, DUPLICATES, LATE, ERRORS, ACKED, OOM_KILLS, ORPHAN_RECEIVES,
-                 CONTAINER_RESTARTS, UNACCOUNTED, TELEMETRY_INCOMPLETE)
+                 CONTAINER_RESTARTS, UNACCOUNTED, TELEMETRY_INCOMPLETE, IN_DOUBT, FAILED_LATE)
 """Integer columns every window table has (0 where nothing happened)."""
 RARE_COUNTS: Final = (CLOCK_SKEW, REPEATED_SEND_RECORDS, NEGATIVE_SEND_DELAY)
 """Integer columns present only when something was counted (as are ``errors:<cause>`` and ``overflow:<hist>``)."""
@@ -178,6 +180,9 @@ class Summary(TypedDict, total=False):
     orphan_receives: int
     oom_kills: int
     unaccounted: int
+    in_doubt: int               # failed at the sender, yet received in time (counted in received and errors)
+    failed_late: int            # failed at the sender, yet received late (counted in late and errors)
+    ledger: dict[str, int]      # every sent event in one bucket (``ledger``)
     loss_ratio: float | None
     errors_by_cause: dict[str, int]
     quarantined: int
@@ -201,7 +206,33 @@ class Summary(TypedDict, total=False):
 
 
 SUMMARY_KEYS: Final = tuple(Summary.__annotations__)
-SUMMARY_TOTALS: Final = (SENT, RECEIVED, DROPPED, DUPLICATES, LATE, ERRORS, ORPHAN_RECEIVES, OOM_KILLS, UNACCOUNTED)
+SUMMARY_TOTALS: Final = (SENT, RECEIVED, DROPPED, DUPLICATES, LATE, ERRORS, ORPHAN_RECEIVES, OOM_KILLS, UNACCOUNTED,
+                         IN_DOUBT, FAILED_LATE)
+LEDGER: Final = ("received", "late", "dropped", "failed", "in_doubt", "unaccounted", "pending")
+"""The ledger's buckets: every sent event in exactly one (``ledger``)."""
+
+
+def ledger(totals) -> dict[str, int]:
+    """Every sent event in exactly one bucket, from a run's (or a range's) totals: ``received`` in time, ``late``
+    (received after the drop timeout), ``dropped`` (never received), ``failed`` (an error at the sender, never
+    received), ``in_doubt`` (an error at the sender, yet received: the counts have it in ``received`` or ``late`` and
+    in ``errors`` both), ``unaccounted`` (a telemetry reset took its fate), ``pending`` (not decided yet: a live run's
+    sends inside their drop timeout). Their sum is ``sent``. Duplicates and orphan receives are beside it, not in it.
+    Totals from before the in-doubt counts (an older summary) read them as 0."""
+    get = lambda k: int(totals.get(k) or 0)  # noqa: E731
+    late_ok = get(LATE) - get(FAILED_LATE)  # late receives of sends that did not fail: each also counted as a drop
+    out = {"received": get(RECEIVED) - get(IN_DOUBT), "late": late_ok, "dropped": get(DROPPED) - late_ok,
+           "failed": get(ERRORS) - get(IN_DOUBT) - get(FAILED_LATE), "in_doubt": get(IN_DOUBT) + get(FAILED_LATE),
+           "unaccounted": get(UNACCOUNTED)}
+    out["pending"] = get(SENT) - sum(out.values())
+    return out
+
+
+def ledger_text(totals) -> str:
+    """``sent 60,000 = received 52,967 + in doubt 3 + failed 7,030``: the buckets that are not empty."""
+    led = ledger(totals)
+    parts = [f"{k.replace('_', ' ')} {v:,}" for k, v in led.items() if v]
+    return f"sent {int(totals.get(SENT) or 0):,} = " + (" + ".join(parts) if parts else "0")
 
 
 EXEMPLARS = 5

@@ -107,6 +107,9 @@ def wait_job(cfg, job, drop_timeout: str | None = None) -> output.Summary | None
     print(f"flight time (sender -> receiver): sent {s['sent']:,} received {s['received']:,} dropped {s['dropped']:,} "
           f"duplicates {s['duplicates']:,} late {s['late']:,} errors {s['errors']:,}; latency p50 {report._ms(lat['p50'])} "
           f"p90 {report._ms(lat['p90'])} p99 {report._ms(lat['p99'])} max {report._ms(lat['max'])}; gaps {len(s['gaps'])}")
+    print(f"ledger: {output.ledger_text(s)}" + (f" (duplicates {s['duplicates']:,} and orphan receives "
+                                                f"{s['orphan_receives']:,} beside it)" if s.get("duplicates") or
+                                               s.get("orphan_receives") else ""))
     if m := s.get("measured"):
         lat = m[output.LATENCY]
         print(f"measured ({m['num_windows']} windows, warm-up {m['warmup_s']:g} s and cool-down {m['cooldown_s']:g} s "

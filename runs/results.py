@@ -130,6 +130,7 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
                                             for r in events.loc[events["kind"] == "run_stop", "reason"].dropna()),
         "num_windows": int(len(windows)),
         **total,
+        "ledger": output.ledger(total),
         "loss_ratio": (total[output.DROPPED] / total[output.SENT]) if total[output.SENT] else None,
         "errors_by_cause": errors,
         "quarantined": int(batches["num_quarantined"].sum()) if len(batches) else 0,

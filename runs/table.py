@@ -110,7 +110,9 @@ def window_status(windows: np.ndarray, counts, window_ns: int, timeout_ns: int, 
     dropped = np.asarray(counts[output.DROPPED], np.int64)  # and sends whose fate a telemetry reset took
     dropped = dropped + (np.asarray(counts[output.UNACCOUNTED], np.int64) if output.UNACCOUNTED in counts else 0)
     dropped_at_deadline = np.concatenate((np.zeros(min(shift, len(dropped)), np.int64), dropped[:max(len(dropped) - shift, 0)]))
-    in_flight = np.cumsum(sent - received - np.asarray(counts[output.ERRORS], np.int64) - dropped_at_deadline)
+    # an event that failed at the sender yet was received in time is in received and errors both: once here
+    in_doubt = np.asarray(counts[output.IN_DOUBT], np.int64) if output.IN_DOUBT in counts else 0
+    in_flight = np.cumsum(sent - received - np.asarray(counts[output.ERRORS], np.int64) + in_doubt - dropped_at_deadline)
     # Complete once the watermark has passed; all of them once the run is finished (no send
     # comes after its stop, so no later record can change a window).
     ends = np.asarray(windows, np.int64) + window_ns

@@ -235,6 +235,12 @@ def take_acks(known: Known, records: Records, drops_named_ns: int, out: partials
     out.add(output.ERRORS, sent_at[failed])
     pos = known.positions(_column(acks, "event_id")[failed])
     pos = np.unique(pos[pos >= 0])
+    # received before its failure came back: in doubt (the ledger's); received late, it was also counted as a drop
+    fresh = pos[~known.errored[pos]]
+    out.add(output.IN_DOUBT, known.sent_ns[fresh[known.status[fresh] == RECEIVED]])
+    late = fresh[known.status[fresh] == LATE]
+    out.add(output.FAILED_LATE, known.sent_ns[late])
+    out.add(output.DROPPED, known.sent_ns[late], -1)
     undo = pos[known.status[pos] == DROPPED]
     out.add(output.DROPPED, known.sent_ns[undo], -1)
     status, errored = known.status.copy(), known.errored.copy()
@@ -280,6 +286,9 @@ def take_receives(known: Known, orphans: pd.DataFrame, records: Records, drops_n
     out.add(output.DUPLICATES, rat[found & ~decide & ~(delivered_before & same_as_first)])
     p, at, sent_ns = pos[decide], rat[decide], known.sent_ns
     in_time = at - sent_ns[p] <= cfg.drop_timeout_ns
+    failed = known.errored[p]  # failed at the sender, yet received: in doubt (the ledger's), by its send window
+    out.add(output.IN_DOUBT, sent_ns[p][failed & in_time])
+    out.add(output.FAILED_LATE, sent_ns[p][failed & ~in_time])
     delta = (~in_time & ~known.errored[p]).astype(np.int64) - (known.status[p] == DROPPED).astype(np.int64)
     out.add(output.DROPPED, sent_ns[p][delta != 0], delta[delta != 0])
     out.add(output.UNACCOUNTED, sent_ns[p][known.status[p] == UNACCOUNTED], -1)  # its fate is known after all

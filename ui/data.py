@@ -1,9 +1,8 @@
 """What the dashboard shows, read from the run folders the streaming job writes (no Streamlit here).
 
-Everything is a plain function of a run folder (``checkpoints/<run>/``): the window table,
-the summary, OOM markers, gaps, pace steps. Nothing is read or connected at import. A run
-folder that is empty or half-written gives a ``RunView`` with ``ready = False`` and a reason,
-never an exception.
+Everything is a plain function of a run folder (``checkpoints/<run>/``): the window table, the summary, OOM
+markers, gaps, pace steps. Nothing is read or connected at import. A run folder that is empty or half-written gives a
+``RunView`` with ``ready = False`` and a reason, never an exception.
 """
 from __future__ import annotations
 
@@ -308,6 +307,7 @@ def vegeta_text(view: RunView) -> str:
         f"Delivered     [received, ratio]                 {recv}, {recv / sent if sent else 0:.4%}",
         f"Lost          [dropped, late, duplicates]       {s.get('dropped', 0)}, {s.get('late', 0)}, {s.get('duplicates', 0)}",
         f"Errors        [total]                           {s.get('errors', 0)}",
+        f"Ledger        [every sent event once]           {output.ledger_text(s)}",
         f"Gaps          [count, seconds]                  {len(s.get('gaps', []))}, {sum(g['duration_s'] for g in s.get('gaps', [])):.1f}",
         f"OOM kills     [total]                           {s.get('oom_kills', 0)}",
         f"Quarantined   [records]                         {s.get('quarantined', 0)}",

@@ -165,6 +165,11 @@ def test_take_sends(history, records, expected, status):
     ([[send(1, 0)]], [ack(1, 0, 503)], {"errors": 1, "errors:http_503": 1}, PENDING, True),
     ([[send(1, 0)]], [ack(1, 0, None, "timeout")], {"errors": 1, "errors:timeout": 1}, PENDING, True),
     ([[send(1, 0)], [beat(12_000)]], [ack(1, 0, 500)], {"errors": 1, "errors:http_500": 1, "dropped": -1}, ERRORED, True),
+    # received before its failure came back: in doubt; received late before it, no longer a drop
+    ([[send(1, 0), recv(1, 5)]], [ack(1, 0, None, "connection lost")],
+     {"errors": 1, "errors:connection lost": 1, "in_doubt": 1}, RECEIVED, True),
+    ([[send(1, 0)], [recv(1, 10_500)]], [ack(1, 0, 503)],
+     {"errors": 1, "errors:http_503": 1, "failed_late": 1, "dropped": -1}, LATE, True),
 ])
 def test_take_acks(history, records, expected, status, errored):
     t = trace(history, records)["take_acks"]
@@ -180,7 +185,8 @@ def test_take_acks(history, records, expected, status, errored):
     ([[send(1, 0)], [beat(12_000)]], [recv(1, 9_000)], {"received": 1, "dropped": -1}, RECEIVED, 0),
     ([[send(1, 0)]], [recv(2, 5)], {}, PENDING, 1),                         # its send has not come (yet)
     ([[recv(1, 5)]], [send(1, 0)], {"sent": 1, "received": 1}, RECEIVED, 0),  # an orphan meets its send
-    ([[send(1, 0)], [ack(1, 0, 503)]], [recv(1, 10_500)], {"late": 1}, LATE, 0),  # failed: late, not a drop
+    ([[send(1, 0)], [ack(1, 0, 503)]], [recv(1, 10_500)], {"late": 1, "failed_late": 1}, LATE, 0),  # not a drop
+    ([[send(1, 0)], [ack(1, 0, 503)]], [recv(1, 5)], {"received": 1, "in_doubt": 1}, RECEIVED, 0),  # failed, yet here
 ])
 def test_take_receives(history, records, expected, status, orphans):
     t = trace(history, records)["take_receives"]
@@ -315,3 +321,29 @@ def test_the_batch_accumulator_sums_counts_and_maxes_max_names_per_window():
     rows = {(w - S, n): v for w, n, v in out.counts_frame().itertuples(index=False)}
     assert rows == {(0, o.SENT): 2, (1000 * MS, o.SENT): 1, (0, o.max_of(o.LATENCY)): 9,
                     (1000 * MS, o.max_of(o.LATENCY)): 7}
+
+
+def test_the_ledger_puts_every_sent_event_in_exactly_one_bucket_whatever_the_order_of_its_records():
+    """Ten events, each of one fate, their records in the orders agents send them (an answer before or after the
+    receive, a receive in time or late, in batches the watermark moves between): ``output.ledger`` of the run's
+    summed counts has each in its bucket, and the buckets sum to ``sent``."""
+    batches = [
+        [send(i, i) for i in range(10)] + [recv(0, 20), ack(3, 3, 503), ack(4, 4, None, "timeout"), recv(5, 30),
+                                             ack(9, 9, None, "not connected")],
+        [recv(4, 40), ack(5, 5, None, "connection lost"), ack(6, 6, 503), recv(8, 10_500), beat(10_700)],
+        [recv(1, 10_800), recv(6, 10_900), beat(12_000)],
+        [ack(8, 8, 500), recv(0, 25), beat(30_000)],  # e8's answer after its late receive; e0 again: a duplicate
+    ]
+    state, totals = engine.EngineState(), {}
+    for records in batches:
+        state, result = engine.process(state, table(records), CFG)
+        for name, value in result.counts.groupby("name")["value"].sum().items():
+            totals[name] = totals.get(name, 0) + int(value)
+    led = o.ledger(totals)
+    # received: e0 (in time, then a duplicate); late: e1; dropped: e2, e7 (never received); failed: e3, e9 (never
+    # received); in doubt: e4 (failed, then received in time), e5 (received, then failed), e6 (failed, then received
+    # late), e8 (received late, then failed)
+    assert led == {"received": 1, "late": 1, "dropped": 2, "failed": 2, "in_doubt": 4, "unaccounted": 0, "pending": 0}, (
+        led, totals)
+    assert sum(led.values()) == totals["sent"] == 10 and totals["duplicates"] == 1
+    assert o.ledger_text(totals) == "sent 10 = received 1 + late 1 + dropped 2 + failed 2 + in doubt 4"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from core import output
 from core.output import State
 from core.procs import stop_process, wait_port
 from core.units import parse_duration_ns
@@ -153,6 +154,7 @@ def ground_truth(records: list[dict]) -> dict:
                  if e in acked else "never acked") for e in lost[:5]]
     return {"sent": len(sends), "received": len(first), "duplicates": num_receives - len(first),
             "errored": len(errors), "errored_not_received": len(set(errors) - set(first)),
+            "errored_received": len(set(errors) & set(first)),
             "lost": len(lost), "flight_ns": flight, "start_ns": start, "lost_text": lost_text,
             "errors_by_cause": {c: list(errors.values()).count(c) for c in set(errors.values())}}
 
@@ -181,6 +183,7 @@ def assert_exact(what: str, s: dict, truth: dict, report: dict, planned: int) ->
     assert truth["sent"] == s["sent"] == n
     assert truth["received"] == s["received"] == n and truth["duplicates"] == s["duplicates"] == 0
     assert s["dropped"] == 0 and truth["errored"] == 0 and s["errors_by_cause"] == {}
+    assert s["ledger"] == dict.fromkeys(output.LEDGER, 0) | {"received": n}, s["ledger"]  # every send received in time
     for q, want in zip(("p50", "p90", "p99"), flight_us):
         assert s["latency_us"][q] == pytest.approx(want, rel=0.002, abs=2), q
 
@@ -210,6 +213,13 @@ def assert_accounted(what: str, s: dict, truth: dict, report: dict) -> None:
     # Kafka gave out past the 10 s drop timeout, dropped 7 and late 7
     assert truth["lost"] <= s["dropped"] <= truth["lost"] + s["late"], (s["dropped"], s["late"], truth["lost"])
     assert s["verdict"]["state"] in (State.SATURATED, State.DEGRADING), s["verdict"]["message"]
+    # the ledger balances on its face: every send in one bucket, each bucket the raw telemetry's
+    led = s["ledger"]
+    print(f"ledger: {output.ledger_text(s)}")
+    assert led == output.ledger(s) and led["pending"] == 0 == led["unaccounted"] and sum(led.values()) == s["sent"], led
+    assert (led["dropped"], led["failed"], led["in_doubt"]) == (truth["lost"], truth["errored_not_received"],
+                                                                truth["errored_received"]), (led, truth)
+    assert led["received"] + led["late"] + led["in_doubt"] == truth["received"], (led, truth)
 
 
 def assert_amqp1_kill(what: str, s: dict, truth: dict, report: dict, durable: bool) -> None:
