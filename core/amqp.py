@@ -21,6 +21,7 @@ an AMQP long), since AMQP 0-9-1's ``timestamp`` holds seconds.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -226,6 +227,42 @@ def quiet_clients() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+PIKA_TESTED = "1.4.4"
+"""The pika that the AMQP 0-9-1 target is built and tested with (pyproject.toml pins it): the target writes through
+private parts of it (``PIKA_PRIVATE``), checked before its first connection (``require_pika_internals``)."""
+PIKA_PRIVATE = (
+    ("pika.connection", "Connection", "_output_marshaled_frames"),   # the target hands its publish frames to it
+    ("pika.connection", "Connection", "_body_max_length"),           # where a body is cut into frames (set on tune)
+    ("pika.adapters.utils.io_services_utils", "_AsyncTransportBase", "_produce"),     # coalesce_pika_writes wraps it
+    ("pika.adapters.utils.io_services_utils", "_AsyncTransportBase", "_tx_buffers"),  # ... and joins these
+)
+
+
+class PikaMismatch(ValueError):
+    """The installed pika lacks a private part the AMQP 0-9-1 target writes through: one line, before any send."""
+
+
+@functools.cache
+def require_pika_internals() -> None:
+    """``PikaMismatch`` naming the first of ``PIKA_PRIVATE`` that the installed pika lacks (a method or class
+    attribute, or an attribute its ``__init__`` or a method sets on ``self``) and the version flightwatch is tested
+    with. Checked once a process: a pika that renamed one would otherwise fail every send, and the failures would read
+    as the SUT's."""
+    import importlib
+    import inspect
+
+    import pika
+
+    for module, cls, name in PIKA_PRIVATE:
+        klass = getattr(importlib.import_module(module), cls, None)
+        if klass is not None and (hasattr(klass, name) or f"self.{name} " in inspect.getsource(klass)
+                                  or f"self.{name}:" in inspect.getsource(klass)):
+            continue
+        raise PikaMismatch(f"pika {pika.__version__} lacks {cls}.{name}, which flightwatch's AMQP 0-9-1 target writes "
+                           f"through: flightwatch is tested with pika {PIKA_TESTED} (pip install pika=={PIKA_TESTED}, "
+                           "or make install)")
+
+
 def coalesce_pika_writes() -> None:
     """pika 1.4's transport writes what it has buffered one frame at a time: three ``send()`` calls a publish (method,
     header, body). In the load generator at 5,000/s those calls were 30% of its samples (py-spy). Patched here, once
@@ -233,6 +270,7 @@ def coalesce_pika_writes() -> None:
     sends, errors, its TLS transport on top)."""
     from pika.adapters.utils import io_services_utils as io
 
+    require_pika_internals()
     base = io._AsyncTransportBase
     if getattr(base._produce, "coalesced", False):
         return

@@ -211,6 +211,7 @@ class Amqp091Target:
     async def _open(self) -> None:
         from pika.adapters.asyncio_connection import AsyncioConnection
 
+        amqp.require_pika_internals()  # PikaMismatch (one line, exit 2) before any connection: never a SUT error
         amqp.coalesce_pika_writes()
 
         loop = asyncio.get_running_loop()
@@ -317,13 +318,15 @@ class Amqp091Target:
             book.done(event_id, sent, None, "not connected")
             return
         try:
-            if not channel.is_open:
+            if not (channel.is_open and channel.connection.is_open):  # its transport is gone once the stream is lost
                 raise pika.exceptions.ChannelWrongStateError("Channel is closed.")
-            # what channel.basic_publish would write, marshalled by PublishFrames (pika's write path from there on)
+            # what channel.basic_publish would write, marshalled by PublishFrames (pika's write path from there on;
+            # its private parts are checked before the first connection: amqp.require_pika_internals)
             bindings = self.address.bindings  # event k to routing key k mod N
             route = int(event_id.rpartition("-")[2]) % bindings if bindings else 0
             channel.connection._output_marshaled_frames((self.frames.frames(event_id, sent, route),))
-        except Exception as e:  # noqa: BLE001 - the channel closed under us: that send's error, by its kind
+        except (pika.exceptions.AMQPError, OSError) as e:  # the channel closed under us: that send's error, by its kind
+            # (anything else is flightwatch's own bug: it is raised, never booked as the SUT's error)
             book.done(event_id, sent, None, "channel closed: " + amqp.close_cause(e))
             return
         self.tag += 1
