@@ -2,7 +2,6 @@
 
     python -m bench.capacity_relay PORT TARGET_URL [--capacity N] [--delay S] [--hold-at S --hold-for S]
                                    [--forward-log FILE] [--forward-delay S [--forward-sigma X] [--seed N]]
-                                   [--tls-cert FILE --tls-key FILE]
 
 Answers each POST with 202 (after ``--delay`` seconds), queues the event, and forwards the
 queue to TARGET_URL (the HTTP receiver agent) at most ``--capacity`` events a second, like a
@@ -12,15 +11,11 @@ forward nothing for that long, from that many seconds after the first event (a s
 ``--forward-delay``: instead, each event is forwarded on a timer of its own, after a lognormal delay of that median
 (seconds) and ``--forward-sigma``: a flight time of known median, for the regression verdict's real repeats
 (``bench.relay_repeats``); ``--capacity`` and ``--hold-at`` do not apply to it.
-``--tls-cert``/``--tls-key``: it takes the events over HTTPS with that certificate, as a user's CloudEvents ingress
-(a Knative broker's) does; it forwards to TARGET_URL as that URL says. With no ``--capacity``, ``--hold-at`` or
-``--delay``, each event is forwarded as it comes (over at most 32 connections), not in the limiter's 10 ms rounds.
 """
 import argparse
 import asyncio
 import collections
 import random
-import ssl
 import sys
 import time
 
@@ -43,12 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="forward each event after a lognormal delay of this median (seconds), on its own timer")
     ap.add_argument("--forward-sigma", type=float, default=0.25, help="that delay's log-sd (default %(default)s)")
     ap.add_argument("--seed", type=int, default=None, help="the delays' random seed")
-    ap.add_argument("--tls-cert", default=None, help="take events over HTTPS with this certificate (PEM)")
-    ap.add_argument("--tls-key", default=None, help="and this key (PEM)")
-    a = ap.parse_args(argv)
-    if bool(a.tls_cert) != bool(a.tls_key):
-        ap.error("--tls-cert and --tls-key go together")
-    return a
+    return ap.parse_args(argv)
 
 
 async def main() -> None:
@@ -76,9 +66,6 @@ async def main() -> None:
         if a.forward_delay is not None:
             asyncio.get_running_loop().call_later(delays.lognormvariate(0, a.forward_sigma) * a.forward_delay,
                                                   forward_later, headers, body)
-            return web.Response(status=202)
-        if not a.capacity and a.hold_at is None and not a.delay:  # no limit: each event forwarded as it comes
-            forward_later(headers, body)
             return web.Response(status=202)
         queue.append((headers, body))
         wake.set()
@@ -128,21 +115,12 @@ async def main() -> None:
                     await asyncio.gather(*(post(session, h, b) for h, b in batch))
                 await asyncio.sleep(0.01)
 
-    await listen(a, handle)
-    await forward()
-
-
-async def listen(a: argparse.Namespace, handle) -> None:
-    """``handle`` serving every POST on 127.0.0.1:``a.port`` (over TLS with ``--tls-cert``)."""
     app = web.Application()
     app.router.add_post("/{tail:.*}", handle)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    context = None
-    if a.tls_cert:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(a.tls_cert, a.tls_key)
-    await web.TCPSite(runner, "127.0.0.1", a.port, ssl_context=context).start()
+    await web.TCPSite(runner, "127.0.0.1", a.port).start()
+    await forward()
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
 """A user's own HTTPS CloudEvents sink that delivers to flightwatch's HTTP receiver (``make test-brokers``), as a
-Knative broker's ingress does with a Trigger whose subscriber is the receiver: ``bench.capacity_relay`` with a
-certificate for ``localhost`` of a CA made by ``openssl`` here, taking each event with 202 and forwarding it, at no
-limit, to an HTTP receiver agent started as the user would (flightwatch cannot start it for them: the sink decides
-where events go). ``flightwatch run examples/http.toml`` exactly as written, its URL and CA from the environment as
-the file says; the probe before the load tells a sink that delivers elsewhere from one that delivers here.
+broker's ingress does for a subscriber: Debian's nginx terminating TLS with a certificate for ``localhost`` of a CA
+made by ``openssl`` here, and passing each event on (kept-alive connections) to an HTTP receiver agent started as the
+user would start it (flightwatch cannot: the sink decides where events go), the receiver's answer its own.
+``flightwatch run examples/http.toml`` exactly as written, its URL and CA from the environment as the file says; the
+probe before the load tells a sink that delivers elsewhere from one that delivers here. (A Python relay, aiohttp,
+was the sink at first: beside another broker test in CI it forwarded some 870 events/s of the 2,000, and the run was
+rightly saturated.)
 
 Ground truth is read back independently from the telemetry topic with kafka-python.
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
-import sys
 
 import pytest
 from support import ROOT, create_topic, start_receiver, stop_receiver, telemetry, wait_port
@@ -28,12 +31,39 @@ def certs(tmp_path_factory):
     return make_certs(str(tmp_path_factory.mktemp("https-sink") / "certs"))
 
 
-def _sink(certs, port: int, deliver_to: str, log) -> subprocess.Popen:
-    """The user's HTTPS sink on ``port``, delivering to ``deliver_to``, once it listens."""
-    p = subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(port), deliver_to, "--tls-cert", certs.cert,
-                          "--tls-key", certs.key], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True)
-    assert wait_port(port, 30), "the sink did not start"
+NGINX = """
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  client_body_buffer_size 64k;
+  proxy_temp_path {dir}/proxy;
+  upstream receiver {{ server {deliver_to}; keepalive 32; }}
+  server {{
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    location / {{ proxy_pass http://receiver; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }}
+  }}
+}}
+"""
+
+
+def _sink(certs, port: int, deliver_to: str, folder) -> subprocess.Popen:
+    """The user's HTTPS sink on ``port`` (nginx), delivering to ``deliver_to`` (host:port), once it listens."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not os.path.exists(nginx):
+        pytest.fail("Debian's nginx is needed (apt-get install nginx; .ci/run installs it)")
+    os.makedirs(folder / "body", exist_ok=True)
+    conf = folder / "nginx.conf"
+    conf.write_text(NGINX.format(dir=folder, port=port, deliver_to=deliver_to, cert=certs.cert, key=certs.key))
+    p = subprocess.Popen([nginx, "-c", str(conf), "-p", str(folder)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=open(folder / "nginx.out", "w"), start_new_session=True)
+    assert wait_port(port, 30), (folder / "error.log").read_text() if (folder / "error.log").exists() else "no nginx"
     return p
 
 
@@ -46,14 +76,14 @@ def _run(tmp_path, broker: str, run_id: str, sink_port: int, ca: str, *more: str
 
 
 def test_the_http_example_through_a_sink_that_delivers_to_the_receiver_is_exact(broker, certs, tmp_path):
-    """2,000/s (as the file says) for 10 s (``DURATION``), over HTTPS with the CA the file names: the sink's 202 is
-    the ack latency, its delivery to the receiver the flight time; the job's figures exact against the raw telemetry (``assert_exact``,
+    """2,000/s (as the file says) for 10 s (``DURATION``), over HTTPS with the CA the file names: the sink's answer
+    (the receiver's, passed back) is the ack latency, the receiver's stamp the flight time; the job's figures exact against the raw telemetry (``assert_exact``,
     with a 5 s drop timeout: counting is deterministic), every receive the user's receiver's, ``ok``, the file's
     thresholds held (exit 0)."""
     rx_port, sink_port = free_port(), free_port()
     create_topic(broker, "tel-https")  # the receiver's telemetry: the run's own topic (``run_example``'s)
     receiver = start_receiver(broker, "tel-https", tmp_path / "spool", rx_port)
-    sink = _sink(certs, sink_port, f"http://127.0.0.1:{rx_port}/", open(tmp_path / "sink.log", "w"))
+    sink = _sink(certs, sink_port, f"127.0.0.1:{rx_port}", tmp_path)
     try:
         code, out = _run(tmp_path, broker, "https", sink_port, certs.ca)
     finally:
@@ -67,15 +97,15 @@ def test_the_http_example_through_a_sink_that_delivers_to_the_receiver_is_exact(
     assert_exact("examples/http.toml through an HTTPS sink, 2,000/s 10 s", s, ground_truth(records), report, 20_000)
     assert {r["agent"] for r in records if r["kind"] == "recv"} == {"receiver-http"}
     assert s["verdict"]["state"] == "ok", s["verdict"]["message"]
-    assert report["success_ratio"] == 1.0 and report["status_codes"] == {"202": s["sent"]}
-    assert 0 < report["latency_us"]["p50"]  # the sink's 202: the load generator's own figure, apart from flight
+    assert report["success_ratio"] == 1.0 and sum(report["status_codes"].values()) == s["sent"], report["status_codes"]
+    assert 0 < report["latency_us"]["p50"]  # the sink's answer: the load generator's own figure, apart from flight
 
 
 def test_a_sink_that_delivers_elsewhere_is_one_line_and_exit_2_before_the_load(broker, certs, tmp_path):
-    """The sink takes every event (202) but delivers them where no receiver of flightwatch's is: the probe goes
-    unrecorded, and the run ends before its load, in one line naming the target and what to do, exit 2."""
+    """The sink delivers where no receiver of flightwatch's is (its answers are 502s): the probe goes unrecorded, and
+    the run ends before its load, in one line naming the target and what to do, exit 2."""
     sink_port = free_port()
-    sink = _sink(certs, sink_port, f"http://127.0.0.1:{free_port()}/", open(tmp_path / "sink.log", "w"))
+    sink = _sink(certs, sink_port, f"127.0.0.1:{free_port()}", tmp_path)
     try:
         code, out = _run(tmp_path, broker, "https-nowhere", sink_port, certs.ca, "--probe-timeout", "5s")
     finally:
