@@ -4,7 +4,7 @@ with the same flags (``flightwatch attack --rate 5000`` is ``make attack RATE=50
     flightwatch up [--sut kafka]          the embedded stack (python -m stack up)
     flightwatch attack [--rate 5000]      the stack's SUT renewed (or, with --target, no SUT started), then the attack,
                                           streamed, its receiver following the target, a probe first
-    flightwatch summary --run RUN         ... and down, status, scenario, replay, compare, history, ui
+    flightwatch summary --run RUN         ... and down, status, scenario, replay, compare, history, report, ui
 
 Each subcommand runs its component as this process (exec), so its exit code, signals and output are the component's.
 ``flightwatch CMD --help`` shows an example, then the component's own flags.
@@ -51,6 +51,9 @@ COMMANDS = {
                        "flightwatch compare r1 r2 --fail-on-regression 'p99>+10%'"),
     "history": Command("runs", ("history",), "a scenario's runs and their significant changes",
                        "flightwatch history checkout"),
+    "report": Command("ui.report", (), "write a run's (or a scenario run's) report.html: one self-contained file "
+                      "to hand on, no server needed (flightwatch attack writes it when the run closes)",
+                      "flightwatch report demo"),
     "ui": Command("streamlit", ("run",), "serve the dashboard on loopback (opens on the live run, else the latest; "
                   "FLIGHTWATCH_UI_PORT, default 18501)", "flightwatch ui"),
 }

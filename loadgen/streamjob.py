@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from core import output, settings
+from core import html_report, output, settings
 from core.procs import tcp_unreachable
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from loadgen import report
@@ -119,4 +119,6 @@ def wait_job(cfg, job, drop_timeout: str | None = None) -> output.Summary | None
     if v.get("message"):
         knee = v.get("knee")
         print(f"verdict: {v['message']}" + (f"; knee {knee['rate']:,.0f}/s" if knee else ""))
+    html_report.write(run_dir, log=lambda line: print(line, flush=True))
     return s
+

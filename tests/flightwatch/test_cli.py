@@ -30,7 +30,7 @@ def test_help_lists_every_command_with_an_example_and_a_wrong_one_is_one_line():
     assert "unknown command 'atack': one of up, down," in bad.stderr
 
 
-@pytest.mark.parametrize("name", ["attack", "summary", "compare", "up"])
+@pytest.mark.parametrize("name", ["attack", "summary", "compare", "up", "report"])
 def test_each_commands_help_is_an_example_then_its_components_own_flags(name):
     out = _flightwatch(name, "--help")
     c = COMMANDS[name]

@@ -328,6 +328,7 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
                 page.get_by_role("button", name="windows (CSV)").click()
             csv.value.save_as(tmp_path / "windows.csv")
             open_links(page, port, checkpoints, run_id, shots)
+            open_report(browser, checkpoints / run_id, shots)
             browser.close()
         exported = pd.read_csv(tmp_path / "windows.csv")
         assert exported["sent"].sum() == summary["sent"] and exported["dropped"].sum() == summary["dropped"]
@@ -357,6 +358,29 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
     missed = sorted(t for t, reign_s in reigns.items() if reign_s >= 4.0 and t not in seen)
     assert not missed, f"newest for 4 s or more but never shown: windows {missed}; shown {sorted(seen)}"
     assert report["median_s"] <= 2.5, report
+
+
+def open_report(browser, run_dir, shots) -> None:
+    """The run's report.html (``ui.report``) in a tab with the network off: every chart drawn from its inline data,
+    the ledger shown."""
+    from ui import report
+
+    path, size, took = report.write(str(run_dir))
+    context = browser.new_context(offline=True, viewport={"width": 1500, "height": 2000})
+    page = context.new_page()
+    page.goto(f"file://{path}")
+    charts = page.locator(".js-plotly-plot")
+    # every chart drawn: each of its traces in the SVG (Plotly draws them from the data inline in the file)
+    page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).every("
+                           "d => d._fullData && d._fullData.length > 0 && d.querySelectorAll('.scatterlayer .trace, "
+                           ".barlayer .trace').length == d._fullData.filter(t => t.visible !== false).length)",
+                           timeout=30_000)
+    assert charts.count() >= 2 and page.get_by_text("Ledger: every sent event in one bucket").is_visible()
+    summary = json.load(open(run_dir / "summary.json"))
+    assert page.get_by_text(re.compile(re.escape(f"sent {summary['sent']:,} = "))).first.is_visible()
+    page.screenshot(path=str(shots / "6-report-offline.png"), full_page=True)
+    print(f"\nreport.html: {size / 1e6:.2f} MB, written in {took:.2f} s, {charts.count()} charts drawn offline")
+    context.close()
 
 
 def open_links(page, port: int, checkpoints, run_id: str, shots) -> None:
