@@ -249,6 +249,7 @@ class Attack:
     seconds: int
     args: tuple = ()
     drop_timeout: str = DROP_TIMEOUT
+    receive_from: str | None = None  # the receiver's URL, when not the target's (a proxy in front of the sender)
 
     @property
     def topic(self) -> str:
@@ -276,7 +277,7 @@ def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tu
         for a, d in zip(attacks, folders):
             d.mkdir()
             create_topic(broker, a.topic)
-            procs.append(start_receiver(broker, a.topic, a.target, d / "rx"))
+            procs.append(start_receiver(broker, a.topic, a.receive_from or a.target, d / "rx"))
             jobs.append(start_job(broker, a.topic, a.run_id, d, drop_timeout=a.drop_timeout))
             procs.append(jobs[-1])
         for a, d in zip(attacks, folders):

@@ -4,6 +4,7 @@ in front of it (security tests).
     proxy = FaultProxy(listen_port, target_port).start()
     proxy.cut()       # every connection reset, new ones refused: to clients, the server is down
     proxy.restore()   # listening again; the server behind it kept its state
+    proxy.mute()      # the server's replies swallowed (what clients send still reaches it), until cut
 
 The telemetry broker advertises the proxy's port, so every client (bootstrap and data
 connections alike) goes through it. Runs an asyncio loop on a thread of its own.
@@ -25,6 +26,7 @@ class FaultProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self.num_connections = 0
         self.num_cut = 0
+        self.muted = False
 
     def start(self) -> FaultProxy:
         threading.Thread(target=self.loop.run_forever, name="fault-proxy", daemon=True).start()
@@ -47,9 +49,11 @@ class FaultProxy:
         self.num_connections += 1
         self._writers |= {writer, up_writer}
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, replies: bool) -> None:
             try:
                 while data := await src.read(1 << 16):
+                    if replies and self.muted:
+                        continue
                     dst.write(data)
                     await dst.drain()
             except (OSError, asyncio.CancelledError):
@@ -58,7 +62,7 @@ class FaultProxy:
                 dst.transport.abort()
                 self._writers.discard(dst)
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer, False), pipe(up_reader, writer, True))
 
     async def _cut(self) -> None:
         self._server.close()
@@ -70,6 +74,11 @@ class FaultProxy:
 
     def cut(self) -> None:
         self._call(self._cut())
+        self.muted = False
+
+    def mute(self) -> None:
+        """The server's replies are swallowed from now on (a connection that hangs one way), until ``cut``."""
+        self.muted = True
 
     def restore(self) -> None:
         self._call(self._listen())

@@ -169,6 +169,42 @@ def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_bla
             assert truth["lost"] == 0 and s["dropped"] <= s["late"]  # is one that came after its drop timeout)
 
 
+def test_sends_whose_confirms_were_lost_yet_were_received_are_in_doubt_and_the_ledger_balances(broker, rabbit,
+                                                                                               tmp_path):
+    """The load generator's connection to RabbitMQ through a proxy that, 3 s into a 1,000/s attack, swallows the
+    broker's replies for 1 s (the publishes still reach the queue, and the receiver, on a connection of its own,
+    takes them), then resets it: the publishes of that second fail at the sender as ``connection lost``, yet were
+    received. They are in doubt, counted once (with the received, shown apart), and the ledger balances against the
+    raw telemetry (``assert_accounted``)."""
+    from support.fault_proxy import FaultProxy
+
+    from core.procs import free_port
+
+    port, _, _ = rabbit
+    proxy = FaultProxy(free_port(), port).start()
+    events = []
+
+    def mute_then_cut() -> None:
+        time.sleep(3)
+        proxy.mute()
+        events.append(("replies swallowed", time.time_ns()))
+        time.sleep(1)
+        proxy.cut()
+        events.append(("connection reset", time.time_ns()))
+        time.sleep(0.5)
+        proxy.restore()
+    mute_then_cut.events = events
+    try:
+        (s, truth, report), = run_attacks(broker, tmp_path, [Attack("rmq-doubt", url(proxy.listen_port, "doubt"), 1000, 8,
+                                                                     receive_from=url(port, "doubt"))], mute_then_cut)
+    finally:
+        proxy.stop()
+    assert_accounted("RabbitMQ, replies lost for 1 s", s, truth, report)
+    led = s["ledger"]
+    assert 800 <= led["in_doubt"] == s["in_doubt"] + s["failed_late"] <= 1100, led  # about the second muted
+    assert s["errors_by_cause"].get("channel closed: connection lost", 0) >= led["in_doubt"], s["errors_by_cause"]
+
+
 @pytest.mark.parametrize("durable", [False, True], ids=["transient", "durable"])
 def test_what_the_amqp_1_0_plugin_accepted_and_nobody_consumed_outlives_a_kill_only_when_durable(broker, rabbit, tmp_path,
                                                                                                  durable):
