@@ -15,6 +15,7 @@ import time
 import pytest
 from support import ROOT, create_topic, telemetry
 from support.brokers import (
+    EXACT_DROP_TIMEOUT,
     Attack,
     assert_accounted,
     assert_amqp1_kill,
@@ -171,7 +172,7 @@ def test_a_rabbitmq_killed_mid_attack_and_restarted_is_accounted_exactly_and_bla
 
 def test_sends_whose_confirms_were_lost_yet_were_received_are_in_doubt_and_the_ledger_balances(broker, rabbit,
                                                                                                tmp_path):
-    """The load generator's connection to RabbitMQ through a proxy that, 3 s into a 1,000/s attack, swallows the
+    """The load generator's connection to RabbitMQ through a proxy that, 2 s into a 1,000/s attack, swallows the
     broker's replies for 1 s (the publishes still reach the queue, and the receiver, on a connection of its own,
     takes them), then resets it: the publishes of that second fail at the sender as ``connection lost``, yet were
     received. They are in doubt, counted once (with the received, shown apart), and the ledger balances against the
@@ -185,7 +186,7 @@ def test_sends_whose_confirms_were_lost_yet_were_received_are_in_doubt_and_the_l
     events = []
 
     def mute_then_cut() -> None:
-        time.sleep(3)
+        time.sleep(2)
         proxy.mute()
         events.append(("replies swallowed", time.time_ns()))
         time.sleep(1)
@@ -195,7 +196,8 @@ def test_sends_whose_confirms_were_lost_yet_were_received_are_in_doubt_and_the_l
         proxy.restore()
     mute_then_cut.events = events
     try:
-        (s, truth, report), = run_attacks(broker, tmp_path, [Attack("rmq-doubt", url(proxy.listen_port, "doubt"), 1000, 8,
+        (s, truth, report), = run_attacks(broker, tmp_path, [Attack("rmq-doubt", url(proxy.listen_port, "doubt"), 1000, 6,
+                                                                     drop_timeout=EXACT_DROP_TIMEOUT,
                                                                      receive_from=url(port, "doubt"))], mute_then_cut)
     finally:
         proxy.stop()
