@@ -9,7 +9,11 @@ import sys
 from core.rundir import ROOT
 
 
-def write(folder: str, log=print) -> None:
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def write(folder: str, log=_say) -> None:
     """``python -m ui.report FOLDER`` (a run's or a scenario run's), its line said (``report: PATH (SIZE, TIME)``);
     a failure to write it is said and changes nothing else."""
     try:

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from core import html_report, output, settings
+from core import html_report, links, output, settings
 from core.procs import tcp_unreachable
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from loadgen import report
@@ -48,8 +48,6 @@ def start_job(cfg, drop_timeout: str | None = None):
         time.sleep(1.0)
     if job.poll() is not None:
         raise UsageError(f"the streaming job exited (code {job.returncode}); see {run_dir}/job.log")
-    from core import links
-
     ui_port = int(settings.get("FLIGHTWATCH_UI_PORT", "18501"))
     if tcp_unreachable("127.0.0.1", ui_port, 0.5) is None:
         print(f"dashboard: {links.dashboard(run=cfg.run_id)}", flush=True)
@@ -119,6 +117,5 @@ def wait_job(cfg, job, drop_timeout: str | None = None) -> output.Summary | None
     if v.get("message"):
         knee = v.get("knee")
         print(f"verdict: {v['message']}" + (f"; knee {knee['rate']:,.0f}/s" if knee else ""))
-    html_report.write(run_dir, log=lambda line: print(line, flush=True))
+    html_report.write(run_dir)
     return s
-

@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     print(report.markdown(report.document(sc, sut, scenario_run, cells, started, True)))
     from core import html_report
 
-    html_report.write(folder, log=lambda line: print(line, flush=True))  # every cell and the peers' rows, one file
+    html_report.write(folder)  # every cell and the peers' rows, one file
     return 0 if all(not c.get("problem") and c["exit"] == 0 for c in cells) else 1
 
 

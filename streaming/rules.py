@@ -289,7 +289,7 @@ def take_receives(known: Known, orphans: pd.DataFrame, records: Records, drops_n
     failed = known.errored[p]  # failed at the sender, yet received: in doubt (the ledger's), by its send window
     out.add(output.IN_DOUBT, sent_ns[p][failed & in_time])
     out.add(output.FAILED_LATE, sent_ns[p][failed & ~in_time])
-    delta = (~in_time & ~known.errored[p]).astype(np.int64) - (known.status[p] == DROPPED).astype(np.int64)
+    delta = (~in_time & ~failed).astype(np.int64) - (known.status[p] == DROPPED).astype(np.int64)
     out.add(output.DROPPED, sent_ns[p][delta != 0], delta[delta != 0])
     out.add(output.UNACCOUNTED, sent_ns[p][known.status[p] == UNACCOUNTED], -1)  # its fate is known after all
     exemplars = [known.unname(p[delta < 0], drops_named_ns)]  # named already (an agent out of order)

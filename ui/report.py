@@ -206,9 +206,10 @@ def scenario_report(folder: str) -> str:
     for c in doc.get("cells", []):
         path = os.path.join(root, c.get("run_id") or "")
         if c.get("run_id") and os.path.isdir(path):
-            view = data.load_run(path)
+            run = RunReader(path)
+            view = data.load_run(path, run)
             if view.ready:
-                run_section(page, view, RunReader(path).partials("hists"), head="h2")
+                run_section(page, view, run.partials("hists"), head="h2")
     return page.html()
 
 
