@@ -23,6 +23,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 BROKER_WORKERS ?= 2
 CLUSTER_WORKERS ?= 2
+EXAMPLES   ?=
 SOAK_ARGS  ?=
 SCENARIO   ?=
 LABEL      ?=
@@ -35,9 +36,11 @@ ONLY       ?=
 PAIRS      ?=
 BASELINE   ?=
 GATE       ?=
+FAIL_ON    ?=
+ABORT_ON   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: scenario help install up down status ui stream replay summary demo lint test test-serial test-fast test-cluster test-brokers bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
+.PHONY: docs docs-serve docs-shots scenario help install up down status ui stream replay summary demo lint test test-serial test-fast test-cluster test-brokers bench clean attack compare history deploy undeploy image spark-cluster test-faults soak workday
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -45,7 +48,7 @@ help: ## list the targets
 .venv/.installed: pyproject.toml
 	test -x $(PYTHON) || python3 -m venv .venv
 	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q -e '.[test]'
+	$(PYTHON) -m pip install -q -e '.[test,docs]'
 	touch $@
 
 install: .venv/.installed ## create .venv and install the pinned dependencies
@@ -62,8 +65,8 @@ status: ## what of the embedded stack is running
 ui: install ## serve the dashboard on 127.0.0.1:$(UI_PORT) (opens on the live run, else the latest)
 	$(FLIGHTWATCH) ui --server.port $(UI_PORT)
 
-stream: install ## run the streaming job for RUN (results in checkpoints/RUN)
-	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC)
+stream: install ## run the streaming job for RUN (results in checkpoints/RUN); SPARK_MASTER=spark://HOST:7077: on that Spark cluster (make spark-cluster)
+	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) $(if $(SPARK_MASTER),--master $(SPARK_MASTER))
 
 replay: install ## recompute RUN from its archive into checkpoints/RUN/replay (DROP_TIMEOUT=10s WINDOW=500ms: into replay-drop10s-window500ms)
 	$(FLIGHTWATCH) replay --run $(RUN) $(if $(DROP_TIMEOUT),--drop-timeout $(DROP_TIMEOUT)) \
@@ -72,12 +75,12 @@ replay: install ## recompute RUN from its archive into checkpoints/RUN/replay (D
 summary: install ## print RUN's summary
 	$(FLIGHTWATCH) summary --run $(RUN)
 
-demo: up ## a synthetic run of known truth through the whole pipeline (RUN, RATE, DURATION)
+demo: up ## a synthetic run of known truth through the whole pipeline: 60 s at 1,000 events/s, with drops, duplicates, a 3 s pause and an OOM event (RUN)
 	$(PYTHON) -m loadgen.synthetic --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --run $(RUN) --rate 1000 --duration 60
 	$(PYTHON) -m streaming run --run $(RUN) --bootstrap $(BOOTSTRAP) --topic $(TOPIC) --no-heartbeat --available-now
 	$(PYTHON) -m streaming summary --run $(RUN)
 
-attack: install ## attack the target (default: the stack's SUT broker, the one `make up SUT=` started or SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first; with TARGET=, no SUT broker is started) at RATE for DURATION, or PACE; streams the run (WARMUP=5s COOLDOWN=1s: left out of its latency figures) (BASELINE=run or r1,r2,r3: then compares with it; SCENARIO=name: a series for `make history`; LABEL=v1.2: the build under test, named at a change; REPEAT=3: three runs one after the other, RUN-1 ... RUN-3, a baseline set; TARGET=kafka://HOST:PORT/TOPIC: a receiver consumes it for the run unless the stack's does, NO_RECEIVER=1: yours do; a probe first: no receiver recorded it within PROBE_TIMEOUT=10s, exit 2 before the load)
+attack: install ## attack the target (default: the stack's SUT broker, the one `make up SUT=` started or SUT=tansu|rabbitmq|rabbitmq-amqp1|artemis|kafka, restarted empty first; with TARGET=, no SUT broker is started) at RATE for DURATION, or PACE; streams the run (WARMUP=5s, COOLDOWN=1s: seconds sent and counted but left out of its latency figures; 0s unless given) (BASELINE=run or r1,r2,r3: then compares with it; SCENARIO=name: a series for `make history`; LABEL=v1.2: the build under test, named at a change; REPEAT=3: three runs one after the other, RUN-1 ... RUN-3, a baseline set; FAIL_ON='p99>500ms for 10s': exit 1 past it, ABORT_ON='p99>2s for 5s': stop the attack there, exit 3; TARGET=kafka://HOST:PORT/TOPIC: a receiver consumes it for the run unless the stack's does, NO_RECEIVER=1: yours do; a probe first: no receiver recorded it within PROBE_TIMEOUT=10s, exit 2 before the load)
 	@set -e; for i in $$(seq 1 $(or $(REPEAT),1)); do \
 	  $(FLIGHTWATCH) attack $(if $(PACE),--pace $(PACE),--rate $(RATE) --duration $(DURATION)) $(if $(SUT),--sut $(SUT)) \
 	    $(if $(TARGET),--target $(TARGET)) --payload $(PAYLOAD) --workers $(WORKERS) --max-inflight $(MAX_INFLIGHT) \
@@ -85,7 +88,8 @@ attack: install ## attack the target (default: the stack's SUT broker, the one `
 	    $(if $(NO_RECEIVER),--no-receiver) $(if $(PROBE_TIMEOUT),--probe-timeout $(PROBE_TIMEOUT)) \
 	    $(if $(filter command line,$(origin RUN)),--run $(RUN)$(if $(REPEAT),-$$i)) $(if $(SCENARIO),--scenario '$(SCENARIO)') $(if $(LABEL),--label '$(LABEL)') \
 	    $(if $(WARMUP),--warmup $(WARMUP)) $(if $(COOLDOWN),--cooldown $(COOLDOWN)) \
-	    $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)'); \
+	    $(if $(BASELINE),--baseline $(BASELINE)) $(if $(GATE),--fail-on-regression '$(GATE)') \
+	    $(if $(FAIL_ON),--fail-on '$(FAIL_ON)') $(if $(ABORT_ON),--abort-on '$(ABORT_ON)'); \
 	done
 
 scenario: install ## run a seed's experiment on the stack, one report (NAME=kafka-matrix; SUT=, SHORT=1: the CI's form; ONLY=payload=128,1024; PAIRS=1000; TARGET=http://...: bursts at your broker; PEER=1: the broker's own tool after each cell); `python -m scenarios list`
@@ -114,14 +118,23 @@ test-quickstart: install ## the README's quick start as written (make attack RAT
 test-serial: install ## the tests whose figures need the machine to themselves (a relay's knee, timings, CPU hogs), one at a time; CI runs them after `make test`
 	$(PYTHON) -m pytest -m "serial and not cluster and not brokers" $(PYTEST_ARGS) || test $$? -eq 5
 
-test-brokers: install ## the seeds' real brokers (RabbitMQ from Debian's packages, over AMQP 0-9-1 and 1.0; Artemis and Apache Kafka from the Maven registry): runs, bad input, kill -9 of the broker; BROKER_WORKERS at once, the scenarios first (each worker starts its own brokers)
-	$(PYTHON) -m pytest -n $(BROKER_WORKERS) --dist worksteal -m brokers $(PYTEST_ARGS)
+test-brokers: install ## the seeds' real brokers (RabbitMQ from Debian's packages, over AMQP 0-9-1 and 1.0; Artemis and Apache Kafka from the Maven registry): runs, bad input, kill -9 of the broker; BROKER_WORKERS at once, the scenarios first (each worker starts its own brokers); the examples 10 s each (EXAMPLES=full: as their files say, 2,000/s for 30 s)
+	$(if $(EXAMPLES),EXAMPLES=$(EXAMPLES)) $(PYTHON) -m pytest -n $(BROKER_WORKERS) --dist worksteal -m brokers $(PYTEST_ARGS)
 
 test-cluster: install ## the cluster path: Spark standalone clusters, and (as root) seven hosts stood in for by network namespaces, with faults, skewed clocks and limits; on CLUSTER_WORKERS (2), in two shares balanced by their times (tests/conftest.py CLUSTER_SHARES), ~11-13 minutes
 	$(PYTHON) -m pytest -m cluster $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 test-faults: install ## the fault suite alone: kill -9 of job, receivers and load generator, broker away, fuzzing
 	$(PYTHON) -m pytest -m faults $(PYTEST_ARGS)
+
+docs: install ## the documentation site into site/ (mkdocs --strict: a broken link or a missing page fails), its reference pages generated from the code
+	NO_MKDOCS_2_WARNING=1 $(CURDIR)/.venv/bin/mkdocs build --strict --quiet
+
+docs-serve: install ## the documentation site on http://127.0.0.1:8000/, rebuilt as you edit
+	NO_MKDOCS_2_WARNING=1 $(CURDIR)/.venv/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+
+docs-shots: install ## the documentation's screenshots (docs/img/), from the dashboard's browser test in Debian's chromium
+	DOCS_SHOTS=$(CURDIR)/docs/img $(PYTHON) -m pytest -p no:cacheprovider tests/ui/test_app.py -k real_browser
 
 test-fast: install ## the tests that need neither broker nor Spark
 	$(PYTHON) -m pytest -n $(TEST_WORKERS) -m "not integration" $(PYTEST_ARGS)
@@ -132,9 +145,10 @@ soak: up ## 15 minutes at 2,000 events/s through the stack (MINUTES=30 RATE=5000
 workday: install ## a day of testing, compressed: make up, 9 attacks over 45 minutes with idle stretches, every process's CPU, memory and logs (SHORT=1: 6 minutes, 3 runs)
 	$(PYTHON) -m bench.workday $(if $(SHORT),--short) $(if $(MINUTES),--minutes $(MINUTES))
 
-bench: install ## benchmarks: flightwatch's own footprint, wire encodings, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the executors' join state (commit protocol vs Spark's state store), the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, its calibration with run-to-run effects (false alarms, detection, coverage), change-point detectors, each transport's generator beside the broker's own tool (RabbitMQ PerfTest, artemis perf, kafka-producer-perf-test)
+bench: install ## benchmarks: flightwatch's own footprint, wire encodings, what saying where each event arrived costs, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the executors' join state (commit protocol vs Spark's state store), the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, its calibration with run-to-run effects (false alarms, detection, coverage), change-point detectors, each transport's generator beside the broker's own tool (RabbitMQ PerfTest, artemis perf, kafka-producer-perf-test)
 	$(PYTHON) -m bench.footprint
 	$(PYTHON) -m bench.encoding
+	$(PYTHON) -m bench.where
 	$(PYTHON) -m bench.loadgen
 	$(PYTHON) -m bench.receiver
 	$(PYTHON) -m bench.pipeline
