@@ -14,7 +14,7 @@ import time
 
 from core import amqp, contract
 from core.amqp1_codec import read_event
-from core.amqp1_engine import EngineLink
+from core.amqp1_engine import EngineLink, pair_addresses
 
 PREFETCH = 1000
 PAIR_PREFETCH_MIN = 20
@@ -33,6 +33,9 @@ class Amqp1Receiver:
         self.spool, self.agent, self.prefetch = spool, agent, prefetch
         self.log, self.warn = log, warn or log
         self.lines = contract.FastLines("", agent)
+        # where each link's events arrive: its address and, with pairs, its pair (``contract.Receive``)
+        self._where = [self.lines.where(a, i if address.pairs > 1 else None)
+                       for i, a in enumerate(pair_addresses(address.address, address.pairs))]
         self.num_received = self.num_unattributed = self.num_malformed = 0
         self.num_connection_losses = self.num_connects = 0
         self.link: EngineLink | None = None
@@ -106,7 +109,7 @@ class Amqp1Receiver:
             self.warn(f"receiver {self.agent}: {why}; reconnecting every {RECONNECT_S:g} s")
         self._next_try = time.monotonic() + RECONNECT_S
 
-    def on_message(self, message) -> None:
+    def on_message(self, message, pair: int = 0) -> None:
         now = time.time_ns()
         try:
             event_id, run_id, size = read_event(message, _ID, _RUN)
@@ -116,7 +119,7 @@ class Amqp1Receiver:
         if event_id and run_id:
             self.num_received += 1
             if self.spool is not None:
-                self.spool.append(self.lines.recv(run_id, now, event_id, size))
+                self.spool.append(self.lines.recv(run_id, now, event_id, size, self._where[pair]))
         else:
             self.num_unattributed += 1
 

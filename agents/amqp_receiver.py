@@ -38,6 +38,8 @@ class AmqpReceiver:
         self.prefetch, self.auto_ack = prefetch, auto_ack
         self.log, self.warn = log, warn or log
         self.lines = contract.FastLines("", agent)
+        self._places: dict[str, tuple[str, int | None]] = {}    # consumer tag -> its queue and route
+        self._where_by: dict[tuple[str, str], str] = {}          # (consumer tag, routing key) -> a receive line's end
         self.num_received = self.num_unattributed = self.num_redelivered = 0
         self.num_connects = self.num_connection_losses = 0
         self.conn = self.channel = None
@@ -106,8 +108,10 @@ class AmqpReceiver:
 
     def _consume(self, channel, *queues: str) -> None:
         def go(_f) -> None:
+            routes = {q: i for i, (q, _key) in enumerate(self.address.routes())} if self.address.bindings else {}
             for queue in queues:
-                channel.basic_consume(queue, self._on_message, auto_ack=self.auto_ack)
+                tag = channel.basic_consume(queue, self._on_message, auto_ack=self.auto_ack)
+                self._places[tag] = (queue, routes.get(queue))
             self.channel = channel
             self.consumed_ns = time.time_ns()
             if not self._opened.done():
@@ -133,7 +137,7 @@ class AmqpReceiver:
         if event_id and run_id:
             self.num_received += 1
             if self.spool is not None:
-                self.spool.append(self.lines.recv(run_id, now, event_id, len(body)))
+                self.spool.append(self.lines.recv(run_id, now, event_id, len(body), self._where(method)))
         else:
             self.num_unattributed += 1
         if not self.auto_ack:
@@ -141,6 +145,19 @@ class AmqpReceiver:
             if not self._ack_scheduled:  # one ack for what this read from the socket delivered
                 self._ack_scheduled = True
                 asyncio.get_running_loop().call_soon(self._ack, channel)
+
+    def _where(self, method) -> str:
+        """Where a delivery arrived, as its receive line ends (``contract.Receive``): the queue its consumer reads,
+        that queue's route among the bindings, and the routing key it was published with (left out when it is the
+        queue's name: a publish to the queue itself); made once per pair of consumer and key."""
+        got = self._where_by.get((method.consumer_tag, method.routing_key))
+        if got is None:
+            if len(self._where_by) > 10_000:  # keys the system under test made up: bounded
+                self._where_by.clear()
+            queue, route = self._places.get(method.consumer_tag, (None, None))
+            key = method.routing_key if method.routing_key != queue else None  # the default exchange's key: the queue
+            got = self._where_by[(method.consumer_tag, method.routing_key)] = self.lines.where(queue, route, key)
+        return got
 
     def _ack(self, channel) -> None:
         self._ack_scheduled = False

@@ -25,6 +25,7 @@ class HttpReceiver:
         self.agent = agent
         self.default_run = default_run
         self.lines = contract.FastLines("", agent)
+        self._where: dict[str, str] = {}
         self.num_requests = 0
         self.num_received = 0
         self.num_unattributed = 0
@@ -116,6 +117,11 @@ class HttpReceiver:
             self.bad[e.reason] += 1
             return response(400, e.reason + "\n")
         size = len(body) // len(events)
+        where = self._where.get(path)
+        if where is None:  # the path it was posted to (``contract.Receive.dest``), made once per path, a bounded few
+            if len(self._where) > 1000:
+                self._where.clear()
+            where = self._where[path] = self.lines.where(path)
         for event_id, run_id in events:
             run_id = run_id or self.default_run
             if run_id is None:
@@ -123,7 +129,7 @@ class HttpReceiver:
                 continue
             self.num_received += 1
             if self.spool is not None:
-                self.spool.append(self.lines.recv(run_id, now, event_id, size))
+                self.spool.append(self.lines.recv(run_id, now, event_id, size, where))
         return ACCEPTED
 
     def _get(self, method: str, path: str) -> bytes:

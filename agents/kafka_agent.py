@@ -103,6 +103,7 @@ class KafkaAgent:
         self.log = logs.printer(self.logger)
         self.receiver = KafkaReceiver(consumer, self.spool, a.topic, a.state_dir, a.agent, log=self.log,
                                       warn=logs.printer(self.logger, logs.WARNING), admin=admin,
+                                      routes=getattr(a, "routes", False),
                                       from_end=getattr(a, "from_end", False), share=getattr(a, "share", (0, 1)))
         self.exposed = self.server = self.offsets = None
         self.stopping: list[int] = []

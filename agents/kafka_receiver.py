@@ -49,16 +49,19 @@ class KafkaReceiver:
     """Consumes every partition of the SUT topic with librdkafka (confluent-kafka's ``Consumer``)."""
 
     def __init__(self, consumer, spool, topic: str, state_dir: str, agent: str, log=print, warn=None, admin=None,
-                 from_end: bool = False, share: tuple[int, int] = (0, 1)) -> None:
+                 from_end: bool = False, share: tuple[int, int] = (0, 1), routes: bool = False) -> None:
         """``spool``: an ``agents.spool.SpoolWriter`` (``append(line) -> bool``, never blocks). ``from_end``: a first
         start (no write-ahead log yet) takes up each partition at its end, not its start (a topic of the user's, with
         what other runs and other producers left in it). ``share`` (I, N): the partitions p with p mod N == I, one of
-        N receivers that split the topic (competing consumers without a group: ``--receivers N``)."""
+        N receivers that split the topic (competing consumers without a group: ``--receivers N``). ``routes``: each
+        receive names its partition as its route (``contract.Receive``): the topic is where the load generator sends,
+        so a receive on another partition than its send's is misrouted."""
         self.consumer, self.spool, self.topic, self.admin = consumer, spool, topic, admin
-        self.from_end, self.share = from_end, share
+        self.from_end, self.share, self.routes = from_end, share, routes
         self.wal = WriteAheadLog(os.path.join(state_dir, "wal"))
         self.agent, self.log, self.warn = agent, log, warn or log
         self.lines = contract.FastLines("", agent)
+        self._where: dict[tuple[str, int], str] = {}  # (topic, partition) -> a receive line's end (``contract.Receive``)
         os.makedirs(state_dir, exist_ok=True)
         self.num_received = 0
         self.num_unattributed = 0
@@ -202,7 +205,10 @@ class KafkaReceiver:
                 self.num_unattributed += 1
                 continue
             value = m.value()
-            recv(lines.recv(run_id, now, event_id, len(value) if value else 0))
+            place = (m.topic(), m.partition())
+            where = self._where.get(place) or self._where.setdefault(
+                place, lines.where(place[0], place[1] if self.routes else None))
+            recv(lines.recv(run_id, now, event_id, len(value) if value else 0, where))
         self._write_ahead(offsets, records)
         self._send(records)
         self.num_received += len(records)

@@ -102,6 +102,10 @@ def _add_kafka(k: argparse.ArgumentParser) -> None:
                    help="consume only the partitions p with p mod COUNT == INDEX: one of COUNT receivers that split "
                         "the topic between them, no consumer group joined (the load generator's --receivers N; "
                         "default 0/1)")
+    k.add_argument("--routes", action="store_true",
+                   help="record each receive's partition as its route: the topic is the one the load generator sends "
+                        "to (the receiver that follows the target, the stack's), so an event read from a partition it "
+                        "was not sent to is misrouted. Leave it off for a topic your system copies events into")
     k.add_argument("--create-topic", type=int, default=2, metavar="PARTITIONS",
                    help="create the SUT topic with this many partitions if missing (default %(default)s)")
     k.add_argument("--fetch-wait-ms", type=int, default=FETCH_MAX_WAIT_MS, metavar="MS",

@@ -4,7 +4,8 @@ and the link is open once the broker attached all of them.
 
     link = EngineLink(host, port, userinfo, address, sending=True, settled=False, tls=None)  # tls: a core.tls.Tls
     link.on_outcome = lambda delivery, error: ...   # sender: the broker's outcome (None: accepted; else its cause)
-    link.on_message = lambda message_bytes: ...     # receiver: one whole message; it is accepted after the call
+    link.on_message = lambda message_bytes, pair: ...  # receiver: one whole message and its link's pair (0 ... N-1);
+                                                     # it is accepted after the call
     link.on_lost = lambda why: ...                  # the link, session or connection went away (a short cause)
     link.open()                                     # OSError if the socket cannot be opened
     link.attach(within_s)                           # ConnectionError with the broker's reason, or none in time
@@ -77,6 +78,7 @@ class EngineLink:
         self.link = self.links[0]
         self._t, self._c, self._l = self.transport._impl, self.collector._impl, self.link._impl
         self._ls = [link._impl for link in self.links]
+        self._pair_of = {link: i for i, link in enumerate(self._ls)}  # cffi pointers hash by their address
         self._open_links = 0
         self._out = bytearray(READ_BYTES)
         self._out_c = ffi.from_buffer(self._out)
@@ -270,7 +272,7 @@ class EngineLink:
         buf = bytearray(size)
         lib.pn_link_recv(link, self.ffi.from_buffer(buf), size)
         lib.pn_link_advance(link)
-        self.on_message(buf)
+        self.on_message(buf, 0 if len(self._ls) == 1 else self._pair_of.get(link, 0))
         if not lib.pn_delivery_settled(d):  # a pre-settled transfer has no outcome to give
             lib.pn_delivery_update(d, lib.PN_ACCEPTED)
         lib.pn_delivery_settle(d)

@@ -61,7 +61,9 @@ A send still unanswered then is written alone, and its ``Ack`` follows."""
 @dataclass(frozen=True)
 class Send(Record):
     """One event sent to the system under test. ``intended_at_ns`` comes from the pacer. A send written with its
-    answer (``SEND_HOLD_NS``) also carries what its ``Ack`` would: ``acked_at_ns``, ``status`` and ``error``."""
+    answer (``SEND_HOLD_NS``) also carries what its ``Ack`` would: ``acked_at_ns``, ``status`` and ``error``.
+    ``route``: where it was sent, when the target is several places flightwatch chose among (``?pairs=N``: pair k,
+    ``?bindings=N``: the queue bound with route k's key); a receive on another route is misrouted (``Receive``)."""
 
     event_id: str = ""
     intended_at_ns: int = 0
@@ -70,16 +72,23 @@ class Send(Record):
     acked_at_ns: int | None = None
     status: int | None = None
     error: str | None = None
+    route: int | None = None
     KIND: ClassVar[str] = "send"
     REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("event_id", "intended_at_ns")
 
 
 @dataclass(frozen=True)
 class Receive(Record):
-    """One delivery of an event seen by a receiver agent (``at_ns`` = receive time)."""
+    """One delivery of an event seen by a receiver agent (``at_ns`` = receive time), with where it arrived:
+    ``dest`` (the Kafka topic, the AMQP 0-9-1 queue, the AMQP 1.0 address, the HTTP path), ``route`` (the route of
+    that place among the target's: the pair or binding, the Kafka partition) and ``key`` (the AMQP 0-9-1 routing key
+    it was published with). A receive whose ``route`` is not its send's is misrouted, never an on-time receive."""
 
     event_id: str = ""
     bytes_in: int | None = None
+    dest: str | None = None
+    route: int | None = None
+    key: str | None = None
     KIND: ClassVar[str] = "recv"
     REQUIRED: ClassVar[tuple[str, ...]] = Record.REQUIRED + ("event_id",)
 
@@ -276,7 +285,7 @@ class FastLines:
         self._ack = '{"v":%d,"kind":"ack",%s,"at_ns":%%d,"event_id":%%s,"sent_at_ns":%%d' % (SCHEMA_VERSION, prefix)
         self._dumps = dumps
 
-        self._recv = '{"v":%d,"kind":"recv","run_id":%%s,"agent":%s,"at_ns":%%%%d,"event_id":%%%%s,"bytes_in":%%%%d}' % (
+        self._recv = '{"v":%d,"kind":"recv","run_id":%%s,"agent":%s,"at_ns":%%%%d,"event_id":%%%%s,"bytes_in":%%%%d' % (
             SCHEMA_VERSION, dumps(agent))
         self._recv_by_run: dict[str, str] = {}
 
@@ -286,23 +295,35 @@ class FastLines:
             return '"' + text + '"'
         return self._dumps(text)
 
-    def recv(self, run_id: str, at_ns: int, event_id: str, bytes_in: int) -> str:
-        """A receive line (receivers serve many runs: the run ID is given per record)."""
+    def recv(self, run_id: str, at_ns: int, event_id: str, bytes_in: int, where: str = "}") -> str:
+        """A receive line (receivers serve many runs: the run ID is given per record); ``where`` is the line's end
+        from ``where`` (the place it arrived at, made once per place)."""
         fmt = self._recv_by_run.get(run_id)
         if fmt is None:
             if len(self._recv_by_run) > 1000:
                 self._recv_by_run.clear()
             fmt = self._recv_by_run[run_id] = self._recv % self._dumps(run_id).replace("%", "%%")
-        return fmt % (at_ns, self._quote(event_id), bytes_in)
+        return fmt % (at_ns, self._quote(event_id), bytes_in) + where
 
-    def send(self, at_ns: int, event_id: str, intended_at_ns: int, bytes_out: int, worker: int) -> str:
-        return self._send % (at_ns, self._quote(event_id), intended_at_ns, bytes_out, worker) + "}"
+    def where(self, dest: str | None = None, route: int | None = None, key: str | None = None) -> str:
+        """The end of a receive line naming where it arrived (``Receive.dest``, ``route``, ``key``): a receiver makes
+        it once per place (queue, link, partition) and hands it to ``recv``."""
+        out = ',"dest":' + self._dumps(dest) if dest is not None else ""
+        if route is not None:
+            out += ',"route":%d' % route
+        return out + (',"key":' + self._dumps(key) if key is not None else "") + "}"
+
+    def send(self, at_ns: int, event_id: str, intended_at_ns: int, bytes_out: int, worker: int,
+             route: int | None = None) -> str:
+        line = self._send % (at_ns, self._quote(event_id), intended_at_ns, bytes_out, worker)
+        return line + ("}" if route is None else ',"route":%d}' % route)
 
     def send_acked(self, at_ns: int, event_id: str, intended_at_ns: int, bytes_out: int, worker: int, acked_at_ns: int,
-                   status: int | None, error: str | None) -> str:
+                   status: int | None, error: str | None, route: int | None = None) -> str:
         """A send written with its answer (``SEND_HOLD_NS``)."""
         line = self._send % (at_ns, self._quote(event_id), intended_at_ns, bytes_out, worker) + ',"acked_at_ns":%d' % acked_at_ns
-        return self._answer(line, status, error)
+        line = self._answer(line, status, error)
+        return line if route is None else line[:-1] + ',"route":%d}' % route
 
     def ack(self, at_ns: int, event_id: str, sent_at_ns: int, status: int | None, error: str | None) -> str:
         return self._answer(self._ack % (at_ns, self._quote(event_id), sent_at_ns), status, error)

@@ -354,8 +354,10 @@ def main(argv=None) -> int:
             receiver = follow.start(cfg, a.receiver != "auto", lambda line: print(line, flush=True), a.receivers)
             follow.probe(cfg, probe_s, log=lambda line: print(line, flush=True))
         job = start_job(cfg, a.drop_timeout) if a.stream else None
-    except UsageError as e:
+    except BaseException as e:  # the run's receiver stops whatever ended the start: bad input, or a bug (it leaked)
         follow.stop(receiver)
+        if not isinstance(e, UsageError):
+            raise
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
     try:

@@ -112,7 +112,7 @@ class Book:
         self._slot = None                 # a future the driver waits on while at max_inflight
         self._bytes = cfg.payload_bytes
         self._send_line = self.lines.send if writer is not None else None
-        self.held: dict[str, tuple[int, int]] = {}   # event ID -> (intended, sent) of the sends not yet written
+        self.held: dict[str, tuple] = {}   # event ID -> (intended, sent, route) of the sends not yet written
         self._holding: deque[tuple[int, str]] = deque()  # (sent, event ID) in send order: when each hold ends
 
     def interval(self, t_ns: int) -> Interval:
@@ -129,11 +129,13 @@ class Book:
     # sent and done run once an event each: the current second's interval is tested inline, and an answer without
     # status or error (a Kafka ack, a confirm) is counted without Interval.add_completion's branches; at a Kafka
     # ceiling of ~80,000/s each µs here is 8% of a core
-    def sent(self, eid: str, intended: int, at: int) -> None:
+    def sent(self, eid: str, intended: int, at: int, route: int | None = None) -> None:
+        """``route``: where the target sent it among the places it picks from (``contract.Send.route``): a pair, a
+        binding, a Kafka partition."""
         iv = self._iv if self._iv_start <= at < self._iv_end else self.interval(at)
         iv.add_send(at - intended, self._bytes)
         if self._send_line is not None:
-            self.held[eid] = (intended, at)
+            self.held[eid] = (intended, at, route)
             self._holding.append((at, eid))
 
     def done(self, eid: str, sent: int, status: int | None, error: str | None) -> None:
@@ -151,7 +153,8 @@ class Book:
             if held is None:
                 self.buf.append(self.lines.ack(acked, eid, sent, status, error))
             else:
-                self.buf.append(self.lines.send_acked(sent, eid, held[0], self._bytes, self.worker, acked, status, error))
+                self.buf.append(self.lines.send_acked(sent, eid, held[0], self._bytes, self.worker, acked, status, error,
+                                                      held[2]))
         if self._slot is not None and not self._slot.done():
             self._slot.set_result(None)
 
@@ -167,7 +170,7 @@ class Book:
             eid = holding.popleft()[1]
             h = held.pop(eid, None)
             if h is not None:
-                self.buf.append(line(h[1], eid, h[0], self._bytes, self.worker))
+                self.buf.append(line(h[1], eid, h[0], self._bytes, self.worker, h[2]))
 
     def tick(self, now: int, final: bool = False) -> None:
         if self._holding:

@@ -30,7 +30,7 @@ class _Book:
         self.taken: set[str] = set()
         self.refused: dict[str, str] = {}
 
-    def sent(self, eid: str, intended: int, at: int) -> None:
+    def sent(self, eid: str, intended: int, at: int, route: int | None = None) -> None:
         pass
 
     def done(self, eid: str, sent: int, status: int | None, error: str | None) -> None:
@@ -125,7 +125,8 @@ def hint(cfg) -> str:
     if args is None:
         return ("the system under test must deliver to a receiver of flightwatch's (make up starts one: "
                 "python -m agents.receiver http, or the stack's at http://127.0.0.1:18080/)")
-    shown = " ".join(args[:-1] if args[-1] == "--from-end" else args)
+    # where the user's system delivers may be another topic than the target's: its partitions are not routes there
+    shown = " ".join(a for a in args if a not in ("--from-end", "--routes"))
     return (f"start one where the SUT delivers (python -m agents.receiver {shown} ...), or let flightwatch start "
             "it (make attack without NO_RECEIVER, or --receiver auto)")
 

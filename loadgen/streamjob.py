@@ -8,6 +8,7 @@ import sys
 import time
 
 from core import html_report, links, output, settings
+from core.output import Lifecycle
 from core.procs import tcp_unreachable
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from loadgen import report
@@ -98,7 +99,7 @@ def wait_job(cfg, job, drop_timeout: str | None = None) -> output.Summary | None
     else:
         print(f"streaming job: no run folder at {run_dir}; see its job.log")
         return None
-    if s.get("state") == "waiting for data":
+    if s.get("state") == Lifecycle.WAITING:
         print("streaming job: no windows written; see its job.log")
         return None
     lat = s[output.LATENCY]

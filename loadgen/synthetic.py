@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -234,18 +235,65 @@ def truth(run: SyntheticRun) -> dict:
             "all_latency_us": lat_us[in_time]}
 
 
+class WrittenTwice(RuntimeError):
+    """The broker holds more messages than were written to it: a request retried after its answer was lost."""
+
+
 def produce(run: SyntheticRun, bootstrap: str, topic: str, records_per_message: int = 200) -> int:
-    """Write the run's messages to a telemetry topic; returns the number of messages."""
+    """Write the run's messages to a telemetry topic, each once and in order; returns the number of messages.
+
+    The topic's first message goes alone (its partitions' leaders known before the rest), every delivery is checked,
+    and the topic is read back. A broker that holds a message twice raises ``WrittenTwice`` rather than hand a test
+    a run that is not its truth: twice in CI on Tansu, the first ~40 messages were there again after the rest (a
+    request retried after its answer was lost, a minute of event time on: an agent writing in real time is ~25 s on
+    at most, its message timeout), and the job, which keeps an ID 30 s past its deadline, counted their sends again.
+    Idempotent besides, for a broker that keeps its producers' sequences."""
     from core.kafka_options import produce as produce_one
     from core.kafka_options import telemetry_producer
 
-    producer = telemetry_producer(bootstrap, **{"linger.ms": 5, "batch.size": 1 << 20})
+    producer = telemetry_producer(bootstrap, **{"linger.ms": 5, "batch.size": 1 << 20, "enable.idempotence": True})
     msgs = messages(run, records_per_message)
-    for key, value, _ in msgs:
-        produce_one(producer, topic, value, key)
-    if producer.flush(60):
-        raise RuntimeError(f"telemetry broker {bootstrap} did not take every message within 60 s")
+    failed: list = []
+
+    def delivered(err, _msg) -> None:
+        if err is not None:
+            failed.append(err)
+
+    for i, (key, value, _) in enumerate(msgs):
+        produce_one(producer, topic, value, key, on_delivery=delivered)
+        if i == 0:
+            producer.flush(60)
+    if producer.flush(60) or failed:
+        raise RuntimeError(f"telemetry broker {bootstrap} did not take every message within 60 s: {failed[:3]}")
+    held = count_messages(bootstrap, topic)
+    if held != len(msgs):
+        raise WrittenTwice(f"{topic} on {bootstrap} holds {held:,} messages for the {len(msgs):,} written")
     return len(msgs)
+
+
+def count_messages(bootstrap: str, topic: str, timeout_s: float = 60) -> int:
+    """How many messages ``topic`` holds, read from each partition's start to its end."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from core.kafka_options import client_options, librdkafka
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "flightwatch-synthetic-check", "enable.auto.commit": False,
+                  "enable.partition.eof": True, **librdkafka(client_options())})
+    try:
+        parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        n, ended, deadline = 0, set(), time.monotonic() + timeout_s
+        while len(ended) < len(parts) and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                if m.error() is None:
+                    n += 1
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    ended.add(m.partition())
+        if len(ended) < len(parts):
+            raise RuntimeError(f"{topic} on {bootstrap}: not read to its end within {timeout_s:.0f} s")
+        return n
+    finally:
+        c.close()
 
 
 def main(argv=None) -> int:

@@ -2,7 +2,10 @@
 job archived it, joined by event ID here. Counts are the whole run's; percentiles leave out the run's warm-up and
 cool-down, as its pooled ones do.
 
-Event k went to pair k mod N (``loadgen.targets.amqp1``). For each pair: its sends, its receives, the lost (sent and
+Each event's pair is where it was sent (its send record's ``route``; in an archive from before routes, k mod N, as
+``loadgen.targets.amqp1`` sends event k), and a receive counts for it only where it arrived there (its receive
+record's ``route``): one first received on another pair's address is that pair's ``misrouted``, never received.
+For each pair: its sends, its receives, the lost (sent and
 never received within the run), the late (received past the drop timeout), the duplicates, its flight time p50 and
 p99 (nearest rank, exact: no histogram) and its send delay p99. Then the distribution across pairs, as the Dispatch
 Router tests report it: the median pair's p99, the p99 of the pairs' p99s, the worst pair. The pairs' sums are checked
@@ -22,7 +25,7 @@ import pyarrow.parquet as pq
 
 from core.rundir import RunPaths
 
-COLUMNS = ["kind", "run_id", "agent", "event_id", "at_ns", "intended_at_ns"]
+COLUMNS = ["kind", "run_id", "agent", "event_id", "at_ns", "intended_at_ns", "route"]
 
 
 def events(root: str) -> pd.DataFrame:
@@ -31,7 +34,9 @@ def events(root: str) -> pd.DataFrame:
     run_id = os.path.basename(os.path.normpath(root))
     parts = []
     for path in sorted(glob.glob(os.path.join(RunPaths(root).archive, "batch-*.parquet"))):
-        t = pq.read_table(path, columns=COLUMNS).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)  # ns exact
+        cols = [c for c in COLUMNS if c in pq.read_schema(path).names]  # an archive from before routes has none
+        t = pq.read_table(path, columns=cols).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)  # ns exact
+        t = t if "route" in t else t.assign(route=pd.array([pd.NA] * len(t), pd.Int64Dtype()))
         parts.append(t[t["kind"].isin(("send", "recv")) & (t["run_id"] == run_id)])
     if not parts:
         return pd.DataFrame(columns=COLUMNS)
@@ -40,13 +45,18 @@ def events(root: str) -> pd.DataFrame:
 
 def join(ev: pd.DataFrame) -> pd.DataFrame:
     """Per event sent: ``at_ns`` (its send stamp), ``intended_at_ns`` (when it was due), ``first`` (its first
-    receive, -1: none) and ``receives``; integers throughout (epoch ns lose ~100 ns in a float)."""
+    receive, -1: none), ``receives``, ``route`` (where it was sent) and ``first_route`` (where it was first
+    received; both ``<NA>`` where none was named); integers throughout (epoch ns lose ~100 ns in a float)."""
     sends = ev[ev["kind"] == "send"].drop_duplicates("event_id").set_index("event_id")
-    recvs = ev[ev["kind"] == "recv"].groupby("event_id")["at_ns"]
+    rx = ev[ev["kind"] == "recv"].sort_values(["at_ns", "event_id"], kind="stable")
+    recvs = rx.groupby("event_id")["at_ns"]
+    route = rx.drop_duplicates("event_id").set_index("event_id")["route"]  # where each event was first received
     return pd.DataFrame({"at_ns": sends["at_ns"].astype(np.int64),
                          "intended_at_ns": sends["intended_at_ns"].fillna(sends["at_ns"]).astype(np.int64),
                          "first": recvs.min().reindex(sends.index, fill_value=-1).astype(np.int64),
-                         "receives": recvs.size().reindex(sends.index, fill_value=0)})
+                         "receives": recvs.size().reindex(sends.index, fill_value=0),
+                         "route": sends["route"].astype("Int64"),
+                         "first_route": route.astype("Int64").reindex(sends.index)})
 
 
 def per_pair(ev: pd.DataFrame, pairs: int, drop_timeout_ns: int, span: tuple[int, int] | None = None) -> pd.DataFrame:
@@ -54,7 +64,14 @@ def per_pair(ev: pd.DataFrame, pairs: int, drop_timeout_ns: int, span: tuple[int
     (the receives in ``span``, as the job windows them; the whole run without one) and send_delay_p99_us (the sends
     in it)."""
     joined = join(ev)
-    joined["pair"] = joined.index.to_series().str.rpartition("-")[2].astype(np.int64).to_numpy() % pairs
+    by_id = joined.index.to_series().str.rpartition("-")[2].astype(np.int64).to_numpy() % pairs
+    joined["pair"] = joined["route"].fillna(pd.Series(by_id, index=joined.index)).astype(np.int64).to_numpy()
+    # first received on another pair's address: misrouted, never this pair's receive (a receive or send naming no
+    # route is where it was meant to be)
+    mis = (joined["first"] >= 0) & joined["route"].notna() & joined["first_route"].notna() \
+        & (joined["route"] != joined["first_route"]).fillna(False)
+    joined["misrouted"] = mis.to_numpy(bool)
+    joined.loc[joined["misrouted"], "first"] = -1
     flight = joined["first"] - joined["at_ns"]
     joined["flight_us"] = flight / 1000
     joined["in_time"] = flight <= drop_timeout_ns
@@ -64,18 +81,19 @@ def per_pair(ev: pd.DataFrame, pairs: int, drop_timeout_ns: int, span: tuple[int
     joined.loc[(joined["at_ns"] < lo) | (joined["at_ns"] >= hi), "delay_us"] = np.nan
     rows = []
     for pair, g in joined.groupby("pair"):
-        got = g["first"] >= 0
+        got, mis = g["first"] >= 0, g["misrouted"]
         ok = g.loc[got & g["in_time"] & g["measured"], "flight_us"].to_numpy()
-        rows.append({"pair": int(pair), "sent": len(g), "received": int(got.sum()), "lost": int((~got).sum()),
+        rows.append({"pair": int(pair), "sent": len(g), "received": int(got.sum()), "lost": int((~got & ~mis).sum()),
+                     "misrouted": int(mis.sum()),
                      "late": int((got & ~g["in_time"]).sum()), "duplicates": int((g["receives"] - 1).clip(lower=0).sum()),
                      "measured": int(len(ok)), "mean_us": float(ok.mean()) if len(ok) else None,
                      "p50_us": nearest_rank(ok, 50), "p99_us": nearest_rank(ok, 99),
                      "send_delay_p99_us": nearest_rank(g["delay_us"].dropna().to_numpy(), 99)})
-    out = pd.DataFrame(rows, columns=["pair", "sent", "received", "lost", "late", "duplicates", "measured", "mean_us",
+    out = pd.DataFrame(rows, columns=["pair", "sent", "received", "lost", "misrouted", "late", "duplicates", "measured", "mean_us",
                                       "p50_us", "p99_us", "send_delay_p99_us"])
     missing = sorted(set(range(pairs)) - set(out["pair"]))
     if missing:  # a pair that sent nothing is a pair too
-        out = pd.concat([out, pd.DataFrame({"pair": missing, "sent": 0, "received": 0, "lost": 0, "late": 0,
+        out = pd.concat([out, pd.DataFrame({"pair": missing, "sent": 0, "received": 0, "lost": 0, "misrouted": 0, "late": 0,
                                             "duplicates": 0, "measured": 0})], ignore_index=True)
     return out.sort_values("pair", ignore_index=True)
 
@@ -94,6 +112,7 @@ def distribution(rows: pd.DataFrame) -> dict:
     weight = rows["measured"].fillna(0)
     mean = float((rows["mean_us"].fillna(0) * weight).sum() / weight.sum()) if weight.sum() else None
     return {"pairs": int(len(rows)), "lost": int(rows["lost"].sum()), "pairs_with_loss": int((rows["lost"] > 0).sum()),
+            "misrouted": int(rows["misrouted"].sum()),
             "mean_us": mean,
             "pairs_late": int((rows["late"] > 0).sum()), "pairs_silent": int((rows["sent"] == 0).sum()),
             "pair_p99_median_us": nearest_rank(p99.to_numpy(), 50), "pair_p99_p99_us": nearest_rank(p99.to_numpy(), 99),
@@ -109,7 +128,9 @@ def consistent(rows: pd.DataFrame, summary: dict) -> list[str]:
     events received in time, once each; ``late`` those received past the drop timeout; ``duplicates`` the receives
     beyond an event's first."""
     sums = {"sent": int(rows["sent"].sum()), "received": int(rows["received"].sum() - rows["late"].sum()),
-            "late": int(rows["late"].sum()), "duplicates": int(rows["duplicates"].sum())}
+            "late": int(rows["late"].sum()), "duplicates": int(rows["duplicates"].sum()),
+            "misrouted": int(rows["misrouted"].sum())}
+    sums = {k: v for k, v in sums.items() if k != "misrouted" or k in summary}  # an older summary has no misrouted
     return [f"{k}: pairs {v:,}, job {summary.get(k)}" for k, v in sums.items() if summary.get(k) != v]
 
 

@@ -135,6 +135,13 @@ def ids(known: pd.DataFrame, positions: np.ndarray) -> np.ndarray:
     return known["id"].iloc[positions].to_numpy(object)
 
 
+def misrouted(at_ns: np.ndarray, ids: np.ndarray, routes: np.ndarray) -> pd.DataFrame:
+    """Misrouted receives (``kind="misrouted_id"``, at the receive, ``value`` the route it arrived on, ``count`` 1):
+    every one (they are rare, and each is a fault of the system under test worth its name)."""
+    return pd.DataFrame({"kind": "misrouted_id", "at_ns": at_ns.astype(np.int64), "value": routes.astype(np.float64),
+                         "count": 1, "event_id": ids})
+
+
 def first_dropped(sent_ns: np.ndarray, known: pd.DataFrame, positions: np.ndarray, window_ns: int) -> pd.DataFrame:
     """Per window of their sends, the ``EXEMPLARS`` first of these drops (``kind="dropped_id"``, ``count`` 1)."""
     if len(positions) == 0:

@@ -20,13 +20,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core import contract, output
-from streaming import partials
-from streaming.state import NO_TIME_NS, EngineConfig
+from streaming import misrouting, partials
+from streaming.keylookup import KeyLookup
+from streaming.state import NO_ROUTE, NO_TIME_NS, EngineConfig
 
-PENDING, RECEIVED, LATE, DROPPED, ERRORED, UNKNOWN, UNACCOUNTED = 0, 1, 2, 3, 4, 5, 6
+PENDING, RECEIVED, LATE, DROPPED, ERRORED, UNKNOWN, UNACCOUNTED, MISROUTED = 0, 1, 2, 3, 4, 5, 6, 7
 """Status of a known event ID: waiting; delivered in time; delivered after its deadline;
 declared dropped; failed at the sender (an error ack) and never delivered in time; waiting when the telemetry broker
-lost its data (its receive record may have gone with it); past its deadline so (not a drop: ``unaccounted``)."""
+lost its data (its receive record may have gone with it); past its deadline so (not a drop: ``unaccounted``); first
+delivered on a route it was not sent to (``core.contract.Receive``)."""
 
 KEY = "event_key"
 """A column of a join partition's records holding each event ID's hash (``streaming.join.split``), when present."""
@@ -84,9 +86,15 @@ class Records:
         return pd.concat([acks, sends], ignore_index=True) if len(acks) else sends
 
     def _frame(self, mask: np.ndarray, cols: list[str]) -> pd.DataFrame:
-        keyed = "event_id" in cols and KEY in self.good.column_names
-        sel = self.good.filter(pa.array(mask)).select(cols + [KEY] if keyed else cols)
-        df = pd.DataFrame({c: sel[c].to_numpy(zero_copy_only=False) for c in cols})
+        """``route`` is a column of ints (``NO_ROUTE`` where none was given, or the table has none)."""
+        names = self.good.column_names
+        keyed = "event_id" in cols and KEY in names
+        present = [c for c in cols if c in names]
+        sel = self.good.filter(pa.array(mask)).select(present + [KEY] if keyed else present)
+        df = pd.DataFrame({c: sel[c].to_numpy(zero_copy_only=False) if c != "route" else
+                           pc.fill_null(sel[c], NO_ROUTE).to_numpy().astype(np.int32) for c in present})
+        if "route" in cols and "route" not in names:
+            df["route"] = np.full(len(df), NO_ROUTE, np.int32)
         if "event_id" in df:
             df["id"] = df["event_id"]  # the ID itself, for exemplars
             df["event_id"] = sel[KEY].to_numpy() if keyed else id_hash(df["event_id"].to_numpy())
@@ -97,49 +105,8 @@ class Records:
         return self.good.filter(pa.array(np.isin(self.kinds, kinds)))["at_ns"] if self.good.num_rows else pa.array([], pa.int64())
 
 
-class KeyLookup:
-    """Where each ID hash of a partition's known table is, kept from batch to batch. pandas builds an index's hash
-    table once per ``Index`` object, and the table changes every batch (sends appended, decided IDs forgotten): built
-    anew, that was two hash tables of the whole state a batch (325,000 IDs at 5,000 events/s), the join's largest
-    cost. So the indexes built stay (``pieces``), each with where its rows are now (-1: forgotten); a batch adds a
-    piece of its new sends, and after ``MAX_PIECES`` the table's own index is built once again."""
-
-    MAX_PIECES = 8
-
-    def __init__(self, pieces: list[tuple[pd.Index, np.ndarray]], size: int) -> None:
-        self.pieces, self.size = pieces, size
-
-    @classmethod
-    def of(cls, index: pd.Index) -> KeyLookup:
-        return cls([(index, np.arange(len(index)))], len(index))
-
-    @property
-    def nbytes(self) -> int:
-        """Its pieces' arrays, and each index's hash table (about three times its keys')."""
-        return sum(4 * index.nbytes + now.nbytes for index, now in self.pieces)
-
-    def positions(self, keys: np.ndarray) -> np.ndarray:
-        """Each key's row, -1 for a key not known (a key forgotten and sent again is found in its newer piece)."""
-        out = np.full(len(keys), -1, dtype=np.int64)
-        for index, now in self.pieces:
-            found = index.get_indexer(keys)
-            hit = np.flatnonzero(found >= 0)
-            if len(hit):
-                row = now[found[hit]]
-                out[hit[row >= 0]] = row[row >= 0]
-        return out
-
-    def appended(self, index: pd.Index) -> KeyLookup | None:
-        """After rows with these keys were appended to the table (None when a new index is due)."""
-        if len(self.pieces) >= self.MAX_PIECES:
-            return None
-        return KeyLookup([*self.pieces, (index, np.arange(self.size, self.size + len(index)))], self.size + len(index))
-
-    def kept(self, keep: np.ndarray) -> KeyLookup:
-        """After the table kept only the rows where ``keep`` is true."""
-        moved = np.where(keep, np.cumsum(keep) - 1, -1)
-        pieces = [(index, np.where(now >= 0, moved[np.maximum(now, 0)], -1)) for index, now in self.pieces]
-        return KeyLookup([(i, now) for i, now in pieces if (now >= 0).any()], int(keep.sum()))
+DECIDED = ("status", "errored", "recv_ns", "dup_ns", "acked")
+"""The columns of a partition's known IDs that the rules decide (``Known``'s arrays)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +122,8 @@ class Known:
     status: np.ndarray
     errored: np.ndarray
     recv_ns: np.ndarray
+    dup_ns: np.ndarray
+    acked: np.ndarray
     lookup: KeyLookup | None = None   # ``frame``'s rows by ID hash (``positions``), carried over by the rules
 
     @classmethod
@@ -162,7 +131,7 @@ class Known:
         if lookup is not None and lookup.size != len(frame):
             lookup = None
         return cls(frame, _column(frame, "status"), _column(frame, "errored"), _column(frame, "recv_ns"),
-                   lookup or KeyLookup.of(frame.index))
+                   _column(frame, "dup_ns"), _column(frame, "acked"), lookup or KeyLookup.of(frame.index))
 
     @property
     def sent_ns(self) -> np.ndarray:
@@ -179,9 +148,9 @@ class Known:
 
     def frame_out(self) -> pd.DataFrame:
         """The table the state keeps, with the decisions in it (``frame`` itself when no rule changed one)."""
-        if all(np.may_share_memory(getattr(self, c), _column(self.frame, c)) for c in ("status", "errored", "recv_ns")):
+        if all(np.may_share_memory(getattr(self, c), _column(self.frame, c)) for c in DECIDED):
             return self.frame
-        return self.frame.assign(status=self.status, errored=self.errored, recv_ns=self.recv_ns)
+        return self.frame.assign(**{c: getattr(self, c) for c in DECIDED})
 
     def unname(self, pos: np.ndarray, drops_named_ns: int) -> pd.DataFrame:
         """Exemplar rows withdrawing the drop exemplars of these rows, if they were named already."""
@@ -196,7 +165,7 @@ def take_sends(known: Known, records: Records, hole_until_ns: int, out: partials
     """(known with the new IDs, the new sends' stamps): new IDs become pending (unknown when sent inside a telemetry
     hole); a re-sent send record (agent retry) is not counted twice. Counts ``sent`` and the send delay, by send
     window."""
-    sends = records.rows("send", ["event_id", "at_ns", "intended_at_ns"]).sort_values(["at_ns", "event_id"], kind="stable")
+    sends = records.rows("send", ["event_id", "at_ns", "intended_at_ns", "route"]).sort_values(["at_ns", "event_id"], kind="stable")
     repeat = sends["event_id"].duplicated().to_numpy() | (known.positions(_column(sends, "event_id")) >= 0)
     if repeat.any():
         out.add(output.REPEATED_SEND_RECORDS, _column(sends[repeat], "at_ns"))
@@ -208,7 +177,9 @@ def take_sends(known: Known, records: Records, hole_until_ns: int, out: partials
         return known, at
     new = pd.DataFrame(
         {"sent_ns": at, "intended_ns": _column(sends, "intended_at_ns"), "errored": False, "recv_ns": np.int64(-1),
-         "status": np.where(at < hole_until_ns, UNKNOWN, PENDING).astype(np.int8), "id": _column(sends, "id")},
+         "dup_ns": np.int64(-1), "acked": False,
+         "status": np.where(at < hole_until_ns, UNKNOWN, PENDING).astype(np.int8), "id": _column(sends, "id"),
+         "route": _column(sends, "route")},
         index=pd.Index(_column(sends, "event_id"), dtype=np.uint64, name="event_id"),
     )
     if not len(known.frame):
@@ -217,29 +188,40 @@ def take_sends(known: Known, records: Records, hole_until_ns: int, out: partials
 
 
 def take_acks(known: Known, records: Records, drops_named_ns: int, out: partials.Collector) -> tuple[Known, pd.DataFrame]:
-    """(known with the failed sends marked, exemplar rows withdrawn): failures by cause (``core.contract.failures``),
+    """(known with the answered sends marked, exemplar rows withdrawn): failures by cause (``core.contract.failures``),
     charged to the send window; a failed send is not a drop, so a drop already declared for it is withdrawn (and
-    unnamed)."""
+    unnamed). An answer to a send answered already is the sender's record re-sent (a restart, a producer's retry):
+    counted once, as its send."""
     acks = records.answers()
     if not len(acks):
         return known, pd.DataFrame()
+    at = known.positions(_column(acks, "event_id"))
+    again = acks["event_id"].duplicated().to_numpy(copy=True)
+    again[at >= 0] |= known.errored[at[at >= 0]] | known.acked[at[at >= 0]]
+    if again.any():
+        acks, at = acks[~again], at[~again]
     st = acks["status"].to_numpy(dtype=np.float64, na_value=np.nan)
     err = acks["error"].to_numpy(dtype=object)
     failed = contract.failures(st, err)
     sent_at = _column(acks, "sent_at_ns")
     out.add(output.ACKED, sent_at[~failed])
+    if (~failed & (at >= 0)).any():
+        acked = known.acked.copy()
+        acked[at[~failed & (at >= 0)]] = True
+        known = dataclasses.replace(known, acked=acked)
     if not failed.any():
         return known, pd.DataFrame()
     causes = np.where(pd.notna(err[failed]), err[failed], np.char.add("http_", np.nan_to_num(st[failed]).astype(np.int64).astype(str)).astype(object))
     out.add_names(np.char.add(output.ERRORS_BY_CAUSE, causes.astype(str)).astype(object), sent_at[failed])
     out.add(output.ERRORS, sent_at[failed])
-    pos = known.positions(_column(acks, "event_id")[failed])
+    pos = at[failed]
     pos = np.unique(pos[pos >= 0])
     # received before its failure came back: in doubt (the ledger's); received late, it was also counted as a drop
     fresh = pos[~known.errored[pos]]
     out.add(output.IN_DOUBT, known.sent_ns[fresh[known.status[fresh] == RECEIVED]])
     late = fresh[known.status[fresh] == LATE]
     out.add(output.FAILED_LATE, known.sent_ns[late])
+    out.add(output.FAILED_MISROUTED, known.sent_ns[fresh[known.status[fresh] == MISROUTED]])
     out.add(output.DROPPED, known.sent_ns[late], -1)
     undo = pos[known.status[pos] == DROPPED]
     out.add(output.DROPPED, known.sent_ns[undo], -1)
@@ -262,8 +244,9 @@ def take_receives(known: Known, orphans: pd.DataFrame, records: Records, drops_n
                   out: partials.Collector) -> Received:
     """With the earlier orphans: the first delivery of an ID decides (in time: received, latency; after its
     deadline: late, and a drop unless it failed); later ones are duplicates. An identical record (same event, same
-    receive time) is an agent re-sending its telemetry after a restart, not a second delivery."""
-    new_recv = records.rows("recv", ["event_id", "at_ns"]).assign(new=True)
+    receive time as its first delivery or its latest duplicate) is an agent re-sending its telemetry (a restart, a
+    producer's retry), not another delivery."""
+    new_recv = records.rows("recv", ["event_id", "at_ns", "route"]).assign(new=True)
     recv = pd.concat([orphans.assign(new=False), new_recv], ignore_index=True) if len(orphans) else new_recv
     recv = recv.sort_values(["at_ns", "event_id"], kind="stable")
     repeat = recv.duplicated(["event_id", "at_ns"]).to_numpy()
@@ -276,15 +259,23 @@ def take_receives(known: Known, orphans: pd.DataFrame, records: Records, drops_n
     first = ~recv["event_id"].duplicated().to_numpy()
     prior = np.full(pos.shape, -1, dtype=np.int64)
     prior[found] = known.status[pos[found]]
-    delivered_before = (prior == RECEIVED) | (prior == LATE)
-    same_as_first = np.zeros(pos.shape, dtype=bool)
-    same_as_first[found] = known.recv_ns[pos[found]] == rat[found]
-    resent = found & delivered_before & same_as_first
+    delivered_before = (prior == RECEIVED) | (prior == LATE) | (prior == MISROUTED)
+    seen = np.zeros(pos.shape, dtype=bool)
+    seen[found] = (known.recv_ns[pos[found]] == rat[found]) | (known.dup_ns[pos[found]] == rat[found])
+    resent = found & delivered_before & seen
     out.add(output.REPEATED_RECEIVE_RECORDS, rat[resent])
     fresh_recv_ns = rat[recv["new"].to_numpy(dtype=bool) & ~resent]
     decide = found & first & ~delivered_before
-    out.add(output.DUPLICATES, rat[found & ~decide & ~(delivered_before & same_as_first)])
-    p, at, sent_ns = pos[decide], rat[decide], known.sent_ns
+    duplicate = found & ~decide & ~resent
+    out.add(output.DUPLICATES, rat[duplicate])
+    sent_ns = known.sent_ns
+    mis = misrouting.misrouted(_column(known.frame, "route") if "route" in known.frame else None, pos,
+                               _column(recv, "route"), decide)
+    pm = pos[mis]
+    exemplars = [misrouting.take(known, pm, rat[mis], recv["id"].to_numpy(object)[mis], _column(recv, "route")[mis],
+                                 known.status[pm] == DROPPED, known.status[pm] == UNACCOUNTED, drops_named_ns, out)]
+    decide &= ~mis
+    p, at = pos[decide], rat[decide]
     in_time = at - sent_ns[p] <= cfg.drop_timeout_ns
     failed = known.errored[p]  # failed at the sender, yet received: in doubt (the ledger's), by its send window
     out.add(output.IN_DOUBT, sent_ns[p][failed & in_time])
@@ -292,7 +283,7 @@ def take_receives(known: Known, orphans: pd.DataFrame, records: Records, drops_n
     delta = (~in_time & ~failed).astype(np.int64) - (known.status[p] == DROPPED).astype(np.int64)
     out.add(output.DROPPED, sent_ns[p][delta != 0], delta[delta != 0])
     out.add(output.UNACCOUNTED, sent_ns[p][known.status[p] == UNACCOUNTED], -1)  # its fate is known after all
-    exemplars = [known.unname(p[delta < 0], drops_named_ns)]  # named already (an agent out of order)
+    exemplars.append(known.unname(p[delta < 0], drops_named_ns))  # named already (an agent out of order)
     ok_p, ok_at = p[in_time], at[in_time]
     out.add(output.RECEIVED, ok_at)
     latency_us = (ok_at - sent_ns[ok_p]) // 1000
@@ -302,11 +293,13 @@ def take_receives(known: Known, orphans: pd.DataFrame, records: Records, drops_n
     exemplars.append(partials.slowest(ok_at, ok_at - sent_ns[ok_p], recv["id"].to_numpy(object)[decide][in_time],
                                       cfg.window_ns))
     out.add(output.LATE, at[~in_time])
-    status, recv_ns = known.status.copy(), known.recv_ns.copy()
+    status, recv_ns, dup_ns = known.status.copy(), known.recv_ns.copy(), known.dup_ns.copy()
     status[p] = np.where(in_time, RECEIVED, LATE).astype(np.int8)
     recv_ns[p] = at
-    return Received(dataclasses.replace(known, status=status, recv_ns=recv_ns), recv[~found][["event_id", "at_ns", "id"]],
-                    fresh_recv_ns, exemplars)
+    status[pm], recv_ns[pm] = MISROUTED, rat[mis]
+    dup_ns[pos[duplicate]] = rat[duplicate]  # in receive order: an ID's latest
+    return Received(dataclasses.replace(known, status=status, recv_ns=recv_ns, dup_ns=dup_ns),
+                    recv[~found][["event_id", "at_ns", "id", "route"]], fresh_recv_ns, exemplars)
 
 
 def waiting_before(known: Known, num_before: int) -> tuple[int, int, int]:

@@ -34,7 +34,7 @@ from core.rundir import PARTIAL_KINDS, RunPaths, atomic, batch_file, ids_in, wri
 from streaming import engine, join
 from streaming.decode import DECODED_SCHEMA, conform
 from streaming.gaps import GapTracker
-from streaming.state import JoinState
+from streaming.state import NO_ROUTE, JoinState
 
 SNAPSHOT_EVERY_BATCHES = 10
 """Engine state is snapshotted every this many batches (recovery replays at most this many)."""
@@ -163,9 +163,11 @@ def join_state(known_path: str, orphans_path: str) -> JoinState:
     known = pq.read_table(known_path).to_pandas().set_index("event_id")
     orphans = pq.read_table(orphans_path).to_pandas()
     base = JoinState()
-    # a snapshot of an older version lacks the newer columns (the event ID strings of exemplars): left empty
-    known = known.assign(**{c: "" for c in base.known.columns if c not in known})
-    orphans = orphans.assign(**{c: "" for c in base.orphans.columns if c not in orphans})
+    # a snapshot of an older version lacks the newer columns (the event ID strings of exemplars: left empty; routes,
+    # duplicates' stamps and answers: none)
+    fill = {"route": NO_ROUTE, "dup_ns": -1, "acked": False}
+    known = known.assign(**{c: fill.get(c, "") for c in base.known.columns if c not in known})
+    orphans = orphans.assign(**{c: NO_ROUTE if c == "route" else "" for c in base.orphans.columns if c not in orphans})
     return JoinState(known=known.astype(base.known.dtypes.to_dict()) if len(known) else base.known,
                      orphans=orphans.astype(base.orphans.dtypes.to_dict()) if len(orphans) else base.orphans)
 

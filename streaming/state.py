@@ -51,9 +51,12 @@ def _empty_known() -> pd.DataFrame:
             "sent_ns": pd.Series(dtype=np.int64),
             "intended_ns": pd.Series(dtype=np.int64),
             "errored": pd.Series(dtype=bool),
+            "acked": pd.Series(dtype=bool),        # answered, not failed (a re-sent answer is not counted again)
             "recv_ns": pd.Series(dtype=np.int64),
+            "dup_ns": pd.Series(dtype=np.int64),  # its latest duplicate's receive stamp, -1: none (``rules.take_receives``)
             "status": pd.Series(dtype=np.int8),
             "id": pd.Series(dtype=object),
+            "route": pd.Series(dtype=np.int32),   # where it was sent (``core.contract.Send.route``), -1: anywhere
         },
         index=pd.Index([], dtype=np.uint64, name="event_id"),
     )
@@ -61,7 +64,11 @@ def _empty_known() -> pd.DataFrame:
 
 def _empty_orphans() -> pd.DataFrame:
     return pd.DataFrame({"event_id": pd.Series(dtype=np.uint64), "at_ns": pd.Series(dtype=np.int64),
-                         "id": pd.Series(dtype=object)})
+                         "id": pd.Series(dtype=object), "route": pd.Series(dtype=np.int32)})
+
+
+NO_ROUTE = -1
+"""``route`` of a send or receive that names none (``core.contract``): a snapshot from before routes reads so."""
 
 
 @dataclass

@@ -6,7 +6,7 @@
     amqp1://USER:PASS@HOST:PORT/ADDRESS        AMQP 1.0: Artemis, RabbitMQ's plugin, Dispatch Router (loadgen.targets.amqp1)
 
 The contract every target keeps is ``loadgen.targets.base.Target``; adding a transport is a module with one class
-that keeps it, and one line here (the README's "Adding a transport").
+that keeps it, and one line here (docs/development/adding-a-transport.md).
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from loadgen.targets.amqp1 import Amqp1Target
 from loadgen.targets.base import Target, TargetOptions
 from loadgen.targets.http import HttpTarget
 from loadgen.targets.kafka import KafkaTarget
-from loadgen.targets.spec import TargetSpec
+from loadgen.targets.spec import TRANSPORTS, TargetSpec
 
-TRANSPORTS: dict[str, type] = {scheme: cls for cls in (HttpTarget, KafkaTarget, Amqp091Target, Amqp1Target) for scheme in cls.SCHEMES}
-"""URL scheme -> the target class that serves it."""
+TRANSPORTS.update({scheme: cls for cls in (HttpTarget, KafkaTarget, Amqp091Target, Amqp1Target) for scheme in cls.SCHEMES})
+"""URL scheme -> the target class that serves it (the dict ``TargetSpec.parse`` reads)."""
 
 __all__ = ["TRANSPORTS", "Target", "TargetOptions", "TargetSpec", "make_target", "transport"]
 

@@ -312,8 +312,10 @@ class Amqp091Target:
         import pika
 
         book, channel = self.book, self.channel
+        bindings = self.address.bindings  # event k to routing key k mod N
+        route = int(event_id.rpartition("-")[2]) % bindings if bindings else None
         sent = time.time_ns()
-        book.sent(event_id, intended_ns, sent)
+        book.sent(event_id, intended_ns, sent, route)
         if channel is None:
             book.done(event_id, sent, None, "not connected")
             return
@@ -322,9 +324,7 @@ class Amqp091Target:
                 raise pika.exceptions.ChannelWrongStateError("Channel is closed.")
             # what channel.basic_publish would write, marshalled by PublishFrames (pika's write path from there on;
             # its private parts are checked before the first connection: amqp.require_pika_internals)
-            bindings = self.address.bindings  # event k to routing key k mod N
-            route = int(event_id.rpartition("-")[2]) % bindings if bindings else 0
-            channel.connection._output_marshaled_frames((self.frames.frames(event_id, sent, route),))
+            channel.connection._output_marshaled_frames((self.frames.frames(event_id, sent, route or 0),))
         except (pika.exceptions.AMQPError, OSError) as e:  # the channel closed under us: that send's error, by its kind
             # (anything else is flightwatch's own bug: it is raised, never booked as the SUT's error)
             book.done(event_id, sent, None, "channel closed: " + amqp.close_cause(e))

@@ -128,15 +128,15 @@ class Amqp1Target:
 
     def send(self, event_id: str, intended_ns: int) -> None:
         book, link = self.book, self.link
+        pairs = self.address.pairs
+        pair = int(event_id.rpartition("-")[2]) % pairs if pairs > 1 else None  # event k to pair k mod N
         sent = time.time_ns()
-        book.sent(event_id, intended_ns, sent)
+        book.sent(event_id, intended_ns, sent, pair)
         if link is None or not link.opened or link.closed is not None:
             book.done(event_id, sent, None, "not connected")
             return
         self._tag += 1
-        pairs = self.address.pairs
-        d = link.send(self._tag.to_bytes(8, "big"), self.encoder.encode(event_id, sent), self.presettled,
-                      int(event_id.rpartition("-")[2]) % pairs if pairs > 1 else 0)  # event k to pair k mod N
+        d = link.send(self._tag.to_bytes(8, "big"), self.encoder.encode(event_id, sent), self.presettled, pair or 0)
         if self.presettled:
             book.done(event_id, sent, None, None)
         else:

@@ -18,8 +18,9 @@ from typing import ClassVar, Protocol
 class Book(Protocol):
     """A worker's accounts (``loadgen.attack.Book``), as a target sees them."""
 
-    def sent(self, eid: str, intended: int, at: int) -> None:
-        """The send stamp ``at`` (epoch ns), taken right before the event's bytes are handed to the wire."""
+    def sent(self, eid: str, intended: int, at: int, route: int | None = None) -> None:
+        """The send stamp ``at`` (epoch ns), taken right before the event's bytes are handed to the wire; ``route``:
+        where it went among the places the target picks from (a pair, a binding, a Kafka partition), None for one."""
 
     def done(self, eid: str, sent: int, status: int | None, error: str | None) -> None:
         """The SUT's answer: ``status`` an HTTP code (None elsewhere), ``error`` a short stable cause or None when

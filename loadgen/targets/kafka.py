@@ -74,7 +74,9 @@ class KafkaTarget:
     is taken right before the message is handed to the client; ``poll`` serves delivery reports (acks).
     Sends go to one partition for ``STICKY_NS``, then to the next (sticky, as librdkafka does for keyless
     records): one batch at a time instead of one per partition, at 5,000/s a quarter of the client's CPU.
-    Records are still keyed by event ID; nothing downstream reads the partition."""
+    Records are still keyed by event ID. Each send record names its partition (``contract.Send.route``): a receiver
+    that reads the target's own topic (``--routes``, as the one that follows the target) counts an event read from
+    another partition as misrouted."""
 
     SCHEMES = ("kafka",)
     RECEIVER = "kafka"
@@ -87,8 +89,9 @@ class KafkaTarget:
     @staticmethod
     def receiver_args(spec) -> list[str]:
         """The receiver agent that consumes where this target's load goes: the topic, from its end when the run
-        began, each partition assigned (no consumer group joined: nothing is left on the user's cluster)."""
-        return ["kafka", "--bootstrap", f"{spec.host}:{spec.port}", "--topic", spec.path, "--from-end"]
+        began, each partition assigned (no consumer group joined: nothing is left on the user's cluster), each
+        receive's partition its route (a read from a partition the event was not sent to is misrouted)."""
+        return ["kafka", "--bootstrap", f"{spec.host}:{spec.port}", "--topic", spec.path, "--from-end", "--routes"]
 
     consumers = staticmethod(no_consumers)  # consumers that assign partitions, as ours does, are no group's members
 
@@ -215,7 +218,7 @@ class KafkaTarget:
     def send(self, event_id: str, intended_ns: int) -> None:
         book, key = self.book, event_id.encode()
         sent = time.time_ns()
-        book.sent(event_id, intended_ns, sent)
+        book.sent(event_id, intended_ns, sent, self._partition)  # its partition: where a receiver must read it
         second, frac = divmod(sent, 1_000_000_000)
         stamp = (self._second_text if second == self._second else self._date(second)) + b".%06dZ" % (frac // 1000)
         try:

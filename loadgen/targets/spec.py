@@ -10,6 +10,10 @@ from urllib.parse import quote, urlsplit
 
 from core import secrets, tls
 
+TRANSPORTS: dict[str, type] = {}
+"""URL scheme -> the target class that serves it: ``loadgen.targets.TRANSPORTS`` is this dict, filled as that package
+is imported (importing this module imports the package first). A spec reads the transports and imports none."""
+
 
 @dataclass(frozen=True)
 class TargetSpec:
@@ -27,13 +31,11 @@ class TargetSpec:
     @classmethod
     def parse(cls, text: str) -> TargetSpec:
         """``ValueError`` naming the URL (password hidden) and what is wrong with it."""
-        from loadgen.targets import TRANSPORTS, transport
-
         u = urlsplit(text)
         shown = redacted(text, u)
         if u.scheme not in TRANSPORTS or not u.hostname:
             raise ValueError(f"bad target {shown!r}: use " + ", ".join(t.EXAMPLE for t in _unique(TRANSPORTS.values())))
-        kind = transport(u.scheme)
+        kind = TRANSPORTS[u.scheme]
         try:
             port = u.port or (kind.TLS_PORT if u.scheme in tls.SCHEMES else kind.DEFAULT_PORT)
         except ValueError:

@@ -19,6 +19,9 @@ class _Message:
     def partition(self):
         return self._p
 
+    def topic(self):
+        return "t"
+
     def offset(self):
         return self._o
 

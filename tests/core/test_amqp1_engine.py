@@ -34,6 +34,7 @@ class Peer(MessagingHandler):
         self.connections = 0
         self.addressed: dict[str, str] = {}  # event ID -> the address of the link it came on
         self.sources: list[str] = []         # the addresses of the links the peer was asked to give from
+        self.given: list[str] = []           # per message of ``to_send``, in order: the address of the link it went on
 
     def on_link_opened(self, event):
         if event.link.is_sender:
@@ -52,6 +53,7 @@ class Peer(MessagingHandler):
     def on_sendable(self, event):
         while self.to_send and event.sender.credit:
             raw = self.to_send.pop(0)
+            self.given.append(event.link.remote_source.address)
             event.sender.delivery(str(len(self.to_send)))
             event.sender.stream(raw if isinstance(raw, bytes) else raw.encode())
             event.sender.advance()
@@ -100,10 +102,12 @@ class Book:
 
     def __init__(self) -> None:
         self.sends: list[str] = []
+        self.routes: dict[str, int | None] = {}   # where the target said each went (``contract.Send.route``)
         self.answers: dict[str, str | None] = {}
 
-    def sent(self, eid, intended, at):
+    def sent(self, eid, intended, at, route=None):
         self.sends.append(eid)
+        self.routes[eid] = route
 
     def done(self, eid, sent, status, error):
         assert eid not in self.answers, f"{eid} answered twice"
@@ -193,6 +197,7 @@ def test_pairs_each_send_on_their_own_address_and_the_receiver_consumes_every_on
     book = _attack(peer.port, 350, extra="&pairs=7", kept=kept)
     assert collections.Counter(book.answers.values()) == {None: 350}
     assert {eid: peer.addressed[eid] for eid in book.sends} == {f"e-{k}": f"orders.{k % 7}" for k in range(350)}
+    assert book.routes == {f"e-{k}": k % 7 for k in range(350)}  # each send's record names its pair
     assert kept[0].shaping()["pairs"] == 7 and 0 < kept[0].attached_ns <= time.time_ns()
     enc = EventEncoder({amqp.RUN_HEADER: "run-1"}, b"p", "application/octet-stream", amqp.ID_HEADER, amqp.SENT_HEADER)
     peer = peer_at(to_send=[enc.encode(f"r-{i}", time.time_ns()) for i in range(400)])
@@ -207,3 +212,7 @@ def test_pairs_each_send_on_their_own_address_and_the_receiver_consumes_every_on
     receiver.close()
     assert sorted(peer.sources) == [f"orders.{i}" for i in range(4)]
     assert sorted(json.loads(line)["event_id"] for line in lines) == sorted(f"r-{i}" for i in range(400))
+    # each receive names the address and the pair of the link it came on, as the peer gave it
+    where = {r["event_id"]: (r["dest"], r["route"]) for r in map(json.loads, lines)}
+    assert where == {f"r-{i}": (a, int(a.rpartition(".")[2])) for i, a in enumerate(peer.given)}
+    assert len(set(peer.given)) > 1

@@ -70,6 +70,11 @@ def test_fast_lines_equal_the_record_encoding(status, error):
     held = dataclasses.replace(send, acked_at_ns=T + 9, status=status, error=error)
     line = fast.send_acked(T, "loadgen-7", T - 3, 2048, 1, T + 9, status, error)
     assert contract.encode([line]) == contract.encode([held]) and contract.decode(contract.encode([line])) == [held]
+    # with the route it was sent to (a pair, a binding), alone and with its answer
+    routed = dataclasses.replace(send, route=7)
+    assert contract.encode([fast.send(T, "loadgen-7", T - 3, 2048, 1, 7)]) == contract.encode([routed])
+    line = fast.send_acked(T, "loadgen-7", T - 3, 2048, 1, T + 9, status, error, 7)
+    assert contract.decode(contract.encode([line])) == [dataclasses.replace(held, route=7)]
 
 
 @pytest.mark.parametrize("run_id", ['r"1', "plain", "100%d", "ü"])
@@ -79,6 +84,11 @@ def test_fast_receive_line_equals_the_record_encoding(run_id, event_id):
     for _ in range(2):  # the second time from the per-run cache
         rec = contract.Receive(run_id, "receiver-kafka", T, event_id=event_id, bytes_in=2048)
         assert contract.encode([fast.recv(run_id, T, event_id, 2048)]) == contract.encode([rec])
+        # where it arrived: a queue and the key it was published with, an address and its pair, a topic's partition
+        for dest, route, key in ((event_id or "q", 3, 'fw."3"'), ("orders", 0, None), (None, None, None), ("/", None, None)):
+            where = dataclasses.replace(rec, dest=dest, route=route, key=key)
+            line = fast.recv(run_id, T, event_id, 2048, fast.where(dest, route, key))
+            assert contract.encode([line]) == contract.encode([where]) and contract.decode(contract.encode([line])) == [where]
 
 
 def test_a_message_acknowledged_a_second_or_more_after_it_was_sent_is_said_held():

@@ -277,4 +277,6 @@ def test_a_kafka_send_carries_its_stamp_as_ce_time_across_a_second(monkeypatch):
     assert got == [(b"2026-11-28T09:37:08.999999Z", b"s-0", b"s-0"), (b"2026-11-28T09:37:09.000000Z", b"s-1", b"s-1"),
                    (b"2026-11-28T09:37:09.000500Z", b"s-2", b"s-2")]
     produced[1][1]["on_delivery"](None, None)
-    assert booked[1] == ("sent", "s-1", 101, 1_795_858_629_000_000_999) and booked[-1] == ("done", "s-1", 1_795_858_629_000_000_999, None, None)
+    # the send is booked with its stamp and the partition it went to (its route: a(3) of produce)
+    assert booked[1] == ("sent", "s-1", 101, 1_795_858_629_000_000_999, produced[1][0][3])
+    assert booked[-1] == ("done", "s-1", 1_795_858_629_000_000_999, None, None)

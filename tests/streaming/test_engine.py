@@ -81,6 +81,10 @@ CASES = [
      {"sent": 1, "errors": 1, "errors:timeout": 1}),
     ("a re-sent send record is not counted twice", [[send(1, 0)], [send(1, 0), recv(1, 4)]],
      {"sent": 1, "received": 1, "repeated_send_records": 1}),
+    ("a re-sent send written with its answer: its answer once", [[sendack(1, 0, 2, status=202)],
+     [sendack(1, 0, 2, status=202), recv(1, 5)]], {"sent": 1, "received": 1, "acked": 1, "repeated_send_records": 1}),
+    ("a re-sent failure: one error", [[sendack(1, 0, 1, error="timeout"), recv(1, 5)], [sendack(1, 0, 1, error="timeout")]],
+     {"sent": 1, "received": 1, "errors": 1, "errors:timeout": 1, "in_doubt": 1, "repeated_send_records": 1}),
     ("an identical receive record re-sent by a restarted agent is not a duplicate",
      [[send(1, 0), recv(1, 5)], [recv(1, 5)]], {"sent": 1, "received": 1, "repeated_receive_records": 1}),
     ("identical receive records in one batch", [[send(1, 0), recv(1, 5), recv(1, 5)]],
@@ -195,6 +199,24 @@ def test_results_do_not_depend_on_batch_boundaries():
         pd.testing.assert_series_equal(hists, results[0][1])
 
 
+def test_telemetry_messages_re_sent_a_few_batches_on_change_nothing():
+    """A producer's retry, or an agent restarted from its spool, writes some of its messages again, later in the topic
+    (here 10 s of event time later, inside the job's retention): every window sums as without them, and the repeats
+    are counted as such, duplicates among them too (CI, 2026-11-30: a copy of a duplicate was another one)."""
+    run_ = generate(SyntheticSpec(run_id="synthetic", duration_s=20, rate_per_sec=300, pause=None, late_count=2))
+    msgs = messages(run_, 50)
+    chunks = np.array_split(np.arange(len(msgs)), 20)
+    tables = lambda chunks: [decode_messages([msgs[i][1] for i in ch], [0] * len(ch), list(ch)) for ch in chunks]  # noqa: E731
+    again = [*chunks[:10], np.r_[chunks[10], chunks[1], chunks[2]], *chunks[11:]]
+    (counts, hists), (counts2, hists2) = _sum_partials(tables(chunks)), _sum_partials(tables(again))
+    repeats = counts2.xs(output.REPEATED_SEND_RECORDS, level="name").sum() + counts2.xs(
+        output.REPEATED_RECEIVE_RECORDS, level="name").sum()
+    assert counts.xs("duplicates", level="name").sum() > 0 and repeats > 100
+    pd.testing.assert_series_equal(counts2[~counts2.index.get_level_values("name").isin(
+        [output.REPEATED_SEND_RECORDS, output.REPEATED_RECEIVE_RECORDS])], counts)
+    pd.testing.assert_series_equal(hists2, hists)
+
+
 def test_sends_written_with_their_answer_give_the_results_of_sends_and_acks_apart():
     # the load generator's form: each send written with its answer, up to SEND_HOLD_NS after its stamp, so out of the
     # stamps' order. Cut into 1, 7 and 60 batches: the same sums; and those of the same run written with sends and
@@ -304,7 +326,8 @@ def test_a_failure_of_the_live_verdict_never_fails_a_batch_and_its_figures_come_
 
 def test_a_snapshot_of_an_older_version_restores_with_empty_event_id_strings(tmp_path):
     """Seen live: a run folder from before exemplars (its snapshot's tables lack the ``id`` column) crashed the
-    job at recovery (a KeyError in astype). Its state restores; the IDs of events it held are empty strings."""
+    job at recovery (a KeyError in astype). Its state restores; the IDs of events it held are empty strings, and
+    their routes (a snapshot from before routes) and their duplicates' stamps (from before those) none."""
     import glob
 
     import pyarrow.parquet as pq
@@ -320,7 +343,8 @@ def test_a_snapshot_of_an_older_version_restores_with_empty_event_id_strings(tmp
     (snap,) = glob.glob(str(tmp_path / "r" / "state" / "snap-*"))
     for name in ("known", "orphans"):  # an older snapshot: one pair of tables, no join partitions
         t = pq.read_table(f"{snap}/{name}-0.parquet")
-        pq.write_table(t.drop_columns(["id"]), f"{snap}/{name}.parquet")
+        old = [c for c in ("id", "route", "dup_ns", "acked") if c in t.column_names]  # from before exemplars, routes, ...
+        pq.write_table(t.drop_columns(old), f"{snap}/{name}.parquet")
         os.remove(f"{snap}/{name}-0.parquet")
     scalars = json.load(open(f"{snap}/scalars.json"))
     scalars.pop("join_partitions")
@@ -329,6 +353,8 @@ def test_a_snapshot_of_an_older_version_restores_with_empty_event_id_strings(tmp
     again = RunStore(str(tmp_path / "r"), cfg)
     again.process_batch(decode_messages([msgs[i][1] for i in halves[1]], [0] * len(halves[1]), list(halves[1])), 1)
     assert pending > 0 and again.state.known["id"].map(type).eq(str).all()
+    assert (again.state.known["route"] == -1).all()  # sent to no route in particular
+    assert again.state.known["dup_ns"].dtype == np.int64 and (again.state.known["dup_ns"] >= -1).all()
 
 
 def test_the_jobs_live_verdict_equals_a_fresh_readers_after_every_batch_and_after_a_restart(tmp_path):
@@ -371,3 +397,42 @@ def test_the_jobs_live_verdict_equals_a_fresh_readers_after_every_batch_and_afte
     windows = results.load_windows(root)
     assert windows["dropped"].sum() > 0 and windows["errors"].sum() > 0 and windows["oom_kills"].sum() > 0
     assert windows["gap"].any() and windows.filter(like="cpu_utilization").notna().any().any()
+
+
+def test_an_archive_from_before_routes_replays_to_the_figures_of_its_run(tmp_path):
+    """An archive written before sends and receives said where they went (its batches lack ``dest``, ``route`` and
+    ``key``) replays, as ``streaming replay`` does (``archive.read_paths`` into the run's store, batch by batch), to
+    the figures its run had: the same totals, ledger and percentiles, nothing misrouted. The run is one with drops,
+    duplicates, errors, late receives and a pause (``loadgen.synthetic``)."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    from core.rundir import RunPaths
+    from runs import results
+    from streaming.archive import read_paths
+    from streaming.sinks import RunStore
+
+    run_ = generate(SyntheticSpec(run_id="old", duration_s=12, rate_per_sec=300, pause=(5.0, 1.0), late_count=3,
+                                  drop_timeout_s=2, heartbeat_until_s=30, oom_at_s=()))
+    msgs = messages(run_, 50)
+    cfg = engine.EngineConfig(run_id="old", drop_timeout_ns=2 * 10**9)
+    live = RunStore(str(tmp_path / "live" / "old"), cfg)
+    for b, part in enumerate(np.array_split(np.arange(len(msgs)), 8)):
+        live.process_batch(decode_messages([msgs[i][1] for i in part], [0] * len(part), list(part)), b)
+    before = tmp_path / "before"
+    os.makedirs(before)
+    paths = []
+    for path in sorted(glob.glob(os.path.join(RunPaths(str(tmp_path / "live" / "old")).archive, "batch-*.parquet"))):
+        t = pq.read_table(path)
+        assert {"dest", "route", "key"} <= set(t.column_names)
+        pq.write_table(t.drop_columns(["dest", "route", "key"]), before / os.path.basename(path))  # as written before
+        paths.append(str(before / os.path.basename(path)))
+    replay = RunStore(str(tmp_path / "replay" / "old"), cfg, archive=False)
+    for b, path in enumerate(paths):
+        replay.process_batch(read_paths([path]), b)
+    a, r = (json.load(open(os.path.join(d, "old", "summary.json"))) for d in (tmp_path / "live", tmp_path / "replay"))
+    keys = [*output.SUMMARY_TOTALS, "ledger", "latency_us", "latency_intended_us", "send_delay_us", "gaps"]
+    assert {k: r[k] for k in keys} == {k: a[k] for k in keys}
+    assert r["misrouted"] == 0 and r["sent"] == len(run_.event_id) and r["dropped"] > 0 and r["duplicates"] > 0
+    assert sum(r["ledger"].values()) == r["sent"] and results.summarize(str(tmp_path / "replay" / "old"))["sent"] == r["sent"]

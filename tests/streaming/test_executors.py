@@ -277,6 +277,7 @@ def test_a_worker_keeps_its_states_within_its_bound_and_drops_those_that_cannot_
         ids = [f"loadgen-{i:08d}" for i in range(n)]
         known = pd.DataFrame({"sent_ns": np.arange(n, dtype=np.int64), "intended_ns": np.arange(n, dtype=np.int64),
                               "errored": np.zeros(n, bool), "recv_ns": np.zeros(n, np.int64),
+                              "dup_ns": np.full(n, -1, np.int64), "acked": np.zeros(n, bool),
                               "status": np.zeros(n, np.int8), "id": pd.Series(ids, dtype=object)},
                              index=pd.Index(np.arange(n, dtype=np.uint64), name="event_id"))
         return JoinState(known=known)

@@ -92,7 +92,7 @@ def test_summaries_of_parts_of_a_batch_say_what_the_summary_of_the_whole_says(ms
 
 def test_repartition_keeps_every_id_and_orphan_once():
     keys = np.arange(1, 1001, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    known = pd.DataFrame({"sent_ns": np.arange(1000), "intended_ns": 0, "errored": False, "recv_ns": -1,
+    known = pd.DataFrame({"sent_ns": np.arange(1000), "intended_ns": 0, "errored": False, "recv_ns": -1, "dup_ns": -1, "acked": False,
                           "status": np.int8(0), "id": [f"e{i}" for i in range(1000)]},
                          index=pd.Index(keys, dtype=np.uint64, name="event_id"))
     orphans = pd.DataFrame({"event_id": keys[:10], "at_ns": np.arange(10), "id": "o"})
