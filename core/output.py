@@ -21,6 +21,21 @@ class State(StrEnum):
     TELEMETRY_INCOMPLETE = "telemetry-incomplete"  # flightwatch's own telemetry outage: not judged
 
 
+class Lifecycle(StrEnum):
+    """Where a run is (``summary.json``'s ``state``): no window yet, windows being written, closed by its job."""
+    WAITING = "waiting for data"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Episode(StrEnum):
+    """A shortfall episode's kind (``runs.saturation.episodes``: windows in a row that received short of their sends):
+    a stall drained without loss, saturation, or one still open at the run's edge (not judged yet)."""
+    STALL = "stall"
+    SATURATED = "saturated"
+    OPEN = "open"
+
+
 SEVERITY: Final = (State.OK, State.DEGRADING, State.OBSERVER_BOUND, State.LOADGEN_BOUND, State.SATURATED)
 """The states a judged window can have, mildest first."""
 
@@ -40,6 +55,8 @@ ORPHAN_RECEIVES: Final = "orphan_receives"
 UNACCOUNTED: Final = "unaccounted"                    # sends whose fate a telemetry reset took: not drops
 IN_DOUBT: Final = "in_doubt"                          # failed at the sender, yet received in time (in received too)
 FAILED_LATE: Final = "failed_late"                    # failed at the sender, yet received after the drop timeout
+MISROUTED: Final = "misrouted"                        # first received on a route not its send's: never on time
+FAILED_MISROUTED: Final = "failed_misrouted"          # misrouted, and failed at the sender (in errors too)
 TELEMETRY_INCOMPLETE: Final = "telemetry_incomplete"  # > 0: a telemetry reset touched the window; not judged
 OOM_KILLS: Final = "oom_kills"
 CONTAINER_RESTARTS: Final = "container_restarts"
@@ -51,7 +68,8 @@ SILENCE_NS: Final = "silence_ns"                      # a partial; the table sho
 SILENCE_MS: Final = "silence_ms"
 
 COUNTS: Final = (SENT, RECEIVED, DROPPED, DUPLICATES, LATE, ERRORS, ACKED, OOM_KILLS, ORPHAN_RECEIVES,
-                 CONTAINER_RESTARTS, UNACCOUNTED, TELEMETRY_INCOMPLETE, IN_DOUBT, FAILED_LATE)
+                 CONTAINER_RESTARTS, UNACCOUNTED, TELEMETRY_INCOMPLETE, IN_DOUBT, FAILED_LATE, MISROUTED,
+                 FAILED_MISROUTED)
 """Integer columns every window table has (0 where nothing happened)."""
 RARE_COUNTS: Final = (CLOCK_SKEW, REPEATED_SEND_RECORDS, NEGATIVE_SEND_DELAY)
 """Integer columns present only when something was counted (as are ``errors:<cause>`` and ``overflow:<hist>``)."""
@@ -158,12 +176,13 @@ class Verdict(TypedDict, total=False):
     latency_bound_us: int
     loadgen_bound_at: dict      # window_ns, step
     observer_bound_at: dict     # window_ns, step
+    observer_bound_windows: int  # windows flightwatch's own CPU was the limit in
 
 
 class Summary(TypedDict, total=False):
     """A run's summary (``runs.results.summarize``, ``summary.json``). Before any window: run_id and state."""
     run_id: str
-    state: str                  # waiting for data, running, finished
+    state: Lifecycle
     attack: dict                # the load generator's configuration: target, pace, steps, scenario, ...
     settings: dict[str, str]    # window, drop_timeout, watermark_delay as text
     started_at_ns: int | None
@@ -182,6 +201,8 @@ class Summary(TypedDict, total=False):
     unaccounted: int
     in_doubt: int               # failed at the sender, yet received in time (counted in received and errors)
     failed_late: int            # failed at the sender, yet received late (counted in late and errors)
+    misrouted: int              # first received on a route not the one it was sent to (its own bucket)
+    failed_misrouted: int       # misrouted, and failed at the sender (counted in misrouted and errors)
     ledger: dict[str, int]      # every sent event in one bucket (``ledger``)
     loss_ratio: float | None
     errors_by_cause: dict[str, int]
@@ -207,8 +228,8 @@ class Summary(TypedDict, total=False):
 
 SUMMARY_KEYS: Final = tuple(Summary.__annotations__)
 SUMMARY_TOTALS: Final = (SENT, RECEIVED, DROPPED, DUPLICATES, LATE, ERRORS, ORPHAN_RECEIVES, OOM_KILLS, UNACCOUNTED,
-                         IN_DOUBT, FAILED_LATE)
-LEDGER: Final = ("received", "late", "dropped", "failed", "in_doubt", "unaccounted", "pending")
+                         IN_DOUBT, FAILED_LATE, MISROUTED, FAILED_MISROUTED)
+LEDGER: Final = ("received", "late", "dropped", "failed", "in_doubt", "misrouted", "unaccounted", "pending")
 """The ledger's buckets: every sent event in exactly one (``ledger``)."""
 
 
@@ -216,14 +237,16 @@ def ledger(totals) -> dict[str, int]:
     """Every sent event in exactly one bucket, from a run's (or a range's) totals: ``received`` in time, ``late``
     (received after the drop timeout), ``dropped`` (never received), ``failed`` (an error at the sender, never
     received), ``in_doubt`` (an error at the sender, yet received: the counts have it in ``received`` or ``late`` and
-    in ``errors`` both), ``unaccounted`` (a telemetry reset took its fate), ``pending`` (not decided yet: a live run's
-    sends inside their drop timeout). Their sum is ``sent``. Duplicates and orphan receives are beside it, not in it.
-    Totals from before the in-doubt counts (an older summary) read them as 0."""
+    in ``errors`` both), ``misrouted`` (first received on a route it was not sent to: another pair's address, a queue
+    its key is not bound to, a partition not its own; failed at the sender or not), ``unaccounted`` (a telemetry reset
+    took its fate), ``pending`` (not decided yet: a live run's sends inside their drop timeout). Their sum is ``sent``.
+    Duplicates and orphan receives are beside it, not in it. Totals from before the in-doubt or misrouted counts (an
+    older summary) read them as 0."""
     get = lambda k: int(totals.get(k) or 0)  # noqa: E731
     late_ok = get(LATE) - get(FAILED_LATE)  # late receives of sends that did not fail: each also counted as a drop
     out = {"received": get(RECEIVED) - get(IN_DOUBT), "late": late_ok, "dropped": get(DROPPED) - late_ok,
-           "failed": get(ERRORS) - get(IN_DOUBT) - get(FAILED_LATE), "in_doubt": get(IN_DOUBT) + get(FAILED_LATE),
-           "unaccounted": get(UNACCOUNTED)}
+           "failed": get(ERRORS) - get(IN_DOUBT) - get(FAILED_LATE) - get(FAILED_MISROUTED),
+           "in_doubt": get(IN_DOUBT) + get(FAILED_LATE), "misrouted": get(MISROUTED), "unaccounted": get(UNACCOUNTED)}
     out["pending"] = get(SENT) - sum(out.values())
     return out
 

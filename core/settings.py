@@ -1,6 +1,6 @@
 """Every FLIGHTWATCH_* setting, in one table: what it sets, its flag, its default. The one reader of them.
 
-    python -m core.settings            # the README's table of settings, as Markdown
+    python -m core.settings            # the documentation's table of settings, as Markdown
 
 Every setting is a flag, and its variable's name is the flag's: ``FLIGHTWATCH_`` + an optional scope (the component
 or system it belongs to: ``JOB_``, ``SUT_``, ...) + the long flag upper-cased (``--slice-grace``:
@@ -11,7 +11,7 @@ children, so code below the parser reads a setting with ``get`` and nothing else
 
 ``tests/core/test_settings.py`` fails when a name is read anywhere in the code (or the Makefile, or the
 manifests) and is not here, when one here is read nowhere, when a name is not its flag's, when a module other than
-this one reads a FLIGHTWATCH_ variable from the environment, and when the README's table is not this one.
+this one reads a FLIGHTWATCH_ variable from the environment, and when the documentation's table is not this one.
 """
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ def export(args, names=PROCESS_WIDE) -> None:
 
 
 def markdown() -> str:
-    """The README's table."""
+    """The documentation's table (docs/reference/settings.md, generated)."""
     rows = ["| setting | flag | default | what |", "|---|---|---|---|"]
     rows += [f"| `{name}` | {s.flag and f'`{s.flag}`'} | {s.default and f'`{s.default}`'} | {s.what} |"
              for name, s in SETTINGS.items()]

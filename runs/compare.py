@@ -134,7 +134,7 @@ def _change(m: Metric, base: float | None, cand: float | None) -> float | None:
 RUN_SPREAD = 0.05
 """The run-to-run spread (sd of the log) a time is taken to have where it cannot be measured: with one baseline run,
 for both runs; with two, the measured spread is shrunk toward it with ``PRIOR_DF`` degrees of freedom; from three on,
-the runs' own spread is taken. Repeats on this machine moved p99 by 5 to 14% and HTTP p50 by more (README)."""
+the runs' own spread is taken. Repeats on this machine moved p99 by 5 to 14% and HTTP p50 by more (docs/benchmarks/calibration.md)."""
 PRIOR_DF = 2
 PREDICTIVE_FROM = 5
 """From this many baseline runs on, their own spread sets the least width of an interval (``predictive``): with

@@ -22,7 +22,7 @@ A change is found per figure in three steps, on the figures' logarithms:
    (p = 0.014): real, and below what anyone would act on.
 
 E-Divisive's own permutation test (``test="permutation"``) is kept for the measurement: ``bench.changepoints`` chose
-the t test, and measures the false-change rate per history that the README states.
+the t test, and measures the false-change rate per history that docs/benchmarks/calibration.md states.
 """
 from __future__ import annotations
 

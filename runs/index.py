@@ -20,6 +20,7 @@ import os
 import sqlite3
 from dataclasses import dataclass, field
 
+from core.output import Lifecycle
 from core.rundir import CHECKPOINTS, RunPaths
 from runs.reader import RunReader, read_json
 
@@ -74,7 +75,7 @@ def run_point(root: str) -> RunPoint | None:
         summary = read_json(RunPaths(root).summary_file)
     except (OSError, ValueError):
         return None
-    if summary.get("state") != "finished" or not summary.get("sent"):
+    if summary.get("state") != Lifecycle.FINISHED or not summary.get("sent"):
         return None
     attack = summary.get("attack")
     if attack is None:  # a run closed before summaries kept the attack's configuration

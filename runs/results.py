@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from core import output
+from core.output import Lifecycle
 from core.units import duration_text
 from runs import runinfo, table
 from runs.reader import RunReader
@@ -101,7 +102,7 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
     windows = load_windows(run) if windows is None else windows
     batches = run.batches()
     if windows.empty:
-        return {"run_id": cfg["run_id"], "state": "waiting for data"}
+        return {"run_id": cfg["run_id"], "state": Lifecycle.WAITING}
     total = {c: int(windows[c].sum()) for c in output.SUMMARY_TOTALS}
     incomplete = windows[windows[output.TELEMETRY_INCOMPLETE] > 0][output.WINDOW]
     errors = {c[len(output.ERRORS_BY_CAUSE):]: int(windows[c].sum()) for c in windows.columns if c.startswith(output.ERRORS_BY_CAUSE)}
@@ -120,7 +121,7 @@ def summarize(run: RunReader | str, windows: pd.DataFrame | None = None) -> outp
     attack = runinfo.attack_config(events)
     return {
         "run_id": cfg["run_id"],
-        "state": "finished" if finished else "running",
+        "state": Lifecycle.FINISHED if finished else Lifecycle.RUNNING,
         "attack": attack,
         "settings": {key[:-3]: duration_text(cfg[key]) for key in ("window_ns", "drop_timeout_ns", "watermark_delay_ns")},
         "started_at_ns": int(min(starts)) if len(starts) else None,

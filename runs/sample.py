@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from core import output
+from core.output import Lifecycle
 from core.rundir import RunPaths
 from runs import runinfo
 from runs.bootstrap import Scope
@@ -43,7 +44,7 @@ class RunSample:
             summary = read_json(paths.summary_file)
         except (OSError, ValueError):
             raise Incomparable(f"run {_name(root)} is not finished (no summary.json in {root})") from None
-        if summary.get("state") != "finished":
+        if summary.get("state") != Lifecycle.FINISHED:
             raise Incomparable(f"run {_name(root)} is not finished ({summary.get('state')})")
         reader = RunReader(root)
         cfg = reader.settings()

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from core import output
-from core.output import State
+from core.output import Episode, State
 
 SETTLE_WINDOWS = 2
 SATURATED_RATIO = 0.90
@@ -156,13 +156,13 @@ def episodes(short: np.ndarray, gap: np.ndarray, sent: np.ndarray, recv: np.ndar
         length, silent = last - first + 1, bool(gap[first:last + 1].any())
         num_lost = float(lost[first:(last if drained_at is None else drained_at) + 1].sum())
         if length >= STALL_LIMIT_WINDOWS:
-            kind = "saturated"  # short for seconds: an outage, even one it caught up from
+            kind = Episode.SATURATED  # short for seconds: an outage, even one it caught up from
         elif drained_at is not None:
-            kind = "stall" if num_lost == 0 else "saturated"  # caught up, but lost or failed sends: not a pause
+            kind = Episode.STALL if num_lost == 0 else Episode.SATURATED  # caught up, but lost or failed: not a pause
         elif n - 1 - last >= DRAIN_WINDOWS:
-            kind = "saturated"
+            kind = Episode.SATURATED
         else:
-            kind = "saturated" if length >= CONFIRM_WINDOWS and not silent else "open"
+            kind = Episode.SATURATED if length >= CONFIRM_WINDOWS and not silent else Episode.OPEN
         out.append({"first": first, "last": last, "kind": kind, "held": held, "lost": num_lost, "drained_at": drained_at})
     return out
 
@@ -241,11 +241,11 @@ def _judge(k: int, s: dict[str, np.ndarray], e: dict | None) -> tuple[State, lis
     """Window ``k``'s state and the reasons for it, from the signals and the shortfall episode it is in."""
     why = []
     ratio, gap, grown, loadgen_short = s["ratio"][k], bool(s["gap"][k]), s["grown"][k], s["loadgen_short"][k]
-    if e is not None and e["kind"] == "stall":
+    if e is not None and e["kind"] == Episode.STALL:
         why.append(f"stall: {e['held']:,.0f} events held, drained")
     elif e is not None and e["lost"] and k == e["first"]:
         why.append(f"{e['lost']:,.0f} sent in it lost or failed")
-    elif e is not None and e["kind"] == "open":
+    elif e is not None and e["kind"] == Episode.OPEN:
         why.append(f"shortfall: {e['held']:,.0f} events held, not drained yet")
     if ratio < SATURATED_RATIO:
         why.append(f"received/sent {ratio:.2f}")
@@ -269,7 +269,7 @@ def _judge(k: int, s: dict[str, np.ndarray], e: dict | None) -> tuple[State, lis
         return State.OBSERVER_BOUND, why + [s["observer_why"][k]]
     if loadgen_short and ratio >= DEGRADING_RATIO and not grown and not gap:
         return State.LOADGEN_BOUND, why
-    if e is not None and e["kind"] == "saturated":
+    if e is not None and e["kind"] == Episode.SATURATED:
         return State.SATURATED, why
     if why or ratio < DEGRADING_RATIO:
         if ratio < DEGRADING_RATIO and not any(x.startswith("received/sent") for x in why):

@@ -107,12 +107,15 @@ def window_status(windows: np.ndarray, counts, window_ns: int, timeout_ns: int, 
     sent, received = np.asarray(counts[output.SENT], np.int64), np.asarray(counts[output.RECEIVED], np.int64)
     # In flight at a window's end: sent - received - errors - drops whose deadline has passed.
     shift = timeout_ns // window_ns
-    dropped = np.asarray(counts[output.DROPPED], np.int64)  # and sends whose fate a telemetry reset took
-    dropped = dropped + (np.asarray(counts[output.UNACCOUNTED], np.int64) if output.UNACCOUNTED in counts else 0)
+    get = lambda name: np.asarray(counts[name], np.int64) if name in counts else 0  # noqa: E731 (older tables lack it)
+    dropped = np.asarray(counts[output.DROPPED], np.int64) + get(output.UNACCOUNTED)  # and sends a reset took
     dropped_at_deadline = np.concatenate((np.zeros(min(shift, len(dropped)), np.int64), dropped[:max(len(dropped) - shift, 0)]))
     # an event that failed at the sender yet was received in time is in received and errors both: once here
-    in_doubt = np.asarray(counts[output.IN_DOUBT], np.int64) if output.IN_DOUBT in counts else 0
-    in_flight = np.cumsum(sent - received - np.asarray(counts[output.ERRORS], np.int64) + in_doubt - dropped_at_deadline)
+    in_doubt = get(output.IN_DOUBT)
+    # a misrouted event is out of flight where it arrived; one that failed at the sender too is in errors already
+    misrouted = get(output.MISROUTED) - get(output.FAILED_MISROUTED)
+    in_flight = np.cumsum(sent - received - np.asarray(counts[output.ERRORS], np.int64) + in_doubt - misrouted
+                          - dropped_at_deadline)
     # Complete once the watermark has passed; all of them once the run is finished (no send
     # comes after its stop, so no later record can change a window).
     ends = np.asarray(windows, np.int64) + window_ns
@@ -162,7 +165,16 @@ def exemplar_records(events: pd.DataFrame) -> dict:
     slow, dropped = exemplars(events)
     return {"slowest": [{"event_id": str(r.event_id), "at_ns": int(r.at_ns), "latency_ms": round(float(r.latency_us) / 1000, 3)}
                         for r in slow.itertuples()],
-            "first_dropped": [{"event_id": str(r.event_id), "sent_at_ns": int(r.at_ns)} for r in dropped.itertuples()]}
+            "first_dropped": [{"event_id": str(r.event_id), "sent_at_ns": int(r.at_ns)} for r in dropped.itertuples()],
+            "misrouted": misrouted(events)}
+
+
+def misrouted(events: pd.DataFrame, limit: int = 100) -> list[dict]:
+    """The first misrouted receives (``limit`` of them): the event, when and on which route it arrived."""
+    if events.empty or "kind" not in events:
+        return []
+    m = events[events["kind"] == "misrouted_id"].sort_values(["at_ns", "event_id"], kind="stable").head(limit)
+    return [{"event_id": str(r.event_id), "at_ns": int(r.at_ns), "route": int(r.value)} for r in m.itertuples()]
 
 
 def _slowest_text(g: pd.DataFrame) -> str:

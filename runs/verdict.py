@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from core import output
-from core.output import SEVERITY, State
+from core.output import SEVERITY, Episode, State
 from runs.saturation import (
     CONFIRM_WINDOWS,
     DEFAULT_LATENCY_BOUND_US,
@@ -56,7 +56,7 @@ def _stalls(a: pd.DataFrame, window_ns: int, gaps: list[dict]) -> list[dict]:
     gaps (``streaming.gaps``: receive silences, ns edges) lie within a stall's windows, its interval is theirs and
     ``held`` the most in flight at their start; else the window edges and the deficit at a window's end."""
     out: list[dict] = []
-    rows = a[a["episode"] == "stall"]
+    rows = a[a["episode"] == Episode.STALL]
     for t, held in zip(rows["window_ns"].tolist(), rows["held"].tolist()):
         if out and t == out[-1]["end_ns"]:
             out[-1]["end_ns"] = t + window_ns
@@ -130,46 +130,61 @@ def verdict(w: pd.DataFrame, steps: list[dict], window_ns: int = 1_000_000_000, 
     flightwatch's outage, and the run is judged on the windows before it.
     """
     everything = assess_windows(w, steps, window_ns)
-    out: output.Verdict = {"state": State.OK, "saturated_at": None, "knee": None, "steps": [], "stalls": [],
-                           "message": "no settled windows yet" if everything.empty else "", "latency_bound_us": latency_bound_us}
     if everything.empty:
-        return out
+        return _built("no settled windows yet", latency_bound_us)
     lost = everything["state"] == State.TELEMETRY_INCOMPLETE
     a = everything[~lost].reset_index(drop=True)
-    out["telemetry_incomplete_windows"] = int(lost.sum())
     outage = _outage(everything[lost], steps, everything["window_ns"].iloc[0], outages or [])
     if a.empty:
-        return {**out, "state": State.TELEMETRY_INCOMPLETE, "message": f"{State.TELEMETRY_INCOMPLETE}: {outage}"}
-    head = _headline(a, steps)
-    if (gone := _receiver_gone(a, stopped or {}, window_ns)) is not None:
-        agent, silent_ns = gone
-        before = a[a["window_ns"] < silent_ns]
-        prior = _headline(before, steps).message if not before.empty else "no window before it"
-        head = Headline(State.TELEMETRY_INCOMPLETE, (
-            f"{State.TELEMETRY_INCOMPLETE}: flightwatch's receiver {agent} stopped recording "
-            f"{max(silent_ns - (steps[0]['start_ns'] if steps else int(a['window_ns'].iloc[0])), 0) / 1e9:.0f} s into "
-            f"the run, and nothing was received after it: the events it did not record are flightwatch's own "
-            f"outage, not the SUT's (restart the receiver, or let flightwatch start one); before it: {prior}"), {})
-    out.update(head.fields, state=head.state, message=head.message, stalls=_stalls(a, window_ns, gaps or []))
-    notes = [_stalls_note(out["stalls"])] if out["stalls"] else []
-    if outage:
-        notes.append(outage)
-    start_ns = steps[0]["start_ns"] if steps else int(everything["window_ns"].iloc[0])
-    if held:
-        notes.append(_held(held, start_ns))
-    if ooms:
-        notes.append(_ooms(ooms, start_ns))
+        return _built(f"{State.TELEMETRY_INCOMPLETE}: {outage}", latency_bound_us, state=State.TELEMETRY_INCOMPLETE,
+                      telemetry_incomplete_windows=int(lost.sum()))
+    head = _receiver_headline(a, steps, stopped or {}, window_ns) or _headline(a, steps)
+    stalls = _stalls(a, window_ns, gaps or [])
     observer = a[a["state"] == State.OBSERVER_BOUND]
-    out["observer_bound_windows"] = int(len(observer))
-    if len(observer) >= CONFIRM_WINDOWS:
-        ob = observer.iloc[0]
-        out["observer_bound_at"] = {"window_ns": int(ob["window_ns"]), "step": int(ob["step"]) + 1 if ob["step"] >= 0 else None}
-        if head.state != State.OBSERVER_BOUND:
-            notes.append(_observer_windows(observer, steps, everything["window_ns"].iloc[0], window_ns))
-    out["message"] = "; ".join([head.message, *notes])
-    out["steps"] = _profile(a, steps, window_ns, step_figures)
-    out["knee"] = _knee(out["steps"], out["saturated_at"]["step"] if out["saturated_at"] else None, latency_bound_us)
-    return out
+    start_ns = steps[0]["start_ns"] if steps else int(everything["window_ns"].iloc[0])
+    notes = [_stalls_note(stalls)] if stalls else []
+    notes += [outage] if outage else []
+    notes += [_held(held, start_ns)] if held else []
+    notes += [_ooms(ooms, start_ns)] if ooms else []
+    if len(observer) >= CONFIRM_WINDOWS and head.state != State.OBSERVER_BOUND:
+        notes.append(_observer_windows(observer, steps, everything["window_ns"].iloc[0], window_ns))
+    profile = _profile(a, steps, window_ns, step_figures)
+    sat_step = head.fields["saturated_at"]["step"] if head.fields.get("saturated_at") else None
+    return _built("; ".join([head.message, *notes]), latency_bound_us, telemetry_incomplete_windows=int(lost.sum()),
+                  **head.fields, state=head.state, stalls=stalls, steps=profile,
+                  knee=_knee(profile, sat_step, latency_bound_us), observer_bound_windows=int(len(observer)),
+                  **_observer_bound_at(observer))
+
+
+def _built(message: str, latency_bound_us: float, **fields) -> output.Verdict:
+    """A verdict, whole: what every verdict says (nothing saturated, no knee, no steps, no stalls, until ``fields``
+    say otherwise), then ``fields``."""
+    return {"state": State.OK, "saturated_at": None, "knee": None, "steps": [], "stalls": [], "message": message,
+            "latency_bound_us": latency_bound_us, **fields}
+
+
+def _receiver_headline(a: pd.DataFrame, steps: list[dict], stopped: dict[str, int], window_ns: int) -> Headline | None:
+    """When a receiver agent stopped and nothing was received after it: the run's events since are flightwatch's
+    outage, and the run is judged on the windows before it (``_receiver_gone``); else None."""
+    if (gone := _receiver_gone(a, stopped, window_ns)) is None:
+        return None
+    agent, silent_ns = gone
+    before = a[a["window_ns"] < silent_ns]
+    prior = _headline(before, steps).message if not before.empty else "no window before it"
+    return Headline(State.TELEMETRY_INCOMPLETE, (
+        f"{State.TELEMETRY_INCOMPLETE}: flightwatch's receiver {agent} stopped recording "
+        f"{max(silent_ns - (steps[0]['start_ns'] if steps else int(a['window_ns'].iloc[0])), 0) / 1e9:.0f} s into "
+        f"the run, and nothing was received after it: the events it did not record are flightwatch's own "
+        f"outage, not the SUT's (restart the receiver, or let flightwatch start one); before it: {prior}"), {})
+
+
+def _observer_bound_at(observer: pd.DataFrame) -> dict:
+    """``observer_bound_at`` (its first window and step) once flightwatch was the limit in ``CONFIRM_WINDOWS``
+    windows or more; else nothing."""
+    if len(observer) < CONFIRM_WINDOWS:
+        return {}
+    ob = observer.iloc[0]
+    return {"observer_bound_at": {"window_ns": int(ob["window_ns"]), "step": int(ob["step"]) + 1 if ob["step"] >= 0 else None}}
 
 
 def _receiver_gone(a: pd.DataFrame, stopped: dict[str, int], window_ns: int) -> tuple[str, int] | None:

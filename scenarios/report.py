@@ -1,5 +1,5 @@
 """A scenario's report, in the shape of its seed's: ``report.json`` (every cell's figures, for the dashboard and for
-a later comparison) and ``report.md`` (the tables, as the README quotes them), in ``checkpoints/<scenario run>/``.
+a later comparison) and ``report.md`` (the tables, as the benchmarks pages quote them), in ``checkpoints/<scenario run>/``.
 
     matrix   one table per figure, rows by one axis, columns by the others (the Event Streams report's size x acks
              tables): the throughput ceiling (the highest step's rate the saturation verdict still called ok: the
@@ -111,6 +111,11 @@ def schedule_text(p: dict) -> str:
     return f"**not kept: loadgen-bound**, send delay p99 up to {_ms(worst)} (> {_ms(SCHEDULE_KEPT_US)})"
 
 
+def _misrouted(p: dict) -> str:
+    """Beside a cell's lost: the events received on another pair's address, when there were any."""
+    return f"; **{p['misrouted']:,} misrouted**" if p.get("misrouted") else ""
+
+
 def pairs_table(doc: dict) -> list[str]:
     """The Dispatch Router tests' table: a row per number of pairs, the pooled flight time beside the pairs' spread."""
     out = ["| pairs | every link attached before the first send | sent | received | lost | late | mean | p50 | p99 | "
@@ -123,7 +128,7 @@ def pairs_table(doc: dict) -> list[str]:
             continue
         p = c["pairs"]
         out.append(f"| {n:,} | {attached_text(c)} | {c['sent']:,} | {c['received']:,} | {p['lost']:,} "
-                   f"({p['pairs_with_loss']} pairs) | {c['late']:,} | {_ms(p.get('mean_us'))} | {_ms(c.get('p50_us'))} | "
+                   f"({p['pairs_with_loss']} pairs){_misrouted(p)} | {c['late']:,} | {_ms(p.get('mean_us'))} | {_ms(c.get('p50_us'))} | "
                    f"{_ms(c.get('p99_us'))} | {_ms(p['pair_p99_median_us'])} | {_ms(p['pair_p99_p99_us'])} | "
                    f"#{p['worst_pair']} ({_ms(p['worst_pair_p99_us'])}) | {schedule_text(p)} | "
                    f"{_cpu(c)} | {_verdict(c)} |")

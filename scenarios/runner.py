@@ -19,6 +19,7 @@ import numpy as np
 
 from core import amqp
 from core.observer import STACK_DIR
+from core.output import State
 from core.procs import pid_from_file
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from core.suts import SUTS, default_target, pairs_target, receiver_target, routing_target
@@ -145,7 +146,7 @@ def limit(steps: list[dict], knee_step: int | None) -> str | None:
     """What stopped the ramp above its ceiling: the first step past the knee the verdict did not call ok (a step
     below the knee that wobbled and recovered is not the limit); None when every step past it was ok."""
     above = [st for st in steps if knee_step is None or st.get("step", 0) > knee_step]
-    bad = next((st for st in above if st.get("state") not in ("ok", None)), None)
+    bad = next((st for st in above if st.get("state") not in (State.OK, None)), None)
     return f"{bad['state']} at {bad['rate']:,.0f}/s" if bad else None
 
 

@@ -155,7 +155,7 @@ def commands() -> dict[str, list[str] | None]:
                            "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                            "--state-dir", os.path.join(STACK_DIR, "amqp1-receiver"),
                            "--metrics-listen", f"{HOST}:{METRICS_PORTS['amqp1-receiver']}"],
-        "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka", "--create-topic", str(sut_partitions()),
+        "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka", "--routes", "--create-topic", str(sut_partitions()),
                            "--bootstrap", receiver_bootstrap(SUT), "--telemetry-bootstrap", telemetry,
                            "--clock-reference", clock, "--state-dir", os.path.join(STACK_DIR, "kafka-receiver"),
                            "--metrics-listen", f"{HOST}:{METRICS_PORTS['kafka-receiver']}"],

@@ -134,6 +134,8 @@ def timeline(view: RunView, log_latency: bool = False, intended: bool = True, he
     _line(fig, x, w["dropped"], "dropped/s", 3, COLORS["dropped"], dash="dash",
           ids=w["first_dropped"] if "first_dropped" in w else None, ids_label="first dropped")
     _line(fig, x, w["late"], "late/s", 3, COLORS["late"], dash="dot")
+    if "misrouted" in w and w["misrouted"].fillna(0).any():  # received where it was not sent: a routing fault
+        _line(fig, x, w["misrouted"], "misrouted/s", 3, COLORS["errors"], dash="dashdot")
     # 4: node CPU and memory, per node
     cpu = node_series(w, "cpu_util")
     used, avail = node_series(w, "mem_used_bytes"), node_series(w, "mem_available_bytes")

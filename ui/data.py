@@ -160,7 +160,7 @@ def load_run(path: str, run: RunReader | None = None) -> RunView:
     window_ns = int(cfg["window_ns"])
     t0 = (start_ns // window_ns * window_ns) if start_ns is not None else int(windows["window_ns"].min())
     view = RunView(run_id, path, True, windows=windows, summary=summary, config=runinfo.attack_config(events), t0_ns=t0,
-                   window_ns=window_ns, finished=summary.get("state") == "finished")
+                   window_ns=window_ns, finished=summary.get("state") == output.Lifecycle.FINISHED)
     view.oom = summary.get("oom_events", [])
     view.gaps = summary.get("gaps", [])
     view.steps = step_bands(events, t0)

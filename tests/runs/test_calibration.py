@@ -4,7 +4,7 @@ runs and a candidate, 120 windows each, slow stretches and a run effect). The pr
 the full study); two broken judges fail them, as they must:
 a constant-width interval misses the +15% p50, and a bootstrap without blocks covers too little where the windows
 carry the interval. The full study, 200
-sets of each kind, is ``python -m bench.calibrate`` (README)."""
+sets of each kind, is ``python -m bench.calibrate`` (docs/benchmarks/calibration.md)."""
 from __future__ import annotations
 
 import pytest
@@ -18,7 +18,7 @@ WORKERS = 2
 
 def test_the_product_meets_its_goals_but_one():
     """No false alarm, coverage at least 93%, p99 +30% always found. p50 +15% is found in 93.5% of the full study's
-    200 sets, short of the 95% goal (README): here at least 85% of 40, so that a worse judge fails."""
+    200 sets, short of the 95% goal (docs/benchmarks/calibration.md): here at least 85% of 40, so that a worse judge fails."""
     r = calibrate.study(40, 5, 120, 250, "product", log=lambda m: None, workers=WORKERS)
     text = calibrate.report(r, "product")
     assert r["same"]["any_flag"] == 0 and r["verdict"]["false_alarms_upper"] < 0.075, text
@@ -35,7 +35,7 @@ def test_a_bootstrap_without_blocks_covers_far_less_where_the_windows_carry_the_
     """One baseline run, no run effect and none assumed, slow stretches of coefficient 0.7: the interval is the
     windows' bootstrap alone. Without blocks (the slow stretches taken for independent seconds) it covers the truth
     far less often than with them, and fails the goal. (The block bootstrap too falls short of 93% here, at 120
-    windows: README, "Is it right?". From five baseline runs on, the runs' own spread carries the interval.)"""
+    windows: docs/benchmarks/calibration.md. From five baseline runs on, the runs' own spread carries the interval.)"""
     model = (0.7, 0.05, 0.0)
     good = calibrate.study(40, 1, 120, 250, "product", log=lambda m: None, workers=WORKERS, spread=0.0, model=model,
                            kinds=("same",))

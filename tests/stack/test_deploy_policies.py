@@ -169,15 +169,15 @@ def test_the_component_for_strimzi_041_to_048_renders_v1beta2_and_validates(tmp_
     assert deploy.validate(docs) == []
 
 
-def test_the_readme_says_the_steps_in_the_order_they_must_be_done():
+def test_the_guide_says_the_steps_in_the_order_they_must_be_done():
     """The namespace before the operators that must watch it, the storage class before the deploy, then watch and
     tear down; with the versions the manifests were written against."""
     import re
 
     from support import ROOT
 
-    text = open(os.path.join(ROOT, "README.md")).read()
-    section = text[text.index("## Running on Kubernetes"):].split("\n## ")[0]
+    text = open(os.path.join(ROOT, "docs", "how-to", "kubernetes.md")).read()
+    section = text.split("\n## ")[0]
     steps = re.findall(r"^\d+\. \*\*(.+?)\*\*", section, re.M)
     assert steps == ["The namespace.", "The operators, watching it.", "Storage.", "Images.", "The run.",
                      "Check, then deploy.", "Watch.", "Tear down."], steps

@@ -64,8 +64,9 @@ def test_a_failed_build_is_exit_1_and_stops(tmp_path):
     assert len((tmp_path / "calls").read_text().splitlines()) == 1
 
 
-def test_the_readme_follows_the_kind_workflow_step_by_step():
-    """README's "Try it on kind" runs the workflow's commands, in the workflow's order (the run ID aside)."""
+def test_the_guide_follows_the_kind_workflow_step_by_step():
+    """The Kubernetes guide's "Try it on kind" runs the workflow's commands, in the workflow's order (the run ID
+    aside)."""
     import re
 
     import yaml
@@ -80,8 +81,8 @@ def test_the_readme_follows_the_kind_workflow_step_by_step():
                 commands.append(" ".join(line.split()))
         if step.get("uses", "").startswith("helm/kind-action"):
             commands.append(f"kind create cluster --name {step['with']['cluster_name']} --image {step['with']['node_image']}")
-    text = open(os.path.join(ROOT, "README.md")).read()
-    section = text[text.index("### Try it on kind"):].split("```")[1]
+    text = open(os.path.join(ROOT, "docs", "how-to", "kubernetes.md")).read()
+    section = text[text.index("## Try it on kind"):].split("```")[1]
     shown = [" ".join(line.split("  #")[0].split()) for line in re.sub(r"\\\n\s*", "", section).splitlines()]
     shown = [line for line in shown if re.match(r"(make|kind|kubectl|helm|docker) ", line)]
     missing = [c for c in commands if c not in shown]

@@ -259,7 +259,8 @@ def test_real_sut_of_capacity_250_saturates_at_the_300_step(broker, tmp_path):
 def test_a_relay_of_capacity_400_with_flightwatch_on_the_same_machine_has_its_knee_at_350(broker, prometheus, tmp_path):
     """Issue 17: flightwatch (receiver, job, load generator, node metrics) shares the two cores with the SUT, a relay of
     capacity 400/s. It must not starve it or blame it for its own CPU: 200/s and 350/s are ok, 500/s is saturated."""
-    s = capacity_run(broker, tmp_path, "relay400", "200:10,350:10,500:10", ["--capacity", "400"], prometheus=prometheus)
+    s = capacity_run(broker, tmp_path, "relay400", "200:8,350:8,500:8", ["--capacity", "400"], prometheus=prometheus,
+                     drop_timeout="5s")  # 8 s at 500/s into 400/s: 2 s of backlog at the end
     v = s["verdict"]
     states = [r["state"] for r in v["steps"]]
     assert states == ["ok", "ok", "saturated"], v
@@ -267,7 +268,7 @@ def test_a_relay_of_capacity_400_with_flightwatch_on_the_same_machine_has_its_kn
     windows = results.load_windows(str(tmp_path / "relay400"))
     observer_cpu = windows.filter(like=":observer_cpu").max(axis=1).dropna()
     cpu = windows.filter(like=":cpu_util").max(axis=1).dropna()
-    assert len(observer_cpu) >= 25 and observer_cpu.max() > 0  # measured all along, and flightwatch is not free
+    assert len(observer_cpu) >= 20 and observer_cpu.max() > 0  # measured all along, and flightwatch is not free
     print(f"\nobserver: flightwatch median {observer_cpu.median():.2f} cores (max {observer_cpu.max():.2f}), "
           f"node cpu median {cpu.median():.0%} (max {cpu.max():.0%}); steps {states}, knee {v['knee']['rate']}/s")
 
@@ -281,7 +282,8 @@ def test_a_relay_stall_of_3_s_is_one_gap_within_20_ms_of_the_relays_own_silence(
     import numpy as np
 
     log = tmp_path / "forwards.log"
-    s = capacity_run(broker, tmp_path, "hold3", "300:10", ["--hold-at", "4", "--hold-for", "3", "--forward-log", str(log)])
+    s = capacity_run(broker, tmp_path, "hold3", "300:10", ["--hold-at", "4", "--hold-for", "3", "--forward-log", str(log)],
+                     drop_timeout="5s")  # the 3 s hold is the longest wait
     forwards = np.sort(np.loadtxt(log, dtype=np.int64))
     silences = np.diff(forwards)
     i = int(np.argmax(silences))
@@ -310,7 +312,7 @@ def test_a_relay_stall_of_3_s_is_one_gap_within_20_ms_of_the_relays_own_silence(
 @pytest.mark.serial  # 50 ms answers at 40/s: on a busy machine the generator falls short in step 1 too
 def test_a_generator_short_of_its_schedule_is_loadgen_bound(broker, tmp_path):
     # 4 requests in flight against 50 ms answers: the generator tops out near 80/s; the SUT keeps up
-    s = capacity_run(broker, tmp_path, "lgbound", "40:5,200:5", ["--delay", "0.05"], ["--max-inflight", "4"])
+    s = capacity_run(broker, tmp_path, "lgbound", "40:5,200:5", ["--delay", "0.05"], ["--max-inflight", "4"], drop_timeout="5s")
     v = s["verdict"]
     assert v["saturated_at"] is None, v
     assert v["loadgen_bound_at"]["step"] == 2 and v["message"].startswith("loadgen-bound"), v

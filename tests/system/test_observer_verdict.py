@@ -25,7 +25,7 @@ from core.output import State
 from core.procs import free_port, stop_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]  # the hogs need the machine to themselves
-RATE, SECONDS, LOAD_START_S = 300, 40, 10
+RATE, SECONDS, LOAD_START_S = 300, 26, 4
 HOG = "import sys\nsys.stdin.readline()\nwhile True:\n    pass\n"
 """A core's worth of CPU from a line on its standard input on (started before, so that its start costs nothing then)."""
 

@@ -358,6 +358,26 @@ def test_live_dashboard_in_a_real_browser(broker, tmp_path):
     missed = sorted(t for t, reign_s in reigns.items() if reign_s >= 4.0 and t not in seen)
     assert not missed, f"newest for 4 s or more but never shown: windows {missed}; shown {sorted(seen)}"
     assert report["median_s"] <= 2.5, report
+    if os.environ.get("DOCS_SHOTS"):  # make docs-shots: the documentation's pictures, from this run
+        publish_shots(shots, os.environ["DOCS_SHOTS"])
+
+
+DOCS_SHOTS = {"1-live.png": "dashboard-live.png", "2-finished.png": "dashboard-finished.png",
+              "5-link-scenario.png": "scenario-report.png", "6-report-offline.png": "report-html.png"}
+"""The screenshots the documentation shows (``make docs-shots``), by the names it gives them."""
+
+
+def publish_shots(shots, dest: str, width: int = 1000, height: int = 1000) -> None:
+    """The top of each page the documentation shows, 1,500 px wide, scaled to ``width`` and in 256 colours: a picture
+    of modest size (~100-200 KB) for ``docs/img/``."""
+    from PIL import Image
+
+    os.makedirs(dest, exist_ok=True)
+    for name, as_name in DOCS_SHOTS.items():
+        with Image.open(shots / name) as im:
+            top = im.convert("RGB").crop((0, 0, im.width, min(im.height, int(height * im.width / width))))
+            top = top.resize((width, int(top.height * width / top.width)), Image.LANCZOS)
+            top.quantize(256, method=Image.Quantize.MEDIANCUT).save(os.path.join(dest, as_name), optimize=True)
 
 
 def open_report(browser, run_dir, shots) -> None:
