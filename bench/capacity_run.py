@@ -36,8 +36,10 @@ def wait_for_first_batch(broker: str, topic: str, run_id: str, batches: Path, se
         time.sleep(0.5)
 
 
-def capacity_run(broker: str, tmp_path: Path, run_id: str, pace: str, relay_args, attack_args=(), prometheus=None) -> dict:
-    """Receiver <- relay <- load generator, the streaming job live; the run's summary.
+def capacity_run(broker: str, tmp_path: Path, run_id: str, pace: str, relay_args, attack_args=(), prometheus=None,
+                 drop_timeout: str = "10s") -> dict:
+    """Receiver <- relay <- load generator, the streaming job live; the run's summary. ``drop_timeout``: the job's, at
+    least the relay's longest backlog at the run's end (a capacity under the rate builds one).
 
     With ``prometheus``: the node-metrics agent too, which counts the receiver, the job and the load
     generator as flightwatch's (a registry of this test's own), the relay as the system under test."""
@@ -66,7 +68,7 @@ def capacity_run(broker: str, tmp_path: Path, run_id: str, pace: str, relay_args
                                       cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         job_log = open(tmp_path / "job.log", "w")  # beside the run folder: the job makes that one
         job = subprocess.Popen([sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap", broker, "--topic",
-                                topic, "--checkpoints", str(tmp_path), "--drop-timeout", "10s"],
+                                topic, "--checkpoints", str(tmp_path), "--drop-timeout", drop_timeout],
                                cwd=ROOT, env=dict(env, FLIGHTWATCH_DRIVER_MEMORY="1g"), stdout=job_log, stderr=subprocess.STDOUT,
                                start_new_session=True)
         procs.append(job)

@@ -19,7 +19,7 @@ _BROKER_RUNS = ("test_rabbitmq.py::test_a_rabbitmq_killed", "test_artemis.py::te
                 "test_secure_amqp.py::test_the_rabbitmq_example", "test_kafka.py::test_an_apache_kafka_killed",
                 "test_secure_kafka.py::test_the_kafka_example", "test_secure_artemis.py::test_the_artemis_example",
                 "test_rabbitmq.py::test_sends_whose_confirms", "test_secure_http.py::test_the_http_example",
-                "test_secure_amqp.py::test_a_queue_with_a_consumer")
+                "test_misrouting.py::test_events_a_relay", "test_secure_amqp.py::test_a_queue_with_a_consumer")
 SLOW_FIRST = ("tests/system/test_scenarios.py", *(f"tests/system/{t}" for t in _BROKER_RUNS),
               "tests/system/test_multihost.py", "tests/system/test_distributed.py",
               "tests/core/test_idle_writers.py", "tests/system/", "tests/ui/test_app.py",
@@ -53,9 +53,85 @@ own, one cluster at a time on each. Balanced by a fresh clone's CI times: 269 + 
 hosts (random names and subnets), so the seven-host module's tests can run on both."""
 
 
+KEEP_TOGETHER = ("tests/system/test_pipeline.py",)
+"""Modules whose tests share a costly module fixture (``test_pipeline``'s live run, ~50 s of a worker): ``--dist
+worksteal`` keeps each on one worker instead of splitting it, which built that fixture two or three times in one CI
+run (``grouped_worksteal``)."""
+
+
+def grouped_worksteal(config, log):
+    """xdist's work stealing, except that neither the first split nor a steal cuts through a module of
+    ``KEEP_TOGETHER``."""
+    return grouped_class()(config, log)
+
+
+def grouped_class() -> type:
+    """The scheduler of ``grouped_worksteal``: xdist 3.8's ``WorkStealingScheduling``, its ``check_schedule`` kept as
+    it is but for the cut of a steal."""
+    from xdist.scheduler import WorkStealingScheduling
+    from xdist.scheduler.worksteal import MIN_PENDING, NodePending
+
+    class Grouped(WorkStealingScheduling):
+        def _together(self, i: int, j: int) -> bool:
+            a, b = self.collection[i].split("::")[0], self.collection[j].split("::")[0]
+            return a == b and a in KEEP_TOGETHER
+
+        def _off_group(self, queue: list[int], cut: int) -> int:
+            """``cut`` moved forward (less taken from the queue's head, or less stolen from its tail) off a group."""
+            while 0 < cut < len(queue) and self._together(queue[cut - 1], queue[cut]):
+                cut += 1
+            return cut
+
+        def _steal_cut(self, queue: list[int], num_steal: int) -> int:
+            """How many of the queue's tail to steal: less, or else the whole group, so that no group is cut; 0 if
+            neither leaves the victim ``MIN_PENDING``."""
+            cut = self._off_group(queue, len(queue) - num_steal)
+            if cut < len(queue):
+                return len(queue) - cut
+            back = len(queue) - num_steal
+            while back > MIN_PENDING and self._together(queue[back - 1], queue[back]):
+                back -= 1
+            return len(queue) - back if back >= MIN_PENDING and not self._together(queue[back - 1], queue[back]) else 0
+
+        def _send_tests(self, node, num: int) -> None:
+            super()._send_tests(node, self._off_group(self.pending, num))
+
+        def check_schedule(self) -> None:
+            nodes_up = [NodePending(node, pending) for node, pending in self.node2pending.items()
+                        if not node.shutting_down]
+            idle = [node for node, pending in nodes_up if len(pending) < MIN_PENDING]
+            if not idle:
+                return
+            if self.pending:
+                for i, node in enumerate(idle):
+                    self._send_tests(node, len(self.pending) // (len(idle) - i))
+                idle = [node for node, pending in nodes_up if len(pending) < MIN_PENDING]
+                if not idle:
+                    return
+            if self.steal_requested_from_node is not None:
+                return
+            steal_from = max(nodes_up, key=lambda n: len(n.pending), default=None)
+            num_steal = 0
+            if steal_from is not None:
+                queue = steal_from.pending
+                num_steal = min(len(queue) // 2, max(0, len(queue) - MIN_PENDING))
+                num_steal = self._steal_cut(queue, num_steal) if num_steal else 0
+            if num_steal == 0:
+                for node in idle:
+                    node.shutdown()
+                return
+            steal_from.node.send_steal(steal_from.pending[-num_steal:])
+            self.steal_requested_from_node = steal_from.node
+
+    return Grouped
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """With ``--dist loadfile``: a file's tests on one worker, and each share of ``CLUSTER_SHARES`` on one."""
+    """With ``--dist loadfile``: a file's tests on one worker, and each share of ``CLUSTER_SHARES`` on one. With
+    ``--dist worksteal``: ``grouped_worksteal``."""
+    if config.getoption("dist") == "worksteal":
+        return grouped_worksteal(config, log)
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling

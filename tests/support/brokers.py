@@ -161,9 +161,13 @@ def ground_truth(records: list[dict]) -> dict:
 
 def sent_of(report: dict, planned: int) -> int:
     """What the load generator sent of its plan. A worker that fell behind on a loaded machine sends nothing after
-    the schedule's end (as vegeta does) and reports the rest as ``unsent``: at most 0.1% of the plan here."""
-    assert report["requests"] + report["unsent"] == planned and report["unsent"] <= planned // 1000, \
-        (report["requests"], report["unsent"], planned)
+    the schedule's end (as vegeta does) and reports the rest as ``unsent``: at most what fell due within its own
+    lateness then, bounded by its p99 send delay and a turn (2 ms), or 0.1% of the plan if that is more. (CI once: 30
+    of 20,000 at 2,000/s with a p99 send delay of 17.5 ms, over a flat 0.1%.)"""
+    late_s = report.get("send_delay_us", {}).get("p99", 0) / 1e6 + 0.002
+    bound = max(planned // 1000, math.ceil(report.get("requested_rate_per_sec", 0) * late_s))
+    assert report["requests"] + report["unsent"] == planned and report["unsent"] <= bound, \
+        (report["requests"], report["unsent"], planned, bound)
     return report["requests"]
 
 
@@ -208,7 +212,7 @@ def assert_accounted(what: str, s: dict, truth: dict, report: dict) -> None:
     assert s["errors_by_cause"] == truth["errors_by_cause"]
     # every send once: received in time, late, lost (acked, never received) or failed and never received
     assert s["received"] + s["late"] + truth["lost"] + truth["errored_not_received"] == s["sent"]
-    # the drops are the lost, and the acked sends that came late (the README's `late`: its send counts as dropped; a
+    # the drops are the lost, and the acked sends that came late (the glossary's `late`: its send counts as dropped; a
     # send that failed at the client and came late is an error, not a drop). In CI once: 7 acked sends that Apache
     # Kafka gave out past the 10 s drop timeout, dropped 7 and late 7
     assert truth["lost"] <= s["dropped"] <= truth["lost"] + s["late"], (s["dropped"], s["late"], truth["lost"])
@@ -238,6 +242,19 @@ EXACT_DROP_TIMEOUT = "5s"
 """The job's drop timeout in a run where nothing may be lost: flight times here are milliseconds, and a receive after
 5 s would fail the run all the same (as a drop instead of a late one)."""
 
+EXAMPLES_FULL = os.environ.get("EXAMPLES", "") == "full"
+"""``make test-brokers EXAMPLES=full``: the examples run as their files say, 2,000/s for 30 s (issue 61's acceptance).
+Otherwise (CI) for 10 s, and Artemis' at 1,000/s: counting is deterministic, and the full form adds ~80 s of test time
+to a step over its budget (issue 62)."""
+
+
+def example_form(short_rate: int = 2000) -> tuple[dict, int, str]:
+    """How an example runs in this session: (the variables its file reads for rate and duration, the events planned,
+    "R/s S s" for messages)."""
+    rate, seconds = (2000, 30) if EXAMPLES_FULL else (short_rate, 10)
+    env = {} if EXAMPLES_FULL else {"DURATION": f"{seconds}s", **({"RATE": str(rate)} if rate != 2000 else {})}
+    return env, rate * seconds, f"{rate:,}/s {seconds} s"
+
 
 @dataclass
 class Attack:
@@ -250,6 +267,7 @@ class Attack:
     args: tuple = ()
     drop_timeout: str = DROP_TIMEOUT
     receive_from: str | None = None  # the receiver's URL, when not the target's (a proxy in front of the sender)
+    receiver_args: tuple = ()        # more of the receiver's flags
 
     @property
     def topic(self) -> str:
@@ -277,7 +295,7 @@ def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tu
         for a, d in zip(attacks, folders):
             d.mkdir()
             create_topic(broker, a.topic)
-            procs.append(start_receiver(broker, a.topic, a.receive_from or a.target, d / "rx"))
+            procs.append(start_receiver(broker, a.topic, a.receive_from or a.target, d / "rx", *a.receiver_args))
             jobs.append(start_job(broker, a.topic, a.run_id, d, drop_timeout=a.drop_timeout))
             procs.append(jobs[-1])
         for a, d in zip(attacks, folders):
@@ -309,6 +327,22 @@ def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tu
     return out
 
 
+def finished(*procs: subprocess.Popen, timeout_s: float = 120) -> list[subprocess.CompletedProcess]:
+    """Each process waited for (up to ``timeout_s`` each): its exit code and what it wrote. On a timeout, every one
+    still running is killed (as ``subprocess.run`` kills its one)."""
+    done = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout_s)
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return done
+
+
 def secret_file(folder, secret: str) -> str:
     """A file in ``folder`` holding ``secret``, as a user keeps a password (``@FILE``): its path."""
     path = os.path.join(str(folder), "password")
@@ -319,15 +353,19 @@ def secret_file(folder, secret: str) -> str:
 
 def holding(folder, secret: str, *texts: str) -> list[str]:
     """Every file under ``folder`` (logs, reports, run.json, summaries, Parquet, spools), and each of ``texts`` (by
-    its number), that holds ``secret``."""
+    its number), that holds ``secret``. A Parquet file is read as well as grepped: the archive's zstd pages code a
+    secret's bytes (a grep found none in a part of 5,000 records that held one; ``tests/test_holding.py``)."""
+    import pyarrow.parquet as pq
+
     found = [f"output {i}" for i, t in enumerate(texts) if secret in t]
     for root, _dirs, files in os.walk(folder):
         for name in files:
             path = os.path.join(root, name)
             try:
-                if secret.encode() in open(path, "rb").read():
+                if secret.encode() in open(path, "rb").read() or (
+                        name.endswith(".parquet") and secret in str(pq.read_table(path).to_pylist())):
                     found.append(path)
-            except OSError:
+            except (OSError, ValueError):  # a file gone, or a Parquet file still being written (pyarrow's errors)
                 pass
     return found
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from support import ROOT
-from support.brokers import assert_accounted, kafka_url, run_attack, running
+from support.brokers import assert_accounted, finished, kafka_url, run_attack, running
 
 from stack import kafka
 
@@ -82,15 +82,16 @@ def test_the_kafka_receiver_and_target_given_a_port_that_is_not_kafka_say_so_in_
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), http.server.BaseHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_CLOCK_REFERENCE="none")
-    try:
-        runs = [subprocess.run([sys.executable, "-m", "agents.receiver", "kafka", "--bootstrap", f"127.0.0.1:{port}",
-                                "--telemetry-bootstrap", f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "rx"),
-                                "--metrics-listen", "none", "--wait", "0s"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=120, env=env),
-                subprocess.run([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s",
-                                "--target", kafka_url(port, "t"), "--no-telemetry", "--metrics-listen", "none",
-                                "--wait", "0s", "--timeout", "5s", "--out", str(tmp_path / "lg")],
-                               cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)]
+    try:  # side by side: each waits out its own metadata request
+        runs = finished(
+            subprocess.Popen([sys.executable, "-m", "agents.receiver", "kafka", "--bootstrap", f"127.0.0.1:{port}",
+                              "--telemetry-bootstrap", f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "rx"),
+                              "--metrics-listen", "none", "--wait", "0s"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env),
+            subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", "10", "--duration", "1s",
+                              "--target", kafka_url(port, "t"), "--no-telemetry", "--metrics-listen", "none",
+                              "--wait", "0s", "--timeout", "5s", "--out", str(tmp_path / "lg")],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     finally:
         server.shutdown()
     for run in runs:

@@ -1,5 +1,5 @@
-"""The README's quick start, run as written (``make test-quickstart``; CI runs it after the workday, since its
-5,000 events/s need the machine): its first line, ``make attack RATE=5000``, on a fresh stack of its own (free
+"""The README's quick start, run as written (``make test-quickstart``; not in ``.ci/run``: its 5,000 events/s need
+the machine, and its two minutes do not fit the 45-minute budget yet): its first line, ``make attack RATE=5000``, on a fresh stack of its own (free
 loopback ports, its state and runs under tmp_path: only the environment differs, never the command); its second,
 ``make test``, is the command ``.ci/run`` runs."""
 from __future__ import annotations
@@ -41,11 +41,16 @@ def test_the_readme_quick_start_runs_as_written(tmp_path):
     assert p.returncode == 0, out[-4000:] + p.stderr[-2000:]
     print(out[-2500:])
     assert "(300,000 events, " in out, out[-3000:]
-    assert re.search(r"^flight time \(sender -> receiver\): sent 300,000 received 300,000 dropped 0 duplicates 0 "
-                     r"late 0 errors 0;", out, re.M), out[-3000:]
-    assert "ledger: sent 300,000 = received 300,000\n" in out
-    assert re.search(r"^verdict: ok", out, re.M), out[-3000:]
     run = re.search(r"^flightwatch attack: run (\S+) ", out, re.M).group(1)
+    # every event the generator sent is received; one due at the schedule's very end may go unsent (it says so:
+    # ``unsent``), at most 0.1%, as in every exact test (``support.brokers.sent_of``): once, 299,999 of 300,000
+    lg = json.load(open(tmp_path / "runs" / run / "loadgen" / "report.json"))
+    sent = lg["requests"]
+    assert lg["scheduled"] == 300_000 and sent == 300_000 - lg.get("unsent", 0) >= 299_700, lg
+    assert re.search(rf"^flight time \(sender -> receiver\): sent {sent:,} received {sent:,} dropped 0 duplicates 0 "
+                     r"late 0 errors 0;", out, re.M), out[-3000:]
+    assert f"ledger: sent {sent:,} = received {sent:,}\n" in out
+    assert re.search(r"^verdict: ok", out, re.M), out[-3000:]
     s = json.load(open(tmp_path / "runs" / run / "summary.json"))
-    assert s["sent"] == s["received"] == 300_000 and s["verdict"]["state"] == "ok"
+    assert s["sent"] == s["received"] == sent and s["verdict"]["state"] == "ok"
     assert f"report: {tmp_path / 'runs' / run / 'report.html'} (" in out

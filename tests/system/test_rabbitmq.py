@@ -20,6 +20,7 @@ from support.brokers import (
     assert_accounted,
     assert_amqp1_kill,
     attack,
+    finished,
     run_attacks,
     running,
     start_receiver,
@@ -58,22 +59,6 @@ def test_a_queue_that_routes_nowhere_is_counted_as_returned_by_cause(broker, rab
     report = json.load(open(tmp_path / "lg" / "report.json"))
     assert lg.returncode == 0, out
     assert report["errors"] == {"returned no route": 400}, report["errors"]
-
-
-def finished(*procs: subprocess.Popen, timeout_s: float = 120) -> list[subprocess.CompletedProcess]:
-    """Each process waited for (up to ``timeout_s`` each): its exit code and what it wrote. On a timeout, every one
-    still running is killed (as ``subprocess.run`` kills its one)."""
-    done = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout_s)
-            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return done
 
 
 @pytest.mark.parametrize("case, words", [

@@ -23,6 +23,7 @@ from support.brokers import (
     EXACT_DROP_TIMEOUT,
     assert_exact,
     by_receiver,
+    example_form,
     ground_truth,
     holding,
     run_example,
@@ -93,7 +94,8 @@ def _recorded_by_the_runs_receiver(broker, tel: str, run_id: str, out: str, repo
 
 def test_the_rabbitmq_example_and_amqp_1_0_over_tls_are_exact_with_receivers_started_for_the_run(
         broker, secure, tmp_path):
-    """Side by side, 10 s each, both streamed, with a 5 s drop timeout (counting is deterministic):
+    """Side by side, 10 s each (the example 30 s, as its file says, with ``EXAMPLES=full``), both streamed, with a 5 s
+    drop timeout (counting is deterministic):
 
     - ``flightwatch run examples/rabbitmq.toml`` exactly as written (its place, CA and password file from the
       environment, as the file says; the telemetry broker Tansu's, ``--no-stack``): AMQP 0-9-1 over TLS to a queue
@@ -107,8 +109,9 @@ def test_the_rabbitmq_example_and_amqp_1_0_over_tls_are_exact_with_receivers_sta
     or record of either run. (RabbitMQ's exactness over plain TCP was ``test_rabbitmq``'s two runs of these shapes;
     these hold their every assertion.)"""
     port, certs, pw = secure
-    env = dict(RABBITMQ_PORT=str(port), CA_FILE=certs.ca, RABBITMQ_PASSWORD_FILE=pw, DURATION="10s",
-               DROP_TIMEOUT=EXACT_DROP_TIMEOUT)
+    rate_and_duration, planned, _ = example_form()
+    env = dict(RABBITMQ_PORT=str(port), CA_FILE=certs.ca, RABBITMQ_PASSWORD_FILE=pw, DROP_TIMEOUT=EXACT_DROP_TIMEOUT,
+               **rate_and_duration)
     example = run_example(tmp_path, broker, "rabbitmq", "tls-091", env)
     create_topic(broker, "tel-tls-10")
     amqp1 = _attack(tmp_path, "tls-10", f"amqp1s://{USER}@localhost:{port}//queue/orders1?cafile={certs.ca}",
@@ -116,14 +119,14 @@ def test_the_rabbitmq_example_and_amqp_1_0_over_tls_are_exact_with_receivers_sta
                     "--probe-timeout", "10s", "--stream", "--drop-timeout", EXACT_DROP_TIMEOUT, password=f"@{pw}")
     outs = [p.communicate(timeout=300)[0] for p in (example, amqp1)]
     assert example.returncode == 0 and amqp1.returncode == 0, outs[0][-3000:] + outs[1][-3000:]
-    for run_id, out, rate, agent in (("tls-091", outs[0], 2000, "receiver-amqp-run"),
-                                     ("tls-10", outs[1], 1000, "receiver-amqp1-run")):
+    for run_id, out, n, agent in (("tls-091", outs[0], planned, "receiver-amqp-run"),
+                                  ("tls-10", outs[1], 10_000, "receiver-amqp1-run")):
         root = tmp_path / "checkpoints" / run_id
         s, report = json.load(open(root / "summary.json")), json.load(open(root / "loadgen" / "report.json"))
         records = telemetry(broker, f"tel-{run_id}", run_id)
-        assert_exact(f"{run_id} over TLS, {rate:,}/s 10 s", s, ground_truth(records), report, rate * 10)
+        assert_exact(f"{run_id} over TLS, {n:,} events", s, ground_truth(records), report, n)
         assert s["verdict"]["state"] == "ok", s["verdict"]["message"]
-        _recorded_by_the_runs_receiver(broker, f"tel-{run_id}", run_id, out, report, rate * 10, agent)
+        _recorded_by_the_runs_receiver(broker, f"tel-{run_id}", run_id, out, report, n, agent)
         assert 0 < report["latency_us"]["p50"]  # the broker's answer: the load generator's own figure, apart from flight
     assert json.load(open(tmp_path / "checkpoints" / "tls-10" / "loadgen" / "report.json"))["client"]["settle"] == \
         "unsettled"

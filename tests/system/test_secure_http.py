@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 from support import ROOT, create_topic, start_receiver, stop_receiver, telemetry, wait_port
-from support.brokers import EXACT_DROP_TIMEOUT, assert_exact, ground_truth, run_example
+from support.brokers import EXACT_DROP_TIMEOUT, assert_exact, example_form, ground_truth, run_example
 from support.certs import make_certs
 
 from core.procs import free_port, stop_process
@@ -33,10 +33,11 @@ def certs(tmp_path_factory):
 
 NGINX = """
 worker_processes 1;
+worker_rlimit_nofile 8192;
 daemon off;
 pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
-events {{ worker_connections 1024; }}
+events {{ worker_connections 4096; }}
 http {{
   access_log off;
   client_body_temp_path {dir}/body;
@@ -54,7 +55,10 @@ http {{
 
 
 def _sink(certs, port: int, deliver_to: str, folder) -> subprocess.Popen:
-    """The user's HTTPS sink on ``port`` (nginx), delivering to ``deliver_to`` (host:port), once it listens."""
+    """The user's HTTPS sink on ``port`` (nginx), delivering to ``deliver_to`` (host:port), once it listens. Each event
+    in flight holds two of its connections (the load generator's and the one to the receiver), and the generator opens
+    up to 1,000 when the machine is slow: at nginx's default 1,024 worker connections a CI run beside another broker
+    test had 416 of 17,340 sends reset or cut by the sink itself, so it gets 4,096."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     if not os.path.exists(nginx):
         pytest.fail("Debian's nginx is needed (apt-get install nginx; .ci/run installs it)")
@@ -70,13 +74,13 @@ def _sink(certs, port: int, deliver_to: str, folder) -> subprocess.Popen:
 def _run(tmp_path, broker: str, run_id: str, sink_port: int, ca: str, *more: str) -> tuple[int, str]:
     """``flightwatch run examples/http.toml`` at the sink on ``sink_port``: (its exit code, its output)."""
     p = run_example(tmp_path, broker, "http", run_id, dict(SINK_URL=f"https://localhost:{sink_port}/", CA_FILE=ca,
-                                                          DROP_TIMEOUT=EXACT_DROP_TIMEOUT, DURATION="10s"), *more)
+                                                          DROP_TIMEOUT=EXACT_DROP_TIMEOUT, **example_form()[0]), *more)
     out = p.communicate(timeout=300)[0]
     return p.returncode, out
 
 
 def test_the_http_example_through_a_sink_that_delivers_to_the_receiver_is_exact(broker, certs, tmp_path):
-    """2,000/s (as the file says) for 10 s (``DURATION``), over HTTPS with the CA the file names: the sink's answer
+    """2,000/s (as the file says) for 10 s (``DURATION``; 30 s as the file says with ``EXAMPLES=full``), over HTTPS with the CA the file names: the sink's answer
     (the receiver's, passed back) is the ack latency, the receiver's stamp the flight time; the job's figures exact against the raw telemetry (``assert_exact``,
     with a 5 s drop timeout: counting is deterministic), every receive the user's receiver's, ``ok``, the file's
     thresholds held (exit 0)."""
@@ -89,12 +93,14 @@ def test_the_http_example_through_a_sink_that_delivers_to_the_receiver_is_exact(
     finally:
         stop_process(sink)
         stop_receiver(receiver)
-    assert code == 0, out[-3000:]
+    log = tmp_path / "error.log"  # nginx's own complaints (its limits) beside the run's, should the run fail
+    assert code == 0, out[-3000:] + ("\nnginx: " + log.read_text()[-1500:] if log.exists() else "")
     assert "probe: recorded by receiver-http" in out, out[-3000:]
     root = tmp_path / "checkpoints" / "https"
     s, report = json.load(open(root / "summary.json")), json.load(open(root / "loadgen" / "report.json"))
     records = telemetry(broker, "tel-https", "https")
-    assert_exact("examples/http.toml through an HTTPS sink, 2,000/s 10 s", s, ground_truth(records), report, 20_000)
+    _, planned, form = example_form()
+    assert_exact(f"examples/http.toml through an HTTPS sink, {form}", s, ground_truth(records), report, planned)
     assert {r["agent"] for r in records if r["kind"] == "recv"} == {"receiver-http"}
     assert s["verdict"]["state"] == "ok", s["verdict"]["message"]
     assert report["success_ratio"] == 1.0 and sum(report["status_codes"].values()) == s["sent"], report["status_codes"]

@@ -14,7 +14,16 @@ import shutil
 
 import pytest
 from support import telemetry
-from support.brokers import EXACT_DROP_TIMEOUT, assert_exact, ground_truth, holding, run_example, running, secret_file
+from support.brokers import (
+    EXACT_DROP_TIMEOUT,
+    assert_exact,
+    example_form,
+    ground_truth,
+    holding,
+    run_example,
+    running,
+    secret_file,
+)
 from support.certs import make_certs
 
 from stack import kafka
@@ -38,14 +47,14 @@ def secure_kafka(tmp_path_factory):
 
 def _run(tmp_path, broker: str, run_id: str, port: int, ca: str, pw: str, *more: str) -> tuple[int, str]:
     """``flightwatch run examples/kafka.toml`` at the module's broker: (its exit code, its output)."""
-    p = run_example(tmp_path, broker, "kafka", run_id, dict(KAFKA_BOOTSTRAP=f"localhost:{port}", CA_FILE=ca, KAFKA_PASSWORD_FILE=pw, DURATION="10s",
-                                                          DROP_TIMEOUT=EXACT_DROP_TIMEOUT), *more)
+    p = run_example(tmp_path, broker, "kafka", run_id, dict(KAFKA_BOOTSTRAP=f"localhost:{port}", CA_FILE=ca, KAFKA_PASSWORD_FILE=pw,
+                                                          DROP_TIMEOUT=EXACT_DROP_TIMEOUT, **example_form()[0]), *more)
     out = p.communicate(timeout=300)[0]
     return p.returncode, out
 
 
 def test_the_kafka_example_over_sasl_ssl_is_exact(broker, secure_kafka, tmp_path):
-    """2,000/s for 10 s (``DURATION``) with acks=all and an idempotent producer, as the file says, the producer and
+    """2,000/s for 10 s (``DURATION``; 30 s as the file says with ``EXAMPLES=full``) with acks=all and an idempotent producer, as the file says, the producer and
     the run's receiver logged in as ``fw`` over TLS: the job's figures exact against the raw telemetry
     (``assert_exact``, with a 5 s drop timeout: counting is deterministic), every receive the run's receiver's, ``ok``,
     the file's thresholds held (exit 0), and the password in no output, log, report or record. (Apache Kafka's
@@ -58,7 +67,8 @@ def test_the_kafka_example_over_sasl_ssl_is_exact(broker, secure_kafka, tmp_path
     root = tmp_path / "checkpoints" / "kfk-sasl"
     s, report = json.load(open(root / "summary.json")), json.load(open(root / "loadgen" / "report.json"))
     records = telemetry(broker, "tel-kfk-sasl", "kfk-sasl")
-    assert_exact("examples/kafka.toml over SASL_SSL, 2,000/s 10 s", s, ground_truth(records), report, 20_000)
+    _, planned, form = example_form()
+    assert_exact(f"examples/kafka.toml over SASL_SSL, {form}", s, ground_truth(records), report, planned)
     assert {r["agent"] for r in records if r["kind"] == "recv"} == {"receiver-kafka-run"}
     assert s["verdict"]["state"] == "ok", s["verdict"]["message"]
     # the file's producer: every send acknowledged by all replicas, a retry written once (idempotent)
