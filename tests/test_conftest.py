@@ -24,3 +24,45 @@ def test_a_cut_inside_a_kept_module_moves_off_it_and_a_steal_takes_less_or_the_w
     assert s._steal_cut(queue, 2) == 2  # b's two: no cut
     assert s._steal_cut([0, 1, 2, 3, 4], 2) == 3  # the module at the queue's end: stolen whole
     assert s._steal_cut([2, 3, 4], 1) == 0  # the module alone, its first test running: nothing to steal
+
+
+class _Node:
+    """A worker as the scheduler sees it: what it was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent += indices
+
+
+def test_the_first_split_deals_the_longest_tests_to_every_worker_and_keeps_a_module_whole():
+    col = ["tests/s.py::slow1", "tests/s.py::slow2", "tests/s.py::slow3", P + "t1", P + "t2", "tests/b.py::t1",
+           "tests/b.py::t2", "tests/b.py::t3"]
+    cls = conftest.grouped_class()
+    s = cls.__new__(cls)
+    s.collection, s.pending = col, list(range(len(col)))
+    nodes = [_Node(), _Node(), _Node()]
+    s.node2pending = {n: [] for n in nodes}
+    s._deal(nodes)
+    assert [n.sent for n in nodes] == [[0, 3, 4, 7], [1, 5], [2, 6]]  # each one of the three longest first
+    assert s.pending == [] and [s.node2pending[n] for n in nodes] == [n.sent for n in nodes]
+
+
+def test_a_mark_is_on_a_test_never_on_a_helper():
+    """``@pytest.mark.integration`` on a helper marks nothing: ``test_security``'s TLS run (real brokers, a Spark job)
+    ran in ``make test-fast`` for that. Every ``pytest.mark`` decorator in tests/ is on a test or a test class."""
+    import ast
+    import glob
+
+    root = os.path.dirname(__file__)
+    stray = []
+    for path in glob.glob(os.path.join(root, "**", "*.py"), recursive=True):
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith(("test", "Test")):
+                for d in node.decorator_list:
+                    target = d.func if isinstance(d, ast.Call) else d
+                    if "pytest.mark." in ast.unparse(target):
+                        stray.append(f"{os.path.relpath(path, root)}:{node.lineno} {node.name}")
+    assert not stray, stray

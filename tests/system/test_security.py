@@ -32,7 +32,6 @@ def _cert(folder) -> str:
     return str(folder / "cert.pem")
 
 
-@pytest.mark.integration
 def _decoded_sends(bootstrap: str, topic: str, run_id: str) -> int:
     """The send records of ``run_id`` in ``topic``, through the job's own decoder (malformed lines quarantined)."""
     from kafka import KafkaConsumer, TopicPartition
@@ -58,6 +57,7 @@ def _decoded_sends(bootstrap: str, topic: str, run_id: str) -> int:
     return int(((t["kind"] == "send") & t["quarantine_reason"].isna() & (t["run_id"] == run_id)).sum())
 
 
+@pytest.mark.integration  # real brokers and a Spark job: not make test-fast's
 def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path):
     """The telemetry broker is reachable only through TLS (a TLS-terminating proxy in front of Tansu,
     which advertises it). With FLIGHTWATCH_KAFKA_OPTIONS set, every client gets through: the load
