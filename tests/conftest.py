@@ -96,12 +96,36 @@ def grouped_class() -> type:
         def _send_tests(self, node, num: int) -> None:
             super()._send_tests(node, self._off_group(self.pending, num))
 
+        def _deal(self, nodes: list) -> None:
+            """The first split: the tests, longest first (``SLOW_FIRST``), dealt to ``nodes`` one by one like cards
+            (a module of ``KEEP_TOGETHER`` as one card), so that every worker starts on its share of the longest.
+            xdist cuts the list into contiguous slices instead, which gave the first worker all of the longest tests:
+            the others ran out and waited on its last one."""
+            units, i = [], 0
+            while i < len(self.pending):
+                j = self._off_group(self.pending, i + 1)
+                units.append(self.pending[i:j])
+                i = j
+            hands: list[list[int]] = [[] for _ in nodes]
+            for k, unit in enumerate(units):
+                hands[k % len(nodes)].extend(unit)
+            del self.pending[:]
+            for node, hand in zip(nodes, hands):
+                if hand:
+                    self.node2pending[node].extend(hand)
+                    node.send_runtest_some(hand)
+
         def check_schedule(self) -> None:
             nodes_up = [NodePending(node, pending) for node, pending in self.node2pending.items()
                         if not node.shutting_down]
             idle = [node for node, pending in nodes_up if len(pending) < MIN_PENDING]
             if not idle:
                 return
+            if self.pending and len(self.pending) == len(self.collection) and len(idle) > 1:
+                self._deal(idle)
+                idle = [node for node, pending in nodes_up if len(pending) < MIN_PENDING]
+                if not idle:
+                    return
             if self.pending:
                 for i, node in enumerate(idle):
                     self._send_tests(node, len(self.pending) // (len(idle) - i))
