@@ -147,29 +147,36 @@ class KafkaTarget:
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + self.timeout_s
         quiet = logging.getLogger("librdkafka")
-        level = quiet.level
+        self._loud_level = quiet.level
         quiet.setLevel(logging.CRITICAL + 1)  # a failure here is said in one line, below
-        try:
-            while True:  # a refused login or certificate reaches only error_cb, which poll serves: between short tries
-                wait_s = min(1.0, max(deadline - time.monotonic(), 0.1))
-                try:
-                    md = await loop.run_in_executor(None, self.producer.list_topics, self.spec.path, wait_s)
-                    break
-                except KafkaException as e:
-                    self.producer.poll(0)
-                    if self.refused is not None:
-                        raise ConnectionError(f"kafka {self.spec}: {self.refused}") from None
-                    if time.monotonic() >= deadline:
-                        raise ConnectionError(f"kafka {self.spec}: {e.args[0].str() if e.args else e}: is it up, and "
-                                              "a Kafka broker?") from None
-        finally:
-            quiet.setLevel(level)
+        while True:  # a refused login or certificate reaches only error_cb, which poll serves: between short tries
+            wait_s = min(1.0, max(deadline - time.monotonic(), 0.1))
+            try:
+                md = await loop.run_in_executor(None, self.producer.list_topics, self.spec.path, wait_s)
+                break
+            except KafkaException as e:
+                self.producer.poll(0)
+                if self.refused is not None:
+                    raise ConnectionError(f"kafka {self.spec}: {self.refused}") from None
+                if time.monotonic() >= deadline:
+                    raise ConnectionError(f"kafka {self.spec}: {e.args[0].str() if e.args else e}: is it up, and "
+                                          "a Kafka broker?") from None
+        self._loud()
         topic = md.topics.get(self.spec.path)
         self.partitions = max(len(topic.partitions) if topic is not None and topic.partitions else 1, 1)
         self._check_size(await loop.run_in_executor(None, self._topic_limit) if topic is not None else None)
 
     refused: str | None = None
     """Why the broker refused us (a login, a certificate), from librdkafka's ``error_cb``: before the attack only."""
+    _loud_level: int | None = None
+    """librdkafka's log level before ``connect`` quieted it: restored once connected, or after a failed connect's
+    ``close``. librdkafka's own lines of a failure are served by ``poll`` and ``flush``: restored at once, the
+    close's flush gave its ``SSL handshake failed`` beside the one line of the failure (CI, 2026-11-30)."""
+
+    def _loud(self) -> None:
+        if self._loud_level is not None:
+            logging.getLogger("librdkafka").setLevel(self._loud_level)
+            self._loud_level = None
 
     def _on_error(self, err) -> None:
         from confluent_kafka import KafkaError
@@ -243,3 +250,4 @@ class KafkaTarget:
     async def close(self) -> None:
         if self.producer is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 5)
+        self._loud()

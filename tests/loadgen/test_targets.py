@@ -280,3 +280,31 @@ def test_a_kafka_send_carries_its_stamp_as_ce_time_across_a_second(monkeypatch):
     # the send is booked with its stamp and the partition it went to (its route: a(3) of produce)
     assert booked[1] == ("sent", "s-1", 101, 1_795_858_629_000_000_999, produced[1][0][3])
     assert booked[-1] == ("done", "s-1", 1_795_858_629_000_000_999, None, None)
+
+
+def test_librdkafkas_lines_of_a_failed_kafka_connect_stay_unsaid_until_its_close():
+    """A Kafka target whose connect fails says so in one line (``ConnectionError``); librdkafka's own lines of the
+    failure, still queued, come out of the close's flush: the log stays quiet until then, and as it was after. (CI
+    printed ``librdkafka: FAIL ... SSL handshake failed`` beside the one line when the level came back first.) Port 9
+    (discard) has no Kafka broker: the connect's deadline ends it."""
+    import asyncio
+    import logging
+
+    from loadgen.targets.base import TargetOptions
+    from loadgen.targets.kafka import KafkaTarget
+
+    log = logging.getLogger("librdkafka")
+    target = KafkaTarget(TargetSpec.parse("kafka://127.0.0.1:9/t"), TargetOptions(timeout_s=0.5, run_id="r1",
+                                                                                  payload_bytes=4, kafka_options={}))
+
+    async def go() -> list:
+        seen = []
+        with pytest.raises(ConnectionError, match="is it up, and a Kafka broker"):
+            await target.connect()
+        seen.append(log.level)
+        await target.close()
+        seen.append(log.level)
+        return seen
+
+    before = log.level
+    assert asyncio.run(go()) == [logging.CRITICAL + 1, before]
