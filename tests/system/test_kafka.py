@@ -42,8 +42,12 @@ def test_an_apache_kafka_killed_mid_attack_and_restarted_is_accounted_exactly_an
     assert truth["lost"] == 0 and s["dropped"] <= s["late"]
     assert truth["duplicates"] == 0  # the idempotent producer's retries are written once
     # the sends of the time it was away waited in the producer (up to --max-inflight, then in the schedule: send
-    # delay), and those past --timeout failed as timeouts; then it served again, every send of the last 5 s answered
-    assert set(s["errors_by_cause"]) <= {"timeout"} and s["latency_us"]["max"] > 3_000_000
+    # delay), and those past --timeout failed as timeouts; then it served again, every send of the last 5 s answered.
+    # Held, not failed fast: the only error is the timeout, and the outage shows as one (those sends waited --timeout)
+    # or as a flight time over 3 s (they waited less, and got through). A slow machine, its broker back later, timed
+    # all of them out (1,862 timeouts, max flight 1.4 s); with the broker back sooner, some got through past 3 s.
+    assert set(s["errors_by_cause"]) <= {"timeout"}
+    assert s["errors_by_cause"].get("timeout", 0) > 0 or s["latency_us"]["max"] > 3_000_000, s["errors_by_cause"]
     last = [iv for iv in report["intervals"] if 25 <= iv["second"] < 30]
     assert sum(iv["completed"] for iv in last) > 0 and sum(iv["errors"] for iv in last) == 0, last
 
