@@ -124,6 +124,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` loopback ports nothing listens on right now, all different: held open together while the kernel picks
+    them (``free_port`` called ``n`` times may give one twice)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 WAIT_ENV = "FLIGHTWATCH_WAIT"
 DEFAULT_WAIT = "10m"
 """How long a process waits for the servers it needs (its target, its broker) before it gives up: on a cluster that

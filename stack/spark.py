@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
-from core.procs import stop_process, wait_port
+from core.procs import free_ports, stop_process, wait_port
 from stack.__main__ import HOST
 
 
@@ -38,24 +37,12 @@ def _env(extra: dict | None = None) -> dict:
                 **(extra or {}))
 
 
-def _distinct_ports(n: int) -> list[int]:
-    """``n`` loopback ports nothing listens on, all different: held open together while the kernel picks them."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind((HOST, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 class Cluster:
     """A running master and its workers (``url`` for ``--master``); ``stop()`` ends them by PID."""
 
     def __init__(self, workers: int = 2, port: int | None = None, cores: int = 1, memory: str = "1g",
                  work_dir: str | None = None, log=subprocess.DEVNULL) -> None:
-        ports = _distinct_ports(2 + workers)  # one at a time, a worker's web UI once took the master's (CI)
+        ports = free_ports(2 + workers)  # one at a time, a worker's web UI once took the master's (CI)
         self.port = port or ports[0]
         self.ui_port = ports[1]
         self.url = f"spark://{HOST}:{self.port}"
