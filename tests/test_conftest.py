@@ -1,5 +1,5 @@
-"""The test suite's own scheduling (``tests/conftest.py``): ``--dist worksteal`` never splits a module of
-``KEEP_TOGETHER`` between workers, neither in its first split nor in a steal."""
+"""The test suite's own scheduling (``tests/conftest.py``): ``--dist worksteal`` deals whole modules in its first
+split and never splits a module of ``KEEP_TOGETHER`` between workers, neither in its first split nor in a steal."""
 from __future__ import annotations
 
 import importlib.util
@@ -37,16 +37,19 @@ class _Node:
         self.sent += indices
 
 
-def test_the_first_split_deals_the_longest_tests_to_every_worker_and_keeps_a_module_whole():
-    col = ["tests/s.py::slow1", "tests/s.py::slow2", "tests/s.py::slow3", P + "t1", P + "t2", "tests/b.py::t1",
-           "tests/b.py::t2", "tests/b.py::t3"]
+def test_the_first_split_deals_the_longest_modules_to_every_worker_and_keeps_each_module_whole():
+    """A module's tests on one worker, one after another: dealt test by test, a worker went back to a module after
+    others and built its module fixture again (``test_sources``' topic filled twice on the worker's broker)."""
+    col = ["tests/s.py::slow1", "tests/t.py::slow2", "tests/u.py::slow3", "tests/u.py::slow4", P + "t1", P + "t2",
+           "tests/b.py::t1", "tests/b.py::t2", "tests/b.py::t3", "tests/c.py::t1", "tests/s.py::t9"]
     cls = conftest.grouped_class()
     s = cls.__new__(cls)
     s.collection, s.pending = col, list(range(len(col)))
     nodes = [_Node(), _Node(), _Node()]
     s.node2pending = {n: [] for n in nodes}
     s._deal(nodes)
-    assert [n.sent for n in nodes] == [[0, 3, 4, 7], [1, 5], [2, 6]]  # each one of the three longest first
+    # the three longest modules first, one to each worker; then the next ones, a module's tests never split
+    assert [n.sent for n in nodes] == [[0, 4, 5, 10], [1, 6, 7, 8], [2, 3, 9]]
     assert s.pending == [] and [s.node2pending[n] for n in nodes] == [n.sent for n in nodes]
 
 

@@ -1,6 +1,7 @@
 """The Kafka Python Data Source against the real broker: exact ends, deterministic re-reads, admission control."""
 import json
 import time
+import uuid
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -17,7 +18,9 @@ NUM_MESSAGES = 1012
 
 @pytest.fixture(scope="module")
 def topic(broker):
-    name = "sources-test"
+    """A topic of its own each time the module's fixture is built: a worker that comes back to the module (a steal)
+    builds it again on the same session broker, which filled one fixed topic twice."""
+    name = f"sources-test-{uuid.uuid4().hex[:8]}"
     create_topic(broker, name, partitions=2)
     producer = KafkaProducer(bootstrap_servers=broker, linger_ms=20)
     for i in range(NUM_MESSAGES):
