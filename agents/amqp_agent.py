@@ -11,8 +11,9 @@ import signal
 import sys
 
 from agents.amqp_receiver import AmqpReceiver
+from agents.duties import clock_every
 from agents.source import Source
-from core import amqp, clock, contract, logs, memory, metrics
+from core import amqp, logs, memory, metrics
 from core.units import parse_size
 
 CONNECT_S = 15.0
@@ -109,7 +110,7 @@ def main_amqp(a) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         duties = [asyncio.ensure_future(d) for d in (_every_second(spool, exposed), memory.trim_every(),
-                                                     _clock_every(loop, spool, a, warn), _progress(receiver, log))]
+                                                     clock_every(spool, a.agent, a.clock_reference, warn), _progress(receiver, log))]
         try:
             await receiver.run(stop)
         finally:
@@ -134,13 +135,6 @@ async def _every_second(spool, exposed: AmqpExposed) -> None:
         await asyncio.sleep(1.0)
         spool.report_lost()
         exposed.shared.sync(exposed.own())
-
-
-async def _clock_every(loop, spool, a, warn, seconds: float = clock.REPORT_EVERY_S) -> None:
-    while True:
-        await loop.run_in_executor(None, clock.report, lambda rec: spool.append(contract.encode([rec]).decode().rstrip("\n")),
-                                   a.agent, a.clock_reference, warn)
-        await asyncio.sleep(seconds)
 
 
 async def _progress(receiver: Source, log) -> None:

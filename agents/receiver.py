@@ -27,9 +27,10 @@ import sys
 from agents import amqp1_receiver, amqp_receiver, http_receiver, http_server, kafka_receiver
 from agents.amqp1_agent import main_amqp1
 from agents.amqp_agent import main_amqp
+from agents.duties import clock_every
 from agents.kafka_agent import main_kafka
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS
-from core import clock, contract, logs, memory, metrics, settings
+from core import logs, memory, metrics, settings
 from core.cli import OneLineParser, add_clock_reference, add_telemetry, add_wait, bootstrap_arg
 from core.procs import AMQP_RECEIVER_METRICS_PORT, HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap
 from core.rundir import ROOT
@@ -220,19 +221,11 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
     except ImportError:
         pass
 
-    def report_clock() -> None:
-        clock.report(lambda rec: spool.append(contract.encode([rec]).decode()), agent, a.clock_reference, log)
-
     async def run() -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-
-        async def clock_every(seconds: float) -> None:
-            while spool is not None:
-                await loop.run_in_executor(None, report_clock)
-                await asyncio.sleep(seconds)
 
         async def progress() -> None:  # every 10 s while it receives, every 10 minutes at idle
             say = logs.Progress(lambda line: log(line, flush=True))
@@ -254,8 +247,10 @@ def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) 
                 receiver.shared.sync(receiver.collect())
                 await asyncio.sleep(1.0)
 
-        tasks = [asyncio.create_task(clock_every(clock.REPORT_EVERY_S)), asyncio.create_task(progress()), asyncio.create_task(report_lost()),
+        tasks = [asyncio.create_task(progress()), asyncio.create_task(report_lost()),
                  asyncio.create_task(memory.trim_every()), asyncio.create_task(share_metrics())]
+        if spool is not None:
+            tasks.append(asyncio.create_task(clock_every(spool, agent, a.clock_reference, log)))
         await http_server.serve(receiver, host, port, reuse_port=reuse_port, stop=stop, limits=a.limits,
                                   ready=lambda: log(f"receiver {agent}: http://{host}:{port}/ -> " + (
                                       "(no telemetry)" if spool is None else
