@@ -61,4 +61,8 @@ def test_forward_delay_has_the_median_and_spread_it_is_given():
         stop_process(relay)
     # the answer goes out before the timer starts, and the forward adds a loopback POST: a little above the median
     assert MEDIAN_S * 0.97 <= np.median(d) <= MEDIAN_S * 1.15, np.median(d)
-    assert 0.8 * SIGMA <= np.std(np.log(d)) <= 1.25 * SIGMA, np.std(np.log(d))
+    # the spread from the quartiles of log(delay) (a normal's interquartile range is 1.349 sigma; its standard error
+    # at 400 events is ~4% of sigma): the standard deviation took in the busy machine's scheduling stalls, a few
+    # events late by tens of ms (CI, make test on three workers: 0.395 for 0.25, the median right)
+    q25, q75 = np.percentile(np.log(d), [25, 75])
+    assert 0.8 * SIGMA <= (q75 - q25) / 1.349 <= 1.25 * SIGMA, ((q75 - q25) / 1.349, np.std(np.log(d)))
