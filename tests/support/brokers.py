@@ -16,7 +16,7 @@ import pytest
 
 from core import output
 from core.output import State
-from core.procs import stop_process, wait_port
+from core.procs import free_port, stop_process, wait_port
 from core.units import parse_duration_ns
 from support import (
     ROOT,
@@ -45,9 +45,10 @@ class Broker:
     def __iter__(self):  # port, folder, procs = broker
         return iter((self.port, self.folder, self.procs))
 
-    def kill_and_restart(self, after_s: float = 6, down_s: float = 3):
-        """A ``during`` for ``run_attack``: kill -9 ``after_s`` into the attack, started again ``down_s`` later on
-        its own state (log, journal, Mnesia)."""
+    def kill_and_restart(self, after_s: float = 4, down_s: float = 3):
+        """A ``during`` for ``run_attack``: kill -9 ``after_s`` into the attack (``run_attacks`` starts it once every
+        load generator has had an event acknowledged), started again ``down_s`` later on its own state (log, journal,
+        Mnesia)."""
         events: list[tuple[str, int]] = []  # (what, when in ns), for a failure's text
 
         def during() -> None:
@@ -300,10 +301,17 @@ def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tu
             procs.append(jobs[-1])
         for a, d in zip(attacks, folders):
             wait_for_first_batch(broker, a.topic, a.run_id, d / a.run_id / "batches")
+        ports = [free_port() if during else None for _ in attacks]
         lgs = [attack(broker, a.topic, a.run_id, a.target, d, "--rate", str(a.rate), "--duration",
-                      f"{a.seconds}s", "--timeout", "10s", *a.args) for a, d in zip(attacks, folders)]
+                      f"{a.seconds}s", "--timeout", "10s", *a.args,
+                      *(["--metrics-listen", f"127.0.0.1:{port}"] if port else []))
+               for a, d, port in zip(attacks, folders, ports)]
         t = threading.Thread(target=during) if during else None
         if t:
+            # the fault's clock starts once every load generator has had an event acknowledged: counted from their
+            # start, a busy machine's generators were still connecting when the broker was killed (CI: "connection
+            # refused", an attack failed before its first send)
+            acknowledging(ports, lgs)
             t.start()
         outs = [lg.communicate(timeout=a.seconds + 240)[0] for a, lg in zip(attacks, lgs)]
         if t:
@@ -325,6 +333,29 @@ def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tu
                            for what, ns in getattr(during, "events", ())]
         out.append((summary, truth, report))
     return out
+
+
+def acknowledging(ports: list[int], lgs: list[subprocess.Popen], within_s: float = 120.0) -> None:
+    """Once every load generator (its /metrics at ``ports``) has had an event acknowledged; one that exited first, or
+    ``within_s``, fails the test with what it wrote."""
+    import urllib.request
+
+    waiting = dict(zip(ports, lgs))
+    deadline = time.monotonic() + within_s
+    while waiting and time.monotonic() < deadline:
+        for port, lg in list(waiting.items()):
+            if lg.poll() is not None:
+                pytest.fail(f"a load generator exited (code {lg.returncode}) before its first acknowledgement: "
+                            f"{lg.communicate()[0][-3000:]}")
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+            except OSError:
+                continue
+            if any(line.startswith("flightwatch_loadgen_requests_total{") and 'outcome="ok"' in line
+                   and float(line.rsplit(" ", 1)[1]) > 0 for line in text.splitlines()):
+                del waiting[port]
+        time.sleep(0.2)
+    assert not waiting, f"{len(waiting)} load generators had no event acknowledged within {within_s:g} s"
 
 
 def finished(*procs: subprocess.Popen, timeout_s: float = 120) -> list[subprocess.CompletedProcess]:

@@ -60,7 +60,7 @@ def test_bad_input_to_artemis_is_one_line_and_exit_2(broker, broker_artemis, tmp
 def test_an_artemis_killed_mid_attack_and_restarted_is_accounted_exactly(broker, broker_artemis, tmp_path):
     """One kill -9 under two runs side by side: transient messages to one address, durable ones to another."""
     port, _, _ = broker_artemis
-    kill_and_restart = broker_artemis.kill_and_restart()  # 6 s into the attack: kill -9, back 3 s later on its journal
+    kill_and_restart = broker_artemis.kill_and_restart()  # 4 s into the attack: kill -9, back 3 s later on its journal
     cases = ((False, artemis.QUEUE), (True, f"{DURABLE_QUEUE}?durable=true"))
     runs = [Attack(f"art-kill-{durable}", url1(port, address, user=LOGIN), 500, 25) for durable, address in cases]
     # a transient message (no header: AMQP 1.0's default) Artemis accepted and lost in the crash is a drop: Artemis

@@ -31,7 +31,7 @@ def apache_kafka(tmp_path_factory):
 def test_an_apache_kafka_killed_mid_attack_and_restarted_is_accounted_exactly_and_blamed_on_the_sut(
         broker, apache_kafka, tmp_path):
     port, _, _ = apache_kafka
-    kill_and_restart = apache_kafka.kill_and_restart()  # 6 s into the attack: kill -9, back 3 s later on its own log
+    kill_and_restart = apache_kafka.kill_and_restart()  # 4 s into the attack: kill -9, back 3 s later on its own log
     # 30 s: a killed KRaft node serves again ~11 s after its restart (its controller fences the dead incarnation
     # once its session times out, broker.session.timeout.ms 9 s), and the run must see it back
     s, truth, report = run_attack(broker, port, tmp_path, "akf-kill", "", 1000, 30, during=kill_and_restart,
