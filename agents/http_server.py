@@ -139,7 +139,9 @@ class _Connection(asyncio.Protocol):
         self.part, self.ending = IDLE, True
         self.headers = self.body = None
         self.transport.write(closing(response(408, f"request {part} not complete in time\n")))
-        self.transport.close()
+        # a lingering close: the client is still sending, and closed at once its next bytes drew a reset that could
+        # destroy the 408 before it was read (CI: a trickling client's read failed with "connection reset by peer")
+        self._end()
 
     def connection_lost(self, exc) -> None:
         self.conns.discard(self)
