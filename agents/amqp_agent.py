@@ -110,7 +110,8 @@ def main_amqp(a) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         duties = [asyncio.ensure_future(d) for d in (_every_second(spool, exposed), memory.trim_every(),
-                                                     clock_every(spool, a.agent, a.clock_reference, warn), _progress(receiver, log))]
+                                                     clock_every(spool, a.agent, a.clock_reference, warn),
+                                                     _progress(receiver, log))]
         try:
             await receiver.run(stop)
         finally:
