@@ -2,6 +2,7 @@
 The helpers the tests share are in ``tests/support``."""
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -108,14 +109,7 @@ def grouped_class() -> type:
             between other modules' and built its module fixtures again on the same session broker (in CI, a topic
             filled twice). On a fresh clone's 910 test times the modules dealt simulate 913 s of wall, the tests
             dealt 953 s, the slices 1,064 s (911 s the perfect split)."""
-            units, i = [], 0
-            while i < len(self.pending):
-                j = i + 1
-                while j < len(self.pending) and _module(self.collection[self.pending[j]]) == _module(
-                        self.collection[self.pending[j - 1]]):
-                    j += 1
-                units.append(self.pending[i:j])
-                i = j
+            units = [list(run) for _, run in itertools.groupby(self.pending, key=lambda i: _module(self.collection[i]))]
             hands: list[list[int]] = [[] for _ in nodes]
             for k, unit in enumerate(units):
                 hands[k % len(nodes)].extend(unit)

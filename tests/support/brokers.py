@@ -16,7 +16,7 @@ import pytest
 
 from core import output
 from core.output import State
-from core.procs import free_port, stop_process, wait_port
+from core.procs import free_ports, stop_process, wait_port
 from core.units import parse_duration_ns
 from support import (
     ROOT,
@@ -301,7 +301,7 @@ def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tu
             procs.append(jobs[-1])
         for a, d in zip(attacks, folders):
             wait_for_first_batch(broker, a.topic, a.run_id, d / a.run_id / "batches")
-        ports = [free_port() if during else None for _ in attacks]
+        ports = free_ports(len(attacks)) if during else [None] * len(attacks)
         lgs = [attack(broker, a.topic, a.run_id, a.target, d, "--rate", str(a.rate), "--duration",
                       f"{a.seconds}s", "--timeout", "10s", *a.args,
                       *(["--metrics-listen", f"127.0.0.1:{port}"] if port else []))
@@ -340,6 +340,8 @@ def acknowledging(ports: list[int], lgs: list[subprocess.Popen], within_s: float
     ``within_s``, fails the test with what it wrote."""
     import urllib.request
 
+    from prometheus_client.parser import text_string_to_metric_families
+
     waiting = dict(zip(ports, lgs))
     deadline = time.monotonic() + within_s
     while waiting and time.monotonic() < deadline:
@@ -351,8 +353,8 @@ def acknowledging(ports: list[int], lgs: list[subprocess.Popen], within_s: float
                 text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
             except OSError:
                 continue
-            if any(line.startswith("flightwatch_loadgen_requests_total{") and 'outcome="ok"' in line
-                   and float(line.rsplit(" ", 1)[1]) > 0 for line in text.splitlines()):
+            if any(sample.name == "flightwatch_loadgen_requests_total" and sample.labels.get("outcome") == "ok"
+                   and sample.value > 0 for family in text_string_to_metric_families(text) for sample in family.samples):
                 del waiting[port]
         time.sleep(0.2)
     assert not waiting, f"{len(waiting)} load generators had no event acknowledged within {within_s:g} s"
