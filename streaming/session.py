@@ -12,6 +12,7 @@ import os
 import re
 import sys
 
+from core import classarchive
 from core.rundir import ROOT as PROJECT_ROOT
 from core.settings import get as setting
 
@@ -64,6 +65,9 @@ def settings(master: str, run_id: str, command: str, given: dict) -> dict:
         # 70-110 MiB in soaks); it costs ~1.5 s of start per GiB. Its JIT stops at C1: C2 kept recompiling Spark's
         # per-batch code paths for minutes (0.12 core of C2 thread at idle, 3 minutes in)
         java_options = f"-Xms{heap} -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1"
+    if not any(cds in (java_options or "") for cds in ("Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")):
+        # Spark's classes mapped from the archive `make install` built for this JVM and these jars (core.classarchive)
+        java_options = " ".join(filter(None, [java_options, classarchive.java_options()])) or None
     ours = {
         "spark.master": master,
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
