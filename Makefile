@@ -52,7 +52,7 @@ help: ## list the targets
 	$(PYTHON) -m pip install -q -e '.[test,docs]'
 	touch $@
 
-install: .venv/.installed ## create .venv and install the pinned dependencies; the project's bytecode compiled (every process of a run, a Spark worker too, imports it compiled: ~0.25 s of CPU less each where PYTHONDONTWRITEBYTECODE is set) and the job's JVM class archive built (core.classarchive: a job's start 8 s of CPU shorter)
+install: .venv/.installed ## create .venv and install the pinned dependencies; the project's bytecode compiled (every process of a run, a Spark worker too, imports it compiled: ~0.25 s of CPU less each where PYTHONDONTWRITEBYTECODE is set) and the job's JVM class archive built (core.classarchive: a job's start 5 s of CPU shorter)
 	@$(PYTHON) -m compileall -q -j 0 $(PACKAGES) > /dev/null
 	@$(PYTHON) -m stack.classarchive || echo "(the job starts without its class archive)"
 
@@ -148,8 +148,9 @@ soak: up ## 15 minutes at 2,000 events/s through the stack (MINUTES=30 RATE=5000
 workday: install ## a day of testing, compressed: make up, 9 attacks over 45 minutes with idle stretches, every process's CPU, memory and logs (SHORT=1: 6 minutes, 3 runs)
 	$(PYTHON) -m bench.workday $(if $(SHORT),--short) $(if $(MINUTES),--minutes $(MINUTES))
 
-bench: install ## benchmarks: flightwatch's own footprint, wire encodings, what saying where each event arrived costs, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the executors' join state (commit protocol vs Spark's state store), the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, its calibration with run-to-run effects (false alarms, detection, coverage), change-point detectors, each transport's generator beside the broker's own tool (RabbitMQ PerfTest, artemis perf, kafka-producer-perf-test)
+bench: install ## benchmarks: flightwatch's own footprint, a job's start with and without its JVM class archive, wire encodings, what saying where each event arrived costs, load generator vs hey, HTTP receiver vs wrk, pipeline at rising rates, the executors' join state (commit protocol vs Spark's state store), the join per core and its projection for 1M events/s, replay speed, verdict lag and false alarms, run comparison's false alarms and power, its calibration with run-to-run effects (false alarms, detection, coverage), change-point detectors, each transport's generator beside the broker's own tool (RabbitMQ PerfTest, artemis perf, kafka-producer-perf-test)
 	$(PYTHON) -m bench.footprint
+	$(PYTHON) -m bench.jobstart
 	$(PYTHON) -m bench.encoding
 	$(PYTHON) -m bench.where
 	$(PYTHON) -m bench.loadgen

@@ -2,8 +2,8 @@
 
 A local job's JVM loads and verifies some 15,000 of Spark's classes at each start. Java's class data sharing (CDS,
 a dynamic archive: JDK 13 and later) writes them once, as a JVM loaded them, into a file that later JVMs map instead.
-Measured here (2 cores, JDK 17, Spark 4): a job's start to its first batch went from 19-21 s to 12-15 s, with 8 s of
-CPU less per start.
+Measured here (2 cores, JDK 17, Spark 4; ``python -m bench.jobstart``): a job's start to its first batch went from
+19.1 s to 14.6 s (medians), and its CPU until its first batch with records from 26.0 to 20.7 s.
 
 The archive holds for one JVM build and one classpath (the JVM checks each jar's size and time, and maps nothing on a
 mismatch), so its file is named by a key of both and a JVM is only given an archive of its own key. ``make install``
