@@ -6,7 +6,7 @@ the classes it loaded when it exits.
 
 The job runs as a live job does (``streaming run``, on a Tansu broker of its own on loopback), over a second of
 sends, answers, receives, a node sample and heartbeats, with ``--available-now``: so the archive holds the classes of
-reading, joining, windowing and writing, not only of starting. ~40 s on 2 cores; a missing java is one line, not a
+reading, joining, windowing and writing, not only of starting. About a minute on 2 cores; a missing java is one line, not a
 failure (Spark then cannot run either, and says so).
 """
 from __future__ import annotations
@@ -62,6 +62,14 @@ def _sid(pid: int) -> int | None:
         return None
 
 
+def _building(name: str) -> bool:
+    """Whether ``name`` is the part-written archive of a build still running (``<archive>.<pid>.part``)."""
+    import psutil
+
+    pid = name.rsplit(".", 2)[-2] if name.endswith(".part") else ""
+    return pid.isdigit() and int(pid) != os.getpid() and psutil.pid_exists(int(pid))
+
+
 def build(force: bool = False, log=print) -> str | None:
     """The archive's path, built when missing (or ``force``); None where there is no java or no Spark."""
     target = classarchive.path()
@@ -76,7 +84,7 @@ def build(force: bool = False, log=print) -> str | None:
 
     os.makedirs(classarchive.FOLDER, exist_ok=True)
     t0 = time.monotonic()
-    log(f"classarchive: building the job's JVM class archive {target} (a job over a synthetic second, ~40 s) ...")
+    log(f"classarchive: building the job's JVM class archive {target} (a job over a synthetic second, about a minute) ...")
     with tempfile.TemporaryDirectory(prefix="classarchive-") as tmp:
         port = free_port()
         with open(os.path.join(tmp, "tansu.log"), "wb") as tansu_log:
@@ -116,7 +124,7 @@ def build(force: bool = False, log=print) -> str | None:
             if os.path.exists(partial := f"{target}.{os.getpid()}.part"):
                 os.remove(partial)
     for name in os.listdir(classarchive.FOLDER):  # another JDK's, other jars': no JVM maps them again
-        if os.path.join(classarchive.FOLDER, name) != target:  # a .part too: a build that was killed
+        if os.path.join(classarchive.FOLDER, name) != target and not _building(name):
             os.remove(os.path.join(classarchive.FOLDER, name))
     log(f"classarchive: {os.path.getsize(target) / 2**20:.0f} MiB in {time.monotonic() - t0:.0f} s")
     return target
