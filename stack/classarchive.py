@@ -19,7 +19,7 @@ import tempfile
 import time
 
 from core import classarchive, contract
-from core.procs import free_port, stop_process
+from core.procs import free_port, stop_process, stop_session
 from core.rundir import ROOT
 
 RUN_ID = "classarchive"
@@ -38,28 +38,6 @@ def records(now_ns: int, events: int = 200) -> list[contract.Record]:
     out.append(contract.RunStop(RUN_ID, "lg", now_ns + 1_000_000_000, reason="completed"))
     out += [contract.Heartbeat(RUN_ID, agent, now_ns + s * 1_000_000_000) for s in range(1, 9) for agent in ("lg", "rx")]
     return out
-
-
-def _session_ended(sid: int, timeout_s: float) -> None:
-    """Wait until no process is left in session ``sid`` (one we started: its leader's PID); SIGKILL them after that."""
-    import signal
-
-    import psutil
-
-    deadline = time.monotonic() + timeout_s
-    while left := [p for p in psutil.process_iter() if _sid(p.pid) == sid]:
-        if time.monotonic() > deadline:
-            for p in left:
-                p.send_signal(signal.SIGKILL)
-            return
-        time.sleep(0.2)
-
-
-def _sid(pid: int) -> int | None:
-    try:
-        return os.getsid(pid)
-    except OSError:
-        return None
 
 
 def _building(name: str) -> bool:
@@ -85,6 +63,7 @@ def build(force: bool = False, log=print) -> str | None:
     os.makedirs(classarchive.FOLDER, exist_ok=True)
     t0 = time.monotonic()
     log(f"classarchive: building the job's JVM class archive {target} (a job over a synthetic second, about a minute) ...")
+    partial = f"{target}.{os.getpid()}.part"  # beside it: renamed in one step
     with tempfile.TemporaryDirectory(prefix="classarchive-") as tmp:
         port = free_port()
         with open(os.path.join(tmp, "tansu.log"), "wb") as tansu_log:
@@ -96,7 +75,6 @@ def build(force: bool = False, log=print) -> str | None:
             producer.produce(topic(), contract.encode(records(time.time_ns() - 30_000_000_000)), b"lg")
             if producer.flush(30):
                 raise RuntimeError(f"the telemetry did not reach the Tansu broker on {bootstrap}")
-            partial = f"{target}.{os.getpid()}.part"  # beside it: renamed in one step
             env = dict(os.environ, PYTHONPATH=ROOT, FLIGHTWATCH_DRIVER_MEMORY="1g",
                        FLIGHTWATCH_DRIVER_JAVA_OPTIONS=f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={partial} "
                                                        "-Xlog:cds=off -Xlog:cds+dynamic=off")
@@ -109,10 +87,9 @@ def build(force: bool = False, log=print) -> str | None:
                 try:
                     job.wait(600)
                 finally:
-                    stop_process(job)
-                # its JVM writes the archive as it exits, after the job's Python (EOF on its stdin): it is done when
-                # the job's session has no process left
-                _session_ended(job.pid, 120)
+                    # its JVM writes the archive as it exits, after the job's Python (EOF on its stdin): it is done
+                    # when the job's session has no process left
+                    stop_session(job.pid, wait_s=120)
             if job.returncode != 0 or not os.path.isfile(partial):
                 with open(os.path.join(tmp, "job.log"), errors="replace") as f:
                     tail = "".join(f.readlines()[-20:])
@@ -121,7 +98,7 @@ def build(force: bool = False, log=print) -> str | None:
             os.replace(partial, target)  # whole or not at all: a JVM starting meanwhile maps no half-written file
         finally:
             stop_process(tansu)
-            if os.path.exists(partial := f"{target}.{os.getpid()}.part"):
+            if os.path.exists(partial):
                 os.remove(partial)
     for name in os.listdir(classarchive.FOLDER):  # another JDK's, other jars': no JVM maps them again
         if os.path.join(classarchive.FOLDER, name) != target and not _building(name):
