@@ -21,34 +21,15 @@ import tempfile
 import time
 import types
 
-import psutil
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from core import classarchive, contract  # noqa: E402
+from core import classarchive, contract, observer  # noqa: E402
 from core.procs import free_port, stop_process  # noqa: E402
 from core.rundir import RunPaths  # noqa: E402
 
 BASE = "-Xms1g -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1"
 """The live job's own JVM options (streaming.session) at the tests' 1g."""
-
-
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of a process and its descendants, those that ended and were waited for included."""
-    total = 0.0
-    try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return total
-    for p in tree:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.Error:
-            continue
-    return total
 
 
 def one_start(run_id: str, bootstrap: str, folder: str, java_options: str) -> dict:
@@ -74,7 +55,7 @@ def one_start(run_id: str, bootstrap: str, folder: str, java_options: str) -> di
                 first = time.monotonic() - t0
             if warm(paths.batches):
                 return {"first_batch_s": first or time.monotonic() - t0, "warm_s": time.monotonic() - t0,
-                        "cpu_s": tree_cpu_s(job.pid)}
+                        "cpu_s": observer.tree_cpu_s(job.pid, ended=True) or 0.0}
             time.sleep(0.25)
         raise RuntimeError(f"the job {run_id} did not process a record within 180 s; see {log.name}")
     finally:

@@ -101,8 +101,9 @@ def with_children(root_pids: dict[int, str]) -> dict[int, str]:
     return out
 
 
-def tree_cpu_s(pid: int) -> float | None:
-    """CPU seconds (user + system) of a process and of its descendants alive now; None if it is gone."""
+def tree_cpu_s(pid: int, ended: bool = False) -> float | None:
+    """CPU seconds (user + system) of a process and of its descendants alive now (``ended``: and of those that ended
+    and were waited for); None if it is gone."""
     try:
         root = psutil.Process(pid)
         tree = [root, *root.children(recursive=True)]
@@ -112,7 +113,7 @@ def tree_cpu_s(pid: int) -> float | None:
     for p in tree:
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            total += t.user + t.system + (t.children_user + t.children_system if ended else 0.0)
         except psutil.Error:  # a helper that just exited: its time is gone with it
             continue
     return total
