@@ -29,12 +29,13 @@ def java() -> str | None:
 
 
 def spark_jars() -> str | None:
-    """The folder of Spark's jars: ``$SPARK_HOME/jars``, else the pyspark package's, or None."""
+    """The folder of Spark's jars, resolved: ``$SPARK_HOME/jars``, else the pyspark package's, or None."""
     home = os.environ.get("SPARK_HOME")
     if not home:
         spec = importlib.util.find_spec("pyspark")
         home = os.path.dirname(spec.origin) if spec and spec.origin else None
-    jars = os.path.join(home, "jars") if home else None
+    # resolved, as pyspark's find_spark_home resolves them: one key whatever link leads here (VENV_CACHE's .venv)
+    jars = os.path.realpath(os.path.join(home, "jars")) if home else None
     return jars if jars and os.path.isdir(jars) else None
 
 
