@@ -43,6 +43,9 @@ ABORT_ON   ?=
 # the editable install at this checkout, under a lock. The two newest are kept. One checkout at a time uses a venv.
 VENV_CACHE ?=
 VENV_LOCK  := $(if $(VENV_CACHE),flock "$(VENV_CACHE)/.lock")
+# pip run by the venv's own path, not through the link: the scripts it writes (pytest, mkdocs) name their
+# interpreter by that path, which outlives the clone
+VENV_PIP   := $(if $(VENV_CACHE),"$$(readlink -f .venv)/bin/python",$(PYTHON)) -m pip
 
 PACKAGES   := core runs agents streaming loadgen ui stack bench scenarios flightwatch
 .DEFAULT_GOAL := help
@@ -57,8 +60,8 @@ help: ## list the targets
 	  if [ -d .venv ] && [ ! -L .venv ]; then echo "VENV_CACHE: .venv is a folder of its own; kept (remove it to use the cache)"; \
 	  else [ -x "$$dir/bin/python" ] || python3 -m venv "$$dir"; ln -sfn "$$dir" .venv; echo "the venv: .venv -> $$dir"; fi; fi
 	test -x $(PYTHON) || python3 -m venv .venv
-	$(VENV_LOCK) $(PYTHON) -m pip install -q --upgrade pip
-	$(VENV_LOCK) $(PYTHON) -m pip install -q -e '.[test,docs]'
+	$(VENV_LOCK) $(VENV_PIP) install -q --upgrade pip
+	$(VENV_LOCK) $(VENV_PIP) install -q -e '.[test,docs]'
 	touch $@
 	@if [ -n "$(VENV_CACHE)" ]; then ls -t "$(VENV_CACHE)"/venv-*/.installed 2>/dev/null | tail -n +3 | xargs -r -n1 dirname | xargs -r rm -rf; fi
 
