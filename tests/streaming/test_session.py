@@ -3,6 +3,8 @@
 cluster is in tests/system/test_distributed.py."""
 from __future__ import annotations
 
+import pytest
+
 from streaming import session
 
 
@@ -54,3 +56,54 @@ def test_a_master_in_spark_defaults_is_a_given_master(tmp_path, monkeypatch):
     assert session.given_master() == "spark://10.0.0.5:7077"
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "none"))
     assert session.given_master() is None
+
+
+SPARKS_OWN = ("{p}/python/lib/pyspark.zip", "{p}/python/lib/py4j-0.10.9.9-src.zip", "{p}/jars/spark-core_2.13-4.3.0.jar")
+
+
+def test_a_local_jobs_workers_drop_sparks_zips_of_pyspark_and_keep_the_rest_of_their_path_in_order(tmp_path):
+    """streaming/worker-python: Spark's own copies of pyspark, py4j and its core jar off the path (the interpreter has
+    them installed and compiled); every other entry kept, in its order; the interpreter the job gave run with the
+    arguments as given."""
+    import os
+    import subprocess
+    import sys
+
+    import pyspark
+
+    home = os.path.dirname(pyspark.__file__)
+    spark = [s.format(p=home) for s in SPARKS_OWN]
+    path = ":".join([spark[2], "/a b", "/c", spark[0], spark[1], "/d/pyspark.zip.not", "/c"])
+    p = subprocess.run([session.WORKER_PYTHON, "-c", "import os, sys, pyspark, py4j; print(os.environ['PYTHONPATH']);"
+                        "print(sys.argv[1:]); print(pyspark.__file__); print(py4j.__file__); print(sys.executable)",
+                        "x y", "-m"], env=dict(os.environ, PYTHONPATH=path, FW_WORKER_PYTHON=sys.executable),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    kept, argv, imported, py4j_file, exe = p.stdout.splitlines()
+    assert kept == "/a b:/c:/d/pyspark.zip.not:/c" and argv == "['x y', '-m']" and exe == sys.executable
+    assert imported == pyspark.__file__ and ".zip" not in py4j_file
+    assert session.packages_installed()
+    # a driver whose pyspark is Spark's zip (a Spark distribution on PYTHONPATH) keeps it for its workers
+    check = "from streaming import session; print(session.packages_installed())"
+    p = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=":".join([spark[0], spark[1], session.PROJECT_ROOT])))
+    assert p.stdout.strip() == "False", p.stdout + p.stderr
+
+
+@pytest.mark.integration
+def test_a_local_sessions_python_workers_import_the_installed_pyspark():
+    """A real local session (``build_spark``): its task's Python worker imports pyspark from the package, compiled,
+    not from Spark's zip, and runs this interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from streaming.session import build_spark; s = build_spark('local[1]', 'zips', 'replay');"
+            "print(s.sparkContext.parallelize([0], 1).map(lambda _: (__import__('pyspark').__file__, "
+            "sys.executable)).collect()[0]); s.stop()")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                       env=dict(os.environ, PYTHONPATH=session.PROJECT_ROOT), cwd=session.PROJECT_ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    import pyspark
+
+    assert p.stdout.strip().splitlines()[-1] == repr((pyspark.__file__, sys.executable)), p.stdout
