@@ -93,6 +93,8 @@ def settings(master: str, run_id: str, command: str, given: dict) -> dict:
     }
     if java_options:
         ours["spark.driver.extraJavaOptions"] = java_options
+    if os.environ.get("PYSPARK_PYTHON") == WORKER_PYTHON:  # executors run the script too (the path is the driver's)
+        ours["spark.executorEnv.FW_WORKER_PYTHON"] = os.environ["FW_WORKER_PYTHON"]
     if "spark.master" in given:  # a cluster's Spark: its own settings
         ours = {k: v for k, v in ours.items() if k not in LOCAL_ONLY}
         # an executor whose tasks fail (its host lost the run folders' volume: streaming.executors.check_run_folder)
@@ -110,8 +112,9 @@ def settings(master: str, run_id: str, command: str, given: dict) -> dict:
 
 
 WORKER_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker-python")
-"""A local job's Python workers: this interpreter, with pyspark imported compiled rather than from Spark's zip (~1
-CPU-s less in each of the five Python processes a job starts; the script says how)."""
+"""The job's Python workers, where they would run this interpreter (always for a local job; on a cluster, unless
+PYSPARK_PYTHON names another): this interpreter, with pyspark imported compiled rather than from Spark's zip (~1 CPU-s
+less in each of the five Python processes a job starts; the script says how)."""
 
 
 def packages_installed() -> bool:
@@ -133,10 +136,11 @@ def build_spark(master: str, run_id: str, command: str):
     if "spark.master" not in given:  # Python workers run this interpreter, on loopback
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ["PYSPARK_PYTHON"] = sys.executable
-        if packages_installed():
-            os.environ["PYSPARK_PYTHON"], os.environ["FW_WORKER_PYTHON"] = WORKER_PYTHON, sys.executable
     else:  # the image's (the entrypoint sets it), or this one
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if os.environ["PYSPARK_PYTHON"] == sys.executable and packages_installed():
+        # this interpreter all the same, with pyspark imported compiled (a cluster's executors are given it too)
+        os.environ["PYSPARK_PYTHON"], os.environ["FW_WORKER_PYTHON"] = WORKER_PYTHON, sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [PROJECT_ROOT, *os.environ.get("PYTHONPATH", "").split(os.pathsep)])))
     from pyspark.sql import SparkSession
 

@@ -107,3 +107,16 @@ def test_a_local_sessions_python_workers_import_the_installed_pyspark():
     import pyspark
 
     assert p.stdout.strip().splitlines()[-1] == repr((pyspark.__file__, sys.executable)), p.stdout
+
+
+def test_a_clusters_executors_are_given_the_interpreter_the_workers_script_runs(monkeypatch):
+    """Where the job's workers run the script, a cluster's executors are told which interpreter it runs (the script's
+    path and the interpreter are the driver's, as PYTHONPATH's project is); where PYSPARK_PYTHON names another (an
+    image's entrypoint), nothing is added."""
+    monkeypatch.setenv("PYTHONPATH", "/p")
+    given = {"spark.master": "spark://10.0.0.2:7077"}
+    monkeypatch.setenv("PYSPARK_PYTHON", session.WORKER_PYTHON)
+    monkeypatch.setenv("FW_WORKER_PYTHON", "/venv/bin/python")
+    assert session.settings("local[2]", "r1", "run", given)["spark.executorEnv.FW_WORKER_PYTHON"] == "/venv/bin/python"
+    monkeypatch.setenv("PYSPARK_PYTHON", "python3")
+    assert "spark.executorEnv.FW_WORKER_PYTHON" not in session.settings("local[2]", "r1", "run", given)

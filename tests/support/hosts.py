@@ -38,6 +38,14 @@ READ_ONLY_UNDER_ROOT = ("/root/.pyenv", "/root/.calfkit")
 in a home that is otherwise empty (root's is 0700: an unprivileged uid could not reach them)."""
 
 
+def venv_outside(checkout: str) -> str | None:
+    """The checkout's venv where ``.venv`` links to a folder outside it (make's VENV_CACHE: under root's home, which
+    the hosts cover), else None."""
+    venv = os.path.realpath(os.path.join(checkout, ".venv"))
+    inside = venv.startswith(os.path.realpath(checkout) + os.sep)
+    return None if inside or not os.path.isdir(venv) else venv
+
+
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
@@ -106,9 +114,9 @@ class Host:
     def _setup(self) -> str:
         """The shell run as root in the host's new mount and UTS namespaces before it becomes ``UID``."""
         q = shlex.quote
-        keep = "; ".join(f"mkdir -p /mnt{d} && mount --bind {d} /mnt{d}" for d in READ_ONLY_UNDER_ROOT if os.path.isdir(d))
-        back = "; ".join(f"mkdir -p {d} && mount --bind /mnt{d} {d} && mount -o remount,bind,ro {d}"
-                         for d in READ_ONLY_UNDER_ROOT if os.path.isdir(d))
+        kept = [q(d) for d in (*READ_ONLY_UNDER_ROOT, venv_outside(self.hosts.checkout)) if d and os.path.isdir(d)]
+        keep = "; ".join(f"mkdir -p /mnt{d} && mount --bind {d} /mnt{d}" for d in kept)
+        back = "; ".join(f"mkdir -p {d} && mount --bind /mnt{d} {d} && mount -o remount,bind,ro {d}" for d in kept)
         shared, root = q(self.hosts.shared), q(self.hosts.checkout)
         return "; ".join([
             "set -e",

@@ -32,8 +32,9 @@ def _clone(path: str) -> str:
     copy; ``python -m`` finds the environment beside its executable). Its interpreter's path."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     subprocess.run(["git", "clone", "-q", ROOT, path], check=True)
-    r = subprocess.run(["cp", "-al", os.path.join(ROOT, ".venv"), os.path.join(path, ".venv")], capture_output=True,
-                       text=True)
+    # the venv's own folder, not a link to it (make's VENV_CACHE links .venv to a folder the hosts do not see)
+    r = subprocess.run(["cp", "-al", os.path.realpath(os.path.join(ROOT, ".venv")), os.path.join(path, ".venv")],
+                       capture_output=True, text=True)
     if r.returncode:
         pytest.skip(f"cannot hard-link the virtual environment into {path} (another file system?): {r.stderr.strip()}")
     return os.path.join(path, ".venv", "bin", "python")
