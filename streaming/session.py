@@ -118,8 +118,8 @@ less in each of the five Python processes a job starts; the script says how)."""
 
 
 def packages_installed() -> bool:
-    """Whether this interpreter's pyspark and py4j are installed packages (so a worker needs not Spark's zips of
-    them), not imported from a zip on PYTHONPATH, and the worker's script is there to run."""
+    """Whether this interpreter's pyspark and py4j are installed packages, not imported from a zip on PYTHONPATH (so
+    that a worker does without Spark's zips of them), and the workers' script is there to run."""
     import importlib.util
 
     def compiled(name: str) -> bool:
