@@ -27,9 +27,10 @@ sys.path.insert(0, ROOT)
 from core import classarchive, contract, observer  # noqa: E402
 from core.procs import free_port, stop_process  # noqa: E402
 from core.rundir import RunPaths  # noqa: E402
+from streaming.session import live_java_options  # noqa: E402
 
-BASE = "-Xms1g -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1"
-"""The live job's own JVM options (streaming.session) at the tests' 1g."""
+BASE = live_java_options("1g")
+"""The live job's own JVM options at the tests' 1g."""
 
 
 def one_start(run_id: str, bootstrap: str, folder: str, java_options: str) -> dict:

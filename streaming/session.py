@@ -55,16 +55,21 @@ def given_master() -> str | None:
     return given_conf().get("spark.master")
 
 
+def live_java_options(heap: str) -> str:
+    """The live job's driver JVM options unless FLIGHTWATCH_DRIVER_JAVA_OPTIONS gives others. The live job lives as
+    long as the run: its whole heap is committed and touched at start (as servers run a JVM) so that G1 does not grow
+    it mid-run when a stall makes collections slow (a step of 70-110 MiB in soaks); it costs ~1.5 s of start per GiB.
+    Its JIT stops at C1: C2 kept recompiling Spark's per-batch code paths for minutes (0.12 core of C2 thread at
+    idle, 3 minutes in)."""
+    return f"-Xms{heap} -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1"
+
+
 def settings(master: str, run_id: str, command: str, given: dict) -> dict:
     """What the job sets on its session builder, given what the cluster already set (``given``)."""
     heap = setting("FLIGHTWATCH_DRIVER_MEMORY", "2g")
     java_options = setting("FLIGHTWATCH_DRIVER_JAVA_OPTIONS")
     if java_options is None and command == "run":
-        # the live job lives as long as the run: its whole heap is committed and touched at start (as servers
-        # run a JVM) so that G1 does not grow it mid-run when a stall makes collections slow (a step of
-        # 70-110 MiB in soaks); it costs ~1.5 s of start per GiB. Its JIT stops at C1: C2 kept recompiling Spark's
-        # per-batch code paths for minutes (0.12 core of C2 thread at idle, 3 minutes in)
-        java_options = f"-Xms{heap} -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1"
+        java_options = live_java_options(heap)
     if not any(cds in (java_options or "") for cds in ("Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")):
         # Spark's classes mapped from the archive `make install` built for this JVM and these jars (core.classarchive)
         java_options = " ".join(filter(None, [java_options, classarchive.java_options()])) or None
