@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -115,6 +116,10 @@ def test_the_stacks_receiver_on_the_targets_place_is_used(broker, tmp_path):
                           start_new_session=True)
     try:
         write_pid_file(str(stack / "kafka-receiver.pid"), rx.pid)
+        # until its exec, the child's command line is pytest's (CI once read it then); a stack's receiver is long up
+        deadline = time.monotonic() + 30
+        while "agents.receiver" not in psutil.Process(rx.pid).cmdline() and time.monotonic() < deadline:
+            time.sleep(0.05)
         port = broker.rsplit(":", 1)[1]
         assert follow.stack_receiver_on(TargetSpec.parse(f"kafka://localhost:{port}/{topic}"), str(stack)) == "kafka-receiver"
         assert follow.stack_receiver_on(TargetSpec.parse(f"kafka://{broker}/another"), str(stack)) is None
