@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from agents.amqp_receiver import amqp_families, amqp_progress
 from core import amqp, contract
 from core.amqp1_codec import read_event
 from core.amqp1_engine import EngineLink, pair_addresses
@@ -50,6 +51,12 @@ class Amqp1Receiver:
         if self.spool is not None:
             out["telemetry"] = self.spool.counters()
         return out
+
+    def collect(self):
+        return amqp_families(self)
+
+    def progress(self) -> tuple[tuple, str]:
+        return amqp_progress(self, "malformed")
 
     def _open(self) -> None:
         pairs = self.address.pairs  # credit per link: 10/s a pair needs little, and 1,000 links share the budget

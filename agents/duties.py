@@ -1,5 +1,5 @@
-"""The duties a receiver process on an asyncio loop has besides its events (``agents.receiver``'s HTTP sink,
-``agents.amqp_agent``), as tasks of that loop.
+"""A clock record every 5 s, as a task of a receiver process's asyncio loop (``agents.runner``'s duties for the HTTP
+sink and the AMQP 0-9-1 receiver).
 
     asyncio.create_task(clock_every(spool, agent, reference, warn))   # a clock record every 5 s
 """

@@ -48,6 +48,13 @@ class HttpReceiver:
             out["telemetry"] = self.spool.counters()
         return out
 
+    def progress(self) -> tuple[tuple, str]:
+        c = self.counters()
+        t = c.get("telemetry", {})
+        return ((c["received"], c["bad_total"], c["unattributed"], t.get("lost", 0)),
+                f"receiver {self.agent}: {c['received']:,} received, {c['bad_total']:,} bad requests, "
+                f"{c['unattributed']:,} without run ID; spooled {t.get('spooled', 0):,} lost {t.get('lost', 0):,}")
+
     def collect(self):
         """The counters as Prometheus metric families (prometheus-client's collector protocol: read at scrape time,
         nothing per event)."""

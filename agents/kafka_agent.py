@@ -1,17 +1,16 @@
-"""The Kafka receiver agent as a process (``python -m agents.receiver kafka``): its consumer of the SUT topic, its
-spool and shipper, its metrics, and its loop. What it does with each message is ``agents.kafka_receiver``.
+"""The Kafka receiver agent as a process (``python -m agents.receiver kafka``): its consumer of the SUT topic, polled
+in the process every receiver runs (``agents.runner``). What it does with each message is ``agents.kafka_receiver``.
 
     main_kafka(args)   # 0 when stopped (SIGTERM, Ctrl-C), 2 on bad settings or a SUT broker it cannot reach
 """
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 
 from agents.kafka_receiver import TOPIC_CHECK_S, KafkaReceiver
-from core import clock, contract, logs, metrics
+from agents.runner import Process, state_paths
+from core import logs
 from core.cli import await_brokers
 from core.kafka_options import SUT_ENV, client_options
 from core.units import parse_size
@@ -19,36 +18,6 @@ from core.units import parse_size
 
 class Refused(Exception):
     """A setting or a broker that stops the agent before it starts: the one-line reason (exit 2)."""
-
-
-class KafkaExposed:
-    """The Kafka receiver's counters as Prometheus metrics, read at scrape time, with its shipper's (``shared``)."""
-
-    def __init__(self, receiver: KafkaReceiver, spool) -> None:
-        self.receiver, self.spool = receiver, spool
-        self.shared = None  # core.metrics.Shared: the shipper process's counters
-
-    def collect(self):
-        return self.own() if self.shared is None else self.shared.collect(self.own())
-
-    def own(self):
-        r, agent = self.receiver, self.receiver.agent
-        for name, value, text in (("events", r.num_received, "events received from the SUT topic and recorded"),
-                                  ("unattributed", r.num_unattributed, "messages without a run or event ID, not recorded"),
-                                  ("consumer_errors", r.num_errors, "errors the consumer reported (a broker away, ...)"),
-                                  ("skipped_offsets", r.num_skipped, "offsets the broker never served: a later one "
-                                   "came first, and the consumer moved on (their events count as dropped)"),
-                                  ("topic_resets", r.num_resets, "times the SUT topic came back under a new ID (its log "
-                                   "lost) and was read again from its start")):
-            yield metrics.family("counter", f"flightwatch_kafka_receiver_{name}", text, ["agent"], [((agent,), value)])
-        c = self.spool.counters()
-        yield metrics.family("counter", "flightwatch_kafka_receiver_spooled_records", "receive records put in the "
-                             "telemetry spool (the shipper sends them on)", ["agent"], [((agent,), c["spooled"])])
-        yield metrics.family("counter", "flightwatch_kafka_receiver_spool_lost_records", "receive records refused: the "
-                             "spool was over its budget (the telemetry broker away for long)", ["agent"],
-                             [((agent,), c["lost"])])
-        yield metrics.family("gauge", "flightwatch_kafka_receiver_spool_over_budget", "1 while the spool is over its "
-                             "budget", ["agent"], [((agent,), int(c["over_budget"]))])
 
 
 def sut_consumer(a):
@@ -85,92 +54,6 @@ def sut_consumer(a):
         raise Refused(f"cannot reach the SUT broker {a.bootstrap} ({why}): is it up, and a Kafka broker?") from None
 
 
-class KafkaAgent:
-    """The agent's life: ``start`` (spool, shipper, receiver, metrics server), ``run`` (poll until stopped, with the
-    once-a-second, topic-check, clock and progress duties), ``stop`` (the shipper drains the spool)."""
-
-    def __init__(self, a, consumer, admin, budget_bytes: int) -> None:
-        from agents.shipper import start_shipper
-        from agents.spool import SpoolWriter
-
-        self.a, self.consumer = a, consumer
-        metrics.use_shared_dir(os.path.join(a.state_dir, f"{a.agent}.metrics"), clear=True)  # the shipper's too
-        self.spool_dir = os.path.join(a.state_dir, "spool")
-        self.spool = SpoolWriter(self.spool_dir, budget_bytes=budget_bytes, agent=a.agent)
-        self.shipper = start_shipper(self.spool_dir, a.telemetry_bootstrap, a.telemetry_topic, a.agent,
-                                     log_path=os.path.join(a.state_dir, "shipper.log"))
-        self.logger = logs.setup(a.agent)
-        self.log = logs.printer(self.logger)
-        self.receiver = KafkaReceiver(consumer, self.spool, a.topic, a.state_dir, a.agent, log=self.log,
-                                      warn=logs.printer(self.logger, logs.WARNING), admin=admin,
-                                      routes=getattr(a, "routes", False),
-                                      from_end=getattr(a, "from_end", False), share=getattr(a, "share", (0, 1)))
-        self.exposed = self.server = self.offsets = None
-        self.stopping: list[int] = []
-        signal.signal(signal.SIGTERM, lambda *_: self.stopping.append(1))
-
-    def start(self) -> None:
-        """``RuntimeError`` if the receiver cannot take up its offsets (the spool and shipper closed again)."""
-        a = self.a
-        try:
-            self.offsets = self.receiver.start()
-        except RuntimeError:
-            self.spool.close()
-            self.shipper.terminate()
-            raise
-        self.log(f"receiver {a.agent}: {a.bootstrap}/{a.topic} -> spool {self.spool_dir} -> "
-                 f"{a.telemetry_bootstrap}/{a.telemetry_topic}")
-        self.exposed = KafkaExposed(self.receiver, self.spool)
-        self.exposed.shared = metrics.Shared()
-        self.server = metrics.serve(self.exposed, a.metrics_listen, log=self.log)
-
-    def run(self) -> None:
-        r, offsets = self.receiver, self.offsets
-        last = last_check = last_second = time.monotonic()
-        last_clock, progress = 0.0, logs.Progress(lambda line: self.log(line, flush=True))
-        r.check_topic(offsets)  # learns the topic's ID
-        try:
-            while not self.stopping:
-                r.poll_once(offsets)
-                now = time.monotonic()
-                if now - last_second >= 1.0:  # once a second, not per batch
-                    self.spool.report_lost()
-                    self.exposed.shared.sync(self.exposed.own())
-                    last_second = now
-                if now - last_check >= TOPIC_CHECK_S:
-                    r.check_topic(offsets)
-                    last_check = now
-                if now - last_clock >= clock.REPORT_EVERY_S:
-                    clock.report(lambda rec: self.spool.append(contract.encode([rec]).decode().rstrip("\n")), self.a.agent,
-                                 self.a.clock_reference, logs.printer(self.logger, logs.WARNING))
-                    last_clock = now
-                if now - last >= 10:  # every 10 s while it receives, every 10 minutes at idle
-                    self.progress(progress)
-                    last = now
-        except KeyboardInterrupt:
-            pass
-
-    def progress(self, say: logs.Progress) -> None:
-        c = self.receiver.counters()
-        t = c["telemetry"]
-        figures = (c["received"], c["unattributed"], c["consumer_errors"], c["skipped_offsets"], c["topic_resets"],
-                   t["lost"])
-        say(figures, f"receiver {self.a.agent}: {c['received']:,} received, {c['unattributed']:,} without run/event "
-                     f"ID, {c['consumer_errors']:,} consumer errors, {c['skipped_offsets']:,} offsets never served, "
-                     f"{c['topic_resets']} topic resets; telemetry spooled {t['spooled']:,} lost {t['lost']:,}")
-
-    def stop(self) -> None:
-        from agents.shipper import stop_shipper
-
-        metrics.stop(self.server)
-        self.consumer.close()
-        self.receiver.wal.close()
-        self.spool.report_lost()
-        self.spool.close()
-        self.exposed.shared.close()
-        stop_shipper(self.shipper)  # it drains the spool, then exits
-
-
 def main_kafka(a) -> int:
     try:
         if not 1 <= a.fetch_wait_ms <= 300_000:
@@ -181,11 +64,38 @@ def main_kafka(a) -> int:
             raise Refused(f"--spool-budget: {e}") from None
         if not await_brokers("receiver", {"SUT": a.bootstrap, "telemetry": a.telemetry_bootstrap}, a.wait):
             return 2
-        agent = KafkaAgent(a, *sut_consumer(a), budget_bytes)
-        agent.start()
-    except (Refused, RuntimeError) as e:
+        consumer, admin = sut_consumer(a)
+    except Refused as e:
         print(f"receiver: error: {e}", file=sys.stderr)
         return 2
-    agent.run()
-    agent.stop()
+    logger = logs.setup(a.agent)
+    log, warn = logs.printer(logger), logs.printer(logger, logs.WARNING)
+    spool_dir, shipper_log, metrics_dir = state_paths(a.state_dir, a.agent)
+    process = Process(a, a.agent, spool_dir, budget_bytes, shipper_log, log, warn, metrics_dir=metrics_dir)
+    receiver = KafkaReceiver(consumer, process.spool, a.topic, a.state_dir, a.agent, log=log, warn=warn, admin=admin,
+                             routes=a.routes, from_end=a.from_end, share=a.share)
+    try:
+        try:
+            offsets = receiver.start()
+        except RuntimeError as e:
+            print(f"receiver: error: {e}", file=sys.stderr)
+            return 2
+        process.start(receiver, a.metrics_listen)
+        log(f"receiver {a.agent}: {a.bootstrap}/{a.topic} -> spool {spool_dir} -> "
+            f"{a.telemetry_bootstrap}/{a.telemetry_topic}")
+        receiver.check_topic(offsets)  # learns the topic's ID
+        last_check = time.monotonic()
+
+        def turn() -> None:
+            nonlocal last_check
+            receiver.poll_once(offsets)
+            if time.monotonic() - last_check >= TOPIC_CHECK_S:
+                receiver.check_topic(offsets)
+                last_check = time.monotonic()
+
+        process.run_blocking(turn)
+    finally:
+        consumer.close()
+        receiver.wal.close()
+        process.close()
     return 0

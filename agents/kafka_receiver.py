@@ -80,6 +80,38 @@ class KafkaReceiver:
             out["telemetry"] = self.spool.counters()
         return out
 
+    def collect(self):
+        """The counters as Prometheus metric families, read at scrape time."""
+        from core.metrics import family
+
+        agent = self.agent
+        for name, value, text in (("events", self.num_received, "events received from the SUT topic and recorded"),
+                                  ("unattributed", self.num_unattributed,
+                                   "messages without a run or event ID, not recorded"),
+                                  ("consumer_errors", self.num_errors, "errors the consumer reported (a broker away, "
+                                   "...)"),
+                                  ("skipped_offsets", self.num_skipped, "offsets the broker never served: a later one "
+                                   "came first, and the consumer moved on (their events count as dropped)"),
+                                  ("topic_resets", self.num_resets, "times the SUT topic came back under a new ID (its "
+                                   "log lost) and was read again from its start")):
+            yield family("counter", f"flightwatch_kafka_receiver_{name}", text, ["agent"], [((agent,), value)])
+        c = self.spool.counters()
+        yield family("counter", "flightwatch_kafka_receiver_spooled_records", "receive records put in the telemetry "
+                     "spool (the shipper sends them on)", ["agent"], [((agent,), c["spooled"])])
+        yield family("counter", "flightwatch_kafka_receiver_spool_lost_records", "receive records refused: the spool "
+                     "was over its budget (the telemetry broker away for long)", ["agent"], [((agent,), c["lost"])])
+        yield family("gauge", "flightwatch_kafka_receiver_spool_over_budget", "1 while the spool is over its budget",
+                     ["agent"], [((agent,), int(c["over_budget"]))])
+
+    def progress(self) -> tuple[tuple, str]:
+        c = self.counters()
+        t = c["telemetry"]
+        return ((c["received"], c["unattributed"], c["consumer_errors"], c["skipped_offsets"], c["topic_resets"],
+                 t["lost"]),
+                f"receiver {self.agent}: {c['received']:,} received, {c['unattributed']:,} without run/event ID, "
+                f"{c['consumer_errors']:,} consumer errors, {c['skipped_offsets']:,} offsets never served, "
+                f"{c['topic_resets']} topic resets; telemetry spooled {t['spooled']:,} lost {t['lost']:,}")
+
     def _write_ahead(self, offsets: dict, records: list[str]) -> None:
         """First line: the offsets after the batch; then the batch's receive records, one per line."""
         self.wal.write("\n".join([json.dumps(offsets), *records]).encode())

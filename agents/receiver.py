@@ -27,9 +27,9 @@ import sys
 from agents import amqp1_receiver, amqp_receiver, http_receiver, http_server, kafka_receiver
 from agents.amqp1_agent import main_amqp1
 from agents.amqp_agent import main_amqp
-from agents.duties import clock_every
 from agents.kafka_agent import main_kafka
 from agents.kafka_receiver import FETCH_MAX_WAIT_MS
+from agents.runner import Process
 from core import logs, memory, metrics, settings
 from core.cli import OneLineParser, add_clock_reference, add_telemetry, add_wait, bootstrap_arg
 from core.procs import AMQP_RECEIVER_METRICS_PORT, HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap
@@ -201,74 +201,30 @@ def main_http(a, log=None) -> int:
 
 
 def _serve_one(a, host: str, port: int, agent: str, reuse_port: bool, log=None) -> int:
-    log = log or logs.printer(logs.setup(agent))
-    import asyncio
+    logger = logs.setup(agent)
+    log = log or logs.printer(logger)
+    spool_dir = None if a.no_telemetry else os.path.join(a.spool_dir, agent)
+    process = Process(a, agent, spool_dir, a.spool_budget_bytes, os.path.join(a.spool_dir, f"{agent}.shipper.log"),
+                      log, logs.printer(logger, logs.WARNING))
+    receiver = http_receiver.HttpReceiver(process.spool, agent, a.run)
+    receiver.shared = process.shared  # /metrics is the sink's own port: every worker's and shipper's counters
 
-    from agents.shipper import start_shipper, stop_shipper
-    from agents.spool import SpoolWriter
-
-    spool = shipper = None
-    if not a.no_telemetry:
-        spool_dir = os.path.join(a.spool_dir, agent)
-        spool = SpoolWriter(spool_dir, budget_bytes=a.spool_budget_bytes, agent=agent)
-        shipper = start_shipper(spool_dir, a.telemetry_bootstrap, a.telemetry_topic, agent,
-                                log_path=os.path.join(a.spool_dir, f"{agent}.shipper.log"))
-    receiver = http_receiver.HttpReceiver(spool, agent, a.run)
-    receiver.shared = metrics.Shared()
-    try:
-        import uvloop
-        uvloop.install()
-    except ImportError:
-        pass
-
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-
-        async def progress() -> None:  # every 10 s while it receives, every 10 minutes at idle
-            say = logs.Progress(lambda line: log(line, flush=True))
-            while True:
-                await asyncio.sleep(10)
-                c = receiver.counters()
-                t = c.get("telemetry", {})
-                say((c["received"], c["bad_total"], c["unattributed"], t.get("lost", 0)),
-                    f"receiver {agent}: {c['received']:,} received, {c['bad_total']:,} bad requests, "
-                    f"{c['unattributed']:,} without run ID; spooled {t.get('spooled', 0):,} lost {t.get('lost', 0):,}")
-
-        async def report_lost() -> None:  # the last refused lines too, once nothing more arrives
-            while spool is not None:
-                await asyncio.sleep(1.0)
-                spool.report_lost()
-
-        async def share_metrics() -> None:  # once a second, not per event
-            while True:
-                receiver.shared.sync(receiver.collect())
-                await asyncio.sleep(1.0)
-
-        tasks = [asyncio.create_task(progress()), asyncio.create_task(report_lost()),
-                 asyncio.create_task(memory.trim_every()), asyncio.create_task(share_metrics())]
-        if spool is not None:
-            tasks.append(asyncio.create_task(clock_every(spool, agent, a.clock_reference, log)))
+    async def body(stop) -> int:
+        process.start(receiver)
         await http_server.serve(receiver, host, port, reuse_port=reuse_port, stop=stop, limits=a.limits,
-                                  ready=lambda: log(f"receiver {agent}: http://{host}:{port}/ -> " + (
-                                      "(no telemetry)" if spool is None else
-                                      f"spool {spool.dir} -> {a.telemetry_bootstrap}/{a.telemetry_topic}"), flush=True))
-        for t in tasks:
-            t.cancel()
+                                ready=lambda: log(f"receiver {agent}: http://{host}:{port}/ -> " + (
+                                    "(no telemetry)" if process.spool is None else
+                                    f"spool {process.spool.dir} -> {a.telemetry_bootstrap}/{a.telemetry_topic}"),
+                                    flush=True))
+        return 0
 
     try:
-        asyncio.run(run())
+        return process.run_async(body)
     except OSError as e:
         print(f"receiver: error: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
         return 2
     finally:
-        receiver.shared.close()
-        if spool is not None:
-            spool.close()
-            stop_shipper(shipper)  # it drains the spool, then exits
-    return 0
+        process.close()
 
 
 def _serve_workers(a, host: str, port: int) -> int:

@@ -12,9 +12,10 @@ Per event, in this order, the same for every transport:
      shipper takes to the telemetry topic (the Kafka receiver writes its batch ahead to a file first);
   4. **ack** it to the broker only then (a consumer offset, a ``basic.ack``, an AMQP 1.0 ``accepted``), so a message
      the broker forgets is one the spool holds.
-How it is driven (librdkafka's poll, pika's asyncio connection, proton's engine) is the consumer's own; its process
-(``agents/<transport>_agent.py``) adds the duties every receiver has: spool, shipper, /metrics, clock records and
-progress lines.
+How it is driven (librdkafka's poll, pika's asyncio connection, proton's engine) is the consumer's own. The process
+around it is one for every transport (``agents.runner.Process``): spool, shipper, /metrics, clock records, progress
+lines, memory trim and shutdown; a transport's ``agents/<transport>_agent.py`` only checks its flags, connects, and
+hands the process its turn (``run_blocking``) or its coroutine (``run_async``).
 """
 from __future__ import annotations
 
@@ -35,3 +36,10 @@ class Source(Protocol):
     def counters(self) -> dict:
         """``agent``, ``received``, ``unattributed``, the transport's own counts (``connection_losses``, ...), and
         ``telemetry``: the spool's ``spooled`` and ``lost``."""
+
+    def collect(self):
+        """The counters as Prometheus metric families (read at scrape time, and synced once a second for the
+        process's other scrapers)."""
+
+    def progress(self) -> tuple[tuple, str]:
+        """The progress line and the figures it says (``core.logs.Progress``: said when they change)."""

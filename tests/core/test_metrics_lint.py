@@ -31,10 +31,17 @@ def attack_metrics(run: str):
     return attack
 
 
+class Families:
+    """A receiver's families as a collector, as ``agents.runner`` serves them."""
+
+    def __init__(self, collect) -> None:
+        self.collect = collect
+
+
 def collectors(tmp_dir: str = "/tmp", run: str = "r"):
-    from agents.amqp_agent import AmqpExposed
+    from agents.amqp_receiver import amqp_families
     from agents.http_receiver import HttpReceiver
-    from agents.kafka_agent import KafkaExposed
+    from agents.kafka_receiver import KafkaReceiver
     from agents.node_metrics import NodeMetrics, _Exposed
     from agents.spool import Shipper
     from streaming.metrics import JobMetrics
@@ -47,11 +54,12 @@ def collectors(tmp_dir: str = "/tmp", run: str = "r"):
     spool = SimpleNamespace(counters=lambda: {"spooled": 5, "lost": 0, "over_budget": False})
     http = HttpReceiver(spool, "receiver-http")
     http.bad["missing id"], http.malformed["no_host"] = 1, 2
-    kafka = KafkaExposed(SimpleNamespace(agent="receiver-kafka", num_received=3, num_unattributed=0, num_errors=0,
-                                          num_skipped=0, num_resets=0), spool)
-    amqp = AmqpExposed(SimpleNamespace(agent="receiver-amqp", counters=lambda: {
+    kafka = Families(lambda: KafkaReceiver.collect(SimpleNamespace(
+        agent="receiver-kafka", num_received=3, num_unattributed=0, num_errors=0, num_skipped=0, num_resets=0,
+        spool=spool)))
+    amqp = Families(lambda: amqp_families(SimpleNamespace(agent="receiver-amqp", counters=lambda: {
         "received": 3, "unattributed": 0, "redelivered": 1, "connection_losses": 1, "connected": 1,
-        "telemetry": {"spooled": 3, "lost": 0}}))
+        "telemetry": {"spooled": 3, "lost": 0}})))
     writer = SimpleNamespace(counters=lambda: {"written": 4, "lost": 0, "sent": 4, "failed": 0, "retried": 0, "held": 1,
                                                "buffered": 0})
     node = _Exposed(NodeMetrics(None, None, "node-metrics"), writer, "node-metrics")
