@@ -104,23 +104,88 @@ def test_every_transport_keeps_the_contract():
         assert scheme in cls.SCHEMES
 
 
-def test_no_module_outside_the_registry_branches_on_a_scheme():
-    """A new transport is a module and a line in ``TRANSPORTS``: nothing else compares a scheme with a name."""
+def transport_names() -> set[str]:
+    """Every name a transport goes by, from the registries: its schemes, receiver modes, SUTs and the stack's
+    components that run its broker and its receiver."""
+    from agents.receiver import RECEIVERS
+    from core.suts import SUTS
+
+    return ({*TRANSPORTS, *RECEIVERS, *SUTS, *(f"{mode}-receiver" for mode in RECEIVERS)}
+            | {name for sut in SUTS.values() for name in (sut.broker, sut.receiver)})
+
+
+def transport_modules() -> set[str]:
+    """The modules that are a transport's own (its target, receiver, process and broker), from the registries."""
+    import importlib.util
+
+    from agents.receiver import RECEIVERS
+    from core.suts import SUTS
+
+    modules = {cls.__module__ for cls in TRANSPORTS.values()} | {"loadgen.targets.base", "loadgen.targets.spec"}
+    modules |= {m for _, main, _, module in RECEIVERS.values() for m in (main.__module__, module.__name__)}
+    modules |= {f"stack.{name}" for sut in SUTS for name in (sut, SUTS[sut].broker)}
+    specs = [importlib.util.find_spec(m) for m in modules if "-" not in m]
+    return {os.path.relpath(spec.origin, ROOT) for spec in specs if spec is not None}
+
+
+REGISTRIES = ("TRANSPORTS", "RECEIVERS", "SUTS")
+NOT_A_TRANSPORT = {("streaming/job.py", "kafka"): "the telemetry's source (its Kafka topic or files), not a SUT's"}
+BRANCH_DEBT = {
+    "bench/soak.py": 1, "bench/transports.py": 12, "bench/where.py": 1, "bench/workday.py": 3, "core/suts.py": 4,
+    "core/tls.py": 1,
+    "scenarios/__main__.py": 6, "scenarios/peers.py": 1, "scenarios/runner.py": 4, "scenarios/spec.py": 2,
+    "stack/__main__.py": 18, "stack/cli.py": 1, "stack/peers.py": 6,
+}
+"""Branches on a transport's name outside its own modules, as of 2026-11-30 (issue 64 point 2): the debt a
+``transports/<name>/`` package with its descriptor pays off. It may only shrink: a new branch fails the guard, and a
+branch taken away must be taken off here."""
+
+
+def name_branches(path: str, names: set[str]) -> list[tuple[int, str]]:
+    """Where ``path`` compares something with a transport's name (``==``, ``!=``, ``in``, ``not in``) or keys a
+    dict literal by one (a side table), outside the registries' own literals."""
+    tree = ast.parse(open(os.path.join(ROOT, path)).read())
+    registry = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.AnnAssign | ast.Assign)
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                if isinstance(t, ast.Name) and t.id in REGISTRIES}
+
+    def named(node) -> str | None:
+        if isinstance(node, ast.Constant) and node.value in names:
+            return node.value
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return next((e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names), None)
+        return None
+
     found = []
-    for package in ("core", "runs", "agents", "streaming", "loadgen", "ui", "stack"):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            name = next(filter(None, map(named, [node.left, *node.comparators])), None)
+        elif isinstance(node, ast.Dict) and id(node) not in registry:
+            name = next(filter(None, map(named, [k for k in node.keys if k is not None])), None)
+        else:
+            continue
+        if name is not None and (path, name) not in NOT_A_TRANSPORT:
+            found.append((node.lineno, name))
+    return found
+
+
+def test_no_module_outside_a_transports_own_branches_on_its_name():
+    """Every package of the product (scenarios/ and bench/ too), read with the AST: a comparison with a transport's
+    name or scheme, or a dict keyed by one, outside that transport's own modules, is a branch a new transport would
+    have to add to. The names and the own modules come from the registries; the branches still there are
+    ``BRANCH_DEBT``, which may only shrink."""
+    names, own = transport_names(), transport_modules()
+    found: dict[str, list] = {}
+    for package in sorted(d for d in os.listdir(ROOT) if os.path.isfile(os.path.join(ROOT, d, "__init__.py"))):
         for folder, _, files in os.walk(os.path.join(ROOT, package)):
-            if os.path.join("loadgen", "targets") in folder:
-                continue
-            for name in files:
-                if not name.endswith(".py"):
-                    continue
-                path = os.path.join(folder, name)
-                for node in ast.walk(ast.parse(open(path).read())):
-                    if (isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute)
-                            and node.left.attr == "scheme"
-                            and any(isinstance(c, ast.Constant) for c in node.comparators)):
-                        found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
-    assert not found, found
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.relpath(os.path.join(folder, name), ROOT)
+                if path not in own and (hits := name_branches(path, names)):
+                    found[path] = hits
+    grew = {p: hits for p, hits in found.items() if len(hits) > BRANCH_DEBT.get(p, 0)}
+    assert not grew, f"new branches on a transport's name (a field of its descriptor instead): {grew}"
+    paid = {p: (n, len(found.get(p, []))) for p, n in BRANCH_DEBT.items() if len(found.get(p, [])) < n}
+    assert not paid, f"branches taken away: lower BRANCH_DEBT to what is left (debt, now): {paid}"
 
 
 def test_every_receiver_mode_is_one_line_of_the_table():
