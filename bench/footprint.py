@@ -35,7 +35,10 @@ sys.path.insert(0, ROOT)
 
 from core import observer  # noqa: E402
 from core.procs import stop_process  # noqa: E402
-from stack.__main__ import PORTS, recorded_pid  # noqa: E402
+from stack.config import Stack  # noqa: E402
+
+STACK = Stack.configured()
+"""The stack this benchmark drives, as the settings name it."""
 
 TELEMETRY = ("telemetry-broker", "http-receiver", "job: JVM", "job: Python driver", "job: pyspark workers")
 """What carries telemetry (writers are the receiver and its shipper; the load generator's own records are
@@ -66,14 +69,14 @@ def processes(extra_roots: dict[int, str]) -> dict[int, str]:
     for root, role in roots.items():
         for pid in observer.with_children({root: role}):
             out[pid] = component_of(pid, role, root)
-    sut = recorded_pid("sut-broker")
+    sut = STACK.recorded_pid("sut-broker")
     if sut:
         out[sut] = "SUT: sut-broker"
     return out
 
 
 def received_count() -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{PORTS['http-receiver']}/healthz", timeout=5) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{STACK.ports['http-receiver']}/healthz", timeout=5) as r:
         return int(json.load(r)["received"])
 
 
@@ -189,7 +192,7 @@ def main(argv=None) -> int:
     if a.step_seconds < 8 or a.idle_seconds < 3 * a.repeats or a.repeats < 1:
         print("footprint: error: --step-seconds must be >= 8, --idle-seconds >= 3 x --repeats", file=sys.stderr)
         return 2
-    started_stack = recorded_pid("http-receiver") is None
+    started_stack = STACK.recorded_pid("http-receiver") is None
     if started_stack:
         print("footprint: starting the embedded stack (make up) ...", flush=True)
         if subprocess.run([sys.executable, "-m", "stack", "up"], cwd=ROOT, stdout=subprocess.DEVNULL).returncode:
@@ -220,7 +223,7 @@ def main(argv=None) -> int:
             job = start_job(run_id, a.job_args.split())
             pace = ",".join(f"{r}:{a.step_seconds:g}" for r in rates)
             lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--pace", pace, "--target",
-                                   f"http://127.0.0.1:{PORTS['http-receiver']}/", "--run", run_id, "--quiet"],
+                                   f"http://127.0.0.1:{STACK.ports['http-receiver']}/", "--run", run_id, "--quiet"],
                                   cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.DEVNULL,
                                   stderr=subprocess.STDOUT, start_new_session=True)
             try:

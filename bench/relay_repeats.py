@@ -32,7 +32,10 @@ import time
 
 from core.procs import free_port, stop_process
 from core.rundir import CHECKPOINTS, ROOT, RunPaths, write_json
-from stack.__main__ import PORTS
+from stack.config import Stack
+
+STACK = Stack.configured()
+"""The stack this benchmark drives, as the settings name it."""
 
 SERIES = "relay-repeat"
 CHANGE = 0.20
@@ -45,7 +48,7 @@ def run(run_id: str, port: int, delay_s: float, seed: int, rate: int, seconds: i
     relay_log.write(f"{run_id}\n")
     relay_log.flush()
     relay = subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(port),
-                              f"http://127.0.0.1:{PORTS['http-receiver']}/", "--forward-delay", str(delay_s),
+                              f"http://127.0.0.1:{STACK.ports['http-receiver']}/", "--forward-delay", str(delay_s),
                               "--seed", str(seed)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                              stderr=relay_log)
     try:

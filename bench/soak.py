@@ -40,9 +40,12 @@ import sys
 import time
 
 from core.procs import pid_from_file, stop_process
-from core.rundir import RunPaths, batch_file, ids_in
+from core.rundir import ROOT, RunPaths, batch_file, ids_in
 from core.units import parse_duration_ns
-from stack.__main__ import PORTS, ROOT, STACK_DIR
+from stack.config import Stack
+
+STACK = Stack.configured()
+"""The stack this benchmark drives, as the settings name it."""
 
 GROWTH_LIMIT = 0.10
 CLOSE_WAIT_S = 900
@@ -163,7 +166,7 @@ def parse(argv) -> argparse.Namespace:
 def stack_pids() -> dict[str, int]:
     """The embedded stack's processes, by the name of their PID file."""
     pids = {}
-    for f in glob.glob(os.path.join(STACK_DIR, "*.pid")):
+    for f in glob.glob(os.path.join(STACK.dir, "*.pid")):
         if (pid := pid_from_file(f)) is not None:
             pids[os.path.basename(f)[:-4]] = pid
     return pids
@@ -185,14 +188,14 @@ class Soak:
         self.run_dir = os.path.join(ROOT, "checkpoints", self.run_id)
         self.samples: dict[tuple[int, str], list[tuple[float, int]]] = {}  # (pid, part) -> (wall-clock s, KiB)
         self.names: dict[tuple[int, str], str] = {}
-        self.slices = SliceWatch(f"127.0.0.1:{PORTS['telemetry-broker']}")
+        self.slices = SliceWatch(f"127.0.0.1:{STACK.ports['telemetry-broker']}")
         self.bad: list[str] = []
 
     def attack(self) -> str:
         """Run the load generator, sampling every process's memory until it ends; its output."""
         a = self.a
         lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", f"{a.rate:g}", "--duration", a.duration,
-                               "--target", f"http://127.0.0.1:{PORTS['http-receiver']}/", "--run", self.run_id, "--stream",
+                               "--target", f"http://127.0.0.1:{STACK.ports['http-receiver']}/", "--run", self.run_id, "--stream",
                                "--quiet"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
         print(f"soak {self.run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every "

@@ -48,7 +48,10 @@ from bench.soak import SliceWatch, name_of
 from bench.workday_checks import CHECKS, RELAY_CAPACITY, SETTLE_S, judge, report
 from core.procs import free_port, stop_process
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
-from stack.__main__ import PORTS, STACK_DIR
+from stack.config import Stack
+
+STACK = Stack.configured()
+"""The stack this benchmark drives, as the settings name it."""
 
 SAMPLE_EVERY_S = 10
 STACK_SETTLE_S = 60
@@ -144,7 +147,7 @@ class Sampler:
         self.stack_pids = stack_pids
         self.sut: set[int] = set()
         self.samples: list[dict] = []
-        self.slices = SliceWatch(f"127.0.0.1:{PORTS['telemetry-broker']}")
+        self.slices = SliceWatch(f"127.0.0.1:{STACK.ports['telemetry-broker']}")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="workday-sampler", daemon=True)
 
@@ -203,8 +206,8 @@ class Sampler:
 
 
 def log_files() -> list[str]:
-    return sorted(set(glob.glob(os.path.join(STACK_DIR, "*.log")) + glob.glob(os.path.join(STACK_DIR, "*", "*.log"))
-                      + glob.glob(os.path.join(STACK_DIR, "spool", "*.log"))
+    return sorted(set(glob.glob(os.path.join(STACK.dir, "*.log")) + glob.glob(os.path.join(STACK.dir, "*", "*.log"))
+                      + glob.glob(os.path.join(STACK.dir, "spool", "*.log"))
                       + glob.glob(RunPaths.of_run("workday-*", CHECKPOINTS).job_log)))
 
 
@@ -225,12 +228,12 @@ def attack(step: Step, run_id: str, log) -> dict:
                        check=True)
         args += ["--rate", str(step.rate), "--duration", f"{step.seconds:g}s"]
     elif step.target == "http":
-        args += ["--target", f"http://127.0.0.1:{PORTS['http-receiver']}/", "--rate", str(step.rate),
+        args += ["--target", f"http://127.0.0.1:{STACK.ports['http-receiver']}/", "--rate", str(step.rate),
                  "--duration", f"{step.seconds:g}s"]
     else:
         port = free_port()
         relay = subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(port),
-                                  f"http://127.0.0.1:{PORTS['http-receiver']}/", "--capacity", str(RELAY_CAPACITY)],
+                                  f"http://127.0.0.1:{STACK.ports['http-receiver']}/", "--capacity", str(RELAY_CAPACITY)],
                                  cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         args += ["--target", f"http://127.0.0.1:{port}/", "--pace", PACE]
     try:
@@ -270,9 +273,8 @@ def main(argv=None) -> int:
     if a.minutes < (5 if a.short else 45):
         print(f"workday: error: --minutes {a.minutes:g}: a day is at least 45 minutes (--short: 5)", file=sys.stderr)
         return 2
-    from stack.__main__ import recorded_pid
 
-    if any(recorded_pid(n) for n in ("telemetry-broker", "http-receiver", "node-metrics")):
+    if any(STACK.recorded_pid(n) for n in ("telemetry-broker", "http-receiver", "node-metrics")):
         print("workday: error: the embedded stack is up; the day starts it itself (make down first)", file=sys.stderr)
         return 2
     steps = plan(a.short, a.minutes)
@@ -290,7 +292,7 @@ def main(argv=None) -> int:
         print("workday: error: the stack did not start (see .stack/*.log)", file=sys.stderr)
         return 1
     stack_pids = {n: pid for n in ("telemetry-broker", "sut-broker", "prometheus", "node-exporter", "http-receiver",
-                                   "kafka-receiver", "node-metrics", "ui") if (pid := recorded_pid(n))}
+                                   "kafka-receiver", "node-metrics", "ui") if (pid := STACK.recorded_pid(n))}
     sampler = Sampler(stack_pids).start()
     cores, took = settle(sampler, STACK_SETTLE_S)
     log(f"the stack settled in {took:.0f} s ({cores:.2f} cores over the last {SETTLED_OVER_S:.0f} s; at most "
@@ -309,7 +311,7 @@ def main(argv=None) -> int:
                 v = st.result.get("verdict") or {}
                 log(f"{st.name}: {v.get('message') or st.result.get('error')}")
             st.ended_s = time.monotonic()
-            sampler.stack_pids.update({n: pid for n in ("sut-broker", "kafka-receiver") if (pid := recorded_pid(n))})
+            sampler.stack_pids.update({n: pid for n in ("sut-broker", "kafka-receiver") if (pid := STACK.recorded_pid(n))})
     finally:
         sampler.stop()
         subprocess.run([sys.executable, "-m", "stack", "down"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)

@@ -21,7 +21,7 @@ import time
 import urllib.request
 
 from core.procs import free_ports, stop_process, wait_port
-from stack.__main__ import HOST
+from stack.config import HOST
 
 
 def spark_home() -> str:

@@ -44,3 +44,25 @@ def test_no_function_over_80_lines_and_no_module_over_400():
     long_function = "def f():\n" + "    x = 1\n" * 80
     assert too_long(long_function, "m") == ["m:1: f is 81 lines (at most 80)"]  # it can fail
     assert too_long("x = 1\n" * 401, "m") == ["m: 401 lines (at most 400)"]
+
+
+def rebound_globals(source: str, name: str) -> list[str]:
+    """Where one module's functions rebind a module global (``global``): state set at import and changed at run time."""
+    return [f"{name}:{node.lineno}: global {', '.join(node.names)}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Global)]
+
+
+def test_no_function_rebinds_a_module_global():
+    """Settings that a command's flags change are a value built once and passed down (``stack.config.Stack``), not
+    module globals rebound by ``main`` (``stack.__main__`` did, issue 64 point 4)."""
+    found = []
+    gc.collect()
+    gc.disable()  # as above
+    try:
+        for d in PACKAGES:
+            for path in sorted(glob.glob(os.path.join(ROOT, d, "**", "*.py"), recursive=True)):
+                found += rebound_globals(open(path).read(), os.path.relpath(path, ROOT))
+    finally:
+        gc.enable()
+    assert not found, "\n".join(found)
+    assert rebound_globals("X = 1\ndef main():\n    global X\n    X = 2\n", "m") == ["m:3: global X"]  # it can fail

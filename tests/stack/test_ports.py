@@ -33,7 +33,8 @@ def test_make_follows_the_stacks_ports():
 
 
 def test_the_stack_and_every_command_follow_them():
-    cmds = json.loads(_run(sys.executable, "-c", "import json, stack.__main__ as s; print(json.dumps(s.commands()))"))
+    cmds = json.loads(_run(sys.executable, "-c", "import json, stack.__main__ as s; "
+                                                 "print(json.dumps(s.commands(s.Stack.configured())))"))
     node, kafka = " ".join(cmds["node-metrics"]), " ".join(cmds["kafka-receiver"])
     assert "--telemetry-bootstrap 127.0.0.1:19999" in node and "--metrics-listen 127.0.0.1:19889" in node
     assert "--bootstrap 127.0.0.1:29999" in kafka and "--metrics-listen 127.0.0.1:19888" in kafka
@@ -49,7 +50,7 @@ def test_the_stacks_flags_move_them_as_the_variables_do(tmp_path):
     """``python -m stack ACTION --telemetry-port P --stack-dir D``: the same as the variables (core.settings)."""
     code = ("import json, sys, stack.__main__ as s; "
             f"s.main(['status', '--telemetry-port', '19998', '--sut-port', '29998', '--stack-dir', {str(tmp_path)!r}]); "
-            "print(json.dumps([s.STACK_DIR, s.PORTS, s.commands()]))")
+            "st = s.Stack.configured(); print(json.dumps([st.dir, st.ports, s.commands(st)]))")
     env = {k: v for k, v in _env().items() if k not in ("FLIGHTWATCH_TELEMETRY_PORT", "FLIGHTWATCH_SUT_PORT")}
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
