@@ -34,7 +34,8 @@ from core import settings, suts
 from core.procs import port_open, stop_session, wait_port, write_pid_file
 from core.rundir import ROOT
 from core.suts import SUTS, default_target, pairs_target, receiver_bootstrap, routing_target
-from stack import artemis, debian, kafka, rabbitmq
+from stack import debian
+from stack.brokers import BROKERS, sut_partitions
 from stack.config import AGENTS, HOST, PORT_SETTINGS, STACK_SETTINGS, SUT_COMPONENTS, Stack
 from stack.prometheus import PROMETHEUS_GO_MEMORY, prometheus_config
 from stack.tansu import tansu_command
@@ -45,25 +46,6 @@ def ui_command(port: int) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", os.path.join(ROOT, "ui", "app.py"), "--server.address", HOST,
             "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
             "--client.toolbarMode", "viewer"]
-
-
-def sut_partitions() -> int:
-    return int(settings.get("FLIGHTWATCH_SUT_PARTITIONS") or 2)
-
-
-def _maven_broker_command(stack: Stack, name: str) -> list[str] | None:
-    """Artemis' or Apache Kafka's command when it is the SUT (fetched from the Maven registry, its instance made or
-    its storage formatted, as needed); None, said in one line, if it cannot be had."""
-    if SUTS[stack.sut].broker != name:
-        return None
-    folder = os.path.join(stack.dir, name)
-    try:
-        if name == "kafka":
-            return kafka.command(stack.ports["kafka"], folder, sut_partitions())
-        return artemis.command(artemis.prepare(stack.ports["artemis"], folder))
-    except RuntimeError as e:
-        print(f"stack: error: {e}", file=sys.stderr)
-        return None
 
 
 NODE_COLLECTORS = ("--collector.disable-defaults", *(f"--collector.{c}" for c in ("cpu", "meminfo", "netdev", "loadavg",
@@ -80,7 +62,6 @@ def commands(stack: Stack) -> dict[str, list[str] | None]:
     clock = f"{HOST}:{stack.clock_port}"
     return {
         "telemetry-broker": tansu_command(stack.ports["telemetry-broker"]),
-        "sut-broker": tansu_command(stack.ports["sut-broker"]),
         "node-exporter": node and [node, f"--web.listen-address={HOST}:{stack.ports['node-exporter']}", *NODE_COLLECTORS],
         "prometheus": prom and [prom, f"--config.file={cfg}", f"--web.listen-address={HOST}:{stack.ports['prometheus']}",
                                 f"--storage.tsdb.path={os.path.join(stack.dir, 'prometheus-data')}",
@@ -88,15 +69,13 @@ def commands(stack: Stack) -> dict[str, list[str] | None]:
         "node-metrics": [sys.executable, "-m", "agents.node_metrics", "--prometheus", f"http://{HOST}:{stack.ports['prometheus']}",
                          "--telemetry-bootstrap", telemetry, "--clock-listen", clock,
                          "--metrics-listen", f"{HOST}:{stack.metrics_ports['node-metrics']}"],
-        "rabbitmq": rabbitmq.command() if SUTS[stack.sut].broker == "rabbitmq" and debian.ensure_rabbitmq() else None,
+        **{name: broker.command(stack, name) for name, broker in BROKERS.items()},
         "amqp-receiver": [sys.executable, "-m", "agents.receiver", "amqp", "--url",
                           routing_target(bindings) if (bindings := int(settings.get("FLIGHTWATCH_SUT_BINDINGS") or 0))
                           else default_target("rabbitmq"),
                           "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
                           "--state-dir", os.path.join(stack.dir, "amqp-receiver"),
                           "--metrics-listen", f"{HOST}:{stack.metrics_ports['amqp-receiver']}"],
-        "artemis": _maven_broker_command(stack, "artemis"),
-        "kafka": _maven_broker_command(stack, "kafka"),
         "amqp1-receiver": [sys.executable, "-m", "agents.receiver", "amqp1", "--url",
                            pairs_target(default_target(stack.sut if SUTS[stack.sut].receiver == "amqp1-receiver" else "rabbitmq-amqp1"),
                                         int(settings.get("FLIGHTWATCH_SUT_PAIRS") or 1)),
@@ -124,6 +103,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def address(stack: Stack, name: str) -> str:
+    """Where a component serves: amqp://, HOST:PORT for the Kafka protocol, http:// (``-`` for the agents)."""
+    if name in AGENTS:
+        return "-"
+    port, broker = stack.ports[name], BROKERS.get(name)
+    if broker is not None and broker.amqp:
+        return f"amqp://{HOST}:{port}"
+    return f"{HOST}:{port}" if name.endswith("broker") or broker is not None else f"http://{HOST}:{port}"
+
+
 def up(stack: Stack, with_sut: bool = True) -> int:
     """Start what is not running: the telemetry plane, and (``with_sut``) the SUT's broker and receiver, the SUT
     recorded in the stack's folder for the commands after (``core.suts.recorded_sut``)."""
@@ -143,21 +132,20 @@ def up(stack: Stack, with_sut: bool = True) -> int:
         if name in SUT_COMPONENTS and name not in mine:
             continue
         if stack.recorded_pid(name):
-            print(f"{name:18} {stack.address(name):28} running (pid {stack.recorded_pid(name)})")
+            print(f"{name:18} {address(stack, name):28} running (pid {stack.recorded_pid(name)})")
             continue
-        if cmd is None and name == "rabbitmq":
-            print(f"stack: error: {rabbitmq.INSTALL_HINT}", file=sys.stderr)
-            return 2
-        if cmd is None and name in ("artemis", "kafka"):  # why was said in one line
+        if cmd is None and name in BROKERS:  # the SUT's broker cannot be had: said in one line
+            if BROKERS[name].unavailable:
+                print(f"stack: error: {BROKERS[name].unavailable}", file=sys.stderr)
             return 2
         if cmd is None:
             print(f"{name:18} {'-':28} not installed (apt-get install {debian.PACKAGES.get(name.replace('node-exporter', 'prometheus-node-exporter'), name)})")
             continue
         if name not in AGENTS and port_open(stack.ports[name]):
-            print(f"{name:18} {stack.address(name):28} port taken by another process: not started", file=sys.stderr)
+            print(f"{name:18} {address(stack, name):28} port taken by another process: not started", file=sys.stderr)
             failed = True
             continue
-        if name.endswith("broker") or name == "kafka":
+        if name.endswith("broker") or name in BROKERS:
             fresh_broker = True
         elif name == "kafka-receiver" and fresh_broker:  # new in-memory brokers: old positions mean nothing (its
             for stale in ("wal", "wal.tmp"):             # spool stays: what it holds is still to be shipped)
@@ -169,13 +157,13 @@ def up(stack: Stack, with_sut: bool = True) -> int:
         env = dict(os.environ, CLUSTER_ID=f"flightwatch-{name}", PYTHONPATH=ROOT)
         if name == "prometheus":
             env = {**PROMETHEUS_GO_MEMORY, **env}
-        elif name == "rabbitmq":
-            env = rabbitmq.environment(stack.ports[name], os.path.join(stack.dir, "rabbitmq"))
+        elif (broker := BROKERS.get(name)) is not None and broker.environment is not None:
+            env = broker.environment(stack, os.path.join(stack.dir, name))
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         write_pid_file(stack.pidfile(name), proc.pid)
-        bound_s = {"rabbitmq": rabbitmq.START_S, "artemis": artemis.START_S, "kafka": kafka.START_S}.get(name, 15.0)
+        bound_s = BROKERS[name].start_s if name in BROKERS else 15.0
         ok = wait_port(stack.ports[name], bound_s) if name not in AGENTS else _stays_up(proc)
-        print(f"{name:18} {stack.address(name):28} {'started' if ok else 'FAILED to start'} (pid {proc.pid}, log {stack.dir}/{name}.log)")
+        print(f"{name:18} {address(stack, name):28} {'started' if ok else 'FAILED to start'} (pid {proc.pid}, log {stack.dir}/{name}.log)")
         failed |= not ok
     _write_env(stack)
     return 1 if failed else 0
@@ -191,14 +179,14 @@ def _stays_up(proc, seconds: float = 2.0) -> bool:
 
 def _write_env(stack: Stack) -> None:
     with open(os.path.join(stack.dir, "addresses.json"), "w") as f:
-        json.dump({name: stack.address(name) for name in stack.ports}, f, indent=1)
+        json.dump({name: address(stack, name) for name in stack.ports}, f, indent=1)
 
 
 def _stop(stack: Stack, name: str) -> None:
     pid = stack.recorded_pid(name)
     if pid is None and os.path.exists(stack.pidfile(name)):
         print(f"{name:18} not running (its PID file names no process of ours now: nothing signalled)")
-    if pid and name in ("rabbitmq", "artemis", "kafka"):  # a script, its VM and helpers: the session it leads
+    if pid and name in BROKERS and BROKERS[name].session:  # a script, its VM and helpers: the session it leads
         stop_session(pid)
         print(f"{name:18} stopped (pid {pid})")
     elif pid:
@@ -233,12 +221,8 @@ def renew_sut(stack: Stack) -> int:
     sut = SUTS[stack.sut]
     for name in (sut.receiver, sut.broker):
         _stop(stack, name)
-    if sut.broker == "rabbitmq":  # its queues and messages live on disk: a new broker starts without them
-        shutil.rmtree(os.path.join(stack.dir, "rabbitmq", "mnesia"), ignore_errors=True)
-    if sut.broker == "artemis":
-        shutil.rmtree(os.path.join(stack.dir, "artemis", "instance", "data"), ignore_errors=True)
-    if sut.broker == "kafka":  # formatted afresh on start
-        shutil.rmtree(os.path.join(stack.dir, "kafka", "data"), ignore_errors=True)
+    for folder in BROKERS[sut.broker].renew_wipe:  # its queues or log on disk: a new broker starts without them
+        shutil.rmtree(os.path.join(stack.dir, sut.broker, folder), ignore_errors=True)
     return up(stack)
 
 
@@ -254,7 +238,7 @@ def restart(stack: Stack, name: str) -> int:
 def status(stack: Stack) -> int:
     for name in stack.components():
         pid = stack.recorded_pid(name)
-        print(f"{name:18} {stack.address(name):28} {'running (pid %d)' % pid if pid else 'stopped'}")
+        print(f"{name:18} {address(stack, name):28} {'running (pid %d)' % pid if pid else 'stopped'}")
     return 0
 
 

@@ -83,11 +83,3 @@ class Stack:
         """The component's PID if the very process `up` started still runs (its PID, start time and name, as
         recorded); a PID file that names another process now (after a reboot) gives None: nothing is signalled."""
         return pid_from_file(self.pidfile(name))
-
-    def address(self, name: str) -> str:
-        if name in AGENTS:
-            return "-"
-        port = self.ports[name]
-        if name in ("rabbitmq", "artemis"):
-            return f"amqp://{HOST}:{port}"
-        return f"{HOST}:{port}" if name.endswith("broker") or name == "kafka" else f"http://{HOST}:{port}"
