@@ -7,6 +7,7 @@ where the load generator aims by default. ``FLIGHTWATCH_SUT`` (``--sut``; ``make
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import NamedTuple
 
 from core import settings
@@ -21,14 +22,23 @@ class Sut(NamedTuple):
     broker: str        # the stack's component that runs it
     receiver: str      # the stack's component that consumes from it
     what: str
+    address: Callable[[], str]
+    """Where the stack serves it (HOST:PORT), from the settings."""
+    target: str
+    """Its default target, with ``{address}`` and ``{queue}`` (``SUT_QUEUE``) to fill in."""
 
 
 SUTS: dict[str, Sut] = {
-    "tansu": Sut("sut-broker", "kafka-receiver", "the embedded Tansu broker (Kafka protocol, in memory)"),
-    "rabbitmq": Sut("rabbitmq", "amqp-receiver", "Debian's RabbitMQ 3.10 (AMQP 0-9-1)"),
-    "rabbitmq-amqp1": Sut("rabbitmq", "amqp1-receiver", "the same RabbitMQ over AMQP 1.0 (its amqp1_0 plugin)"),
-    "artemis": Sut("artemis", "amqp1-receiver", "Apache ActiveMQ Artemis 2.40 from the Maven registry (AMQP 1.0)"),
-    "kafka": Sut("kafka", "kafka-receiver", "Apache Kafka 4.4 from the Maven registry, one KRaft node"),
+    "tansu": Sut("sut-broker", "kafka-receiver", "the embedded Tansu broker (Kafka protocol, in memory)",
+                 sut_bootstrap, "kafka://{address}/{queue}"),
+    "rabbitmq": Sut("rabbitmq", "amqp-receiver", "Debian's RabbitMQ 3.10 (AMQP 0-9-1)",
+                    lambda: f"{HOST}:{rabbitmq_port()}", "amqp://guest:guest@{address}/%2F?queue={queue}"),
+    "rabbitmq-amqp1": Sut("rabbitmq", "amqp1-receiver", "the same RabbitMQ over AMQP 1.0 (its amqp1_0 plugin)",
+                          lambda: f"{HOST}:{rabbitmq_port()}", "amqp1://guest:guest@{address}//queue/{queue}"),
+    "artemis": Sut("artemis", "amqp1-receiver", "Apache ActiveMQ Artemis 2.40 from the Maven registry (AMQP 1.0)",
+                   lambda: f"{HOST}:{artemis_port()}", "amqp1://artemis:artemis@{address}/{queue}"),
+    "kafka": Sut("kafka", "kafka-receiver", "Apache Kafka 4.4 from the Maven registry, one KRaft node",
+                 lambda: f"{HOST}:{kafka_port()}", "kafka://{address}/{queue}"),
 }
 
 
@@ -77,19 +87,14 @@ def kafka_port() -> int:
 
 
 def receiver_bootstrap(sut: str) -> str:
-    """Where the Kafka receiver consumes: Apache Kafka's port when it is the SUT, else the embedded Tansu's."""
-    return f"{HOST}:{kafka_port()}" if sut == "kafka" else sut_bootstrap()
+    """Where the Kafka receiver consumes when it is the SUT's receiver: the SUT's broker (Apache Kafka's port, or
+    the embedded Tansu's)."""
+    return SUTS[sut].address()
 
 
 def default_target(sut: str) -> str:
     """Where ``make attack SUT=...`` aims: the SUT's default topic or queue on the stack's port for it."""
-    if sut == "rabbitmq":
-        return f"amqp://guest:guest@{HOST}:{rabbitmq_port()}/%2F?queue={SUT_QUEUE}"
-    if sut == "artemis":
-        return f"amqp1://artemis:artemis@{HOST}:{artemis_port()}/{SUT_QUEUE}"
-    if sut == "rabbitmq-amqp1":
-        return f"amqp1://guest:guest@{HOST}:{rabbitmq_port()}//queue/{SUT_QUEUE}"
-    return f"kafka://{receiver_bootstrap(sut)}/{SUT_QUEUE}"
+    return SUTS[sut].target.format(address=SUTS[sut].address(), queue=SUT_QUEUE)
 
 
 def check(sut: str) -> str:

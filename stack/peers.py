@@ -121,9 +121,10 @@ def fetch(sut: str) -> str:
 
 
 def default_port(sut: str) -> int:
-    from core import suts
+    """The stack's port for the SUT ``sut`` (``core.suts.Sut.address``)."""
+    from core.suts import SUTS
 
-    return {"kafka": suts.kafka_port, "artemis": suts.artemis_port, "rabbitmq": suts.rabbitmq_port}[sut]()
+    return int(SUTS[sut].address().rpartition(":")[2])
 
 
 def producer_perf(lib: str, port: int, topic: str, rate: int, seconds: float, payload: int, acks: str,
