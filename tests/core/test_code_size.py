@@ -28,7 +28,8 @@ def too_long(source: str, name: str) -> list[str]:
     return found
 
 
-def test_no_function_over_80_lines_and_no_module_over_400():
+def over_the_product(check) -> list[str]:
+    """``check(source, name)`` over every module of the product, its findings together."""
     found = []
     # no collection while parsing: a finalizer that logs a traceback (an earlier test's failed asyncio task) parses
     # with ast too, and re-entered mid-parse CPython 3.11's AST state raised "recursion depth mismatch" (CI)
@@ -37,9 +38,14 @@ def test_no_function_over_80_lines_and_no_module_over_400():
     try:
         for d in PACKAGES:
             for path in sorted(glob.glob(os.path.join(ROOT, d, "**", "*.py"), recursive=True)):
-                found += too_long(open(path).read(), os.path.relpath(path, ROOT))
+                found += check(open(path).read(), os.path.relpath(path, ROOT))
     finally:
         gc.enable()
+    return found
+
+
+def test_no_function_over_80_lines_and_no_module_over_400():
+    found = over_the_product(too_long)
     assert not found, "\n".join(found)
     long_function = "def f():\n" + "    x = 1\n" * 80
     assert too_long(long_function, "m") == ["m:1: f is 81 lines (at most 80)"]  # it can fail
@@ -55,14 +61,6 @@ def rebound_globals(source: str, name: str) -> list[str]:
 def test_no_function_rebinds_a_module_global():
     """Settings that a command's flags change are a value built once and passed down (``stack.config.Stack``), not
     module globals rebound by ``main`` (``stack.__main__`` did, issue 64 point 4)."""
-    found = []
-    gc.collect()
-    gc.disable()  # as above
-    try:
-        for d in PACKAGES:
-            for path in sorted(glob.glob(os.path.join(ROOT, d, "**", "*.py"), recursive=True)):
-                found += rebound_globals(open(path).read(), os.path.relpath(path, ROOT))
-    finally:
-        gc.enable()
+    found = over_the_product(rebound_globals)
     assert not found, "\n".join(found)
     assert rebound_globals("X = 1\ndef main():\n    global X\n    X = 2\n", "m") == ["m:3: global X"]  # it can fail
