@@ -4,7 +4,7 @@ turns, and the shutdown. A transport's source (``agents.source``) brings only ho
 ack, and its counters and progress line.
 
     process = Process(a, agent, spool_dir, budget_bytes, shipper_log, log, warn)   # the spool (None: no telemetry)
-    process.start(source, listen)     # the shipper, /metrics (own: the source's families), the duties on a loop
+    process.start(source, listen)     # the shipper, /metrics (the source's families and the shipper's), the duties
     process.run_blocking(turn)        # a source with a loop of its own: turn() for at most ~0.1-1 s, then the duties
     process.run_async(body)           # an asyncio source: await body(stop) on uvloop, the duties as tasks
     process.close()                   # /metrics down, the spool closed; the shipper drains it, then exits
@@ -24,17 +24,6 @@ from agents.duties import clock_every
 from core import clock, contract, logs, memory, metrics
 
 SECOND_S, PROGRESS_S = 1.0, 10.0
-
-
-class Exposed:
-    """What a scrape of the process shows: the source's own families (read at scrape time) with those of its
-    shipper and, for the HTTP sink's workers, the other workers (``core.metrics.Shared``)."""
-
-    def __init__(self, own, shared: metrics.Shared) -> None:
-        self.own, self.shared = own, shared
-
-    def collect(self):
-        return self.shared.collect(self.own())
 
 
 class Process:
@@ -59,17 +48,17 @@ class Process:
         now = time.monotonic()
         self._last = {"second": now, "clock": -float("inf"), "progress": now, "trim": now}
 
-    def start(self, source, listen: str | None = None, own=None) -> None:
-        """Once the source is connected: the shipper, /metrics on ``listen`` (None: the source serves them itself)
-        with ``own`` families (default: the source's ``collect``), and on a running asyncio loop the duties' tasks."""
+    def start(self, source, listen: str | None = None) -> None:
+        """Once the source is connected: the shipper, /metrics on ``listen`` (None: the source serves them itself;
+        ``collect``), and on a running asyncio loop the duties' tasks."""
         from agents.shipper import start_shipper
 
-        self.source, self.own = source, own or source.collect
+        self.source, self.own = source, source.collect
         if self.spool is not None and self.shipper is None:
             self.shipper = start_shipper(self.spool.dir, self.a.telemetry_bootstrap, self.a.telemetry_topic,
                                          self.agent, log_path=self.shipper_log)
         if listen is not None:
-            self.server = metrics.serve(Exposed(self.own, self.shared), listen, log=self.log)
+            self.server = metrics.serve(self, listen, log=self.log)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -77,6 +66,8 @@ class Process:
         self._tasks = [asyncio.ensure_future(d) for d in self._async_duties()]
 
     def collect(self):
+        """What a scrape of the process shows: the source's own families (read at scrape time) with those of its
+        shipper and, for the HTTP sink's workers, the other workers (``core.metrics.Shared``)."""
         return self.shared.collect(self.own())
 
     def every_second(self) -> None:
