@@ -119,12 +119,13 @@ def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> 
         exemplars += part.exemplars
         out.take(part.counts, part.hists)
     info["num_shared"] = p.records.shared.num_rows
-    events = run_rules.gather_events(p.records, run_events, exemplars, declared, reset_event, run["start_ns"],
-                                     run["stop_ns"], cfg)
+    events, early = run_rules.gather_events(p.records, run_events, exemplars, declared, reset_event, run["start_ns"],
+                                            run["stop_ns"], cfg, state.early)
     drops_named_ns = rules.named_until(state.drops_named_ns, v.watermark_ns, v.judged_ns, cfg)
     new_state = EngineState(joins=[part.state for part in settled], max_event_ns=p.max_event_ns,
                             watermark_ns=v.watermark_ns, num_batches=state.num_batches + 1, gaps=gaps,
-                            drops_named_ns=int(drops_named_ns), hole_until_ns=v.hole_until_ns, clocks=v.clocks, **p.hole, **run)
+                            drops_named_ns=int(drops_named_ns), hole_until_ns=v.hole_until_ns, clocks=v.clocks, early=early,
+                            **p.hole, **run)
     sizes = {k: sum(part.sizes[k] for part in settled) for k in ("num_known", "num_pending", "num_orphans")}
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     stop_ns = run["stop_ns"]

@@ -219,23 +219,47 @@ def declare_gaps(gaps: gap_tracking.GapTracker, sends_ns: np.ndarray, recvs_ns: 
 
 
 def gather_events(records: Records, run_events: pd.DataFrame, exemplars: list, declared: list,
-                  reset_event: dict | None, start_ns: int | None, stop_ns: int | None, cfg: EngineConfig) -> pd.DataFrame:
+                  reset_event: dict | None, start_ns: int | None, stop_ns: int | None, cfg: EngineConfig,
+                  early: list | None = None) -> tuple[pd.DataFrame, list]:
     """The batch's events: run records (``run_span``), exemplars, gaps, the reset (at its place in event time: the
-    source stamped it with its own clock) and the records about the machines within the run's span, once it is
-    known (they never move the watermark: an agent's clock is not the run's event time); each with its window."""
+    source stamped it with its own clock) and the records about the machines within the run's span (they never move
+    the watermark: an agent's clock is not the run's event time); each with its window. Machine records that come
+    before the run's span is known wait (``early``, in the state: ``machine_records``); also returned, what waits
+    after this batch."""
     parts = [run_events, *[e.assign(agent="job") for e in exemplars if len(e)]]
     if declared:  # also in a batch with no exemplar (the one that let a gap be judged may hold only sends)
         parts.append(pd.DataFrame([{"kind": "gap", "agent": "job", "at_ns": a, "count": d, "value": float(n),
                                     "source": "receive silence"} for a, d, n in declared]))
     if reset_event is not None:
         parts.append(pd.DataFrame([reset_event]))
-    shared = records.shared
-    if shared.num_rows and start_ns is not None:
-        at = shared["at_ns"].to_numpy()
-        span = (at >= start_ns - cfg.window_ns) & (at <= (stop_ns if stop_ns is not None else at.max()) + cfg.drop_timeout_ns)
-        span &= shared["kind"].to_numpy(zero_copy_only=False) != "reset"  # placed above
-        if span.any():
-            parts.append(shared.filter(pa.array(span)).select(list(EVENT_COLUMNS)).to_pandas())
+    machines, early = machine_records(records.shared, early or [], start_ns, stop_ns, cfg)
+    if machines is not None:
+        parts.append(machines)
     events = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     events["window_ns"] = partials.window_of(events["at_ns"].to_numpy(), cfg.window_ns) if len(events) else pd.Series(dtype=np.int64)
-    return events
+    return events, early
+
+
+EARLY_KEEP_NS = 120 * 10**9
+"""Machine records that wait for the run's start (``machine_records``): the newest two minutes of them. The span keeps
+those from a window before the start, so only a start record that reaches the job more than two minutes after the
+machines' records of its second would find fewer than a replay."""
+
+
+def machine_records(shared: pa.Table, early: list, start_ns: int | None, stop_ns: int | None,
+                    cfg: EngineConfig) -> tuple[pd.DataFrame | None, list]:
+    """The machine records within the run's span (from a window before its start to the drop timeout after its stop,
+    the reset left out: ``gather_events`` places it), and those that wait for the span: all of them (the newest
+    ``EARLY_KEEP_NS``) while the start is unknown, as rows. A live job that read them in a batch before the run's start
+    record keeps what a replay, which reads the run in one batch, keeps."""
+    table = shared.select(list(EVENT_COLUMNS))
+    if early:
+        table = pa.concat_tables([pa.Table.from_pylist(early, schema=table.schema), table])
+    if not table.num_rows:
+        return None, []
+    at = table["at_ns"].to_numpy()
+    if start_ns is None:
+        return None, table.filter(pa.array(at >= at.max() - EARLY_KEEP_NS)).to_pylist()
+    span = (at >= start_ns - cfg.window_ns) & (at <= (stop_ns if stop_ns is not None else at.max()) + cfg.drop_timeout_ns)
+    span &= table["kind"].to_numpy(zero_copy_only=False) != "reset"  # placed by gather_events
+    return (table.filter(pa.array(span)).to_pandas() if span.any() else None), []

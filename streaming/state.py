@@ -111,6 +111,8 @@ class EngineState:
     #                                   only now may have had its receive record in what was lost (``UNKNOWN``)
     hole_waiting: list = field(default_factory=list)  # agents not yet heard from since the reset: the hole may reach on
     hole_latest_ns: int = NO_TIME_NS  # when the reset was found: no agent lost a record written after it
+    early: list = field(default_factory=list)  # machine records read before the run's start, as rows: they wait for
+    #                                            its span (``streaming.run_rules.machine_records``)
 
     @property
     def known(self) -> pd.DataFrame:
