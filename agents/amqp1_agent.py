@@ -1,5 +1,5 @@
 """The AMQP 1.0 receiver agent as a process (``python -m agents.receiver amqp1``): its consumer
-(``agents.amqp1_receiver``) served a second at a time, in the process every receiver runs (``agents.runner``).
+(``transports.amqp1.receiver``) served a second at a time, in the process every receiver runs (``agents.runner``).
 
     main_amqp1(args)   # 0 when stopped (SIGTERM, Ctrl-C); 2 on bad settings, or a broker that refuses us at the start
 """
@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import sys
 
-from agents.amqp1_receiver import Amqp1Receiver
 from agents.amqp_agent import CONNECT_S
 from agents.runner import Process, state_paths
-from core import amqp, logs
+from core import logs
 from core.units import parse_size
+from transports import amqp
+from transports.amqp1.receiver import Amqp1Receiver
 
 
 def main_amqp1(a) -> int:

@@ -1,5 +1,5 @@
 """The AMQP 0-9-1 receiver agent as a process (``python -m agents.receiver amqp``): its consumer
-(``agents.amqp_receiver``) on an asyncio loop, in the process every receiver runs (``agents.runner``).
+(``transports.amqp091.receiver``) on an asyncio loop, in the process every receiver runs (``agents.runner``).
 
     main_amqp(args)   # 0 when stopped (SIGTERM, Ctrl-C); 2 on bad settings, or a broker that refuses us at the start
 """
@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from agents.amqp_receiver import AmqpReceiver
 from agents.runner import Process, state_paths
-from core import amqp, logs
+from core import logs
 from core.units import parse_size
+from transports import amqp
+from transports.amqp091.receiver import AmqpReceiver
 
 CONNECT_S = 15.0
 """How long the first connection may take before the agent gives up (exit 2)."""

@@ -1,5 +1,5 @@
 """The Kafka receiver agent as a process (``python -m agents.receiver kafka``): its consumer of the SUT topic, polled
-in the process every receiver runs (``agents.runner``). What it does with each message is ``agents.kafka_receiver``.
+in the process every receiver runs (``agents.runner``). What it does with each message is ``transports.kafka.receiver``.
 
     main_kafka(args)   # 0 when stopped (SIGTERM, Ctrl-C), 2 on bad settings or a SUT broker it cannot reach
 """
@@ -8,12 +8,12 @@ from __future__ import annotations
 import sys
 import time
 
-from agents.kafka_receiver import TOPIC_CHECK_S, KafkaReceiver
 from agents.runner import Process, state_paths
 from core import logs
 from core.cli import await_brokers
 from core.kafka_options import SUT_ENV, client_options
 from core.units import parse_size
+from transports.kafka.receiver import TOPIC_CHECK_S, KafkaReceiver
 
 
 class Refused(Exception):

@@ -7,10 +7,10 @@ Usage:
     python -m agents.receiver amqp1 --url amqp1://USER:PASS@HOST:PORT/ADDRESS [--prefetch N]
     (all: [--telemetry-bootstrap 127.0.0.1:19092] [--telemetry-topic flightwatch.telemetry] [--agent NAME])
 
-``http`` is a CloudEvents sink (``agents.http_receiver``): point a Knative trigger, a
+``http`` is a CloudEvents sink (``transports.http.receiver``): point a Knative trigger, a
 broker's subscriber or the load generator at it. ``kafka`` consumes a topic of the SUT
-(``agents.kafka_receiver``), ``amqp`` a RabbitMQ queue (``agents.amqp_receiver``), ``amqp1`` an AMQP 1.0
-address (``agents.amqp1_receiver``).
+(``transports.kafka.receiver``), ``amqp`` a RabbitMQ queue (``transports.amqp091.receiver``), ``amqp1`` an AMQP 1.0
+address (``transports.amqp1.receiver``).
 Each writes receive records into the telemetry topic and, every 5 s, a clock record: this
 host's clock offset against the clock reference (``core.clock``) that the node-metrics
 agent serves, so latencies measured across hosts are corrected (``streaming.clocks``). Each mode is one
@@ -24,17 +24,21 @@ import signal
 import socket
 import sys
 
-from agents import amqp1_receiver, amqp_receiver, http_receiver, http_server, kafka_receiver
 from agents.amqp1_agent import main_amqp1
 from agents.amqp_agent import main_amqp
 from agents.kafka_agent import main_kafka
-from agents.kafka_receiver import FETCH_MAX_WAIT_MS
 from agents.runner import Process
 from core import logs, memory, metrics, settings
 from core.cli import OneLineParser, add_clock_reference, add_telemetry, add_wait, bootstrap_arg
 from core.procs import AMQP_RECEIVER_METRICS_PORT, HOST, KAFKA_RECEIVER_METRICS_PORT, sut_bootstrap
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_part, parse_size, split_host_port
+from transports.amqp091 import receiver as amqp_receiver
+from transports.amqp1 import receiver as amqp1_receiver
+from transports.http import receiver as http_receiver
+from transports.http import server as http_server
+from transports.kafka import receiver as kafka_receiver
+from transports.kafka.receiver import FETCH_MAX_WAIT_MS
 
 
 def _common(p: argparse.ArgumentParser, agent: str) -> None:

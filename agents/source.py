@@ -1,4 +1,4 @@
-"""The contract between a receiver agent's process and the consumer of its transport, as ``loadgen.targets.base``
+"""The contract between a receiver agent's process and the consumer of its transport, as ``transports.base``
 states the load generator's: what each consumer of the system under test keeps, whatever its client.
 
     consumer = Amqp1Receiver(...)     # or AmqpReceiver, KafkaReceiver: one module per transport in agents/

@@ -105,7 +105,7 @@ def check(sut: str) -> str:
 
 
 def pairs_target(target: str, pairs: int) -> str:
-    """An AMQP 1.0 target as ``pairs`` sender-receiver pairs, each on its own address (``core.amqp.Amqp1Address``)."""
+    """An AMQP 1.0 target as ``pairs`` sender-receiver pairs, each on its own address (``transports.amqp.Amqp1Address``)."""
     return target if pairs == 1 else f"{target}{'&' if '?' in target else '?'}pairs={pairs}"
 
 
@@ -115,7 +115,7 @@ ROUTING_EXCHANGE = "flightwatch.topic"
 
 def routing_target(bindings: int) -> str:
     """The stack's RabbitMQ as a topic exchange with ``bindings`` queues, each bound with its own key
-    (``core.amqp.AmqpAddress``)."""
+    (``transports.amqp.AmqpAddress``)."""
     return f"amqp://guest:guest@{HOST}:{rabbitmq_port()}/%2F?exchange={ROUTING_EXCHANGE}&bindings={bindings}"
 
 

@@ -112,7 +112,7 @@ def run_file(path: str, more: list[str]) -> tuple[str, list[str]]:
     """``flightwatch run FILE [FLAGS]`` as the command it is: a test's attack with the file's flags, or a scenario's
     run (a file with ``[axes]``, checked by ``python -m scenarios`` as it starts); ``testfile.FileError`` for a
     mistake in a test, at its line."""
-    from loadgen.targets import TargetSpec
+    from transports.registry import TargetSpec
 
     text, doc = testfile.read(path)
     if testfile.is_scenario(doc):

@@ -35,10 +35,10 @@ from core.suts import DEFAULT_SUT, SUTS, default_target, stack_sut
 from core.thresholds import Threshold, run_value
 from core.units import parse_duration_ns, parse_part
 from loadgen import follow
-from loadgen.errors import UsageError
 from loadgen.run import attack
 from loadgen.streamjob import start_job, wait_job
-from loadgen.targets import TargetSpec, transport
+from transports.errors import UsageError
+from transports.registry import TargetSpec, transport
 
 WORKER_RATE = 10_000
 """Events per second one worker process is given by --workers auto. One worker sends 5,000/s at ~50 µs of CPU an
@@ -79,7 +79,7 @@ def _target_flags(a) -> None:
     settings.add(a, "FLIGHTWATCH_TARGET", "--target",
                  help="http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., kafka://HOST:PORT/TOPIC, "
                       "amqp://USER:PASS@HOST:PORT/VHOST?queue=NAME (RabbitMQ), amqp1://USER:PASS@HOST:PORT/ADDRESS "
-                      "(AMQP 1.0: Artemis, RabbitMQ's plugin; core/amqp.py has both); over TLS https://, amqps:// and "
+                      "(AMQP 1.0: Artemis, RabbitMQ's plugin; transports/amqp.py has both); over TLS https://, amqps:// and "
                       "amqp1s://, with ?cafile=CA.pem (core/tls.py); a USER without :PASS takes the password from "
                       "FLIGHTWATCH_TARGET_PASSWORD (itself, or @FILE) (default "
                       + ", ".join(f"{default_target(s)} with --sut {s}" for s in SUTS).replace("%", "%%") + ")")
@@ -312,7 +312,7 @@ def probe(cfg) -> None:
     (``UsageError``), not in a worker."""
     import asyncio
 
-    from loadgen.targets import TargetOptions, make_target
+    from transports.registry import TargetOptions, make_target
 
     async def once() -> None:
         target = make_target(cfg.target, TargetOptions(min(cfg.timeout_s, 10.0), 1, cfg.run_id, cfg.payload_bytes,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from core import contract, memory
 from core.pacer import Schedule
 from loadgen.stats import FINAL_S, NS_PER_S, Interval
-from loadgen.targets import TargetOptions, TargetSpec, make_target
+from transports.registry import TargetOptions, TargetSpec, make_target
 
 FIRE_AHEAD_NS = 200_000
 """Sends due within this much of now are fired in the same loop turn (timer granularity)."""

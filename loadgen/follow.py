@@ -37,8 +37,8 @@ from core.observer import STACK_DIR
 from core.procs import HOST, free_port, pid_from_file
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from core.units import parse_duration_ns
-from loadgen.errors import UsageError
-from loadgen.targets import TargetSpec, transport
+from transports.errors import UsageError
+from transports.registry import TargetSpec, transport
 
 STACK_RECEIVERS = ("kafka-receiver", "amqp-receiver", "amqp1-receiver")
 """The embedded stack's receivers of a broker (``stack.__main__``), each recorded in ``<stack>/<name>.pid``."""
@@ -127,7 +127,7 @@ def _place(spec: TargetSpec) -> TargetSpec:
 
 
 def _receivers_by_mode() -> dict[str, type]:
-    from loadgen.targets import TRANSPORTS
+    from transports.registry import TRANSPORTS
 
     return {cls.RECEIVER: cls for cls in TRANSPORTS.values()}
 

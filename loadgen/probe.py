@@ -14,8 +14,8 @@ import time
 import uuid
 
 from core import contract
-from loadgen.errors import UsageError
-from loadgen.targets import TargetOptions, make_target, transport
+from transports.errors import UsageError
+from transports.registry import TargetOptions, make_target, transport
 
 PROBES = 3
 """Events the probe sends: one is enough to show a receiver is there; three ride over one the SUT refuses."""
@@ -24,7 +24,7 @@ TOPICS_EVERY_S = 1.0
 
 
 class _Book:
-    """The probe's accounts: its sends' answers (``loadgen.targets.base.Book``)."""
+    """The probe's accounts: its sends' answers (``transports.base.Book``)."""
 
     def __init__(self) -> None:
         self.taken: set[str] = set()

@@ -212,7 +212,7 @@ class Attack:
         figs["start_ns"] = start_ns
         figs["telemetry"] = {w: r["telemetry"] for w, r in results.items()}
         figs["loadgen_bound_seconds"] = self.bound_seconds
-        from loadgen.targets import TargetOptions, make_target
+        from transports.registry import TargetOptions, make_target
 
         shaped = make_target(cfg.target, TargetOptions(cfg.timeout_s, cfg.max_inflight, cfg.run_id, 0,
                                                        cfg.sut_kafka_options or {})).shaping()

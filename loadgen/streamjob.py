@@ -12,8 +12,8 @@ from core.output import Lifecycle
 from core.procs import tcp_unreachable
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from loadgen import report
-from loadgen.errors import UsageError
 from loadgen.run import telemetry_marker
+from transports.errors import UsageError
 
 
 def start_job(cfg, drop_timeout: str | None = None):

@@ -3,7 +3,7 @@ job archived it, joined by event ID here. Counts are the whole run's; percentile
 cool-down, as its pooled ones do.
 
 Each event's pair is where it was sent (its send record's ``route``; in an archive from before routes, k mod N, as
-``loadgen.targets.amqp1`` sends event k), and a receive counts for it only where it arrived there (its receive
+``transports.amqp1.target`` sends event k), and a receive counts for it only where it arrived there (its receive
 record's ``route``): one first received on another pair's address is that pair's ``misrouted``, never received.
 For each pair: its sends, its receives, the lost (sent and
 never received within the run), the late (received past the drop timeout), the duplicates, its flight time p50 and

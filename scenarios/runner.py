@@ -17,7 +17,6 @@ import time
 
 import numpy as np
 
-from core import amqp
 from core.observer import STACK_DIR
 from core.output import State
 from core.procs import pid_from_file
@@ -25,6 +24,7 @@ from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from core.suts import SUTS, default_target, pairs_target, receiver_target, routing_target
 from core.units import parse_duration_ns
 from scenarios.spec import Scenario
+from transports import amqp
 
 SUT_BROKERS = {name: sut.broker for name, sut in SUTS.items()}
 """The stack's component that runs each SUT's broker (its PID file: ``<stack dir>/<component>.pid``)."""

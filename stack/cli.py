@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 
 from core import settings
-from core.amqp import MAX_PAIRS
 from core.cli import OneLineParser
 from core.suts import SUTS
+from transports.amqp import MAX_PAIRS
 
 
 def parser(doc: str, port_settings: dict) -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ A page asks for one with a line of its own, ``<!-- generated: KIND [ARG] -->``:
     help COMMAND            ``flightwatch COMMAND --help`` as it prints it (``flightwatch`` alone: the command list)
     module-help MODULE ...  ``python -m MODULE ... --help``
     settings                ``python -m core.settings``: every setting, its flag, default and meaning
-    target-urls             the transports' URL schemes and examples (``loadgen.targets.TRANSPORTS``)
+    target-urls             the transports' URL schemes and examples (``transports.registry.TRANSPORTS``)
     summary-fields          ``summary.json``'s fields, from ``core.output.Summary``
     verdict-fields          ``verdict.json``'s fields, from ``core.output.Verdict``
     ledger                  the ledger's buckets, from ``core.output.ledger``
@@ -75,7 +75,7 @@ def settings() -> str:
 
 
 def target_urls() -> str:
-    from loadgen.targets import TRANSPORTS
+    from transports.registry import TRANSPORTS
 
     rows = ["| schemes | transport | default port (TLS) | example |", "|---|---|---|---|"]
     for cls in dict.fromkeys(TRANSPORTS.values()):

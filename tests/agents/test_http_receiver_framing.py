@@ -31,7 +31,7 @@ def test_a_burst_of_connections_barely_moves_its_memory():
     restarts itself with the C allocator, and trims (every 1 s here)."""
     import asyncio
 
-    from loadgen import http
+    from transports.http import client as http
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}

@@ -5,8 +5,8 @@ earlier one) depends on load and timing. Tansu 0.6 did it at 20,000 events/s (5 
 every message readable afterwards), not at 5,000/s, and cannot be made to do it on demand."""
 from __future__ import annotations
 
-from agents.kafka_receiver import ID_HEADER, RUN_HEADER, KafkaReceiver
 from agents.spool import SpoolWriter
+from transports.kafka.receiver import ID_HEADER, RUN_HEADER, KafkaReceiver
 
 
 class _Message:

@@ -1,4 +1,4 @@
-"""The Kafka receiver's write-ahead log (``agents.wal``): the last block written is what a restart reads, whatever
+"""The Kafka receiver's write-ahead log (``core.wal``): the last block written is what a restart reads, whatever
 point a kill cut the file at, across rotations, and with a real kill -9 of a writer in the middle of its appends."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from agents.wal import WriteAheadLog
+from core.wal import WriteAheadLog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -80,7 +80,7 @@ def test_the_format_before_blocks_is_read_whole(tmp_path):
 
 WRITER = """
 import sys
-from agents.wal import WriteAheadLog
+from core.wal import WriteAheadLog
 log = WriteAheadLog(sys.argv[1], rotate_bytes=1 << 16)
 i = int(sys.argv[2])
 print("ready", flush=True)

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from proton import Message
 
-from core.amqp1_codec import EventEncoder, read_event
+from transports.amqp1.codec import EventEncoder, read_event
 
 ID, RUN = b"cloudEvents_id", b"cloudEvents_fwrun"
 FIXED = {"cloudEvents_specversion": "1.0", "cloudEvents_source": "flightwatch/loadgen",

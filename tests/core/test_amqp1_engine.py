@@ -1,4 +1,4 @@
-"""proton's engine driven by hand (``core.amqp1_engine``), through the load generator's AMQP 1.0 target and the AMQP 1.0
+"""proton's engine driven by hand (``transports.amqp1.engine``), through the load generator's AMQP 1.0 target and the AMQP 1.0
 receiver, against a peer on loopback that is proton's own container: outcomes of every kind, messages of every
 kind, a connection the peer drops. A stand-in for a broker, with exact counts to check; the real brokers (Artemis,
 RabbitMQ's plugin) are in ``tests/system`` (``make test-brokers``)."""
@@ -15,11 +15,11 @@ from proton import Condition, Delivery, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from agents.amqp1_receiver import Amqp1Receiver
-from core import amqp
-from core.amqp1_codec import EventEncoder
 from core.procs import free_port, wait_port
-from loadgen.targets import TargetOptions, TargetSpec, make_target
+from transports import amqp
+from transports.amqp1.codec import EventEncoder
+from transports.amqp1.receiver import Amqp1Receiver
+from transports.registry import TargetOptions, TargetSpec, make_target
 
 
 class Peer(MessagingHandler):

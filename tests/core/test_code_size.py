@@ -9,7 +9,7 @@ import os
 
 from support import ROOT
 
-PACKAGES = ("agents", "core", "runs", "loadgen", "streaming", "ui", "stack", "bench", "scenarios")
+PACKAGES = ("agents", "core", "transports", "runs", "loadgen", "streaming", "ui", "stack", "bench", "scenarios")
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 400
 

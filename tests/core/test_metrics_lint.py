@@ -39,12 +39,12 @@ class Families:
 
 
 def collectors(tmp_dir: str = "/tmp", run: str = "r"):
-    from agents.amqp_receiver import amqp_families
-    from agents.http_receiver import HttpReceiver
-    from agents.kafka_receiver import KafkaReceiver
     from agents.node_metrics import NodeMetrics, _Exposed
     from agents.spool import Shipper
     from streaming.metrics import JobMetrics
+    from transports.amqp091.receiver import amqp_families
+    from transports.http.receiver import HttpReceiver
+    from transports.kafka.receiver import KafkaReceiver
 
     job = JobMetrics()
     job.publish({"run": run, "events": {"sent": 10, "received": 9, "dropped": 1, "errors": 0}, "gap_windows": 0,

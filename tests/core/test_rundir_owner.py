@@ -16,7 +16,7 @@ BY_HAND = re.compile(rf"os\.path\.join\([^)\n]*\"({_ALT})\"|/ \"({_ALT})\"")
 
 def test_no_module_but_rundir_joins_run_folder_paths_by_hand():
     found = []
-    for d in ("agents", "core", "runs", "loadgen", "streaming", "ui", "stack", "bench"):
+    for d in ("agents", "core", "transports", "runs", "loadgen", "streaming", "ui", "stack", "bench"):
         for path in glob.glob(os.path.join(ROOT, d, "**", "*.py"), recursive=True):
             if path.endswith(os.path.join("core", "rundir.py")):
                 continue

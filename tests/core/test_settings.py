@@ -11,7 +11,7 @@ from support import ROOT
 
 from core.settings import SETTINGS, markdown
 
-PLACES = ["agents", "core", "loadgen", "streaming", "stack", "bench", "ui"]
+PLACES = ["agents", "core", "transports", "loadgen", "streaming", "stack", "bench", "ui"]
 
 
 def _read_names() -> dict[str, set[str]]:

@@ -10,7 +10,7 @@ from support import ROOT
 
 from core.output import Episode, Lifecycle, State
 
-PACKAGES = ("agents", "bench", "core", "flightwatch", "loadgen", "runs", "scenarios", "stack", "streaming", "ui")
+PACKAGES = ("agents", "bench", "core", "flightwatch", "loadgen", "runs", "scenarios", "stack", "streaming", "transports", "ui")
 TEXTS = {m.value for enum in (State, Lifecycle, Episode) for m in enum}
 
 

@@ -57,7 +57,7 @@ def test_every_broker_and_an_http_sink_has_an_example_and_each_reads_whole(tmp_p
 def test_anything_wrong_is_named_by_its_line_before_anything_starts(tmp_path, text, error):
     path = tmp_path / "checkout.toml"
     path.write_text(text)
-    from loadgen.targets import TargetSpec
+    from transports.registry import TargetSpec
 
     with pytest.raises(testfile.FileError) as e:
         testfile.load(str(path), TargetSpec.parse)  # as flightwatch run checks it: the load generator's own parser

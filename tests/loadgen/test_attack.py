@@ -141,7 +141,7 @@ def test_the_connection_pool_shrinks_back_after_a_stall(monkeypatch):
 
     from aiohttp import web
 
-    from loadgen import http
+    from transports.http import client as http
 
     monkeypatch.setattr(http, "IDLE_TIMEOUT_S", 1.0)
     head = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n"
@@ -184,7 +184,7 @@ def test_answers_framed_by_length_chunked_or_close_keep_their_connection_as_they
     size fails that request and closes its connection, never the client."""
     import asyncio
 
-    from loadgen import http
+    from transports.http import client as http
 
     answers = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=1\r\nabc\r\n0\r\nT: 1\r\n\r\n",
                b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nok",

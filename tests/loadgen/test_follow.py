@@ -19,7 +19,7 @@ from support.brokers import by_receiver, sent_of
 
 from core.procs import write_pid_file
 from loadgen import follow
-from loadgen.targets import TargetSpec
+from transports.registry import TargetSpec
 
 pytestmark = pytest.mark.integration
 

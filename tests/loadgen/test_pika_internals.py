@@ -1,4 +1,4 @@
-"""pika, honestly: the AMQP 0-9-1 target writes through private parts of pika 1.4 (``core.amqp.PIKA_PRIVATE``). A
+"""pika, honestly: the AMQP 0-9-1 target writes through private parts of pika 1.4 (``transports.amqp.PIKA_PRIVATE``). A
 pika without one of them is refused before any connection, in one line naming the part and the version flightwatch
 is tested with, never booked as the SUT's error send after send."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pika
 import pytest
 from support import ROOT
 
-from core import amqp
+from transports import amqp
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_a_pika_without_one_is_refused_before_any_connection_in_one_line(checked
                         rf"target writes through: flightwatch is tested with pika {amqp.PIKA_TESTED} .*", str(e.value))
     assert isinstance(e.value, ValueError)  # the load generator's check before the load: one line, exit 2
     # the target itself asks first: its connection is never opened
-    from loadgen.targets import TargetOptions, TargetSpec, make_target
+    from transports.registry import TargetOptions, TargetSpec, make_target
 
     target = make_target(TargetSpec.parse("amqp://guest:guest@127.0.0.1:1/%2F?queue=q"), TargetOptions(1.0, 1, "r", 10, {}))
     with pytest.raises(amqp.PikaMismatch):

@@ -17,7 +17,7 @@ from support.certs import make_certs
 
 from core import secrets, tls
 from core.procs import free_port
-from loadgen.targets import TargetSpec, transport
+from transports.registry import TargetSpec, transport
 
 SECRET = "s3cret-in-a-file"
 

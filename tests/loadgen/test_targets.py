@@ -8,9 +8,9 @@ import tempfile
 
 import pytest
 
-from core.amqp import AmqpAddress, close_cause
-from loadgen.targets import TRANSPORTS, TargetSpec
-from loadgen.targets.base import Target
+from transports.amqp import AmqpAddress, close_cause
+from transports.base import Target
+from transports.registry import TRANSPORTS, TargetSpec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -59,7 +59,7 @@ def test_an_address_prints_as_it_parses(url):
 
 
 def test_amqp_1_0_addresses():
-    from core.amqp import Amqp1Address
+    from transports.amqp import Amqp1Address
 
     assert Amqp1Address.parse("//queue/q", "") == Amqp1Address("/queue/q", "unsettled")
     assert Amqp1Address.from_url("amqp1://u:p@h:7/a%2Fb?settle=presettled") == (
@@ -115,17 +115,21 @@ def transport_names() -> set[str]:
 
 
 def transport_modules() -> set[str]:
-    """The modules that are a transport's own (its target, receiver, process and broker), from the registries."""
+    """The modules that are a transport's own: all of ``transports/``, and its process and its broker, from the
+    registries."""
     import importlib.util
 
     from agents.receiver import RECEIVERS
     from core.suts import SUTS
 
-    modules = {cls.__module__ for cls in TRANSPORTS.values()} | {"loadgen.targets.base", "loadgen.targets.spec"}
+    modules = {cls.__module__ for cls in TRANSPORTS.values()} | {"transports.base", "transports.spec"}
     modules |= {m for _, main, _, module in RECEIVERS.values() for m in (main.__module__, module.__name__)}
     modules |= {f"stack.{name}" for sut in SUTS for name in (sut, SUTS[sut].broker)}
     specs = [importlib.util.find_spec(m) for m in modules if "-" not in m]
-    return {os.path.relpath(spec.origin, ROOT) for spec in specs if spec is not None}
+    own = {os.path.relpath(spec.origin, ROOT) for spec in specs if spec is not None}
+    for folder, _, files in os.walk(os.path.join(ROOT, "transports")):  # the transports' own packages
+        own |= {os.path.relpath(os.path.join(folder, f), ROOT) for f in files if f.endswith(".py")}
+    return own
 
 
 REGISTRIES = ("TRANSPORTS", "RECEIVERS", "SUTS", "BROKERS")
@@ -207,7 +211,7 @@ def test_an_amqp1_event_over_the_links_max_message_size_is_refused_before_the_at
     from proton.reactor import Container
 
     from core.procs import free_port, wait_port
-    from loadgen.targets import TargetOptions, TargetSpec, make_target
+    from transports.registry import TargetOptions, TargetSpec, make_target
 
     class Peer(MessagingHandler):
         def on_start(self, event):
@@ -243,11 +247,11 @@ def test_an_amqp1_event_over_the_links_max_message_size_is_refused_before_the_at
 def test_every_consumer_of_the_sut_keeps_the_receiver_source_contract():
     """The Kafka, AMQP 0-9-1 and AMQP 1.0 consumers each keep ``agents.source.Source`` (its attributes and
     ``counters()``, whose keys the agents' shared code reads), built here as their agents build them."""
-    from agents.amqp1_receiver import Amqp1Receiver
-    from agents.amqp_receiver import AmqpReceiver
-    from agents.kafka_receiver import KafkaReceiver
     from agents.source import Source
-    from core.amqp import Amqp1Address, AmqpAddress
+    from transports.amqp import Amqp1Address, AmqpAddress
+    from transports.amqp091.receiver import AmqpReceiver
+    from transports.amqp1.receiver import Amqp1Receiver
+    from transports.kafka.receiver import KafkaReceiver
 
     spool = type("Spool", (), {"append": staticmethod(lambda line: True),
                                "counters": staticmethod(lambda: {"spooled": 0, "lost": 0})})()
@@ -271,7 +275,7 @@ def test_a_publish_is_the_frames_pika_itself_writes(event_id, payload_bytes, bod
     import pika
     from pika import frame
 
-    from loadgen.targets.amqp091 import PublishFrames
+    from transports.amqp091.target import PublishFrames
 
     payload, fixed, stamp = os.urandom(payload_bytes), {"cloudEvents_specversion": "1.0", "cloudEvents_fwrun": "r"}, \
         1_764_217_000_123_456_789
@@ -296,7 +300,7 @@ def test_a_publish_is_the_frames_pika_itself_writes(event_id, payload_bytes, bod
 
 
 def test_an_event_id_too_long_for_a_short_string_is_a_value_error():
-    from loadgen.targets.amqp091 import PublishFrames
+    from transports.amqp091.target import PublishFrames
 
     frames = PublishFrames(1, "", "q", b"", 4088, "application/octet-stream", {}, "cloudEvents_id", "fw_sent_ns", 1)
     with pytest.raises(ValueError, match="255 bytes"):
@@ -308,7 +312,7 @@ def test_publish_frames_of_many_routes_carry_each_events_routing_key():
     (as pika's decoder reads them), the rest of the frames unchanged."""
     from pika import frame
 
-    from loadgen.targets.amqp091 import PublishFrames
+    from transports.amqp091.target import PublishFrames
 
     keys = [f"fw.{i}" for i in range(5)]
     frames = PublishFrames(1, "fw.topic", keys, b"p" * 10, 4088, "application/octet-stream", {}, "cloudEvents_id",
@@ -324,11 +328,11 @@ def test_a_kafka_send_carries_its_stamp_as_ce_time_across_a_second(monkeypatch):
     """Each Kafka record's ``ce_time`` is its send stamp in RFC 3339 to the µs (the date part is formatted once a
     second, the µs per event), its ``ce_id`` its key; the ack reaches the book with that stamp. A stub stands in
     for librdkafka's producer: only what ``send`` hands it is looked at."""
-    from loadgen.targets.base import TargetOptions
-    from loadgen.targets.kafka import KafkaTarget
+    from transports.base import TargetOptions
+    from transports.kafka.target import KafkaTarget
 
     stamps = iter([1_795_858_628_999_999_123, 1_795_858_629_000_000_999, 1_795_858_629_000_500_000])
-    monkeypatch.setattr("loadgen.targets.kafka.time.time_ns", lambda: next(stamps))
+    monkeypatch.setattr("transports.kafka.target.time.time_ns", lambda: next(stamps))
     produced, booked = [], []
     target = KafkaTarget(TargetSpec.parse("kafka://127.0.0.1:9/t"), TargetOptions(run_id="r1", payload_bytes=4,
                                                                                   kafka_options={}))
@@ -354,8 +358,8 @@ def test_librdkafkas_lines_of_a_failed_kafka_connect_stay_unsaid_until_its_close
     import asyncio
     import logging
 
-    from loadgen.targets.base import TargetOptions
-    from loadgen.targets.kafka import KafkaTarget
+    from transports.base import TargetOptions
+    from transports.kafka.target import KafkaTarget
 
     log = logging.getLogger("librdkafka")
     target = KafkaTarget(TargetSpec.parse("kafka://127.0.0.1:9/t"), TargetOptions(timeout_s=0.5, run_id="r1",

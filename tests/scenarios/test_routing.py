@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import amqp
 from scenarios import routing
+from transports import amqp
 
 NS = 10**9
 

@@ -326,8 +326,8 @@ def test_the_grafana_dashboard_is_mounted_and_names_only_exported_metrics(render
     import json
     import re
 
-    from agents.http_receiver import HttpReceiver
     from streaming.metrics import JobMetrics
+    from transports.http.receiver import HttpReceiver
 
     for overlay, docs in rendered.items():
         cm = by_kind(docs, "ConfigMap")["flightwatch-grafana-dashboard"]

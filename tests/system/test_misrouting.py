@@ -7,7 +7,7 @@ on Tansu, side by side.
 Ground truth is the relay's own list of the events it sent astray, kept in the test's process: the job's
 ``misrouted`` count, its exemplars and the per-pair (per-partition) figures (``scenarios.pairs``, from the archive) are checked
 against it, and the ledger sums to ``sent`` with nothing dropped. Both relays are the test's own code: the AMQP 1.0
-one moves each message's bytes untouched with flightwatch's engine (``core.amqp1_engine``), the 0-9-1 one with pika,
+one moves each message's bytes untouched with flightwatch's engine (``transports.amqp1.engine``), the 0-9-1 one with pika,
 the Kafka one with confluent-kafka (keys, headers and values as they came).
 """
 from __future__ import annotations
@@ -17,12 +17,12 @@ import threading
 import pytest
 from support.brokers import EXACT_DROP_TIMEOUT, Attack, run_attacks, running
 
-from core import amqp
-from core.amqp1_codec import read_event
-from core.amqp1_engine import EngineLink
 from core.output import ledger
 from scenarios import pairs as pair_stats
 from stack.rabbitmq import installed, start_rabbitmq, stop_rabbitmq
+from transports import amqp
+from transports.amqp1.codec import read_event
+from transports.amqp1.engine import EngineLink
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers,
               pytest.mark.skipif(not installed(), reason="rabbitmq-server is not installed (.ci/run installs it)")]

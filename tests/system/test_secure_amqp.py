@@ -139,7 +139,7 @@ def test_a_queue_with_a_consumer_of_its_own_is_named_and_what_it_took_is_what_dr
     drops are exactly the events that consumer took (it counts this run's, by their run header)."""
     import pika
 
-    from core.amqp import RUN_HEADER, AmqpAddress
+    from transports.amqp import RUN_HEADER, AmqpAddress
 
     port, certs, pw = secure
     run_id, tel = "tls-taken", "tel-tls-taken"

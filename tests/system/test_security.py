@@ -229,8 +229,8 @@ def test_kafka_options_parse_files_and_redact(tmp_path, monkeypatch):
 
 
 def test_a_password_in_the_target_url_is_sent_as_basic_auth_and_never_shown():
-    from loadgen.targets import TargetOptions, TargetSpec
-    from loadgen.targets.http import HttpTarget
+    from transports.http.target import HttpTarget
+    from transports.registry import TargetOptions, TargetSpec
 
     spec = TargetSpec.parse(f"http://flight:{URL_SECRET}@127.0.0.1:8080/broker")
     assert URL_SECRET not in str(spec) and URL_SECRET not in repr(spec)

@@ -1,9 +1,9 @@
 """The AMQP 1.0 receiver: consume an address of an AMQP 1.0 broker (Artemis, RabbitMQ's plugin, Dispatch Router) and
 record the receive time of every event.
 
-proton's engine driven by hand (``core.amqp1_engine``) in the agent's own thread. Per message: stamp the receive time,
+proton's engine driven by hand (``transports.amqp1.engine``) in the agent's own thread. Per message: stamp the receive time,
 read the event ID (the ``cloudEvents_id`` application property, else the message ID) and run ID
-(``cloudEvents_fwrun``) with ``core.amqp1_codec``, append one receive line to the disk spool, then accept it (the
+(``cloudEvents_fwrun``) with ``transports.amqp1.codec``, append one receive line to the disk spool, then accept it (the
 broker forgets it once accepted: it is recorded by then). The link grants ``--prefetch`` credit, topped up at half.
 A lost connection is opened again every ``RECONNECT_S``; a message that is not AMQP 1.0 is counted apart
 (``malformed``) and accepted, so the broker does not give it again and again.
@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import time
 
-from agents.amqp_receiver import amqp_families, amqp_progress
-from core import amqp, contract
-from core.amqp1_codec import read_event
-from core.amqp1_engine import EngineLink, pair_addresses
+from core import contract
+from transports import amqp
+from transports.amqp091.receiver import amqp_families, amqp_progress
+from transports.amqp1.codec import read_event
+from transports.amqp1.engine import EngineLink, pair_addresses
 
 PREFETCH = 1000
 PAIR_PREFETCH_MIN = 20

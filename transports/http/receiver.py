@@ -6,7 +6,7 @@ request without an event ID or with malformed JSON gets ``400`` and is counted b
 counted as unattributed unless ``--run`` names a default. ``GET /healthz`` answers the counters as JSON,
 ``GET /metrics`` in Prometheus' text format (``flightwatch_receiver_*``).
 
-The HTTP/1.1 server (framing by llhttp, limits, connections) is ``agents.http_server``.
+The HTTP/1.1 server (framing by llhttp, limits, connections) is ``transports.http.server``.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import json
 import time
 from collections import Counter
 
-from agents.http_server import response
 from core import cloudevents, contract
+from transports.http.server import response
 
 ACCEPTED = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n"
 

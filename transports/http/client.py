@@ -19,7 +19,7 @@ from collections import deque
 
 import httptools
 
-from loadgen.errors import error_cause
+from transports.errors import error_cause
 
 IDLE_TIMEOUT_S = 10.0
 """An idle keep-alive connection is closed after this long (Go's http.Transport has IdleConnTimeout, 90 s)."""

@@ -1,6 +1,6 @@
 """AMQP 0-9-1 (RabbitMQ): pika's asyncio connection, publisher confirms, many publishes in flight.
 
-    amqp://guest:guest@127.0.0.1:29672/%2F?queue=flightwatch.sut     (``core.amqp`` has the address' options)
+    amqp://guest:guest@127.0.0.1:29672/%2F?queue=flightwatch.sut     (``transports.amqp`` has the address' options)
     amqp://guest:guest@127.0.0.1:29672/%2F?exchange=fw.topic&bindings=100   event k with the routing key fw.<k mod 100>
 
 pika, not aiormq or aio-pika: at 5,000 messages/s with confirms it took 70 µs of CPU a publish against aiormq's 215
@@ -19,9 +19,9 @@ import os
 import struct
 import time
 
-from core import amqp
-from loadgen.targets.base import Book, TargetOptions, url_receiver_place
-from loadgen.targets.http import CE_SOURCE, CE_TYPE
+from transports import amqp
+from transports.base import Book, TargetOptions, url_receiver_place
+from transports.http.target import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
 """How often a lost connection is tried again while the attack runs."""

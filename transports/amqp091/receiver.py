@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from core import amqp, contract
+from core import contract
+from transports import amqp
 
 PREFETCH = 1000
 """Unacked deliveries the broker may have in flight to the receiver (``basic.qos``)."""

@@ -24,7 +24,8 @@ import select
 import socket
 import time
 
-from core import amqp, tls
+from core import tls
+from transports import amqp
 
 READ_BYTES = 256 * 1024
 TICK_S = 0.25

@@ -11,7 +11,7 @@ the telemetry topic, as the HTTP receiver's do, so a telemetry broker that is sl
 past its budget are counted as lost and said so in the telemetry.
 
 Restart-safe without losing or double-reporting: before a batch's receive records go to the spool, the batch (with
-the offsets after it) is appended to ``<state-dir>/wal`` (``agents.wal``: it survives a crash or kill -9 of the agent
+the offsets after it) is appended to ``<state-dir>/wal`` (``core.wal``: it survives a crash or kill -9 of the agent
 at any point, not a power loss of the host). On restart the agent spools that batch again *identically* and continues
 from its offsets; the streaming job treats an identical repeat of a first delivery (same event ID and receive time) as
 a telemetry repeat, not a duplicate.
@@ -22,8 +22,8 @@ import json
 import os
 import time
 
-from agents.wal import WriteAheadLog
 from core import cloudevents, contract
+from core.wal import WriteAheadLog
 
 FETCH_MAX_WAIT_MS = 25
 """A Kafka broker holds a fetch until a message comes or this long. Tansu 0.6 (the embedded SUT) holds it this

@@ -1,6 +1,6 @@
 """A target's address, parsed once: ``scheme://[user:password@]host[:port]/path[?query]``.
 
-What the path and query mean is the transport's (``loadgen.targets.TRANSPORTS``): a URL path for HTTP, a topic for
+What the path and query mean is the transport's (``transports.registry.TRANSPORTS``): a URL path for HTTP, a topic for
 Kafka, a virtual host and a queue or exchange for AMQP. The password is never printed or recorded.
 """
 from __future__ import annotations
@@ -11,13 +11,13 @@ from urllib.parse import quote, urlsplit
 from core import secrets, tls
 
 TRANSPORTS: dict[str, type] = {}
-"""URL scheme -> the target class that serves it: ``loadgen.targets.TRANSPORTS`` is this dict, filled as that package
+"""URL scheme -> the target class that serves it: ``transports.registry.TRANSPORTS`` is this dict, filled as that package
 is imported (importing this module imports the package first). A spec reads the transports and imports none."""
 
 
 @dataclass(frozen=True)
 class TargetSpec:
-    scheme: str          # a key of loadgen.targets.TRANSPORTS
+    scheme: str          # a key of transports.registry.TRANSPORTS
     host: str
     port: int
     path: str            # URL path (HTTP), topic (Kafka), virtual host (AMQP 0-9-1), address (AMQP 1.0)

@@ -1,4 +1,4 @@
-"""The HTTP/1.1 server under the HTTP receiver (``agents.http_receiver``): framing, limits and connections.
+"""The HTTP/1.1 server under the HTTP receiver (``transports.http.receiver``): framing, limits and connections.
 
 An asyncio protocol (uvloop when installed) framed by llhttp through ``httptools`` (the parser under uvicorn; 5.7 µs
 a request where a hand-written head parser took 11.6): keep-alive, pipelining, Content-Length or chunked bodies,
@@ -74,7 +74,7 @@ class Malformed(ValueError):
 
 
 class Handler(Protocol):
-    """What the server needs of the application (``agents.http_receiver.HttpReceiver``): the answer to a request,
+    """What the server needs of the application (``transports.http.receiver.HttpReceiver``): the answer to a request,
     and where to count what the server refuses."""
     conns: set
     num_refused: int

@@ -6,13 +6,13 @@
     ...?durable=true                                                 durable messages and terminus (RabbitMQ: a durable queue)
     ...?pairs=1000                                                   1,000 links, to ADDRESS.0 ... ADDRESS.999
 
-The URL's path, less its first ``/``, is the link's target address (``core.amqp`` has the grammar). Each event is one
+The URL's path, less its first ``/``, is the link's target address (``transports.amqp`` has the grammar). Each event is one
 transfer, unsettled by default (at least once): its outcome comes back as the broker's disposition, counted by kind
 (``accepted`` is taken; ``rejected``, ``released``, ``modified`` are errors by cause) and its latency is the load
 generator's. The CloudEvents AMQP binding's names carry the attributes as application properties
 (``cloudEvents_id``, ...; the event ID is also the message ID) and the send stamp is ``fw_sent_ns``, an AMQP long
-(epoch ns). proton's engine is driven by hand (``core.amqp1_engine``) in the worker's own thread, by ``poll`` as
-librdkafka's is, and each event is encoded by ``core.amqp1_codec``; a connection that is lost is opened again every
+(epoch ns). proton's engine is driven by hand (``transports.amqp1.engine``) in the worker's own thread, by ``poll`` as
+librdkafka's is, and each event is encoded by ``transports.amqp1.codec``; a connection that is lost is opened again every
 ``RECONNECT_S`` while the attack runs, and sends meanwhile fail as ``not connected``.
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ import asyncio
 import os
 import time
 
-from core import amqp
-from core.amqp1_codec import EventEncoder
-from core.amqp1_engine import EngineLink
-from loadgen.targets.base import Book, TargetOptions, no_consumers, one_receiver, url_receiver_place
-from loadgen.targets.http import CE_SOURCE, CE_TYPE
+from transports import amqp
+from transports.amqp1.codec import EventEncoder
+from transports.amqp1.engine import EngineLink
+from transports.base import Book, TargetOptions, no_consumers, one_receiver, url_receiver_place
+from transports.http.target import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
 CONTENT_TYPE = "application/octet-stream"

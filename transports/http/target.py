@@ -14,8 +14,8 @@ import time
 
 from core import tls
 from core.cloudevents import RUN_ATTRIBUTE
-from loadgen.errors import error_cause
-from loadgen.targets.base import Book, TargetOptions, no_consumers, no_receiver_args, one_receiver
+from transports.base import Book, TargetOptions, no_consumers, no_receiver_args, one_receiver
+from transports.errors import error_cause
 
 CE_SOURCE = "flightwatch/loadgen"
 CE_TYPE = "dev.flightwatch.load"
@@ -26,7 +26,7 @@ RUN_EXTENSION = RUN_ATTRIBUTE
 
 
 class HttpTarget:
-    """CloudEvents over HTTP/1.1 through ``loadgen.http`` (keep-alive, at most ``max_inflight`` connections).
+    """CloudEvents over HTTP/1.1 through ``transports.http.client`` (keep-alive, at most ``max_inflight`` connections).
 
     The send stamp is taken by the pool right before the request's bytes are written to its connection:
     a wait for a connection (one being opened, or all busy) comes before it, and shows as send delay."""
@@ -86,7 +86,7 @@ class HttpTarget:
         writer.close()
 
     def start(self, book: Book) -> None:
-        from loadgen.http import HttpPool
+        from transports.http.client import HttpPool
 
         def on_write(ctx) -> int:
             sent = time.time_ns()

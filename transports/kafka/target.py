@@ -13,9 +13,9 @@ import time
 
 from core import tls
 from core.cloudevents import KAFKA_ID_HEADER, KAFKA_RUN_HEADER
-from loadgen.errors import error_cause
-from loadgen.targets.base import Book, TargetOptions, flag, no_consumers
-from loadgen.targets.http import CE_SOURCE, CE_TYPE
+from transports.base import Book, TargetOptions, flag, no_consumers
+from transports.errors import error_cause
+from transports.http.target import CE_SOURCE, CE_TYPE
 
 
 def kafka_error_cause(err) -> str:
