@@ -177,6 +177,43 @@ def pytest_xdist_make_scheduler(config, log):
     return Shares(config, log)
 
 
+def tree_cpu_s() -> float:
+    """CPU seconds of this process and its descendants so far: its own, its reaped children's, and each live
+    descendant's with the children it reaped (a process whose parent died before it is lost to the count)."""
+    import resource
+
+    import psutil
+
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_AT_SETUP] = tree_cpu_s()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each test's CPU (setup, call and teardown, the processes it started too: its fixtures' the first time they
+    are built) as the ``cpu_s`` property of its JUnit XML case: CI's step is bound by the two cores, and
+    ``.ci/durations.py`` prints where the CPU went beside where the time went."""
+    if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
+        item.user_properties.append(("cpu_s", f"{tree_cpu_s() - item.stash[_CPU_AT_SETUP]:.2f}"))
+    yield
+
+
+_CPU_AT_SETUP = pytest.StashKey[float]()
+
+
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
     """A real Kafka-protocol broker (Tansu, in-memory) for the whole session: its bootstrap address."""

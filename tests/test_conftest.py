@@ -69,3 +69,32 @@ def test_a_mark_is_on_a_test_never_on_a_helper():
                     if "pytest.mark." in ast.unparse(target):
                         stray.append(f"{os.path.relpath(path, root)}:{node.lineno} {node.name}")
     assert not stray, stray
+
+
+def test_a_tests_cpu_counts_the_processes_it_starts_and_ci_prints_it(tmp_path):
+    """``tree_cpu_s`` counts a child busy for 0.5 s of CPU, reaped or still alive; the JUnit XML's ``cpu_s``
+    property is what ``.ci/durations.py`` prints and sums."""
+    import subprocess
+    import sys
+
+    burn = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.5: pass\nprint('done', flush=True)\n"
+    before = conftest.tree_cpu_s()
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    reaped = conftest.tree_cpu_s() - before
+    alive = subprocess.Popen([sys.executable, "-c", burn + "import time; time.sleep(30)"], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert alive.stdout.readline() == "done\n"
+        live = conftest.tree_cpu_s() - before - reaped
+    finally:
+        alive.kill()
+        alive.wait()
+    assert 0.5 <= reaped < 1.5 and 0.5 <= live < 1.5, (reaped, live)
+
+    xml = tmp_path / "t.xml"
+    xml.write_text('<testsuites><testsuite><testcase classname="tests.a" name="t1" time="3.5"><properties>'
+                   '<property name="cpu_s" value="6.25"/></properties></testcase>'
+                   '<testcase classname="tests.a" name="t2" time="1.0"/></testsuite></testsuites>')
+    ci = os.path.join(os.path.dirname(os.path.dirname(__file__)), ".ci", "durations.py")
+    out = subprocess.run([sys.executable, ci, "--top", "2", str(xml)], capture_output=True, text=True, check=True).stdout
+    assert "2 tests, 4 s of test time, 6 CPU-s" in out and "3.5 s     6.2 CPU-s  tests.a::t1" in out, out
