@@ -48,6 +48,15 @@ class Process:
         now = time.monotonic()
         self._last = {"second": now, "clock": -float("inf"), "progress": now, "trim": now}
 
+    @classmethod
+    def in_state_dir(cls, a, budget_bytes: int) -> Process:
+        """The process of a receiver whose flags give its ``--state-dir`` and ``--agent``: its log set up, its spool,
+        shipper log and metrics under the folder (``state_paths``); its ``log`` and ``warn`` for the source."""
+        logger = logs.setup(a.agent)
+        spool_dir, shipper_log, metrics_dir = state_paths(a.state_dir, a.agent)
+        return cls(a, a.agent, spool_dir, budget_bytes, shipper_log, logs.printer(logger),
+                   logs.printer(logger, logs.WARNING), metrics_dir=metrics_dir)
+
     def start(self, source, listen: str | None = None) -> None:
         """Once the source is connected: the shipper, /metrics on ``listen`` (None: the source serves them itself;
         ``collect``), and on a running asyncio loop the duties' tasks."""

@@ -1,7 +1,7 @@
 """The contract between a receiver agent's process and the consumer of its transport, as ``transports.base``
 states the load generator's: what each consumer of the system under test keeps, whatever its client.
 
-    consumer = Amqp1Receiver(...)     # or AmqpReceiver, KafkaReceiver: one module per transport in agents/
+    consumer = Amqp1Receiver(...)     # or AmqpReceiver, KafkaReceiver: each transport's in transports/<name>/
     consumer.counters()               # {"agent", "received", "unattributed", ..., "telemetry": the spool's}
 
 Per event, in this order, the same for every transport:
@@ -14,7 +14,7 @@ Per event, in this order, the same for every transport:
      the broker forgets is one the spool holds.
 How it is driven (librdkafka's poll, pika's asyncio connection, proton's engine) is the consumer's own. The process
 around it is one for every transport (``agents.runner.Process``): spool, shipper, /metrics, clock records, progress
-lines, memory trim and shutdown; a transport's ``agents/<transport>_agent.py`` only checks its flags, connects, and
+lines, memory trim and shutdown; a transport's ``transports/<name>/process.py`` only checks its flags, connects, and
 hands the process its turn (``run_blocking``) or its coroutine (``run_async``).
 """
 from __future__ import annotations

@@ -226,3 +226,9 @@ def _group_gone(pgid: int) -> bool:
         except (ProcessLookupError, PermissionError):
             continue
     return True
+
+
+def child_pythonpath(root: str) -> str:
+    """A child's PYTHONPATH: the project (``root``) first, then this process' own, so that what the user made
+    importable (a transport of their own: ``transports.registry.more``) is in the child too."""
+    return os.pathsep.join(dict.fromkeys(filter(None, [root, *os.environ.get("PYTHONPATH", "").split(os.pathsep)])))

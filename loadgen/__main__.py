@@ -38,7 +38,7 @@ from loadgen import follow
 from loadgen.run import attack
 from loadgen.streamjob import start_job, wait_job
 from transports.errors import UsageError
-from transports.registry import TargetSpec, transport
+from transports.registry import PROBLEM, TargetSpec, transport
 
 WORKER_RATE = 10_000
 """Events per second one worker process is given by --workers auto. One worker sends 5,000/s at ~50 µs of CPU an
@@ -329,6 +329,8 @@ def probe(cfg) -> None:
 
 def main(argv=None) -> int:
     try:
+        if PROBLEM:  # a transport of the user's that could not be had
+            raise UsageError(PROBLEM)
         a = build_parser().parse_args(argv)
         cfg, thresholds, out = config(a)
         probe_s = follow.probe_seconds(a)

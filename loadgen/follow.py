@@ -34,7 +34,7 @@ import urllib.request
 
 from core import secrets
 from core.observer import STACK_DIR
-from core.procs import HOST, free_port, pid_from_file
+from core.procs import HOST, child_pythonpath, free_port, pid_from_file
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from core.units import parse_duration_ns
 from transports.errors import UsageError
@@ -175,7 +175,7 @@ def start(cfg, no_receiver: bool, log=print, count: int = 1) -> RunReceiver | No
     except ValueError as e:
         raise UsageError(f"--receivers {count}: {e}") from None
     paths = RunPaths.of_run(cfg.run_id, CHECKPOINTS)
-    env = secrets.child_env(cfg.target.userinfo, dict(os.environ, PYTHONPATH=ROOT))
+    env = secrets.child_env(cfg.target.userinfo, dict(os.environ, PYTHONPATH=child_pythonpath(ROOT)))
     if cfg.sut_kafka_options:  # a Kafka target's login and TLS (--kafka-option), for the receiver's consumer too
         from core.kafka_options import SUT_ENV
 

@@ -11,6 +11,8 @@
 """
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -60,6 +62,13 @@ def no_consumers(spec) -> None:
     return None
 
 
+def tcp_reachable(spec, timeout_s: float) -> str | None:
+    """A target's ``reachable`` over TCP: None if a connection to its host and port opens, else why not."""
+    from core.procs import tcp_unreachable
+
+    return tcp_unreachable(spec.host, spec.port, timeout_s)
+
+
 def url_receiver_place(flags: list[str]) -> str | None:
     """A target's ``receiver_place`` when its receiver is given the target's URL: its ``--url`` (None without one)."""
     return flag(flags, "--url", None)
@@ -105,6 +114,11 @@ class Target(Protocol):
     def check(scheme: str, path: str, userinfo: str | None, query: str) -> str:
         """The address' path as the target keeps it, or ``ValueError`` saying what is wrong."""
 
+    @staticmethod
+    def reachable(spec, timeout_s: float) -> str | None:
+        """None if the target's place answers, else why not: the load generator waits for it (``--wait``) before
+        the attack. ``tcp_reachable`` for a transport over TCP."""
+
     async def connect(self) -> None: ...
 
     def start(self, book: Book) -> None: ...
@@ -117,3 +131,36 @@ class Target(Protocol):
 
     def shaping(self) -> dict | None:
         """The client settings that shaped latency, as they took effect, for the report (None: nothing to say)."""
+
+
+class Runner(Protocol):
+    """What a transport's receiver process is given to run in (``agents.runner``, the one receiver process): it
+    brings its source; the runner, the spool, shipper, /metrics, duties and shutdown."""
+
+    Process: type
+    """``agents.runner.Process``: ``Process.in_state_dir(a, budget_bytes)`` for a receiver with a ``--state-dir``
+    (or ``Process(a, agent, spool_dir, budget_bytes, shipper_log, log, warn)``), then ``start``, ``run_blocking`` or
+    ``run_async``, ``close``."""
+
+
+@dataclass(frozen=True)
+class Transport:
+    """A transport, as its package describes it (``transports/<name>/__init__.py``, ``TRANSPORT``): what
+    ``transports.registry`` builds the load generator's schemes and the receiver agent's modes from, so that no
+    component names it."""
+
+    name: str
+    """Its package's name."""
+    target: type
+    """Its target class (``Target``): the load side, one per URL scheme in its ``SCHEMES``."""
+    receiver: str
+    """Its receiver agent's mode (``python -m agents.receiver MODE``; the stack's ``MODE-receiver``)."""
+    receiver_help: str
+    """The mode's line in ``python -m agents.receiver --help``."""
+    receiver_module: object
+    """The module of its receiver's source, whose docstring is the mode's ``--help``."""
+    add_receiver_flags: Callable[[argparse.ArgumentParser], None]
+    """The mode's own flags (the telemetry's and the clock reference's are every mode's)."""
+    receive: Callable[[argparse.Namespace, Runner], int]
+    """Its receiver process' main, given its flags and the runner: 0 when stopped, 2 on bad settings or a broker
+    that refuses it at the start."""

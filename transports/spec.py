@@ -63,10 +63,8 @@ class TargetSpec:
         return f"{scheme}://{quote(user, safe='')}@{rest}"
 
     def reachable(self, timeout_s: float = 3.0) -> str | None:
-        """None if a TCP connection opens, else why not."""
-        from core.procs import tcp_unreachable
-
-        return tcp_unreachable(self.host, self.port, timeout_s)
+        """None if the target's place answers (its transport says how: a TCP connection opens), else why not."""
+        return TRANSPORTS[self.scheme].reachable(self, timeout_s)
 
 
 def redacted(text: str, u=None) -> str:

@@ -107,24 +107,20 @@ def test_every_transport_keeps_the_contract():
 def transport_names() -> set[str]:
     """Every name a transport goes by, from the registries: its schemes, receiver modes, SUTs and the stack's
     components that run its broker and its receiver."""
-    from agents.receiver import RECEIVERS
     from core.suts import SUTS
+    from transports.registry import RECEIVERS
 
     return ({*TRANSPORTS, *RECEIVERS, *SUTS, *(f"{mode}-receiver" for mode in RECEIVERS)}
             | {name for sut in SUTS.values() for name in (sut.broker, sut.receiver)})
 
 
 def transport_modules() -> set[str]:
-    """The modules that are a transport's own: all of ``transports/``, and its process and its broker, from the
-    registries."""
+    """The modules that are a transport's own: all of ``transports/``, and its broker, from the registries."""
     import importlib.util
 
-    from agents.receiver import RECEIVERS
     from core.suts import SUTS
 
-    modules = {cls.__module__ for cls in TRANSPORTS.values()} | {"transports.base", "transports.spec"}
-    modules |= {m for _, main, _, module in RECEIVERS.values() for m in (main.__module__, module.__name__)}
-    modules |= {f"stack.{name}" for sut in SUTS for name in (sut, SUTS[sut].broker)}
+    modules = {f"stack.{name}" for sut in SUTS for name in (sut, SUTS[sut].broker)}
     specs = [importlib.util.find_spec(m) for m in modules if "-" not in m]
     own = {os.path.relpath(spec.origin, ROOT) for spec in specs if spec is not None}
     for folder, _, files in os.walk(os.path.join(ROOT, "transports")):  # the transports' own packages
@@ -191,12 +187,18 @@ def test_no_module_outside_a_transports_own_branches_on_its_name():
     assert not paid, f"branches taken away: lower BRANCH_DEBT to what is left (debt, now): {paid}"
 
 
-def test_every_receiver_mode_is_one_line_of_the_table():
-    from agents.receiver import RECEIVERS, _parser
+def test_every_transport_is_one_descriptor_and_its_schemes_and_receiver_mode_come_from_it():
+    from agents.receiver import _parser
+    from transports.registry import ALL, RECEIVERS
 
+    assert [t.name for t in ALL] == ["http", "kafka", "amqp091", "amqp1"]
     assert set(RECEIVERS) == {"http", "kafka", "amqp", "amqp1"}
-    for mode in RECEIVERS:
-        assert _parser().parse_args([mode]).mode == mode
+    assert set(TRANSPORTS) == {s for t in ALL for s in t.target.SCHEMES}
+    for t in ALL:
+        assert t.target.RECEIVER == t.receiver and t.receive.__module__ == f"transports.{t.name}.process", t
+        assert t.receiver_module.__name__ == f"transports.{t.name}.receiver", t
+        a = _parser().parse_args([t.receiver])
+        assert (a.mode, a.agent) == (t.receiver, f"receiver-{t.receiver}")
 
 
 @pytest.mark.parametrize("payload, refused", [(900, False), (2048, True)])

@@ -20,7 +20,7 @@ import struct
 import time
 
 from transports import amqp
-from transports.base import Book, TargetOptions, url_receiver_place
+from transports.base import Book, TargetOptions, tcp_reachable, url_receiver_place
 from transports.http.target import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
@@ -96,6 +96,7 @@ class Amqp091Target:
         return ["amqp", "--url", spec.with_user()]
 
     receiver_place = staticmethod(url_receiver_place)
+    reachable = staticmethod(tcp_reachable)
 
     @staticmethod
     def share_args(spec, i: int, count: int) -> list[str]:

@@ -24,7 +24,7 @@ import time
 from transports import amqp
 from transports.amqp1.codec import EventEncoder
 from transports.amqp1.engine import EngineLink
-from transports.base import Book, TargetOptions, no_consumers, one_receiver, url_receiver_place
+from transports.base import Book, TargetOptions, no_consumers, one_receiver, tcp_reachable, url_receiver_place
 from transports.http.target import CE_SOURCE, CE_TYPE
 
 RECONNECT_S = 0.5
@@ -48,6 +48,7 @@ class Amqp1Target:
         return ["amqp1", "--url", spec.with_user()]
 
     receiver_place = staticmethod(url_receiver_place)
+    reachable = staticmethod(tcp_reachable)
     consumers = staticmethod(no_consumers)  # a link's peers are the broker's to know (Artemis: its management)
     share_args = staticmethod(one_receiver)  # an address may be multicast: each link a copy of its own
 

@@ -14,7 +14,7 @@ import time
 
 from core import tls
 from core.cloudevents import RUN_ATTRIBUTE
-from transports.base import Book, TargetOptions, no_consumers, no_receiver_args, one_receiver
+from transports.base import Book, TargetOptions, no_consumers, no_receiver_args, one_receiver, tcp_reachable
 from transports.errors import error_cause
 
 CE_SOURCE = "flightwatch/loadgen"
@@ -41,6 +41,7 @@ class HttpTarget:
 
     # no receiver to start for a run: the system under test delivers to flightwatch's HTTP receiver
     receiver_args = staticmethod(no_receiver_args)
+    reachable = staticmethod(tcp_reachable)
     consumers = staticmethod(no_consumers)
     share_args = staticmethod(one_receiver)  # none is started: the SUT delivers to flightwatch's
 

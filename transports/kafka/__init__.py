@@ -1,0 +1,10 @@
+"""The Kafka protocol: the target (``target``), the consumer that receives (``receiver``) and its process
+(``process``)."""
+from __future__ import annotations
+
+from transports.base import Transport
+from transports.kafka import process, receiver
+from transports.kafka.target import KafkaTarget
+
+TRANSPORT = Transport("kafka", KafkaTarget, "kafka", "consume the SUT topic (Kafka protocol)", receiver,
+                      process.add_flags, process.main)

@@ -13,7 +13,7 @@ import time
 
 from core import tls
 from core.cloudevents import KAFKA_ID_HEADER, KAFKA_RUN_HEADER
-from transports.base import Book, TargetOptions, flag, no_consumers
+from transports.base import Book, TargetOptions, flag, no_consumers, tcp_reachable
 from transports.errors import error_cause
 from transports.http.target import CE_SOURCE, CE_TYPE
 
@@ -93,6 +93,7 @@ class KafkaTarget:
         receive's partition its route (a read from a partition the event was not sent to is misrouted)."""
         return ["kafka", "--bootstrap", f"{spec.host}:{spec.port}", "--topic", spec.path, "--from-end", "--routes"]
 
+    reachable = staticmethod(tcp_reachable)
     consumers = staticmethod(no_consumers)  # consumers that assign partitions, as ours does, are no group's members
 
     @staticmethod

@@ -1,21 +1,35 @@
-"""The AMQP 1.0 receiver agent as a process (``python -m agents.receiver amqp1``): its consumer
-(``transports.amqp1.receiver``) served a second at a time, in the process every receiver runs (``agents.runner``).
+"""The AMQP 1.0 receiver agent as a process (``python -m agents.receiver amqp1``): its flags, and its consumer
+(``transports.amqp1.receiver``) served a second at a time, in the process every receiver runs (the runner it is given,
+``agents.runner``).
 
-    main_amqp1(args)   # 0 when stopped (SIGTERM, Ctrl-C); 2 on bad settings, or a broker that refuses us at the start
+    main(args, runner)   # 0 when stopped (SIGTERM, Ctrl-C); 2 on bad settings, or a broker that refuses us at the start
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
-from agents.amqp_agent import CONNECT_S
-from agents.runner import Process, state_paths
-from core import logs
 from core.units import parse_size
 from transports import amqp
-from transports.amqp1.receiver import Amqp1Receiver
+from transports.amqp091.process import CONNECT_S, add_amqp_flags
+from transports.amqp1.receiver import PREFETCH, Amqp1Receiver
+from transports.base import Runner
 
 
-def main_amqp1(a) -> int:
+def add_flags(q: argparse.ArgumentParser) -> None:
+    from core.suts import default_target
+
+    q.add_argument("--url", default=default_target("rabbitmq-amqp1"), metavar="URL",
+                   help="the address to consume, as the load generator's target names it: amqp1://USER:PASS@HOST:PORT/"
+                        "ADDRESS (RabbitMQ 3.x: //queue/NAME; Artemis: the queue's name; ?durable=true as for the "
+                        "target: a durable terminus, so RabbitMQ's plugin declares its queue durable; default the "
+                        "stack's RabbitMQ queue over AMQP 1.0)")
+    q.add_argument("--prefetch", type=int, default=PREFETCH,
+                   help="the link's credit: messages the broker may send ahead (default %(default)s)")
+    add_amqp_flags(q, "receiver-amqp1")
+
+
+def main(a, runner: Runner) -> int:
     try:
         address, host, port, userinfo = amqp.Amqp1Address.from_url(a.url)
         budget_bytes = parse_size(a.spool_budget)
@@ -24,10 +38,8 @@ def main_amqp1(a) -> int:
     except ValueError as e:
         print(f"receiver: error: {e}", file=sys.stderr)
         return 2
-    logger = logs.setup(a.agent)
-    log, warn = logs.printer(logger), logs.printer(logger, logs.WARNING)
-    spool_dir, shipper_log, metrics_dir = state_paths(a.state_dir, a.agent)
-    process = Process(a, a.agent, spool_dir, budget_bytes, shipper_log, log, warn, metrics_dir=metrics_dir)
+    process = runner.Process.in_state_dir(a, budget_bytes)
+    log, warn, spool_dir = process.log, process.warn, process.spool.dir
     receiver = Amqp1Receiver(host, port, userinfo, address, process.spool, a.agent, a.prefetch, log=log, warn=warn)
     try:
         receiver.connect(CONNECT_S + address.pairs / 100)  # 1,000 links: 10 s more
