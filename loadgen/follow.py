@@ -38,7 +38,7 @@ from core.procs import HOST, child_pythonpath, free_port, pid_from_file
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from core.units import parse_duration_ns
 from transports.errors import UsageError
-from transports.registry import TargetSpec, transport
+from transports.registry import RECEIVERS, TargetSpec, transport
 
 STACK_RECEIVERS = ("kafka-receiver", "amqp-receiver", "amqp1-receiver")
 """The embedded stack's receivers of a broker (``stack.__main__``), each recorded in ``<stack>/<name>.pid``."""
@@ -126,18 +126,12 @@ def _place(spec: TargetSpec) -> TargetSpec:
     return TargetSpec(spec.scheme, host, spec.port, spec.path, None, spec.query)
 
 
-def _receivers_by_mode() -> dict[str, type]:
-    from transports.registry import TRANSPORTS
-
-    return {cls.RECEIVER: cls for cls in TRANSPORTS.values()}
-
-
 def stack_receiver_on(target: TargetSpec, stack_dir: str | None = None) -> str | None:
     """The stack's receiver that consumes where ``target``'s load goes (its name), or None. Its place is read from its
     command line (by the PID it recorded), as its transport's ``receiver_place`` reads it."""
     import psutil
 
-    want, by_mode = _place(target), _receivers_by_mode()
+    want = _place(target)
     for name in STACK_RECEIVERS:
         pid = pid_from_file(os.path.join(stack_dir or STACK_DIR, f"{name}.pid"))
         if pid is None:
@@ -147,8 +141,8 @@ def stack_receiver_on(target: TargetSpec, stack_dir: str | None = None) -> str |
         except psutil.Error:
             continue
         at = next((i for i, a in enumerate(argv[:-1]) if a == "agents.receiver"), None)
-        kind = by_mode.get(argv[at + 1]) if at is not None else None
-        url = kind.receiver_place(argv[at + 2:]) if kind is not None else None
+        kind = RECEIVERS.get(argv[at + 1]) if at is not None else None
+        url = kind.target.receiver_place(argv[at + 2:]) if kind is not None else None
         try:
             if url is not None and _place(TargetSpec.parse(url)) == want:
                 return name

@@ -20,7 +20,7 @@ import sys
 import time
 import urllib.request
 
-from core.procs import free_ports, stop_process, wait_port
+from core.procs import child_pythonpath, free_ports, stop_process, wait_port
 from stack.config import HOST
 
 
@@ -33,7 +33,7 @@ def spark_home() -> str:
 def _env(extra: dict | None = None) -> dict:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return dict(os.environ, SPARK_HOME=spark_home(), SPARK_LOCAL_IP=HOST, SPARK_PUBLIC_DNS=HOST,
-                PYSPARK_PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+                PYSPARK_PYTHON=sys.executable, PYTHONPATH=child_pythonpath(root),
                 **(extra or {}))
 
 

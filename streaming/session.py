@@ -13,6 +13,7 @@ import re
 import sys
 
 from core import classarchive
+from core.procs import child_pythonpath
 from core.rundir import ROOT as PROJECT_ROOT
 from core.settings import get as setting
 
@@ -146,7 +147,7 @@ def build_spark(master: str, run_id: str, command: str):
     if os.environ["PYSPARK_PYTHON"] == sys.executable and packages_installed():
         # this interpreter all the same, with pyspark imported compiled (a cluster's executors are given it too)
         os.environ["PYSPARK_PYTHON"], os.environ["FW_WORKER_PYTHON"] = WORKER_PYTHON, sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [PROJECT_ROOT, *os.environ.get("PYTHONPATH", "").split(os.pathsep)])))
+    os.environ["PYTHONPATH"] = child_pythonpath(PROJECT_ROOT)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder

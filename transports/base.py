@@ -153,8 +153,6 @@ class Transport:
     """Its package's name."""
     target: type
     """Its target class (``Target``): the load side, one per URL scheme in its ``SCHEMES``."""
-    receiver: str
-    """Its receiver agent's mode (``python -m agents.receiver MODE``; the stack's ``MODE-receiver``)."""
     receiver_help: str
     """The mode's line in ``python -m agents.receiver --help``."""
     receiver_module: object
@@ -164,3 +162,9 @@ class Transport:
     receive: Callable[[argparse.Namespace, Runner], int]
     """Its receiver process' main, given its flags and the runner: 0 when stopped, 2 on bad settings or a broker
     that refuses it at the start."""
+
+    @property
+    def receiver(self) -> str:
+        """Its receiver agent's mode (``python -m agents.receiver MODE``; the stack's ``MODE-receiver``): its
+        target's ``RECEIVER``."""
+        return self.target.RECEIVER

@@ -150,5 +150,5 @@ def main(a, runner: Runner) -> int:
     return 0
 
 
-TRANSPORT = Transport("udp", UdpTarget, "udp", "UDP datagrams on loopback (a test's transport)", sys.modules[__name__],
+TRANSPORT = Transport("udp", UdpTarget, "UDP datagrams on loopback (a test's transport)", sys.modules[__name__],
                       add_flags, main)

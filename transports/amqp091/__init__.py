@@ -6,5 +6,5 @@ from transports.amqp091 import process, receiver
 from transports.amqp091.target import Amqp091Target
 from transports.base import Transport
 
-TRANSPORT = Transport("amqp091", Amqp091Target, "amqp", "consume a RabbitMQ queue (AMQP 0-9-1)", receiver,
+TRANSPORT = Transport("amqp091", Amqp091Target, "consume a RabbitMQ queue (AMQP 0-9-1)", receiver,
                       process.add_flags, process.main)

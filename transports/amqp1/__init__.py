@@ -6,5 +6,5 @@ from transports.amqp1 import process, receiver
 from transports.amqp1.target import Amqp1Target
 from transports.base import Transport
 
-TRANSPORT = Transport("amqp1", Amqp1Target, "amqp1", "consume an AMQP 1.0 address (Artemis, RabbitMQ's plugin)",
+TRANSPORT = Transport("amqp1", Amqp1Target, "consume an AMQP 1.0 address (Artemis, RabbitMQ's plugin)",
                       receiver, process.add_flags, process.main)

@@ -6,5 +6,5 @@ from transports.base import Transport
 from transports.http import process, receiver
 from transports.http.target import HttpTarget
 
-TRANSPORT = Transport("http", HttpTarget, "http", "CloudEvents HTTP sink (binary, structured and batched modes)",
+TRANSPORT = Transport("http", HttpTarget, "CloudEvents HTTP sink (binary, structured and batched modes)",
                       receiver, process.add_flags, process.main)

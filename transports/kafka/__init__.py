@@ -6,5 +6,5 @@ from transports.base import Transport
 from transports.kafka import process, receiver
 from transports.kafka.target import KafkaTarget
 
-TRANSPORT = Transport("kafka", KafkaTarget, "kafka", "consume the SUT topic (Kafka protocol)", receiver,
+TRANSPORT = Transport("kafka", KafkaTarget, "consume the SUT topic (Kafka protocol)", receiver,
                       process.add_flags, process.main)
