@@ -220,7 +220,7 @@ def declare_gaps(gaps: gap_tracking.GapTracker, sends_ns: np.ndarray, recvs_ns: 
 
 def gather_events(records: Records, run_events: pd.DataFrame, exemplars: list, declared: list,
                   reset_event: dict | None, start_ns: int | None, stop_ns: int | None, cfg: EngineConfig,
-                  early: list | None = None) -> tuple[pd.DataFrame, list]:
+                  early=None) -> tuple[pd.DataFrame, pa.Table | None]:
     """The batch's events: run records (``run_span``), exemplars, gaps, the reset (at its place in event time: the
     source stamped it with its own clock) and the records about the machines within the run's span (they never move
     the watermark: an agent's clock is not the run's event time); each with its window. Machine records that come
@@ -232,7 +232,7 @@ def gather_events(records: Records, run_events: pd.DataFrame, exemplars: list, d
                                     "source": "receive silence"} for a, d, n in declared]))
     if reset_event is not None:
         parts.append(pd.DataFrame([reset_event]))
-    machines, early = machine_records(records.shared, early or [], start_ns, stop_ns, cfg)
+    machines, early = machine_records(records.shared, early, start_ns, stop_ns, cfg)
     if machines is not None:
         parts.append(machines)
     events = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
@@ -246,20 +246,23 @@ those from a window before the start, so only a start record that reaches the jo
 machines' records of its second would find fewer than a replay."""
 
 
-def machine_records(shared: pa.Table, early: list, start_ns: int | None, stop_ns: int | None,
-                    cfg: EngineConfig) -> tuple[pd.DataFrame | None, list]:
+def machine_records(shared: pa.Table, early, start_ns: int | None, stop_ns: int | None,
+                    cfg: EngineConfig) -> tuple[pd.DataFrame | None, pa.Table | None]:
     """The machine records within the run's span (from a window before its start to the drop timeout after its stop,
-    the reset left out: ``gather_events`` places it), and those that wait for the span: all of them (the newest
-    ``EARLY_KEEP_NS``) while the start is unknown, as rows. A live job that read them in a batch before the run's start
-    record keeps what a replay, which reads the run in one batch, keeps."""
+    the reset left out: ``gather_events`` places it), and those that wait for the span (``early``: an Arrow table
+    between batches, rows as a snapshot holds them): all of them (the newest ``EARLY_KEEP_NS``) while the start is
+    unknown. A live job that read them in a batch before the run's start record keeps what a replay, which reads the
+    run in one batch, keeps."""
     table = shared.select(list(EVENT_COLUMNS))
-    if early:
-        table = pa.concat_tables([pa.Table.from_pylist(early, schema=table.schema), table])
+    if isinstance(early, list):  # from a snapshot
+        early = pa.Table.from_pylist(early, schema=table.schema) if early else None
+    if early is not None and early.num_rows:
+        table = pa.concat_tables([early, table], promote_options="default")
     if not table.num_rows:
-        return None, []
+        return None, None
     at = table["at_ns"].to_numpy()
     if start_ns is None:
-        return None, table.filter(pa.array(at >= at.max() - EARLY_KEEP_NS)).to_pylist()
+        return None, table.filter(pa.array(at >= at.max() - EARLY_KEEP_NS))
     span = (at >= start_ns - cfg.window_ns) & (at <= (stop_ns if stop_ns is not None else at.max()) + cfg.drop_timeout_ns)
     span &= table["kind"].to_numpy(zero_copy_only=False) != "reset"  # placed by gather_events
-    return (table.filter(pa.array(span)).to_pandas() if span.any() else None), []
+    return (table.filter(pa.array(span)).to_pandas() if span.any() else None), None

@@ -111,8 +111,8 @@ class EngineState:
     #                                   only now may have had its receive record in what was lost (``UNKNOWN``)
     hole_waiting: list = field(default_factory=list)  # agents not yet heard from since the reset: the hole may reach on
     hole_latest_ns: int = NO_TIME_NS  # when the reset was found: no agent lost a record written after it
-    early: list = field(default_factory=list)  # machine records read before the run's start, as rows: they wait for
-    #                                            its span (``streaming.run_rules.machine_records``)
+    early: object = field(default=None, compare=False)  # machine records read before the run's start (an Arrow
+    #       table; rows as a snapshot holds them): they wait for its span (``streaming.run_rules.machine_records``)
 
     @property
     def known(self) -> pd.DataFrame:
@@ -131,6 +131,7 @@ class EngineState:
 
     def scalars(self) -> dict:
         """Everything but the tables (the partitions' ``known`` and ``orphans``, the gap tracker's stamps), as JSON can
-        hold it."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("joins", "gaps")}
-        return dict(out, gaps=self.gaps.scalars())
+        hold it: the machine records that wait (``early``) as rows."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("joins", "gaps", "early")}
+        early = self.early.to_pylist() if hasattr(self.early, "to_pylist") else list(self.early or [])
+        return dict(out, gaps=self.gaps.scalars(), early=early)

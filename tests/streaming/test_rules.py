@@ -290,15 +290,18 @@ def test_machine_records_read_before_the_runs_start_wait_for_its_span_as_a_repla
     node = [c.NodeSample(c.ANY_RUN, "n", S + t * MS, node="n1", metric="cpu", value=0.5) for t in (-5_000, -500, 500)]
     rest = [start(0), send(1, 10), stop(1_000)]
     live = given([[node[0], node[1]]])
-    assert sorted(r["at_ns"] for r in live.early) == [S - 5_000 * MS, S - 500 * MS]
+    assert sorted(live.early.column("at_ns").to_pylist()) == [S - 5_000 * MS, S - 500 * MS]
     after = trace(live, [*rest, node[2]])["gather_events"].value
     once = trace([], [*node, *rest])["gather_events"].value
     cols = ["kind", "at_ns", "window_ns", "value"]
     assert after[cols].sort_values("at_ns").reset_index(drop=True).equals(once[cols].sort_values("at_ns").reset_index(drop=True))
     assert sorted(after.loc[after["kind"] == "node", "at_ns"]) == [S - 500 * MS, S + 500 * MS]
     state, _ = engine.process(live, table([*rest, node[2]]), CFG)
-    assert state.early == []  # given up to the span once it is known
-    assert json.loads(json.dumps(live.scalars()))["early"] == live.early  # a snapshot holds them (``scalars.json``)
+    assert state.early is None  # given up to the span once it is known
+    rows = json.loads(json.dumps(live.scalars()))["early"]  # a snapshot holds them as rows (``scalars.json``)
+    assert rows == live.early.to_pylist()
+    restored = trace(dataclasses.replace(live, early=rows), [*rest, node[2]])["gather_events"].value
+    assert restored[cols].sort_values("at_ns").reset_index(drop=True).equals(once[cols].sort_values("at_ns").reset_index(drop=True))
 
 
 def test_the_key_lookup_kept_across_batches_finds_every_row_as_a_fresh_index_does():
