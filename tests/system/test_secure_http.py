@@ -74,13 +74,16 @@ def _sink(certs, port: int, deliver_to: str, folder) -> subprocess.Popen:
 def _run(tmp_path, broker: str, run_id: str, sink_port: int, ca: str, *more: str) -> tuple[int, str]:
     """``flightwatch run examples/http.toml`` at the sink on ``sink_port``: (its exit code, its output)."""
     p = run_example(tmp_path, broker, "http", run_id, dict(SINK_URL=f"https://localhost:{sink_port}/", CA_FILE=ca,
-                                                          DROP_TIMEOUT=EXACT_DROP_TIMEOUT, **example_form()[0]), *more)
+                                                          DROP_TIMEOUT=EXACT_DROP_TIMEOUT, **example_form(1000)[0]), *more)
     out = p.communicate(timeout=300)[0]
     return p.returncode, out
 
 
 def test_the_http_example_through_a_sink_that_delivers_to_the_receiver_is_exact(broker, certs, tmp_path):
-    """2,000/s (as the file says) for 10 s (``DURATION``; 30 s as the file says with ``EXAMPLES=full``), over HTTPS with the CA the file names: the sink's answer
+    """1,000/s (``RATE``) for 10 s (``DURATION``), or as the file says (2,000/s for 30 s) with ``EXAMPLES=full``. On the
+    2-core machine shared with another broker test, 2,000/s through nginx's TLS to the receiver saturated once in CI
+    (the sink's answer p99 1.6 s, 5,909 of 20,000 sends unsent, every one sent received): the product's verdict was
+    right, the run no test of exactness. Over HTTPS with the CA the file names: the sink's answer
     (the receiver's, passed back) is the ack latency, the receiver's stamp the flight time; the job's figures exact against the raw telemetry (``assert_exact``,
     with a 5 s drop timeout: counting is deterministic), every receive the user's receiver's, ``ok``, the file's
     thresholds held (exit 0)."""
@@ -99,7 +102,7 @@ def test_the_http_example_through_a_sink_that_delivers_to_the_receiver_is_exact(
     root = tmp_path / "checkpoints" / "https"
     s, report = json.load(open(root / "summary.json")), json.load(open(root / "loadgen" / "report.json"))
     records = telemetry(broker, "tel-https", "https")
-    _, planned, form = example_form()
+    _, planned, form = example_form(1000)
     assert_exact(f"examples/http.toml through an HTTPS sink, {form}", s, ground_truth(records), report, planned)
     assert {r["agent"] for r in records if r["kind"] == "recv"} == {"receiver-http"}
     assert s["verdict"]["state"] == "ok", s["verdict"]["message"]
