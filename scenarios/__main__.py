@@ -62,27 +62,33 @@ def scenario_of(a: argparse.Namespace) -> tuple[spec.Scenario, str]:
         if not eq or not values:
             raise spec.ScenarioError(f"bad --only {text!r}: AXIS=V[,V...], e.g. payload=128,1024")
         sc = sc.only(axis.strip(), [v.strip() for v in values.split(",") if v.strip()])
-    if getattr(a, "target", None) and sc.target != "http":
-        raise spec.ScenarioError(f"--target is for a scenario of HTTP (bursts); {sc.name} runs on the stack's SUT")
-    if getattr(a, "target", None) and not a.target.startswith(("http://", "http+structured://")):
-        raise spec.ScenarioError(f"bad --target {a.target!r}: http://HOST:PORT/PATH")
+    if getattr(a, "target", None) and sc.sink is None:
+        raise spec.ScenarioError(f"--target is for a scenario of a sink ({', '.join(sink_scenarios())}); {sc.name} "
+                                 "runs on the stack's SUT")
+    if getattr(a, "target", None) and a.target.partition("://")[0] not in sc.sink.target.SCHEMES:
+        raise spec.ScenarioError(f"bad --target {a.target!r}: {sc.sink.target.EXAMPLE}")
     sut = a.sut or sc.sut
     if sut not in sc.suts:
         raise spec.ScenarioError(f"scenario {sc.name} runs on {', '.join(sc.suts)}, not on {sut}")
-    if getattr(a, "peer", False) and (sc.target == "http" or sut not in PEER_SUTS):
-        raise spec.ScenarioError(f"--peer: no peer's tool for {'HTTP' if sc.target == 'http' else sut} (there are "
-                                 f"for {', '.join(PEER_SUTS)})")
+    if getattr(a, "peer", False) and (sc.sink is not None or sut not in PEER_SUTS):
+        raise spec.ScenarioError(f"--peer: no peer's tool for {sut if sc.sink is None else sc.sink.name.upper()} "
+                                 f"(there are for {', '.join(PEER_SUTS)})")
     return sc, sut
+
+
+def sink_scenarios() -> list[str]:
+    """The scenarios whose cells attack a sink (``target = NAME``), not the stack's SUT."""
+    return [name for name in spec.names() if spec.load(name).sink is not None]
 
 
 def show(sc: spec.Scenario, sut: str) -> None:
     cells = sc.cells()
-    where = "the stack's HTTP receiver (or --target)" if sc.target == "http" else sut
+    where = f"the stack's {runner.stack_receiver(sc)} (or --target)" if sc.sink is not None else sut
     print(f"{sc.name}: {sc.title} (after the {sc.seed}); at {where}, {'short' if sc.short else 'full'} form")
     print(f"method: {sc.method}")
     print(f"every cell: pace {sc.pace} ({sc.schedule().duration_ns / 1e9:g} s), warm-up {sc.warmup}, cool-down "
           f"{sc.cooldown}, drop timeout {sc.drop_timeout}" + (f"; its attack also {' '.join(sc.attack)}" if sc.attack else ""))
-    if sut in PEER_SUTS and sc.target != "http":
+    if sut in PEER_SUTS and sc.sink is None:
         print(f"with --peer: after each cell, the broker's own tool at the cell's {'rate' if sc.peer_rate is None else f'step of {sc.peer_rate:,}/s'} "
               f"for {sc.peer_seconds} s (`python -m stack.peers --help`)")
     print(f"{len(cells)} cells:")
@@ -118,7 +124,7 @@ def main(argv=None) -> int:
         if a.command == "list":
             for name in spec.names():
                 sc = spec.load(name)
-                where = "HTTP" if sc.target == "http" else ", ".join(sc.suts)
+                where = sc.sink.name.upper() if sc.sink is not None else ", ".join(sc.suts)
                 print(f"{name:20} {sc.title} (after the {sc.seed}; {where}; {len(sc.cells())} cells)")
             return 0
         sc, sut = scenario_of(a)

@@ -179,19 +179,25 @@ def cell_figures(run_id: str) -> dict:
             "cpu_us_per_event": (lg.get("cpu") or {}).get("us_per_event")}
 
 
+def stack_receiver(sc: Scenario) -> str:
+    """The stack's component that is the scenario's sink: its transport's receiver (``MODE-receiver``)."""
+    return f"{sc.sink.receiver}-receiver"
+
+
 def prepare(sc: Scenario, sut: str, cell: dict, target: str | None, prefix: str, log) -> tuple[list[str], int | None]:
     """The cell's SUT as the cell wants it, every receiver attached: renewed (or the stack's HTTP receiver restarted
     with the cell's processes); the attack's flags, and when the receivers had attached (pairs)."""
     env, flags = cell_flags(cell, sut)
     started = time.time_ns()
-    if sc.target == "http":
+    if sc.sink is not None:
         flags += ["--target", target or receiver_target()]
         if target is None:
-            code = _passthrough([sys.executable, "-m", "stack", "restart", "http-receiver"], env, prefix, 120.0, log)
+            component = stack_receiver(sc)
+            code = _passthrough([sys.executable, "-m", "stack", "restart", component], env, prefix, 120.0, log)
             if code != 0:
-                raise RuntimeError(f"`python -m stack restart http-receiver` failed (exit {code}); see the lines above")
+                raise RuntimeError(f"`python -m stack restart {component}` failed (exit {code}); see the lines above")
         elif "receivers" in cell:
-            log(f"{prefix} receivers={cell['receivers']} sets the stack's HTTP receiver only: at {target}, the "
+            log(f"{prefix} receivers={cell['receivers']} sets the stack's {stack_receiver(sc)} only: at {target}, the "
                 "receivers are your broker's subscribers")
         return flags, None
     renew(sut, env, prefix, log)
@@ -298,7 +304,7 @@ def run(sc: Scenario, sut: str, scenario_run: str, log=print, on_cell=None, targ
         for k, cell in enumerate(cells, 1):
             run_id = f"{scenario_run}-c{k:02d}"
             prefix = f"[{k}/{len(cells)} {cell_name(cell)}]"
-            where = target or ("the stack's HTTP receiver" if sc.target == "http" else f"{sut}, renewed")
+            where = target or (f"the stack's {stack_receiver(sc)}" if sc.sink is not None else f"{sut}, renewed")
             log(f"{prefix} run {run_id}: {where}, then {sc.cell_pace(cell)} ...")
             figures = run_cell(sc, sut, cell, run_id, target, prefix, log, peer)
             out.append(figures)
@@ -313,9 +319,9 @@ def run(sc: Scenario, sut: str, scenario_run: str, log=print, on_cell=None, targ
 def restore(sc: Scenario, sut: str, target: str | None, log) -> None:
     """The stack as the user's settings have it again: the receiver a cell reshaped (5 HTTP processes, 1,000 links
     or queues) started afresh without the cell's settings, so an idle stack does not keep them."""
-    if not any(k in sc.axes for k in ("receivers", "pairs", "bindings")) or (sc.target == "http" and target):
+    if not any(k in sc.axes for k in ("receivers", "pairs", "bindings")) or (sc.sink is not None and target):
         return
-    cmd = ["restart", "http-receiver"] if sc.target == "http" else ["renew-sut", "--sut", sut]
+    cmd = ["restart", stack_receiver(sc)] if sc.sink is not None else ["renew-sut", "--sut", sut]
     code = _passthrough([sys.executable, "-m", "stack", *cmd], {}, "[restore]", 300.0, lambda line: None)
     log(f"the stack's receiver is as before the scenario again (`python -m stack {' '.join(cmd)}`: exit {code})")
 

@@ -44,6 +44,18 @@ from core import testfile
 from core.pacer import Schedule
 from core.suts import SUTS
 from core.units import parse_duration_ns
+from transports.base import Transport
+
+SUT = "sut"
+"""A scenario's ``target`` when its cells attack the SUT broker's queue or topic (the default)."""
+
+
+def sinks() -> dict[str, Transport]:
+    """The transports whose receiver is a sink (``Transport.sink``), by name: a scenario's ``target`` may be one."""
+    from transports.registry import ALL
+
+    return {t.name: t for t in ALL if t.sink}
+
 
 FOLDER = os.path.dirname(os.path.abspath(__file__))
 
@@ -91,10 +103,16 @@ class Scenario:
     columns: tuple[str, ...]
     attack: tuple[str, ...] = ()          # more flags for every cell's attack
     pace_per_pair: bool = False           # the pace is each pair's: a cell of N pairs runs N times it
-    target: str = "sut"                   # "sut": the SUT broker's queue or topic; "http": the stack's HTTP receiver
+    target: str = SUT                     # "sut": the SUT broker's queue or topic; a sink's transport ("http"): its
+                                          # receiver in the stack (``Transport.sink``), or ``--target``
     short: bool = False                   # this is the CI's form
     peer_rate: int | None = None          # the rate the peer's tool runs at (--peer): one of the pace's steps
     peer_seconds: int = 20                # and how long
+
+    @property
+    def sink(self) -> Transport | None:
+        """The transport whose receiver the cells attack directly (the stack's, or ``--target``); None: the SUT's."""
+        return sinks().get(self.target)
 
     def peer_rate_of(self, cell: dict) -> int:
         """The rate a cell's peer runs at, and flightwatch's figures beside it are taken at: the scenario's
@@ -219,11 +237,12 @@ def parse(name: str, path: str, raw: dict, short: bool = False, text: str = "") 
         raise bad(f"peer_seconds {peer_seconds!r}: whole seconds, at least 8", "peer_seconds")
     if form.get("pace_per_pair") and "pairs" not in axes:
         raise bad("pace_per_pair needs a pairs axis", "pace_per_pair")
-    if form.get("target", "sut") not in ("sut", "http"):
-        raise bad(f"target {form['target']!r}: sut (the SUT broker) or http (the stack's HTTP receiver, or --target)",
-                  "target")
-    if "receivers" in axes and form.get("target") != "http":
-        raise bad("axis 'receivers' is the stack's HTTP receiver's: it needs target = \"http\"")
+    at = form.get("target", SUT)
+    if at != SUT and at not in sinks():
+        raise bad(f"target {at!r}: {SUT} (the SUT broker) or a sink's transport, its receiver in the stack or --target "
+                  f"({', '.join(sinks())})", "target")
+    if "receivers" in axes and at == SUT:
+        raise bad(f"axis 'receivers' is the stack's receiver's: it needs target = a sink's transport ({', '.join(sinks())})")
     report = raw.get("report") or {}
     if set(report) - _REPORT_KEYS:
         raise bad(f"[report]: unknown key {sorted(set(report) - _REPORT_KEYS)[0]!r}")
@@ -240,5 +259,5 @@ def parse(name: str, path: str, raw: dict, short: bool = False, text: str = "") 
                     cooldown=str(form.get("cooldown", "0s")), drop_timeout=str(form.get("drop_timeout", "30s")),
                     pace=form["pace"], axes={k: list(v) for k, v in axes.items()}, rows=rows, columns=columns,
                     attack=(*(str(x) for x in form.get("attack", ())), *cell_flags), short=short,
-                    pace_per_pair=bool(form.get("pace_per_pair", False)), target=form.get("target", "sut"),
+                    pace_per_pair=bool(form.get("pace_per_pair", False)), target=form.get("target", SUT),
                     peer_rate=peer_rate, peer_seconds=peer_seconds)

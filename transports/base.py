@@ -162,6 +162,9 @@ class Transport:
     receive: Callable[[argparse.Namespace, Runner], int]
     """Its receiver process' main, given its flags and the runner: 0 when stopped, 2 on bad settings or a broker
     that refuses it at the start."""
+    sink: bool = False
+    """Its receiver is itself a target: the load generator sends to it with no broker between (a CloudEvents sink),
+    so a scenario may attack the stack's receiver of it (``target = NAME`` in a scenario's file) instead of a SUT."""
 
     @property
     def receiver(self) -> str:

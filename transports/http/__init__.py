@@ -7,4 +7,4 @@ from transports.http import process, receiver
 from transports.http.target import HttpTarget
 
 TRANSPORT = Transport("http", HttpTarget, "CloudEvents HTTP sink (binary, structured and batched modes)",
-                      receiver, process.add_flags, process.main)
+                      receiver, process.add_flags, process.main, sink=True)
