@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from support import ROOT
 
+from transports.registry import RECEIVERS
+
 DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
 PAGES = [os.path.join(ROOT, "README.md"), *(p for p in DOCS if not p.endswith("changelog.md"))]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
@@ -170,7 +172,7 @@ def check(found) -> list[str]:
 
 COMPONENTS = [("-m", "loadgen", "attack"), ("-m", "streaming", "run"), ("-m", "streaming", "replay"),
               ("-m", "runs", "compare"), ("-m", "runs", "history"), ("-m", "stack", "up"), ("-m", "scenarios", "run"),
-              *(("-m", "agents.receiver", mode) for mode in ("http", "kafka", "amqp", "amqp1")),
+              *(("-m", "agents.receiver", mode) for mode in RECEIVERS),
               ("-m", "agents.node_metrics"), ("-m", "agents.cgroup_metrics"), ("-m", "stack.deploy", "apply"),
               *(("-m", f"bench.{b}") for b in ("loadgen", "verdict", "calibrate", "workday", "pipeline", "join"))]
 """Whose flags a flag named alone (```--probe-timeout```, in prose) may be."""
