@@ -21,6 +21,7 @@ an AMQP long), since AMQP 0-9-1's ``timestamp`` holds seconds.
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
@@ -28,7 +29,9 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
-from core import secrets, tls
+from core import metrics, secrets, settings, tls
+from core.procs import AMQP_RECEIVER_METRICS_PORT, HOST
+from core.rundir import ROOT
 
 CE_PREFIX = "cloudEvents_"
 ID_HEADER = CE_PREFIX + "id"
@@ -314,3 +317,51 @@ def close_cause(error: BaseException | None) -> str:
             "AuthenticationError": "access refused", "StreamLostError": "connection lost",
             "AMQPConnectionError": "connection refused", "IncompatibleProtocolError": "not amqp 0-9-1",
             "ConnectionClosedByBroker": "closed by broker"}.get(name, name)
+
+
+# --- what both AMQP receivers share: their flags, metric families and progress line ----------------------------------
+
+CONNECT_S = 15.0
+"""How long a receiver's first connection may take before the agent gives up (exit 2)."""
+
+
+def add_amqp_flags(q: argparse.ArgumentParser, agent: str) -> None:
+    """The flags both AMQP receivers have: their state folder, spool budget and /metrics."""
+    q.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", agent),
+                   help="where the telemetry spool (<state-dir>/spool) and the shipper's log live (default %(default)s)")
+    q.add_argument("--spool-budget", default="2GiB", metavar="SIZE",
+                   help="disk the telemetry spool may hold while the telemetry broker is away (default %(default)s)")
+    settings.add(q, "FLIGHTWATCH_AMQP_RECEIVER_METRICS_LISTEN", "--metrics-listen", type=metrics.listen_arg,
+                 default=f"{HOST}:{AMQP_RECEIVER_METRICS_PORT}", metavar="HOST:PORT",
+                 help="serve Prometheus metrics here ('none': not at all)")
+
+
+def amqp_families(receiver):
+    """An AMQP receiver's counters (0-9-1's or 1.0's) as Prometheus metric families, read at scrape time."""
+    from core.metrics import family
+
+    c, agent = receiver.counters(), receiver.agent
+    for name, key, text in (("events", "received", "deliveries recorded (attributed to a run)"),
+                            ("unattributed", "unattributed", "deliveries without a run or event ID, not recorded"),
+                            ("redelivered", "redelivered", "deliveries the broker marked as redelivered"),
+                            ("malformed", "malformed", "deliveries that were no AMQP 1.0 message, accepted and "
+                             "not recorded"),
+                            ("connection_losses", "connection_losses", "connections to the broker lost")):
+        if key not in c:  # malformed: AMQP 1.0's receiver reads the message itself
+            continue
+        yield family("counter", f"flightwatch_amqp_receiver_{name}", text, ["agent"], [((agent,), c[key])])
+    yield family("gauge", "flightwatch_amqp_receiver_connected", "1 while consuming", ["agent"],
+                 [((agent,), c["connected"])])
+    t = c.get("telemetry", {})
+    yield family("counter", "flightwatch_amqp_receiver_telemetry_records", "receive records spooled, and lost past "
+                 "the spool's budget", ["agent", "state"], [((agent, s), t.get(s, 0)) for s in ("spooled", "lost")])
+
+
+def amqp_progress(receiver, odd: str) -> tuple[tuple, str]:
+    """An AMQP receiver's progress line and the figures it says (``odd``: its own count, redelivered or malformed)."""
+    c = receiver.counters()
+    t = c.get("telemetry", {})
+    return ((c["received"], c["unattributed"], c[odd], c["connection_losses"], t.get("lost", 0)),
+            f"receiver {receiver.agent}: {c['received']:,} received, {c['unattributed']:,} without run/event ID, "
+            f"{c[odd]:,} {odd}, {c['connection_losses']} connections lost; telemetry spooled "
+            f"{t.get('spooled', 0):,} lost {t.get('lost', 0):,}")

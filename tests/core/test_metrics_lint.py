@@ -42,7 +42,7 @@ def collectors(tmp_dir: str = "/tmp", run: str = "r"):
     from agents.node_metrics import NodeMetrics, _Exposed
     from agents.spool import Shipper
     from streaming.metrics import JobMetrics
-    from transports.amqp091.receiver import amqp_families
+    from transports.amqp import amqp_families
     from transports.http.receiver import HttpReceiver
     from transports.kafka.receiver import KafkaReceiver
 

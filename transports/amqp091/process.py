@@ -8,19 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 
-from core import metrics, settings
-from core.procs import AMQP_RECEIVER_METRICS_PORT, HOST
-from core.rundir import ROOT
 from core.units import parse_size
 from transports import amqp
 from transports.amqp091.receiver import PREFETCH, AmqpReceiver
 from transports.base import Runner
-
-CONNECT_S = 15.0
-"""How long the first connection may take before the agent gives up (exit 2)."""
 
 
 def add_flags(q: argparse.ArgumentParser) -> None:
@@ -34,18 +27,7 @@ def add_flags(q: argparse.ArgumentParser) -> None:
                    help="deliveries the broker may have unacked at the receiver (basic.qos; default %(default)s)")
     q.add_argument("--auto-ack", action="store_true",
                    help="the broker forgets a message once sent (no acks; a message not recorded is lost)")
-    add_amqp_flags(q, "receiver-amqp")
-
-
-def add_amqp_flags(q: argparse.ArgumentParser, agent: str) -> None:
-    """The flags both AMQP receivers have: their state folder, spool budget and /metrics."""
-    q.add_argument("--state-dir", default=os.path.join(ROOT, ".stack", agent),
-                   help="where the telemetry spool (<state-dir>/spool) and the shipper's log live (default %(default)s)")
-    q.add_argument("--spool-budget", default="2GiB", metavar="SIZE",
-                   help="disk the telemetry spool may hold while the telemetry broker is away (default %(default)s)")
-    settings.add(q, "FLIGHTWATCH_AMQP_RECEIVER_METRICS_LISTEN", "--metrics-listen", type=metrics.listen_arg,
-                 default=f"{HOST}:{AMQP_RECEIVER_METRICS_PORT}", metavar="HOST:PORT",
-                 help="serve Prometheus metrics here ('none': not at all)")
+    amqp.add_amqp_flags(q, "receiver-amqp")
 
 
 def main(a, runner: Runner) -> int:
@@ -67,10 +49,10 @@ def main(a, runner: Runner) -> int:
 
     async def body(stop: asyncio.Event) -> int:
         try:
-            await asyncio.wait_for(receiver.connect(), CONNECT_S + address.bindings / 50)  # 1,000 bindings: 20 s more
+            await asyncio.wait_for(receiver.connect(), amqp.CONNECT_S + address.bindings / 50)  # 1,000 bindings: 20 s more
         except (TimeoutError, ConnectionError) as e:
             print(f"receiver: error: amqp {where}{u.path}: " + (str(e) if isinstance(e, ConnectionError) else
-                  f"no AMQP 0-9-1 handshake within {CONNECT_S:g} s: is {where} an AMQP broker?"), file=sys.stderr)
+                  f"no AMQP 0-9-1 handshake within {amqp.CONNECT_S:g} s: is {where} an AMQP broker?"), file=sys.stderr)
             return 2
         process.start(receiver, a.metrics_listen)
         log(f"receiver {a.agent}: {address.where()} at {where}{' over TLS' if address.tls else ''} (prefetch "

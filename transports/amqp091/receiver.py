@@ -60,10 +60,10 @@ class AmqpReceiver:
         return out
 
     def collect(self):
-        return amqp_families(self)
+        return amqp.amqp_families(self)
 
     def progress(self) -> tuple[tuple, str]:
-        return amqp_progress(self, "redelivered")
+        return amqp.amqp_progress(self, "redelivered")
 
     async def connect(self) -> None:
         """Open, declare (or check) the queue and start consuming; ``ConnectionError`` with the broker's reason."""
@@ -202,37 +202,6 @@ class AmqpReceiver:
                 await asyncio.wait_for(self._lost.wait(), 5)
             except TimeoutError:
                 pass
-
-
-def amqp_families(receiver):
-    """An AMQP receiver's counters (0-9-1's or 1.0's) as Prometheus metric families, read at scrape time."""
-    from core.metrics import family
-
-    c, agent = receiver.counters(), receiver.agent
-    for name, key, text in (("events", "received", "deliveries recorded (attributed to a run)"),
-                            ("unattributed", "unattributed", "deliveries without a run or event ID, not recorded"),
-                            ("redelivered", "redelivered", "deliveries the broker marked as redelivered"),
-                            ("malformed", "malformed", "deliveries that were no AMQP 1.0 message, accepted and "
-                             "not recorded"),
-                            ("connection_losses", "connection_losses", "connections to the broker lost")):
-        if key not in c:  # malformed: AMQP 1.0's receiver reads the message itself
-            continue
-        yield family("counter", f"flightwatch_amqp_receiver_{name}", text, ["agent"], [((agent,), c[key])])
-    yield family("gauge", "flightwatch_amqp_receiver_connected", "1 while consuming", ["agent"],
-                 [((agent,), c["connected"])])
-    t = c.get("telemetry", {})
-    yield family("counter", "flightwatch_amqp_receiver_telemetry_records", "receive records spooled, and lost past "
-                 "the spool's budget", ["agent", "state"], [((agent, s), t.get(s, 0)) for s in ("spooled", "lost")])
-
-
-def amqp_progress(receiver, odd: str) -> tuple[tuple, str]:
-    """An AMQP receiver's progress line and the figures it says (``odd``: its own count, redelivered or malformed)."""
-    c = receiver.counters()
-    t = c.get("telemetry", {})
-    return ((c["received"], c["unattributed"], c[odd], c["connection_losses"], t.get("lost", 0)),
-            f"receiver {receiver.agent}: {c['received']:,} received, {c['unattributed']:,} without run/event ID, "
-            f"{c[odd]:,} {odd}, {c['connection_losses']} connections lost; telemetry spooled "
-            f"{t.get('spooled', 0):,} lost {t.get('lost', 0):,}")
 
 
 def _text(value) -> str | None:

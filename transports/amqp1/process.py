@@ -11,7 +11,6 @@ import sys
 
 from core.units import parse_size
 from transports import amqp
-from transports.amqp091.process import CONNECT_S, add_amqp_flags
 from transports.amqp1.receiver import PREFETCH, Amqp1Receiver
 from transports.base import Runner
 
@@ -26,7 +25,7 @@ def add_flags(q: argparse.ArgumentParser) -> None:
                         "stack's RabbitMQ queue over AMQP 1.0)")
     q.add_argument("--prefetch", type=int, default=PREFETCH,
                    help="the link's credit: messages the broker may send ahead (default %(default)s)")
-    add_amqp_flags(q, "receiver-amqp1")
+    amqp.add_amqp_flags(q, "receiver-amqp1")
 
 
 def main(a, runner: Runner) -> int:
@@ -42,7 +41,7 @@ def main(a, runner: Runner) -> int:
     log, warn, spool_dir = process.log, process.warn, process.spool.dir
     receiver = Amqp1Receiver(host, port, userinfo, address, process.spool, a.agent, a.prefetch, log=log, warn=warn)
     try:
-        receiver.connect(CONNECT_S + address.pairs / 100)  # 1,000 links: 10 s more
+        receiver.connect(amqp.CONNECT_S + address.pairs / 100)  # 1,000 links: 10 s more
     except ConnectionError as e:
         print(f"receiver: error: amqp1 {host}:{port} {address.address}: {e}", file=sys.stderr)
         receiver.close()

@@ -14,7 +14,6 @@ import time
 
 from core import contract
 from transports import amqp
-from transports.amqp091.receiver import amqp_families, amqp_progress
 from transports.amqp1.codec import read_event
 from transports.amqp1.engine import EngineLink, pair_addresses
 
@@ -54,10 +53,10 @@ class Amqp1Receiver:
         return out
 
     def collect(self):
-        return amqp_families(self)
+        return amqp.amqp_families(self)
 
     def progress(self) -> tuple[tuple, str]:
-        return amqp_progress(self, "malformed")
+        return amqp.amqp_progress(self, "malformed")
 
     def _open(self) -> None:
         pairs = self.address.pairs  # credit per link: 10/s a pair needs little, and 1,000 links share the budget
