@@ -18,7 +18,8 @@ from core.rundir import ROOT as PROJECT_ROOT
 from core.settings import get as setting
 
 LOCAL_ONLY = ("spark.master", "spark.driver.host", "spark.driver.bindAddress", "spark.sql.shuffle.partitions",
-              "spark.executor.memory", "spark.driver.memory", "spark.driver.extraJavaOptions", "spark.ui.enabled")
+              "spark.executor.memory", "spark.driver.memory", "spark.driver.extraJavaOptions",
+              "spark.executor.extraJavaOptions", "spark.ui.enabled")
 """What the job sets only for a Spark it starts itself (a cluster's are the cluster's: its driver's memory is the
 SparkApplication's ``driver.memory``, and its Spark UI stays on, as operators expect to reach it)."""
 
@@ -65,6 +66,14 @@ def live_java_options(heap: str) -> str:
     return f"-Xms{heap} -XX:+AlwaysPreTouch -XX:TieredStopAtLevel=1"
 
 
+def executor_java_options() -> str:
+    """The executors' JVM options, on a cluster the job starts on (``--master spark://...``; a cluster that gives its
+    own settings keeps its own): C1 only, as the driver's, and Spark's classes mapped from the class archive where one
+    of this JVM and these jars exists (a host without it starts as before: ``-Xshare:auto`` maps nothing). The
+    executors run the same per-batch code as the driver; a cluster's daemons: ``stack.spark.daemon_java_options``."""
+    return " ".join(filter(None, ["-XX:TieredStopAtLevel=1", classarchive.java_options()]))
+
+
 def settings(master: str, run_id: str, command: str, given: dict) -> dict:
     """What the job sets on its session builder, given what the cluster already set (``given``)."""
     heap = setting("FLIGHTWATCH_DRIVER_MEMORY", "2g")
@@ -99,6 +108,8 @@ def settings(master: str, run_id: str, command: str, given: dict) -> dict:
     }
     if java_options:
         ours["spark.driver.extraJavaOptions"] = java_options
+    if not master.startswith("local"):  # a local job's executor is its driver
+        ours["spark.executor.extraJavaOptions"] = executor_java_options()
     if os.environ.get("PYSPARK_PYTHON") == WORKER_PYTHON:  # executors run the script too (the path is the driver's)
         ours["spark.executorEnv.FW_WORKER_PYTHON"] = os.environ["FW_WORKER_PYTHON"]
     if "spark.master" in given:  # a cluster's Spark: its own settings

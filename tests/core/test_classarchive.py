@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from core import classarchive
+from stack import spark
 from streaming import session
 
 
@@ -55,6 +56,11 @@ def test_a_job_maps_the_archive_only_when_one_of_its_key_exists(spark_home, monk
     monkeypatch.delenv("FLIGHTWATCH_DRIVER_JAVA_OPTIONS")
     cluster = session.settings("local[2]", "r1", "run", given={"spark.master": "spark://h:7077"})
     assert "spark.driver.extraJavaOptions" not in cluster  # a cluster's JVMs are the cluster's
+    assert "spark.executor.extraJavaOptions" not in cluster
+    assert "spark.executor.extraJavaOptions" not in s  # a local job's executor is its driver
+    ours = session.settings("spark://h:7077", "r1", "run", given={})  # a cluster the job starts on (--master)
+    assert ours["spark.executor.extraJavaOptions"] == f"-XX:TieredStopAtLevel=1 {options}"
+    assert spark.daemon_java_options() == f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {options}"
 
 
 @pytest.mark.integration

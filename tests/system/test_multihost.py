@@ -32,7 +32,10 @@ from support import ROOT, run_job
 from support.hosts import Hosts, skewed, spark_master_state, tails, usable, wait_for
 from support.skew import check_skew_corrected
 
+from core import classarchive
 from core.rundir import batch_file, ids_in
+from stack.spark import daemon_java_options
+from streaming.session import executor_java_options, live_java_options
 
 RATE, SECONDS = 5000, 30
 TOPIC = "flightwatch.telemetry"
@@ -41,6 +44,10 @@ SKEW = {"loadgen": +0.005, "receiver": -0.003}
 """The seven-host run's clocks: the load generator's host 5 ms ahead, the receiver's 3 ms behind (``skewed``)."""
 WORKERS = ("worker-0", "worker-1")
 HOSTS = ["broker", "master", *WORKERS, "driver", "receiver", "loadgen"]
+DAEMON_OPTIONS, EXECUTOR_OPTIONS = daemon_java_options(), executor_java_options()
+DRIVER_OPTIONS = f"{live_java_options('1g')} {classarchive.java_options()}".strip()
+"""The cluster's JVMs as docs/how-to/distributed.md has a platform team set them: C1 only (the daemons with the serial
+collector), Spark's classes mapped from the class archive of these hosts' JVM and jars, the driver's heap touched."""
 
 
 def env(**extra) -> dict:
@@ -79,13 +86,14 @@ class Cluster:
         self.master = master = h["master"].ip
         h["master"].popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", master, "--port",
                            str(MASTER_PORT), "--webui-port", str(MASTER_UI)],
-                          env(SPARK_LOCAL_IP=master, SPARK_DAEMON_MEMORY="512m",
+                          env(SPARK_LOCAL_IP=master, SPARK_DAEMON_MEMORY="512m", SPARK_DAEMON_JAVA_OPTS=DAEMON_OPTIONS,
                               SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false"), self.log("master"))
         assert (h["driver"].reachable(broker.split(":")[0], BROKER_PORT)
                 and h["driver"].reachable(master, MASTER_PORT)), tails(self.logs)
         self.workers = {w: h[w].popen([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", h[w].ip, "--cores",
                                        "1", "--memory", "1g", "--work-dir", "/tmp/work", f"spark://{master}:{MASTER_PORT}"],
-                                      env(SPARK_LOCAL_IP=h[w].ip, SPARK_DAEMON_MEMORY="512m"), self.log(w))
+                                      env(SPARK_LOCAL_IP=h[w].ip, SPARK_DAEMON_MEMORY="512m",
+                                          SPARK_DAEMON_JAVA_OPTS=DAEMON_OPTIONS), self.log(w))
                         for w in WORKERS}
         wait_for("two workers registered",
                  lambda: spark_master_state(h["driver"], master, MASTER_UI).get("aliveworkers", 0) == 2, 120, self.logs)
@@ -117,6 +125,7 @@ class Cluster:
         (conf / "spark-defaults.conf").write_text("\n".join((
             f"spark.master spark://{self.master}:{MASTER_PORT}", f"spark.driver.host {driver}",
             f"spark.driver.bindAddress {driver}", "spark.driver.memory 1g", "spark.executor.memory 512m",
+            f"spark.driver.extraJavaOptions {DRIVER_OPTIONS}", f"spark.executor.extraJavaOptions {EXECUTOR_OPTIONS}",
             *conf_lines)) + "\n")
         job = self.h["driver"].popen([sys.executable, "-m", "streaming", "run", "--run", run_id, "--bootstrap",
                                       self.broker, "--topic", TOPIC, "--checkpoints", str(self.shared), "--join-on",
