@@ -12,11 +12,11 @@ entry point of your package in ``ENTRY_POINTS``.
 """
 from __future__ import annotations
 
-from transports import amqp091, amqp1, http, kafka
+from transports import amqp091, amqp1, http, kafka, stomp
 from transports.base import Target, TargetOptions, Transport
 from transports.spec import TRANSPORTS, TargetSpec
 
-OURS: tuple[Transport, ...] = (http.TRANSPORT, kafka.TRANSPORT, amqp091.TRANSPORT, amqp1.TRANSPORT)
+OURS: tuple[Transport, ...] = (http.TRANSPORT, kafka.TRANSPORT, amqp091.TRANSPORT, amqp1.TRANSPORT, stomp.TRANSPORT)
 """flightwatch's transports, one line each."""
 
 
