@@ -5,12 +5,13 @@ Usage:
     python -m agents.receiver kafka [--bootstrap 127.0.0.1:29092] [--topic flightwatch.sut] [--state-dir DIR]
     python -m agents.receiver amqp  [--url 'amqp://guest:guest@127.0.0.1:29672/%2F?queue=flightwatch.sut'] [--prefetch N]
     python -m agents.receiver amqp1 --url amqp1://USER:PASS@HOST:PORT/ADDRESS [--prefetch N]
+    python -m agents.receiver stomp --url stomp://USER@HOST:PORT/DESTINATION [--window SIZE]
     (all: [--telemetry-bootstrap 127.0.0.1:19092] [--telemetry-topic flightwatch.telemetry] [--agent NAME])
 
 ``http`` is a CloudEvents sink (``transports.http.receiver``): point a Knative trigger, a
 broker's subscriber or the load generator at it. ``kafka`` consumes a topic of the SUT
 (``transports.kafka.receiver``), ``amqp`` a RabbitMQ queue (``transports.amqp091.receiver``), ``amqp1`` an AMQP 1.0
-address (``transports.amqp1.receiver``).
+address (``transports.amqp1.receiver``), ``stomp`` a STOMP destination (``transports.stomp.receiver``).
 Each writes receive records into the telemetry topic and, every 5 s, a clock record: this
 host's clock offset against the clock reference (``core.clock``) that the node-metrics
 agent serves, so latencies measured across hosts are corrected (``streaming.clocks``). Each mode is a transport's

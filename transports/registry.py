@@ -5,6 +5,7 @@ generator's URL schemes and the receiver agent's modes are built from them.
     kafka://HOST:PORT/TOPIC                    the Kafka protocol (transports.kafka)
     amqp://USER:PASS@HOST:PORT/VHOST?queue=Q   AMQP 0-9-1, RabbitMQ (transports.amqp091)
     amqp1://USER:PASS@HOST:PORT/ADDRESS        AMQP 1.0: Artemis, RabbitMQ's plugin, Dispatch Router (transports.amqp1)
+    stomp://USER:PASS@HOST:PORT/DESTINATION    STOMP 1.2: Artemis, ActiveMQ, RabbitMQ's plugin (transports.stomp)
 
 The contract every target keeps is ``transports.base.Target``; adding a transport is a package with its descriptor
 and one line here (docs/development/adding-a-transport.md), or, for one of your own outside this repository, an

@@ -4,8 +4,9 @@
 
 A header's name and value escape backslash, CR, LF and colon (``\\\\``, ``\\r``, ``\\n``, ``\\c``), except in CONNECT
 and CONNECTED; a frame with ``content-length`` has that many bytes of body (NULs too), one without ends at its first NUL.
-Hand-written: the protocol is this page's worth, and the one client on PyPI (stomp.py) runs its own reader thread and
-listener callbacks, where a target writes on the worker's asyncio loop and a receiver reads in its runner's turns.
+Hand-written, not measured against a library: the protocol is this page's worth, and stomp.py (PyPI's most used client)
+runs its own reader thread with listener callbacks, where a target writes on the worker's asyncio loop and a receiver
+reads in its runner's turns.
 """
 from __future__ import annotations
 
