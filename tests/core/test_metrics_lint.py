@@ -45,6 +45,7 @@ def collectors(tmp_dir: str = "/tmp", run: str = "r"):
     from transports.amqp import amqp_families
     from transports.http.receiver import HttpReceiver
     from transports.kafka.receiver import KafkaReceiver
+    from transports.stomp.receiver import StompReceiver
 
     job = JobMetrics()
     job.publish({"run": run, "events": {"sent": 10, "received": 9, "dropped": 1, "errors": 0}, "gap_windows": 0,
@@ -60,6 +61,8 @@ def collectors(tmp_dir: str = "/tmp", run: str = "r"):
     amqp = Families(lambda: amqp_families(SimpleNamespace(agent="receiver-amqp", counters=lambda: {
         "received": 3, "unattributed": 0, "redelivered": 1, "connection_losses": 1, "connected": 1,
         "telemetry": {"spooled": 3, "lost": 0}})))
+    stomp = StompReceiver("127.0.0.1", 61613, None, "q", "anycast", spool, "receiver-stomp")
+    stomp.num_received, stomp.num_unattributed = 5, 1
     writer = SimpleNamespace(counters=lambda: {"written": 4, "lost": 0, "sent": 4, "failed": 0, "retried": 0, "held": 1,
                                                "buffered": 0})
     node = _Exposed(NodeMetrics(None, None, "node-metrics"), writer, "node-metrics")
@@ -67,7 +70,8 @@ def collectors(tmp_dir: str = "/tmp", run: str = "r"):
     shipper = Shipper.__new__(Shipper)  # its counters alone: no spool folder, no producer
     shipper.key, shipper.num_shipped, shipper.num_failures, shipper.dir = b"receiver-http", 5, 0, tmp_dir
     shipper.num_held = 2
-    return {"job": job, "http receiver": http, "kafka receiver": kafka, "amqp receiver": amqp, "node metrics": node,
+    return {"job": job, "http receiver": http, "kafka receiver": kafka, "amqp receiver": amqp, "stomp receiver": stomp,
+            "node metrics": node,
             "load generator": attack,
             "shipper": shipper}
 

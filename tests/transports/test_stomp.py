@@ -1,5 +1,6 @@
 """The fifth transport, STOMP 1.2 (``transports/stomp/``, one folder and its line in ``transports.registry.OURS``):
-its frames against the specification's grammar, its URL's errors, and a run through a real Artemis (``make
+its frames against the specification's grammar, its URL's errors (its receiver's /metrics are linted with the others',
+``tests/core/test_metrics_lint.py``), and a run through a real Artemis (``make
 test-brokers``): the load generator's SEND frames acknowledged by the broker's RECEIPTs, the receiver it starts for
 the run subscribed to the queue, the job's figures exact against the raw telemetry."""
 from __future__ import annotations
@@ -69,26 +70,6 @@ def test_a_bad_stomp_target_is_one_line_and_exit_2(target, said):
                         "1s", "--no-telemetry", "--metrics-listen", "none"], cwd=ROOT, capture_output=True, text=True,
                        timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-
-
-@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool comes with Debian's prometheus package (.ci/run)")
-def test_the_receivers_metrics_pass_promtool():
-    """Its /metrics as ``agents.runner`` serves them (prometheus-client's registry), through Prometheus' linter."""
-    from types import SimpleNamespace
-
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from transports.stomp.receiver import StompReceiver
-
-    receiver = StompReceiver("127.0.0.1", 61613, None, "q", "anycast", SimpleNamespace(
-        counters=lambda: {"spooled": 5, "lost": 0}), "receiver-stomp")
-    receiver.num_received, receiver.num_unattributed = 5, 1
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(receiver)
-    text = generate_latest(registry).decode()
-    assert 'flightwatch_stomp_receiver_events_total{agent="receiver-stomp"} 5.0' in text
-    lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
-    assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), lint.stdout + lint.stderr
 
 
 @pytest.fixture(scope="module")
