@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -222,15 +223,16 @@ def test_answers_framed_by_length_chunked_or_close_keep_their_connection_as_they
 
 def test_a_target_that_dies_mid_run_is_reported_not_a_crash(tmp_path):
     port = free_port()
-    sink = subprocess.Popen([sys.executable, script("http_sink.py"), str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # The sink says when it has answered 100 sends (half a second at 200/s): killed then, whatever the machine's
+    # speed, the run has successes before and failures after (a fixed sleep once killed it before the first send).
+    sink = subprocess.Popen([sys.executable, script("http_sink.py"), str(port), "0", "100"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True)
     assert wait_port(port)
     proc = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", "200", "--duration", "4s", "--target",
                              f"http://127.0.0.1:{port}/", "--no-telemetry", "--out", str(tmp_path), "--timeout", "2s"],
                             cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    import time
-
-    time.sleep(3.0)  # workers start, then ~2 s of successful sends
+    ready, _, _ = select.select([sink.stdout], [], [], 60)
+    assert ready and sink.stdout.readline().strip() == "served 100", "the sink never answered 100 sends"
     os.kill(sink.pid, signal.SIGKILL)
     sink.wait()
     out, err = proc.communicate(timeout=60)
