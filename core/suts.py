@@ -42,6 +42,11 @@ SUTS: dict[str, Sut] = {
 }
 
 
+def sut_partitions() -> int:
+    """The SUT topic's partitions (FLIGHTWATCH_SUT_PARTITIONS, default 2)."""
+    return int(settings.get("FLIGHTWATCH_SUT_PARTITIONS") or 2)
+
+
 SUT_FILE = "sut"
 """In the stack's folder: the SUT `python -m stack up --sut` started, until `down`; the next commands aim at it."""
 

@@ -33,12 +33,16 @@ import time
 from core import settings, suts
 from core.procs import port_open, stop_session, wait_port, write_pid_file
 from core.rundir import ROOT
-from core.suts import SUTS, default_target, pairs_target, receiver_bootstrap, routing_target
+from core.suts import SUTS
 from stack import debian
-from stack.brokers import BROKERS, sut_partitions
+from stack.brokers import BROKERS
 from stack.config import AGENTS, HOST, PORT_SETTINGS, STACK_SETTINGS, SUT_COMPONENTS, Stack
 from stack.prometheus import PROMETHEUS_GO_MEMORY, prometheus_config
 from stack.tansu import tansu_command
+from transports.registry import ALL
+
+POSITIONS = {f"{t.receiver}-receiver": t.positions for t in ALL if t.positions}
+"""The stack's receivers whose state folder holds positions in their broker (``Transport.positions``)."""
 
 
 def ui_command(port: int) -> list[str]:
@@ -70,25 +74,10 @@ def commands(stack: Stack) -> dict[str, list[str] | None]:
                          "--telemetry-bootstrap", telemetry, "--clock-listen", clock,
                          "--metrics-listen", f"{HOST}:{stack.metrics_ports['node-metrics']}"],
         **{name: broker.command(stack, name) for name, broker in BROKERS.items()},
-        "amqp-receiver": [sys.executable, "-m", "agents.receiver", "amqp", "--url",
-                          routing_target(bindings) if (bindings := int(settings.get("FLIGHTWATCH_SUT_BINDINGS") or 0))
-                          else default_target("rabbitmq"),
-                          "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
-                          "--state-dir", os.path.join(stack.dir, "amqp-receiver"),
-                          "--metrics-listen", f"{HOST}:{stack.metrics_ports['amqp-receiver']}"],
-        "amqp1-receiver": [sys.executable, "-m", "agents.receiver", "amqp1", "--url",
-                           pairs_target(default_target(stack.sut if SUTS[stack.sut].receiver == "amqp1-receiver" else "rabbitmq-amqp1"),
-                                        int(settings.get("FLIGHTWATCH_SUT_PAIRS") or 1)),
-                           "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
-                           "--state-dir", os.path.join(stack.dir, "amqp1-receiver"),
-                           "--metrics-listen", f"{HOST}:{stack.metrics_ports['amqp1-receiver']}"],
-        "kafka-receiver": [sys.executable, "-m", "agents.receiver", "kafka", "--routes", "--create-topic", str(sut_partitions()),
-                           "--bootstrap", receiver_bootstrap(stack.sut), "--telemetry-bootstrap", telemetry,
-                           "--clock-reference", clock, "--state-dir", os.path.join(stack.dir, "kafka-receiver"),
-                           "--metrics-listen", f"{HOST}:{stack.metrics_ports['kafka-receiver']}"],
-        "http-receiver": [sys.executable, "-m", "agents.receiver", "http", "--listen", f"{HOST}:{stack.ports['http-receiver']}",
-                          "--telemetry-bootstrap", telemetry, "--clock-reference", clock,
-                          "--spool-dir", os.path.join(stack.dir, "spool")],
+        # each transport's receiver the stack runs, its flags from its descriptor (``Transport.stack_flags``)
+        **{f"{t.receiver}-receiver": [sys.executable, "-m", "agents.receiver", t.receiver, *t.stack_flags(stack),
+                                      "--telemetry-bootstrap", telemetry, "--clock-reference", clock]
+           for t in ALL if t.stack_flags is not None},
         "ui": ui_command(stack.ports["ui"]),
     }
 
@@ -147,10 +136,10 @@ def up(stack: Stack, with_sut: bool = True) -> int:
             continue
         if name.endswith("broker") or name in BROKERS:
             fresh_broker = True
-        elif name == "kafka-receiver" and fresh_broker:  # new in-memory brokers: old positions mean nothing (its
-            for stale in ("wal", "wal.tmp"):             # spool stays: what it holds is still to be shipped)
+        elif fresh_broker:  # new in-memory brokers: a receiver's old positions in them mean nothing
+            for stale in POSITIONS.get(name, ()):
                 try:
-                    os.remove(os.path.join(stack.dir, "kafka-receiver", stale))
+                    os.remove(os.path.join(stack.dir, name, stale))
                 except FileNotFoundError:
                     pass
         log = open(os.path.join(stack.dir, f"{name}.log"), "ab")

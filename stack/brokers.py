@@ -12,18 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from core import settings
-from core.suts import SUTS
+from core.suts import SUTS, sut_partitions
 from stack import artemis, debian, kafka, rabbitmq
 from stack.tansu import tansu_command
 
 if TYPE_CHECKING:
     from stack.config import Stack
-
-
-def sut_partitions() -> int:
-    """The SUT topic's partitions (FLIGHTWATCH_SUT_PARTITIONS, default 2)."""
-    return int(settings.get("FLIGHTWATCH_SUT_PARTITIONS") or 2)
 
 
 @dataclass(frozen=True)

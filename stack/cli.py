@@ -18,10 +18,12 @@ def parser(doc: str, port_settings: dict) -> argparse.ArgumentParser:
                         "them), e.g. FLIGHTWATCH_RECEIVER_WORKERS=5 python -m stack restart http-receiver")
     settings.add(p, "FLIGHTWATCH_STACK_DIR", "--stack-dir", metavar="DIR",
                  help="the stack's PID files, logs and state (default .stack/ in the checkout)")
-    what = {"http-receiver": "the HTTP receiver", "clock": "the clock reference (UDP)", "ui": "the dashboard"}
+    what = {"clock": "the clock reference (UDP)", "ui": "the dashboard"}
     for name, (env, default) in port_settings.items():
+        mode, receiver = name.removesuffix("-receiver"), name.endswith("-receiver")
         settings.add(p, env, f"--{env[12:-5].lower().replace('_', '-')}-port", type=int, default=default, metavar="PORT",
-                     help=what.get(name, f"the {name.replace('-', ' ')}") + " (every command's default follows it)")
+                     help=what.get(name, f"the {mode.upper()} receiver" if receiver else f"the {name.replace('-', ' ')}")
+                     + " (every command's default follows it)")
     settings.add(p, "FLIGHTWATCH_SUT", "--sut", choices=tuple(SUTS),
                  help="the system under test the stack runs (default: the one `up --sut` recorded, until `down`; "
                       "else tansu): " + "; ".join(f"{k}: {v.what}" for k, v in SUTS.items()))

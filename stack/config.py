@@ -7,16 +7,10 @@ import os
 from dataclasses import dataclass
 
 from core import settings, suts
-from core.procs import (
-    AMQP_RECEIVER_METRICS_PORT,
-    JOB_METRICS_PORT,
-    KAFKA_RECEIVER_METRICS_PORT,
-    LOADGEN_METRICS_PORT,
-    NODE_METRICS_PORT,
-    pid_from_file,
-)
+from core.procs import JOB_METRICS_PORT, LOADGEN_METRICS_PORT, NODE_METRICS_PORT, pid_from_file
 from core.rundir import ROOT
 from core.suts import SUTS
+from transports.registry import ALL
 
 HOST = "127.0.0.1"
 PORT_SETTINGS = {"telemetry-broker": ("FLIGHTWATCH_TELEMETRY_PORT", 19092), "sut-broker": ("FLIGHTWATCH_SUT_PORT", 29092),
@@ -37,8 +31,9 @@ def _listen_port(env: str, default: int) -> int:
     return int(port) if port.isdigit() else default
 
 
-AGENTS = ("kafka-receiver", "amqp-receiver", "amqp1-receiver", "node-metrics")
-"""Components without a port of their own (started after the brokers)."""
+AGENTS = (*(f"{t.receiver}-receiver" for t in ALL if t.stack_flags is not None and not t.sink), "node-metrics")
+"""Components without a port of their own (started after the brokers): the stack's receivers but its sink's, and the
+node-metrics agent."""
 SUT_COMPONENTS = {name for sut in SUTS.values() for name in (sut.broker, sut.receiver)}
 """Components that run only when their SUT is the stack's (``--sut``)."""
 
@@ -62,9 +57,7 @@ class Stack:
         folder = settings.get("FLIGHTWATCH_STACK_DIR") or os.path.join(ROOT, ".stack")
         ports = {name: int(settings.get(env) or default) for name, (env, default) in PORT_SETTINGS.items()}
         metrics_ports = {
-            "kafka-receiver": _listen_port("FLIGHTWATCH_KAFKA_RECEIVER_METRICS_LISTEN", KAFKA_RECEIVER_METRICS_PORT),
-            "amqp-receiver": _listen_port("FLIGHTWATCH_AMQP_RECEIVER_METRICS_LISTEN", AMQP_RECEIVER_METRICS_PORT),
-            "amqp1-receiver": _listen_port("FLIGHTWATCH_AMQP_RECEIVER_METRICS_LISTEN", AMQP_RECEIVER_METRICS_PORT),
+            **{f"{t.receiver}-receiver": _listen_port(*t.metrics_listen) for t in ALL if t.metrics_listen},
             "node-metrics": _listen_port("FLIGHTWATCH_NODE_METRICS_METRICS_LISTEN", NODE_METRICS_PORT),
             # started by `make attack`, not by the stack
             "job": _listen_port("FLIGHTWATCH_JOB_METRICS_LISTEN", JOB_METRICS_PORT),

@@ -162,6 +162,16 @@ class Transport:
     receive: Callable[[argparse.Namespace, Runner], int]
     """Its receiver process' main, given its flags and the runner: 0 when stopped, 2 on bad settings or a broker
     that refuses it at the start."""
+    stack_flags: Callable[[object], list[str]] | None = None
+    """Its receiver's own flags when the stack runs it (the component ``MODE-receiver``), given the stack
+    (``stack.config.Stack``: its folder, ports, metrics ports and SUT); the stack adds the telemetry's and the clock
+    reference's. None: the stack runs none."""
+    metrics_listen: tuple[str, int] | None = None
+    """Its receiver's ``--metrics-listen`` setting and default port, when the stack's receiver of it serves /metrics on
+    a port of its own (None: on its listening port, or not at all)."""
+    positions: tuple[str, ...] = ()
+    """Files in its receiver's state folder that hold positions in its broker, which a fresh in-memory broker voids
+    (the stack removes them when it starts the broker anew; the spool stays: what it holds is still to be shipped)."""
     sink: bool = False
     """Its receiver is itself a target: the load generator sends to it with no broker between (a CloudEvents sink),
     so a scenario may attack the stack's receiver of it (``target = NAME`` in a scenario's file) instead of a SUT."""

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
+from core import settings
+from core.procs import HOST
 from core.units import parse_size
 from transports import amqp
 from transports.amqp091.receiver import PREFETCH, AmqpReceiver
@@ -67,3 +70,14 @@ def main(a, runner: Runner) -> int:
         return process.run_async(body)
     finally:
         process.close()
+
+
+def stack_flags(stack) -> list[str]:
+    """The stack's receiver of RabbitMQ's queue (``amqp-receiver``): the SUT queue, or with ``--bindings N`` the topic
+    exchange's N queues."""
+    from core.suts import default_target, routing_target
+
+    bindings = int(settings.get("FLIGHTWATCH_SUT_BINDINGS") or 0)
+    return ["--url", routing_target(bindings) if bindings else default_target("rabbitmq"),
+            "--state-dir", os.path.join(stack.dir, "amqp-receiver"),
+            "--metrics-listen", f"{HOST}:{stack.metrics_ports['amqp-receiver']}"]

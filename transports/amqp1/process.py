@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from core.procs import HOST
 from core.units import parse_size
 from transports import amqp
 from transports.amqp1.receiver import PREFETCH, Amqp1Receiver
@@ -60,3 +62,15 @@ def main(a, runner: Runner) -> int:
         receiver.close()
         process.close()
     return 0
+
+
+def stack_flags(stack) -> list[str]:
+    """The stack's receiver of an AMQP 1.0 address (``amqp1-receiver``): its SUT's queue (Artemis', or RabbitMQ's
+    over its plugin), on ``--pairs N`` addresses."""
+    from core import settings
+    from core.suts import SUTS, default_target, pairs_target
+
+    sut = stack.sut if SUTS[stack.sut].receiver == "amqp1-receiver" else "rabbitmq-amqp1"
+    return ["--url", pairs_target(default_target(sut), int(settings.get("FLIGHTWATCH_SUT_PAIRS") or 1)),
+            "--state-dir", os.path.join(stack.dir, "amqp1-receiver"),
+            "--metrics-listen", f"{HOST}:{stack.metrics_ports['amqp1-receiver']}"]

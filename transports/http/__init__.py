@@ -7,4 +7,5 @@ from transports.http import process, receiver
 from transports.http.target import HttpTarget
 
 TRANSPORT = Transport("http", HttpTarget, "CloudEvents HTTP sink (binary, structured and batched modes)",
-                      receiver, process.add_flags, process.main, sink=True)
+                      receiver, process.add_flags, process.main, stack_flags=process.stack_flags,
+                      sink=True)

@@ -13,6 +13,7 @@ import socket
 import sys
 
 from core import logs, metrics, settings
+from core.procs import HOST
 from core.rundir import ROOT
 from core.units import parse_duration_ns, parse_size, split_host_port
 from transports.base import Runner
@@ -138,3 +139,8 @@ def _serve_workers(a, runner: Runner, host: str, port: int) -> int:
     for p in procs:
         p.join()
     return max((p.exitcode or 0) for p in procs)
+
+
+def stack_flags(stack) -> list[str]:
+    """The stack's CloudEvents sink (``http-receiver``) on its port."""
+    return ["--listen", f"{HOST}:{stack.ports['http-receiver']}", "--spool-dir", os.path.join(stack.dir, "spool")]

@@ -142,3 +142,13 @@ def main(a, runner: Runner) -> int:
         receiver.wal.close()
         process.close()
     return 0
+
+
+def stack_flags(stack) -> list[str]:
+    """The stack's receiver of the SUT topic (``kafka-receiver``): every partition, made if missing, on the SUT's
+    broker (Tansu or Apache Kafka)."""
+    from core.suts import receiver_bootstrap, sut_partitions
+
+    return ["--routes", "--create-topic", str(sut_partitions()), "--bootstrap", receiver_bootstrap(stack.sut),
+            "--state-dir", os.path.join(stack.dir, "kafka-receiver"),
+            "--metrics-listen", f"{HOST}:{stack.metrics_ports['kafka-receiver']}"]
