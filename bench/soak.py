@@ -321,7 +321,7 @@ def main(argv=None) -> int:
     soak = Soak(a, stack)
     print(soak.attack()[-1500:])
     try:
-        report = json.load(open(os.path.join(RunPaths(soak.run_dir).loadgen(), "report.json")))
+        report = json.load(open(RunPaths(soak.run_dir).loadgen_report()))
         attack_start, attack_end = report["start_ns"] / 1e9, report["start_ns"] / 1e9 + report["duration_s"]["attack"]
     except (OSError, ValueError, KeyError) as e:
         print(f"SOAK FAILED: no load generator report ({e})")

@@ -217,8 +217,9 @@ def bench_commit_protocol(bootstrap: str, rate: int, seconds: float, workdir: st
     row = bench_rate(bootstrap, rate, seconds, workdir, None, partitions, master, "executors")
     out = os.path.join(workdir, row["run_id"])
     received = int(results.load_windows(out)["received"].sum())
-    caches = [json.load(open(os.path.join(RunPaths(out).batches, f))).get("join_cache") or {}
-              for f in os.listdir(RunPaths(out).batches) if f.endswith(".json")]
+    batches = RunPaths(out).batches
+    caches = [json.load(open(os.path.join(batches, f))).get("join_cache") or {}
+              for f in os.listdir(batches) if f.endswith(".json")]
     tasks = sum(c.get("tasks", 0) for c in caches)
     return {"design": "commit protocol", "rate": rate, "offered_per_sec": row["records_per_sec"],
             "state_in_worker": sum(c.get("hits", 0) for c in caches) / tasks if tasks else float("nan"),

@@ -133,6 +133,42 @@ class RunPaths:
         """The live job's lease on the folder (``DriverLease``)."""
         return os.path.join(self.root, "driver.lease")
 
+    @property
+    def is_run(self) -> bool:
+        """Whether this folder is a run's (its ``run.json`` is there: the load generator or the job wrote it)."""
+        return os.path.isfile(self.run_file)
+
+    def manifest(self, batch_id: int) -> str:
+        """Batch ``batch_id``'s manifest under ``batches/``."""
+        return batch_file(self.batches, batch_id, "json")
+
+    def archived(self, batch_id: int) -> str:
+        """Batch ``batch_id``'s raw telemetry under ``archive/`` (a file, or on a cluster a folder of parts)."""
+        return batch_file(self.archive, batch_id)
+
+    def joins(self, partition: int | None = None) -> str:
+        """The join partitions' state on a cluster's executors (``state/joins/``), or one partition's."""
+        d = os.path.join(self.state, "joins")
+        return d if partition is None else os.path.join(d, f"p-{partition}")
+
+    @property
+    def joins_file(self) -> str:
+        """Where the run's join state lives (``state/joins.json``: driver or executors, and how many partitions)."""
+        return os.path.join(self.state, "joins.json")
+
+    def loadgen_report(self, shard: int = 0, shards: int = 1) -> str:
+        """The load generator's ``report.json`` (of shard ``shard`` of ``shards``)."""
+        return os.path.join(self.loadgen(shard, shards), "report.json")
+
+    def latency_log(self, shard: int = 0, shards: int = 1) -> str:
+        """The load generator's HdrHistogram log of request latency (``latency.hlog``)."""
+        return os.path.join(self.loadgen(shard, shards), "latency.hlog")
+
+
+def is_run_folder(path: str) -> bool:
+    """Whether ``path`` is a run folder (``RunPaths.is_run``)."""
+    return RunPaths(path).is_run
+
 
 class LeaseHeld(Exception):
     """Another driver holds the run folder: one line, which says who."""

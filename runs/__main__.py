@@ -18,15 +18,15 @@ import os
 import sys
 
 from core.cli import OneLineParser
-from core.rundir import CHECKPOINTS, RunPaths, write_json
+from core.rundir import CHECKPOINTS, RunPaths, is_run_folder, write_json
 
 
 def run_folder(name: str, checkpoints: str | None = None) -> str:
     """A run's folder from its ID or path; ValueError naming what was looked for."""
-    if os.path.isdir(name) and os.path.exists(RunPaths(name).run_file):
+    if os.path.isdir(name) and is_run_folder(name):
         return name
     folder = RunPaths.of_run(name, checkpoints).root
-    if os.path.exists(RunPaths(folder).run_file):
+    if is_run_folder(folder):
         return folder
     raise ValueError(f"no run {name!r} (not a run folder, nor a run in {checkpoints or CHECKPOINTS})")
 

@@ -160,7 +160,7 @@ def cell_figures(run_id: str) -> dict:
     except (OSError, ValueError):
         return {**out, "problem": "no summary: the run was not closed (see its job.log)"}
     try:
-        with open(os.path.join(paths.root, "loadgen", "report.json")) as f:
+        with open(paths.loadgen_report()) as f:
             lg = json.load(f)
     except (OSError, ValueError):
         lg = {}

@@ -44,12 +44,17 @@ class JobConfig:
     recompute: dict = field(default_factory=dict)  # a replay's RECOMPUTABLE settings given on its command line (ns)
 
     @property
+    def paths(self) -> RunPaths:
+        """The run folder's paths (``core.rundir``): the run's, or a replay's under it."""
+        return RunPaths(self.run_dir)
+
+    @property
     def spark_checkpoint(self) -> str:
-        return RunPaths(self.run_dir).spark
+        return self.paths.spark
 
     @property
     def archive_dir(self) -> str:
-        return RunPaths(self.source_dir or self.run_dir).archive
+        return (RunPaths(self.source_dir) if self.source_dir else self.paths).archive
 
     source_dir: str | None = None
 
@@ -69,7 +74,7 @@ class JobConfig:
         """Read the run's archive with the run's own settings, but those given in ``recompute``; write into
         <run>/replay, or <run>/replay-drop10s-window500ms when a setting differs from the run's (a recomputation
         sits beside the run and the dashboard lists it), with a fresh checkpoint."""
-        run_cfg = _read_run_config(self.run_dir)
+        run_cfg = _read_run_config(self.paths)
         own = EngineConfig.durations(run_cfg)
         changed = {k: v for k, v in self.recompute.items() if own.get(k) != v}
         folder = "replay" + "".join(f"-{name}{duration_text(changed[k])}" for k, name in RECOMPUTABLE.items() if k in changed)
@@ -98,10 +103,10 @@ def engine_problem(eng: EngineConfig) -> str | None:
     return None
 
 
-def _read_run_config(run_dir: str) -> dict:
+def _read_run_config(paths: RunPaths) -> dict:
     import json
 
-    with open(RunPaths(run_dir).run_file) as f:
+    with open(paths.run_file) as f:
         return json.load(f)
 
 
@@ -110,12 +115,12 @@ RESUMED_AS_STARTED = {"window_ns": "--window", "drop_timeout_ns": "--drop-timeou
 """The engine settings a run keeps from its start: its state (windows, deadlines) was built with them."""
 
 
-def resume_problem(run_dir: str, eng: EngineConfig) -> str | None:
+def resume_problem(paths: RunPaths, eng: EngineConfig) -> str | None:
     """A run resumed with other settings than it started with would mix two sets of windows and deadlines in one
     state: refused, with the settings it has (None when it is new or they are the same)."""
-    if not os.path.exists(RunPaths(run_dir).run_file):
+    if not paths.is_run:
         return None
-    had = _read_run_config(run_dir)
+    had = _read_run_config(paths)
     differ = [(flag, had[key], getattr(eng, key)) for key, flag in RESUMED_AS_STARTED.items()
               if key in had and had[key] != getattr(eng, key)]
     if not differ:

@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from core.rundir import RunPaths, batch_file, ids_in, write_json
+from core.rundir import RunPaths, ids_in, write_json
 from streaming import clocks, engine, join, membership
 from streaming.config import JOIN_CACHE_BYTES
 from streaming.decode import DECODED_SCHEMA, conform
@@ -82,22 +82,22 @@ def summarize_batches(run_id: str):
     return summarize
 
 
-def partition_task(root: str, cfg: EngineConfig, batch_id: int, verdicts: join.Verdicts,
+def partition_task(paths: RunPaths, cfg: EngineConfig, batch_id: int, verdicts: join.Verdicts,
                    cache_bytes: int = JOIN_CACHE_BYTES):
     """``applyInArrow`` keyed by join partition: the partition's step of batch ``batch_id``, its worker keeping at most
     ``cache_bytes`` of states (``keep``)."""
     def run(key, table):  # no annotations: pyspark infers the UDF type from them, and fails on strings
         jp = int(key[0].as_py())
-        check_run_folder(root)
+        check_run_folder(paths)
         # the run's sends, acks and receives (the ticks, and the driver's records shuffled with them, are not)
         records = table.filter(membership.data(table, cfg.run_id)).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
         records = clocks.correct(records, verdicts.clocks, cfg.clock_correction)  # archived as corrected
-        state, redone = _state_before(root, cfg, jp, batch_id)
-        _write_part(root, batch_id, jp, records)  # every batch, empty or not, a replay's too: what a rebuild reads
+        state, redone = _state_before(paths, cfg, jp, batch_id)
+        _write_part(paths, batch_id, jp, records)  # every batch, empty or not, a replay's too: what a rebuild reads
         settled, report = join.step(state, records, cfg, verdicts)
-        cache = keep(root, jp, batch_id, settled.state, cache_bytes)
+        cache = keep(paths.root, jp, batch_id, settled.state, cache_bytes)
         if batch_id % SNAPSHOT_EVERY_BATCHES == 0:
-            _save_snapshot(root, jp, batch_id, settled.state)
+            _save_snapshot(paths, jp, batch_id, settled.state)
         return _output(jp, settled, report, redone, cache)
     return run
 
@@ -106,13 +106,13 @@ class RunFolderGone(FileNotFoundError):
     """The run folder is not on this task's host: its volume was taken away, or was never mounted there."""
 
 
-def check_run_folder(root: str) -> None:
+def check_run_folder(paths: RunPaths) -> None:
     """Before a task reads or writes the run folder: ``RunFolderGone`` (one line: the host and the folder) unless the
     folder the driver made is there. Without it, state would read as empty and a part would go to the host's own
     disk; with it, the task fails and Spark runs it on another executor (``streaming.session``: a cluster excludes
     an executor whose tasks fail)."""
-    if not os.path.exists(RunPaths(root).run_file):
-        raise RunFolderGone(f"run folder {root} is not on host {socket.gethostname()} (no run.json there): the volume "
+    if not paths.is_run:
+        raise RunFolderGone(f"run folder {paths.root} is not on host {socket.gethostname()} (no run.json there): the volume "
                             "the driver and the executors share was taken away from this host, or never mounted on it")
 
 
@@ -136,20 +136,20 @@ def keep(root: str, jp: int, batch_id: int, state: JoinState, bound: int = JOIN_
     return {"held_bytes": held, "evicted": dropped}
 
 
-def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> tuple[JoinState, int | None]:
+def _state_before(paths: RunPaths, cfg: EngineConfig, jp: int, batch_id: int) -> tuple[JoinState, int | None]:
     """The partition's state after ``batch_id - 1`` and how many batches were redone to get it: this worker's (None:
     nothing loaded), or a snapshot and the archived batches after it."""
-    cached = _STATES.get((root, jp))
+    cached = _STATES.get((paths.root, jp))
     if cached is not None and cached[0] == batch_id - 1:
         return cached[1], None
-    snaps = [s for s in ids_in(_joins_dir(root, jp), "snap-*") if s < batch_id]
-    state = _load_snapshot(root, jp, snaps[-1]) if snaps else JoinState()
+    snaps = [s for s in ids_in(paths.joins(jp), "snap-*") if s < batch_id]
+    state = _load_snapshot(paths, jp, snaps[-1]) if snaps else JoinState()
     start = snaps[-1] + 1 if snaps else 0
     for b in range(start, batch_id):
-        with open(batch_file(RunPaths(root).batches, b, "json")) as f:
+        with open(paths.manifest(b)) as f:
             manifest = json.load(f)
         v = join.Verdicts(**manifest["verdicts"])
-        part = os.path.join(batch_file(RunPaths(root).archive, b), f"p-{jp}.parquet")
+        part = os.path.join(paths.archived(b), f"p-{jp}.parquet")
         if os.path.exists(part):
             records = conform(pq.read_table(part))
         elif manifest.get("archive_parts"):  # written for every partition: missing is not empty
@@ -162,12 +162,9 @@ def _state_before(root: str, cfg: EngineConfig, jp: int, batch_id: int) -> tuple
     return state, batch_id - start
 
 
-def _joins_dir(root: str, jp: int) -> str:
-    return os.path.join(RunPaths(root).state, "joins", f"p-{jp}")
-
-
-def _save_snapshot(root: str, jp: int, batch_id: int, state: JoinState) -> None:
-    d = os.path.join(_joins_dir(root, jp), f"snap-{batch_id:08d}")
+def _save_snapshot(paths: RunPaths, jp: int, batch_id: int, state: JoinState) -> None:
+    joins = paths.joins(jp)
+    d = os.path.join(joins, f"snap-{batch_id:08d}")
     tmp = unique_tmp(d)
     os.makedirs(tmp)
     write_table(state.known.reset_index(), os.path.join(tmp, "known.parquet"))
@@ -179,18 +176,18 @@ def _save_snapshot(root: str, jp: int, batch_id: int, state: JoinState) -> None:
         if not os.path.isdir(d):
             raise
         return  # the batch's snapshot is there (another attempt of this task): the same state
-    for old in ids_in(_joins_dir(root, jp), "snap-*")[:-KEEP_SNAPSHOTS]:
-        shutil.rmtree(os.path.join(_joins_dir(root, jp), f"snap-{old:08d}"), ignore_errors=True)
+    for old in ids_in(joins, "snap-*")[:-KEEP_SNAPSHOTS]:
+        shutil.rmtree(os.path.join(joins, f"snap-{old:08d}"), ignore_errors=True)
 
 
-def _load_snapshot(root: str, jp: int, batch_id: int) -> JoinState:
-    d = os.path.join(_joins_dir(root, jp), f"snap-{batch_id:08d}")
+def _load_snapshot(paths: RunPaths, jp: int, batch_id: int) -> JoinState:
+    d = os.path.join(paths.joins(jp), f"snap-{batch_id:08d}")
     return join_state(os.path.join(d, "known.parquet"), os.path.join(d, "orphans.parquet"))
 
 
-def _write_part(root: str, batch_id: int, name, table: pa.Table) -> None:
+def _write_part(paths: RunPaths, batch_id: int, name, table: pa.Table) -> None:
     """One part of an archived batch's folder, through a hidden temporary file (Arrow skips those)."""
-    d = batch_file(RunPaths(root).archive, batch_id)
+    d = paths.archived(batch_id)
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"{name}.parquet" if isinstance(name, str) else f"p-{name}.parquet")
     tmp = unique_tmp(os.path.join(d, f".{os.path.basename(path)}"))
@@ -282,7 +279,7 @@ def cluster_sink(spark, store, cfg, say):
         plan = store.plan_batch(summary, batch_id)
         t2 = time.time()
         data = batch_df.withColumn(PARTITION, F.pmod(F.xxhash64("event_id"), F.lit(num_partitions)).cast("int"))
-        task = partition_task(store.paths.root, cfg.engine, batch_id, plan.verdicts, cfg.join_cache_bytes)
+        task = partition_task(store.paths, cfg.engine, batch_id, plan.verdicts, cfg.join_cache_bytes)
         # a task per partition (range: no two partitions share a task, as a hash of 0..P-1 could make them)
         out = (data.unionByName(ticks, allowMissingColumns=True).repartitionByRange(num_partitions, PARTITION)
                .groupBy(PARTITION).applyInArrow(task, output_type).toArrow())
@@ -299,10 +296,10 @@ def cluster_sink(spark, store, cfg, say):
     return sink
 
 
-def check_layout(root: str, on_executors: bool, num_partitions: int) -> str | None:
+def check_layout(paths: RunPaths, on_executors: bool, num_partitions: int) -> str | None:
     """A run's join state lives where it started (in the driver's snapshots, or on the executors split in P
     partitions): a run resumed the other way, or on the executors with another P, is refused (one line)."""
-    path = os.path.join(RunPaths(root).state, "joins.json")
+    path = paths.joins_file
     where = "executors" if on_executors else "driver"
     if os.path.exists(path):
         with open(path) as f:
@@ -313,7 +310,7 @@ def check_layout(root: str, on_executors: bool, num_partitions: int) -> str | No
             return (f"this run's joins ran in {had['join_partitions']} partitions on the executors: resume it with "
                     f"--join-partitions {had['join_partitions']}")
         return None
-    if on_executors and ids_in(RunPaths(root).state, "snap-*"):  # a run from before this file: the driver's
+    if on_executors and ids_in(paths.state, "snap-*"):  # a run from before this file: the driver's
         return "this run's joins ran in the driver: resume it with --join-on driver"
     write_json(path, {"on": where, "join_partitions": num_partitions})
     return None
@@ -344,10 +341,10 @@ def _plan_batch(store, summary: pa.Table, batch_id: int) -> engine.Plan:
             raise RuntimeError(f"batch {batch_id} cannot be resumed without an archive: start the replay again")
         store._recover(batch_id)
     # the archive is written on executors in a replay too (the tasks rebuild their state from it)
-    shutil.rmtree(batch_file(store.paths.archive, batch_id), ignore_errors=True)  # a batch redone: afresh
+    shutil.rmtree(store.paths.archived(batch_id), ignore_errors=True)  # a batch redone: afresh
     summary = engine.corrected(store.state, summary, store.cfg)  # the run's markers; its data in the join tasks
     own = summary.filter(summary[join.NUM_RECORDS].is_null()).select(DECODED_SCHEMA.names).cast(DECODED_SCHEMA)
-    _write_part(store.paths.root, batch_id, "run", own)
+    _write_part(store.paths, batch_id, "run", own)
     return engine.plan(store.state, summary, store.cfg)
 
 

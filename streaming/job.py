@@ -28,7 +28,7 @@ import time
 from core import logs, memory, observer
 from core.cli import wait_for_servers
 from core.procs import lower_priority, servers_unreachable
-from core.rundir import DriverLease, LeaseHeld, LeaseLost, RunPaths
+from core.rundir import DriverLease, LeaseHeld, LeaseLost
 from streaming import session
 from streaming.cli import IDLE_BATCH_MESSAGES, UsageError, build_parser, config_from_args
 from streaming.config import CLUSTER_JOIN_PARTITIONS, JobConfig, engine_problem, resume_problem
@@ -258,13 +258,13 @@ def main(argv=None) -> int:
         if cfg.command == "summary":
             from runs import results
 
-            if not os.path.exists(RunPaths(cfg.run_dir).run_file):
+            if not cfg.paths.is_run:
                 raise UsageError(f"no run at {cfg.run_dir}")
             print(json.dumps(results.summarize(cfg.run_dir), indent=1, default=str))
             return 0
         if cfg.command == "replay":
             source_dir = cfg.run_dir
-            if not os.path.isdir(RunPaths(source_dir).archive):
+            if not os.path.isdir(cfg.paths.archive):
                 raise UsageError(f"no archive at {source_dir}/archive: nothing to replay")
             cfg = cfg.for_replay()
             if problem := engine_problem(cfg.engine):
@@ -287,9 +287,9 @@ def main(argv=None) -> int:
                 lease = DriverLease.take(cfg.run_dir)
             except LeaseHeld as e:
                 raise UsageError(str(e)) from None
-        if problem := check_layout(cfg.run_dir, cfg.joins_on_executors(), cfg.engine.join_partitions):
+        if problem := check_layout(cfg.paths, cfg.joins_on_executors(), cfg.engine.join_partitions):
             raise UsageError(problem)
-        if cfg.command == "run" and (problem := resume_problem(cfg.run_dir, cfg.engine)):
+        if cfg.command == "run" and (problem := resume_problem(cfg.paths, cfg.engine)):
             raise UsageError(problem)
     except UsageError as e:
         print(f"flightwatch streaming: error: {e}", file=sys.stderr)

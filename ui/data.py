@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from core import output
-from core.rundir import RunPaths
+from core.rundir import RunPaths, is_run_folder
 from runs import results, runinfo
 from runs.reader import RunReader
 
@@ -58,7 +58,7 @@ def run_name(path: str) -> str:
     """A run's name here: its folder's; a replay or recomputation in a run's folder is ``run/replay-drop10s``."""
     path = os.path.normpath(path)
     parent, name = os.path.split(path)
-    return f"{os.path.basename(parent)}/{name}" if os.path.isfile(RunPaths(parent).run_file) else name
+    return f"{os.path.basename(parent)}/{name}" if is_run_folder(parent) else name
 
 
 def run_info(path: str) -> RunInfo:
@@ -84,11 +84,11 @@ def list_runs(checkpoints: str) -> list[RunInfo]:
     out = []
     for name in folder_names(checkpoints):
         path = os.path.join(checkpoints, name)
-        if not os.path.isfile(RunPaths(path).run_file):
+        if not is_run_folder(path):
             continue
         out.append(run_info(path))
         out += [run_info(os.path.join(path, sub)) for sub in sorted(os.listdir(path))
-                if sub.startswith("replay") and os.path.isfile(RunPaths(os.path.join(path, sub)).run_file)]
+                if sub.startswith("replay") and is_run_folder(os.path.join(path, sub))]
     return sorted(out, key=lambda r: r.updated_s, reverse=True)
 
 
@@ -339,7 +339,7 @@ def clock_table(clocks: list[dict]) -> pd.DataFrame:
 
 
 def hlog_path(view: RunView) -> str | None:
-    p = os.path.join(RunPaths(view.path).loadgen(), "latency.hlog")
+    p = RunPaths(view.path).latency_log()
     return p if os.path.exists(p) else None
 
 

@@ -26,7 +26,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from core import histogram, output
-from core.rundir import CHECKPOINTS, RunPaths
+from core.rundir import CHECKPOINTS, RunPaths, is_run_folder
 from ui import charts, data
 from ui.reports import scenario_cells
 
@@ -218,9 +218,9 @@ def write(target: str, out: str | None = None) -> tuple[str, int, float]:
     seconds it took)."""
     t0 = time.monotonic()
     folder = target if os.path.isdir(target) else os.path.join(CHECKPOINTS, target)
-    if os.path.exists(os.path.join(folder, "report.json")) and not os.path.exists(RunPaths(folder).run_file):
+    if os.path.exists(os.path.join(folder, "report.json")) and not is_run_folder(folder):
         text = scenario_report(folder)
-    elif os.path.exists(RunPaths(folder).run_file):
+    elif is_run_folder(folder):
         text = run_report(folder)
     else:
         raise ValueError(f"no run or scenario run {target!r} (not a folder with run.json or report.json, nor one in "

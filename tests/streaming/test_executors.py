@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from core.rundir import RunPaths
 from loadgen.synthetic import SyntheticSpec, generate, messages
 from runs import results
 from streaming import engine, executors, join
@@ -34,7 +35,7 @@ def _cluster_batch(store, table, batch_id):
     plan = store.plan_batch(summary, batch_id)
     _, data = join.summarize(table, SPEC.run_id)
     jp = join.partition_of(engine.rules.id_hash(data["event_id"].to_numpy(zero_copy_only=False)), P)
-    task = executors.partition_task(store.paths.root, store.cfg, batch_id, plan.verdicts)
+    task = executors.partition_task(store.paths, store.cfg, batch_id, plan.verdicts)
 
     def attempts(i):  # a failed task is tried again, up to spark.task.maxFailures (4) times
         for n in range(4):
@@ -93,14 +94,14 @@ def test_the_join_on_executors_gives_the_local_results_also_after_state_is_lost(
 def test_a_run_resumed_another_way_is_refused_in_one_line(tmp_path):
     # the join state lives where the run started: on the executors in P partitions, or in the driver's snapshots
     on, off = str(tmp_path / "on"), str(tmp_path / "off")
-    assert executors.check_layout(on, True, 4) is None and executors.check_layout(on, True, 4) is None
-    assert "--join-partitions 4" in executors.check_layout(on, True, 8)
-    assert "--join-on executors" in executors.check_layout(on, False, 4)
-    assert executors.check_layout(off, False, 1) is None and executors.check_layout(off, False, 2) is None  # re-split
-    assert "--join-on driver" in executors.check_layout(off, True, 4)
+    assert executors.check_layout(RunPaths(on), True, 4) is None and executors.check_layout(RunPaths(on), True, 4) is None
+    assert "--join-partitions 4" in executors.check_layout(RunPaths(on), True, 8)
+    assert "--join-on executors" in executors.check_layout(RunPaths(on), False, 4)
+    assert executors.check_layout(RunPaths(off), False, 1) is None and executors.check_layout(RunPaths(off), False, 2) is None  # re-split
+    assert "--join-on driver" in executors.check_layout(RunPaths(off), True, 4)
     old = tmp_path / "old"  # a run folder from before: a driver snapshot and no layout file
     (old / "state" / "snap-00000010").mkdir(parents=True)
-    assert "--join-on driver" in executors.check_layout(str(old), True, 4)
+    assert "--join-on driver" in executors.check_layout(RunPaths(str(old)), True, 4)
 
 
 def _run_cluster(root, batches, replay=False, restart_at=()):
@@ -148,7 +149,7 @@ def test_a_task_retried_after_a_partial_write_gives_the_local_results(tmp_path, 
 
     def killed_half_way(root_, jp, batch_id, state):
         if (jp, batch_id) == (1, 10) and not killed:
-            half = executors.unique_tmp(os.path.join(executors._joins_dir(root_, jp), f"snap-{batch_id:08d}"))
+            half = executors.unique_tmp(os.path.join(root_.joins(jp), f"snap-{batch_id:08d}"))
             os.makedirs(half)
             with open(os.path.join(half, "known.parquet"), "wb") as f:
                 f.write(b"PAR1")  # the first bytes of a file never finished
@@ -161,7 +162,7 @@ def test_a_task_retried_after_a_partial_write_gives_the_local_results(tmp_path, 
     pd.testing.assert_frame_equal(windows, local[0])
     assert summary == local[1]
     executors._STATES.clear()  # and a worker that rebuilds partition 1 from its snapshot of batch 20 gets it whole
-    assert len(executors._state_before(root, engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P), 1, 23)[0].known) > 0
+    assert len(executors._state_before(RunPaths(root), engine.EngineConfig(run_id=SPEC.run_id, join_partitions=P), 1, 23)[0].known) > 0
 
 
 def _cluster_run(root: str, batches: list) -> executors.ClusterRunStore:
@@ -197,7 +198,7 @@ def test_a_task_on_a_host_without_the_run_folder_fails_in_one_line_and_writes_no
     assert any(k[0] == root for k in executors._STATES)  # the worker holds the state of batch 1
     shutil.rmtree(root)  # as the host sees it once the volume is gone: the mount point, empty
     os.makedirs(tmp_path / "x")
-    task = executors.partition_task(root, store.cfg, 2, None)  # the check comes before anything else
+    task = executors.partition_task(RunPaths(root), store.cfg, 2, None)  # the check comes before anything else
     with pytest.raises(executors.RunFolderGone, match=rf"^run folder {root} is not on host {socket.gethostname()} "
                                                       r"\(no run.json there\): the volume .* taken away from this host"):
         task((pa.scalar(0, pa.int32()),), batches[2])
@@ -214,6 +215,7 @@ def test_two_attempts_of_a_task_neither_remove_nor_overwrite_each_others_files(t
 
     monkeypatch.setattr(os, "getpid", lambda: 1)  # the same PID in every container
     root = str(tmp_path / "x")
+    paths = RunPaths(root)
     state = JoinState()
     table = _batches(3)[0]
     errors, loaded = [], []
@@ -222,15 +224,15 @@ def test_two_attempts_of_a_task_neither_remove_nor_overwrite_each_others_files(t
     def attempt():
         try:
             for _ in range(20):
-                executors._save_snapshot(root, 0, 10, state)
-                executors._write_part(root, 10, 0, table)
+                executors._save_snapshot(paths, 0, 10, state)
+                executors._write_part(paths, 10, 0, table)
         except Exception as e:  # noqa: BLE001 - what the test looks for
             errors.append(e)
 
     def reader():
         while not stop.is_set():
-            if os.path.isdir(executors._joins_dir(root, 0) + "/snap-00000010"):
-                loaded.append(executors._load_snapshot(root, 0, 10))
+            if os.path.isdir(paths.joins(0) + "/snap-00000010"):
+                loaded.append(executors._load_snapshot(paths, 0, 10))
 
     threads = [threading.Thread(target=attempt) for _ in range(2)]
     r = threading.Thread(target=reader)
@@ -243,7 +245,7 @@ def test_two_attempts_of_a_task_neither_remove_nor_overwrite_each_others_files(t
     r.join()
     assert not errors, errors
     assert loaded  # read while the attempts wrote, never missing
-    assert sorted(os.listdir(executors._joins_dir(root, 0))) == ["snap-00000010"]
+    assert sorted(os.listdir(paths.joins(0))) == ["snap-00000010"]
     assert sorted(os.listdir(f"{root}/archive/batch-00000010.parquet")) == ["p-0.parquet"]
     assert pq.read_table(f"{root}/archive/batch-00000010.parquet/p-0.parquet").num_rows == table.num_rows
 
@@ -295,4 +297,4 @@ def test_a_worker_keeps_its_states_within_its_bound_and_drops_those_that_cannot_
     assert got == {"held_bytes": 2 * one, "evicted": 2} and list(executors._STATES) == [("/runs/a", 0), ("/runs/a", 3)]
     got = executors.keep("/runs/a", 4, 10, state(30_000), bound=one)  # batch 10: those of 8 cannot serve; a big one stays
     assert got["evicted"] == 2 and list(executors._STATES) == [("/runs/a", 4)] and got["held_bytes"] > one
-    assert executors._state_before("/runs/a", None, 4, 11)[1] is None  # still served from the worker
+    assert executors._state_before(RunPaths("/runs/a"), None, 4, 11)[1] is None  # still served from the worker
