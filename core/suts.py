@@ -122,8 +122,3 @@ def routing_target(bindings: int) -> str:
     """The stack's RabbitMQ as a topic exchange with ``bindings`` queues, each bound with its own key
     (``transports.amqp.AmqpAddress``)."""
     return f"amqp://guest:guest@{HOST}:{rabbitmq_port()}/%2F?exchange={ROUTING_EXCHANGE}&bindings={bindings}"
-
-
-def receiver_target() -> str:
-    """The stack's HTTP receiver as a target: a CloudEvents sink with no broker before it (``FLIGHTWATCH_RECEIVER_PORT``)."""
-    return f"http://{HOST}:{int(settings.get('FLIGHTWATCH_RECEIVER_PORT') or 18080)}/"

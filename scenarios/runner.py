@@ -21,7 +21,7 @@ from core.observer import STACK_DIR
 from core.output import State
 from core.procs import pid_from_file
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
-from core.suts import SUTS, default_target, pairs_target, receiver_target, routing_target
+from core.suts import SUTS, default_target, pairs_target, routing_target
 from core.units import parse_duration_ns
 from scenarios.spec import Scenario
 from transports import amqp
@@ -190,7 +190,7 @@ def prepare(sc: Scenario, sut: str, cell: dict, target: str | None, prefix: str,
     env, flags = cell_flags(cell, sut)
     started = time.time_ns()
     if sc.sink is not None:
-        flags += ["--target", target or receiver_target()]
+        flags += ["--target", target or sc.sink.stack_target()]
         if target is None:
             component = stack_receiver(sc)
             code = _passthrough([sys.executable, "-m", "stack", "restart", component], env, prefix, 120.0, log)

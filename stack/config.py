@@ -18,8 +18,8 @@ PORT_SETTINGS = {"telemetry-broker": ("FLIGHTWATCH_TELEMETRY_PORT", 19092), "sut
                  "kafka": ("FLIGHTWATCH_KAFKA_PORT", 29192),
                  "prometheus": ("FLIGHTWATCH_PROMETHEUS_PORT", 19090),
                  "node-exporter": ("FLIGHTWATCH_NODE_EXPORTER_PORT", 19100),
-                 "http-receiver": ("FLIGHTWATCH_RECEIVER_PORT", 18080), "ui": ("FLIGHTWATCH_UI_PORT", 18501),
-                 "clock": ("FLIGHTWATCH_CLOCK_PORT", 19123)}
+                 "ui": ("FLIGHTWATCH_UI_PORT", 18501), "clock": ("FLIGHTWATCH_CLOCK_PORT", 19123),
+                 **{f"{t.receiver}-receiver": t.stack_port for t in ALL if t.stack_port}}
 """Each component's port: its setting (``--telemetry-port`` ..., or the variable) and default."""
 STACK_SETTINGS = ("FLIGHTWATCH_STACK_DIR", "FLIGHTWATCH_NO_INSTALL", "FLIGHTWATCH_SUT", "FLIGHTWATCH_SUT_PARTITIONS",
                   "FLIGHTWATCH_SUT_PAIRS", "FLIGHTWATCH_SUT_BINDINGS",

@@ -175,6 +175,19 @@ class Transport:
     sink: bool = False
     """Its receiver is itself a target: the load generator sends to it with no broker between (a CloudEvents sink),
     so a scenario may attack the stack's receiver of it (``target = NAME`` in a scenario's file) instead of a SUT."""
+    stack_port: tuple[str, int] | None = None
+    """The port the stack's receiver of it listens on, when it listens (a sink): its setting and default. The stack
+    gives the component ``MODE-receiver`` that port; a scenario attacks it there (``stack_target``)."""
+
+    def stack_target(self) -> str:
+        """The stack's receiver of this sink as a target: its scheme's URL on its ``stack_port``."""
+        if not (self.sink and self.stack_port):
+            raise ValueError(f"the stack's {self.receiver} receiver is no target (transport {self.name} is no sink)")
+        from core import settings
+        from core.procs import HOST
+
+        env, default = self.stack_port
+        return f"{self.target.SCHEMES[0]}://{HOST}:{int(settings.get(env) or default)}/"
 
     @property
     def receiver(self) -> str:

@@ -380,3 +380,20 @@ def test_librdkafkas_lines_of_a_failed_kafka_connect_stay_unsaid_until_its_close
 
     before = log.level
     assert asyncio.run(go()) == [logging.CRITICAL + 1, before]
+
+
+def test_a_sinks_stack_target_is_its_scheme_on_its_stack_port_and_no_other_transport_has_one(monkeypatch):
+    """A scenario that attacks the stack's receiver (``target = http``) aims where the stack runs it: the descriptor's
+    ``stack_port`` setting, which the stack's port table takes too (``stack.config.PORT_SETTINGS``)."""
+    from stack.config import PORT_SETTINGS
+    from transports.registry import ALL
+
+    sinks = [t for t in ALL if t.sink]
+    assert [t.name for t in sinks] == ["http"]
+    monkeypatch.setenv("FLIGHTWATCH_RECEIVER_PORT", "18111")
+    assert sinks[0].stack_target() == "http://127.0.0.1:18111/"
+    assert PORT_SETTINGS["http-receiver"] == ("FLIGHTWATCH_RECEIVER_PORT", 18080)
+    for t in ALL:
+        if not t.sink:
+            with pytest.raises(ValueError, match=f"transport {t.name} is no sink"):
+                t.stack_target()

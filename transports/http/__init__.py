@@ -8,4 +8,4 @@ from transports.http.target import HttpTarget
 
 TRANSPORT = Transport("http", HttpTarget, "CloudEvents HTTP sink (binary, structured and batched modes)",
                       receiver, process.add_flags, process.main, stack_flags=process.stack_flags,
-                      sink=True)
+                      sink=True, stack_port=("FLIGHTWATCH_RECEIVER_PORT", 18080))
