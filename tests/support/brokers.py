@@ -335,9 +335,9 @@ def run_attacks(broker, tmp_path, attacks: list[Attack], during=None) -> list[tu
     return out
 
 
-def acknowledging(ports: list[int], lgs: list[subprocess.Popen], within_s: float = 120.0) -> None:
-    """Once every load generator (its /metrics at ``ports``) has had an event acknowledged; one that exited first, or
-    ``within_s``, fails the test with what it wrote."""
+def acknowledging(ports: list[int], lgs: list[subprocess.Popen], within_s: float = 120.0, at_least: int = 1) -> None:
+    """Once every load generator (its /metrics at ``ports``) has had ``at_least`` events acknowledged; one that exited
+    first, or ``within_s``, fails the test with what it wrote."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
@@ -347,17 +347,17 @@ def acknowledging(ports: list[int], lgs: list[subprocess.Popen], within_s: float
     while waiting and time.monotonic() < deadline:
         for port, lg in list(waiting.items()):
             if lg.poll() is not None:
-                pytest.fail(f"a load generator exited (code {lg.returncode}) before its first acknowledgement: "
+                pytest.fail(f"a load generator exited (code {lg.returncode}) before {at_least} acknowledgements: "
                             f"{lg.communicate()[0][-3000:]}")
             try:
                 text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
             except OSError:
                 continue
             if any(sample.name == "flightwatch_loadgen_requests_total" and sample.labels.get("outcome") == "ok"
-                   and sample.value > 0 for family in text_string_to_metric_families(text) for sample in family.samples):
+                   and sample.value >= at_least for family in text_string_to_metric_families(text) for sample in family.samples):
                 del waiting[port]
         time.sleep(0.2)
-    assert not waiting, f"{len(waiting)} load generators had no event acknowledged within {within_s:g} s"
+    assert not waiting, f"{len(waiting)} load generators had not {at_least} events acknowledged within {within_s:g} s"
 
 
 def finished(*procs: subprocess.Popen, timeout_s: float = 120) -> list[subprocess.CompletedProcess]:

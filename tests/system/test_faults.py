@@ -31,6 +31,7 @@ from support import (
     telemetry,
     wait_for_first_batch,
 )
+from support.brokers import acknowledging
 from support.fault_proxy import FaultProxy
 
 from bench.soak import rss_kib
@@ -213,9 +214,12 @@ def test_a_killed_load_generator_closes_the_run_as_aborted(proxied, tmp_path):
         job = start_job(bootstrap, topic, run_id, tmp_path, "--drop-timeout", "5s", "--silence-timeout", "10s")
         procs.append(job)
         wait_for_first_batch(bootstrap, topic, run_id, tmp_path / run_id / "batches")
+        metrics_port = free_port()
         lg = attack(bootstrap, topic, run_id, f"http://127.0.0.1:{port}/", tmp_path, "--rate", "500", "--duration", "60s",
-                    start_new_session=True)
-        time.sleep(8)
+                    "--metrics-listen", f"127.0.0.1:{metrics_port}", start_new_session=True)
+        # killed once 2,500 sends were answered (5 s at 500/s), whenever that is: after a fixed 8 s, a busy machine's
+        # generator had sent 1,497 (its start took the rest)
+        acknowledging([metrics_port], [lg], at_least=2_500)
         os.killpg(lg.pid, signal.SIGKILL)  # the generator and its worker, without a word
         lg.wait(30)
         t_kill = time.monotonic()
@@ -228,7 +232,7 @@ def test_a_killed_load_generator_closes_the_run_as_aborted(proxied, tmp_path):
     s = json.load(open(tmp_path / run_id / "summary.json"))
     recs = telemetry(bootstrap, topic, run_id)
     sends = {r["event_id"] for r in recs if r["kind"] == "send"}
-    print(f"\nloadgen killed after 8 s: run closed {closed_after_s:.0f} s later, sent {s['sent']:,} "
+    print(f"\nloadgen killed after 2,500 answers: run closed {closed_after_s:.0f} s later, sent {s['sent']:,} "
           f"received {s['received']:,} dropped {s['dropped']}; {s['stop_reasons']}")
     assert s["state"] == "finished" and s["aborted"] is True
     assert [r["agent"] for r in s["stop_reasons"]] == ["job"] and "load generator" in s["stop_reasons"][0]["reason"]
