@@ -180,7 +180,7 @@ def predictive(m: Metric, exact_runs: list[dict], d: np.ndarray) -> float:
     """From ``PREDICTIVE_FROM`` baseline runs on, how much the resampled changes' spread must widen to be the classical prediction
     interval of one more run, whatever it holds within and between runs: the baseline runs' own spread of the figure
     times sqrt(1 + 1/R) and Student's t with R - 1 degrees of freedom (a spread read from few runs is uncertain)."""
-    from scipy.stats import norm, t
+    from scipy.special import ndtri, stdtrit  # t.ppf and norm.ppf without importing scipy.stats (runs.bootstrap)
 
     with np.errstate(invalid="ignore", divide="ignore"):
         x = np.array([e[m.name][0] for e in exact_runs], np.float64)
@@ -189,8 +189,8 @@ def predictive(m: Metric, exact_runs: list[dict], d: np.ndarray) -> float:
     sd = float(np.std(d, ddof=1)) if len(d) > 1 else 0.0
     if len(x) < 3 or sd <= 0:
         return 0.0
-    want = float(np.std(x, ddof=1)) * np.sqrt(1 + 1 / len(x)) * t.ppf(0.5 + LEVEL / 2, len(x) - 1)
-    return want / (sd * norm.ppf(0.5 + LEVEL / 2))
+    want = float(np.std(x, ddof=1)) * np.sqrt(1 + 1 / len(x)) * stdtrit(len(x) - 1, 0.5 + LEVEL / 2)
+    return want / (sd * ndtri(0.5 + LEVEL / 2))
 
 
 def compare_scopes(bases: list[Scope], cand: Scope, block: int | None = None, reps: int = RESAMPLES, seed: int = 0,

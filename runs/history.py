@@ -85,7 +85,7 @@ def p_value(segment: np.ndarray, rng: np.random.Generator) -> float:
 def t_p_value(segment: np.ndarray, at: int) -> float:
     """The p-value of a change at ``at`` in ``segment``: Student's t of the two sides' means (pooled variance, at
     least ``NOISE_FLOOR``), times the splits the search chose from (Bonferroni: the search is paid for)."""
-    from scipy.stats import t as student
+    from scipy.special import stdtr  # Student's t's CDF: t.sf(x, df) is stdtr(df, -x), without importing scipy.stats
 
     a, b = segment[:at], segment[at:]
     if min(len(a), len(b)) < MIN_RUNS:
@@ -93,7 +93,7 @@ def t_p_value(segment: np.ndarray, at: int) -> float:
     df = len(segment) - 2
     sd = max(np.sqrt((np.sum((a - a.mean()) ** 2) + np.sum((b - b.mean()) ** 2)) / df), NOISE_FLOOR)
     t = abs(a.mean() - b.mean()) / (sd * np.sqrt(1 / len(a) + 1 / len(b)))
-    return float(min(1.0, 2 * student.sf(t, df) * (len(segment) - 2 * MIN_RUNS + 1)))
+    return float(min(1.0, 2 * stdtr(df, -t) * (len(segment) - 2 * MIN_RUNS + 1)))
 
 
 def change_points(values, penalty: float = PENALTY, test: str | None = None,

@@ -11,6 +11,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the project's packages; this folder is on the path too (``support``)
+# pytest rewrites each test module's asserts and caches the result in its __pycache__ unless bytecode is not written:
+# where PYTHONDONTWRITEBYTECODE is set (CI's machines), every worker of every step rewrote all ~150 modules again,
+# 6 of the 12 CPU-s a worker's collection takes. This process writes them; the processes tests start are unchanged.
+sys.dont_write_bytecode = False
 
 
 from core.procs import free_port, stop_process  # noqa: E402
