@@ -26,7 +26,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +33,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from stack.peers import MAX_PENDING as ARTEMIS_PENDING  # noqa: E402
-from stack.peers import SKIP_LINES, measure, producer_perf  # noqa: E402
+from core.suts import SUTS  # noqa: E402
+from stack.peer import FLIGHTWATCH_LINE, SKIP_LINES, measure  # noqa: E402
 
 PAYLOAD = 2048
 INFLIGHT = 1000
@@ -44,96 +43,63 @@ UNBOUNDED = 200_000
 QUEUE = "bench.transports"
 
 
+def scheme(sut: str) -> str:
+    """The transport a SUT is attacked over: its default target's URL scheme."""
+    return SUTS[sut].target.partition("://")[0]
+
+
+def compared() -> dict[str, str]:
+    """The SUTs whose broker's own tool speaks their transport, by that transport (``core.suts.Sut.peer``)."""
+    from stack.peers import peer_of, peer_suts
+
+    return {scheme(sut): sut for sut in peer_suts() if peer_of(sut).speaks == scheme(sut)}
+
+
 class Brokers:
-    """RabbitMQ, Artemis and Apache Kafka on free loopback ports, their state in a folder of their own; ``close``
-    stops each by the PID it was started as."""
+    """The compared SUTs' brokers on free loopback ports, their state in a folder of their own (each as
+    ``stack.brokers.Broker.start_alone`` starts it); ``close`` stops each by the PID it was started as."""
 
-    def __init__(self, only: set[str], folder: str) -> None:
+    def __init__(self, suts: list[str], folder: str) -> None:
         from core.procs import free_port
-        from stack import artemis, kafka, rabbitmq
+        from stack.brokers import BROKERS
 
-        self.folder, self.ports, self.stops = folder, {}, []
-        starts = {"amqp": (rabbitmq.start_rabbitmq, rabbitmq.stop_rabbitmq),
-                  "amqp1": (artemis.start_artemis, artemis.stop_artemis),
-                  "kafka": (kafka.start_kafka, kafka.stop_kafka)}
-        for name in ("amqp", "amqp1", "kafka"):
-            if name not in only:
-                continue
-            start, stop = starts[name]
-            port = free_port()
-            if name == "amqp1":
-                self.drop_when_full(artemis.prepare(port, os.path.join(folder, name)))
-            log = open(os.path.join(folder, f"{name}.log"), "ab")
-            proc = start(port, os.path.join(folder, name), log)
-            self.ports[name] = port
-            self.stops.append((stop, proc.pid))
-        self.artemis_home = artemis.fetch() if "amqp1" in only else None
+        self.folder, self.ports, self.stops, self.brokers = folder, {}, [], {}
+        try:
+            for sut in suts:
+                broker = BROKERS[SUTS[sut].broker]
+                port = free_port()
+                log = open(os.path.join(folder, f"{sut}.log"), "ab")
+                proc = broker.start_alone(port, os.path.join(folder, sut), log)  # RuntimeError: not to be had here
+                self.ports[sut], self.brokers[sut] = port, broker
+                self.stops.append((broker.stop_alone, proc.pid))
+        except BaseException:
+            self.close()  # what had started
+            raise
 
-    @staticmethod
-    def drop_when_full(instance: str) -> None:
-        """Artemis drops what an address holds past 64 MiB instead of paging it: with no consumer the runs' messages
-        piled up, and ``artemis perf producer`` stopped for good a few seconds into the third run (no error, no
-        log line); what the broker keeps is not what is measured here."""
-        path = os.path.join(instance, "etc", "broker.xml")
-        with open(path) as f:
-            xml = f.read()
-        head, sep, rest = xml.partition('<address-setting match="#">')
-        block, end, tail = rest.partition("</address-setting>")
-        block = (block.replace("<address-full-policy>PAGE</address-full-policy>",
-                               "<address-full-policy>DROP</address-full-policy>")
-                 .replace("<max-size-bytes>-1</max-size-bytes>", "<max-size-bytes>64MB</max-size-bytes>"))
-        with open(path, "w") as f:
-            f.write(head + sep + block + end + tail)
-
-    def purge(self, transport: str) -> None:
-        """The queue of the runs emptied (RabbitMQ's declared first, transient): no run pays for the one before;
-        Kafka's topic is a log, kept."""
-        if transport == "amqp":
-            import pika
-
-            conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{self.ports['amqp']}/%2F"))
-            ch = conn.channel()
-            ch.queue_declare(QUEUE)
-            ch.queue_purge(QUEUE)
-            conn.close()
-        elif transport == "amqp1":
-            subprocess.run([os.path.join(self.artemis_home, "bin", "artemis"), "queue", "purge", "--name", QUEUE,
-                            "--url", f"tcp://127.0.0.1:{self.ports['amqp1']}", "--user", "artemis", "--password",
-                            "artemis", "--silent"], capture_output=True, timeout=120)  # none yet: nothing to do
+    def purge(self, sut: str) -> None:
+        """The queue of the runs emptied, so that no run pays for the one before (a Kafka topic is a log, kept)."""
+        if self.brokers[sut].purge is not None:
+            self.brokers[sut].purge(self.ports[sut], QUEUE)
 
     def close(self) -> None:
         for stop, pid in reversed(self.stops):
             stop(pid)
 
 
-def ours(transport: str, port: int, rate: int, workers: int, seconds: float, out: str) -> list[str]:
-    target = {"amqp": f"amqp://guest:guest@127.0.0.1:{port}/%2F?queue={QUEUE}",
-              "amqp1": f"amqp1://artemis:artemis@127.0.0.1:{port}/{QUEUE}",
-              "kafka": f"kafka://127.0.0.1:{port}/{QUEUE}"}[transport]
+def ours(sut: str, port: int, rate: int, workers: int, seconds: float, out: str) -> list[str]:
+    target = SUTS[sut].target.format(address=f"127.0.0.1:{port}", queue=QUEUE)
     return [sys.executable, "-m", "loadgen", "attack", "--target", target, "--rate", str(rate or UNBOUNDED),
             "--duration", f"{seconds:g}s", "--workers", str(workers), "--max-inflight", str(INFLIGHT), "--payload",
             str(PAYLOAD), "--no-telemetry", "--metrics-listen", "none", "--timeout", "10s", "--wait", "0s",
             "--out", out]
 
 
-def peer(transport: str, port: int, rate: int, seconds: float, libs: dict) -> tuple[str, list[str]]:
-    """The broker's own tool at ``rate`` (0: unbounded): (its name in LINES, its command)."""
-    if transport == "amqp":
-        return "perftest", ["java", "-cp", os.path.join(libs["perftest"], "*"), "com.rabbitmq.perf.PerfTest",
-                            "-h", f"amqp://guest:guest@127.0.0.1:{port}/%2F", "-x", "1", "-y", "0", "-u", QUEUE, "-p",
-                            "-s", str(PAYLOAD), "-c", str(INFLIGHT), "-z", f"{seconds:.0f}",
-                            *(["-r", str(rate)] if rate else [])]
-    if transport == "amqp1":
-        return "artemis", [os.path.join(libs["artemis"], "bin", "artemis"), "perf", "producer", "--url",
-                           f"amqp://127.0.0.1:{port}", "--protocol", "AMQP", "--user", "artemis", "--password",
-                           "artemis", "--message-size", str(PAYLOAD), "--max-pending", str(ARTEMIS_PENDING), "--duration",
-                           f"{seconds:.0f}", *(["--rate", str(rate)] if rate else []), f"queue://{QUEUE}"]
-    return "kafka", producer_perf(libs["kafka"], port, QUEUE, rate or -1, seconds, PAYLOAD, "all",
-                                  int((rate or UNBOUNDED) * seconds))
+def peer(sut: str, port: int, rate: int, seconds: float, libs: dict) -> tuple[str, list[str]]:
+    """The broker's own tool's producer at ``rate`` (0: unbounded): (its line a second, its command)."""
+    from stack.peers import peer_of
 
-
-PEER_NAMES = {"amqp": "RabbitMQ PerfTest", "amqp1": "artemis perf producer", "kafka": "kafka-producer-perf-test"}
-BROKER_NAMES = {"amqp": "RabbitMQ 3.10, AMQP 0-9-1", "amqp1": "Artemis 2.40, AMQP 1.0", "kafka": "Apache Kafka 4.4"}
+    tool = peer_of(sut)
+    return tool.line, tool.producer(libs[sut], port, QUEUE, rate, seconds, PAYLOAD)
 
 
 def _parse(argv) -> argparse.Namespace:
@@ -143,7 +109,7 @@ def _parse(argv) -> argparse.Namespace:
                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--seconds", type=float, default=14, help="each measurement (default %(default)s)")
     p.add_argument("--rates", default="1000,5000,0", help="events/s, 0 for unbounded (default %(default)s)")
-    p.add_argument("--only", default="amqp,amqp1,kafka", help="transports (default %(default)s)")
+    p.add_argument("--only", default=",".join(compared()), help="transports (default %(default)s)")
     p.add_argument("--repeat", type=int, default=1, help="repetitions; medians are printed (default %(default)s)")
     a = p.parse_args(argv)
     try:
@@ -151,18 +117,18 @@ def _parse(argv) -> argparse.Namespace:
     except ValueError:
         p.error(f"--rates {a.rates!r}: events/s separated by commas, 0 for unbounded")
     a.only = {t for t in a.only.split(",") if t}
-    if bad := a.only - set(PEER_NAMES):
-        p.error(f"--only: unknown transport {', '.join(sorted(bad))}: amqp, amqp1, kafka")
+    if bad := a.only - set(compared()):
+        p.error(f"--only: unknown transport {', '.join(sorted(bad))}: {', '.join(compared())}")
     if a.seconds < SKIP_LINES + 5 or a.repeat < 1 or any(r < 0 for r in a.rates):
         p.error(f"--seconds at least {SKIP_LINES + 5}, --repeat at least 1, rates >= 0")
+    a.suts = [sut for transport, sut in compared().items() if transport in a.only]
     return a
 
 
-def _libs(only: set[str]) -> dict:
-    from stack.peers import fetch
+def _libs(suts: list[str]) -> dict:
+    from stack.peers import peer_of
 
-    tools = {"amqp": ("perftest", "rabbitmq"), "amqp1": ("artemis", "artemis"), "kafka": ("kafka", "kafka")}
-    return {key: fetch(sut) for t, (key, sut) in tools.items() if t in only}
+    return {sut: peer_of(sut).fetch() for sut in suts}
 
 
 def _row(figures: list[dict], notes: list[str]) -> tuple[str, float | None]:
@@ -178,47 +144,45 @@ def _row(figures: list[dict], notes: list[str]) -> tuple[str, float | None]:
 
 def main(argv=None) -> int:
     a = _parse(sys.argv[1:] if argv is None else argv)
-    if "amqp" in a.only:
-        from stack.rabbitmq import INSTALL_HINT, installed
+    from stack.peers import peer_of
 
-        if not installed():
-            print(f"bench.transports: error: {INSTALL_HINT}", file=sys.stderr)
-            return 2
     if shutil.which("java") is None:
         print("bench.transports: error: the brokers and their tools need Java 17", file=sys.stderr)
         return 2
     try:
-        libs = _libs(a.only)
+        libs = _libs(a.suts)
     except RuntimeError as e:
         print(f"bench.transports: error: {e}", file=sys.stderr)
         return 2
     folder = tempfile.mkdtemp(prefix="bench-transports-")
     notes: list[str] = []
-    brokers = Brokers(a.only, folder)
-    print("the broker's own tool: " + "; ".join(f"{BROKER_NAMES[t]}: {PEER_NAMES[t]}" for t in PEER_NAMES if t in a.only))
+    try:
+        brokers = Brokers(a.suts, folder)
+    except RuntimeError as e:
+        print(f"bench.transports: error: {e}", file=sys.stderr)
+        return 2
+    print("the broker's own tool: " + "; ".join(f"{SUTS[sut].what}: {peer_of(sut).tool}" for sut in a.suts))
     print(f"{'broker':<26} {'rate':>9} | {'flightwatch, 1 worker':>18} | {'2 workers':>18} | {'its own tool':>18}"
           f" | {'CPU ratio':>10}")
     print(f"{'':<26} {'':>9} | {'events/s':>9} {'µs/event':>8} | {'events/s':>9} {'µs/event':>8} | "
           f"{'events/s':>9} {'µs/event':>8} | {'1 w / tool':>10}")
     try:
-        for transport in ("amqp", "amqp1", "kafka"):
-            if transport not in a.only:
-                continue
-            port = brokers.ports[transport]
+        for sut in a.suts:
+            port = brokers.ports[sut]
             for rate in a.rates:
                 figures: dict[str, list] = {"w1": [], "w2": [], "peer": []}
                 for _ in range(a.repeat):
                     for key, workers in (("w1", 1), ("w2", 2)):
-                        brokers.purge(transport)
+                        brokers.purge(sut)
                         out = os.path.join(folder, f"lg-{time.time_ns()}")
-                        figures[key].append(measure(ours(transport, port, rate, workers, a.seconds, out),
-                                                    "flightwatch", a.seconds, dict(os.environ, PYTHONPATH=ROOT)))
-                    brokers.purge(transport)
-                    kind, cmd = peer(transport, port, rate, a.seconds, libs)
+                        figures[key].append(measure(ours(sut, port, rate, workers, a.seconds, out),
+                                                    FLIGHTWATCH_LINE, a.seconds, dict(os.environ, PYTHONPATH=ROOT)))
+                    brokers.purge(sut)
+                    kind, cmd = peer(sut, port, rate, a.seconds, libs)
                     figures["peer"].append(measure(cmd, kind, a.seconds))
                 (w1, us1), (w2, _), (tool, us_tool) = (_row(figures[k], notes) for k in ("w1", "w2", "peer"))
                 ratio = f"{us1 / us_tool:.2f}x" if us1 and us_tool else "-"
-                print(f"{BROKER_NAMES[transport]:<26} {f'{rate:,}/s' if rate else 'unbounded':>9} | {w1:>18} | "
+                print(f"{f'{sut} ({scheme(sut)})':<26} {f'{rate:,}/s' if rate else 'unbounded':>9} | {w1:>18} | "
                       f"{w2:>18} | {tool:>18} | {ratio:>10}", flush=True)
     finally:
         brokers.close()

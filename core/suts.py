@@ -26,19 +26,23 @@ class Sut(NamedTuple):
     """Where the stack serves it (HOST:PORT), from the settings."""
     target: str
     """Its default target, with ``{address}`` and ``{queue}`` (``SUT_QUEUE``) to fill in."""
+    peer: bool = False
+    """Its broker's own load tool runs against it, over its transport (``stack.brokers.Broker.peer``): a scenario's
+    ``--peer`` and ``bench.transports`` set that tool's figures beside flightwatch's."""
 
 
 SUTS: dict[str, Sut] = {
     "tansu": Sut("sut-broker", "kafka-receiver", "the embedded Tansu broker (Kafka protocol, in memory)",
                  sut_bootstrap, "kafka://{address}/{queue}"),
     "rabbitmq": Sut("rabbitmq", "amqp-receiver", "Debian's RabbitMQ 3.10 (AMQP 0-9-1)",
-                    lambda: f"{HOST}:{rabbitmq_port()}", "amqp://guest:guest@{address}/%2F?queue={queue}"),
+                    lambda: f"{HOST}:{rabbitmq_port()}", "amqp://guest:guest@{address}/%2F?queue={queue}",
+                    peer=True),
     "rabbitmq-amqp1": Sut("rabbitmq", "amqp1-receiver", "the same RabbitMQ over AMQP 1.0 (its amqp1_0 plugin)",
                           lambda: f"{HOST}:{rabbitmq_port()}", "amqp1://guest:guest@{address}//queue/{queue}"),
     "artemis": Sut("artemis", "amqp1-receiver", "Apache ActiveMQ Artemis 2.40 from the Maven registry (AMQP 1.0)",
-                   lambda: f"{HOST}:{artemis_port()}", "amqp1://artemis:artemis@{address}/{queue}"),
+                   lambda: f"{HOST}:{artemis_port()}", "amqp1://artemis:artemis@{address}/{queue}", peer=True),
     "kafka": Sut("kafka", "kafka-receiver", "Apache Kafka 4.4 from the Maven registry, one KRaft node",
-                 lambda: f"{HOST}:{kafka_port()}", "kafka://{address}/{queue}"),
+                 lambda: f"{HOST}:{kafka_port()}", "kafka://{address}/{queue}", peer=True),
 }
 
 

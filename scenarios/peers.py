@@ -16,20 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.suts import SUTS
 from scenarios.pairs import events, join, nearest_rank
 
-PEER_SUTS = ("kafka", "artemis", "rabbitmq")
-"""The stack's SUTs a peer's tool runs against (``stack.peers``)."""
-WITH_CONSUMER = ("artemis", "rabbitmq")
-"""The peers whose one process produces and consumes: their CPU per message is set beside flightwatch's generator's
-and receiver's."""
-CAUSES = {
-    "kafka": ["EndToEndLatency is a closed model: one message in flight, so none waits behind another or for a "
-              "batch (flightwatch's producer sends at the rate, batched by linger.ms=5)",
-              "EndToEndLatency prints whole milliseconds, truncated: 0.5 ms low on average"],
-    "artemis": [],
-    "rabbitmq": ["PerfTest's summary includes its first seconds (start-up) and prints no p99.9"],
-}
+PEER_SUTS = tuple(name for name, sut in SUTS.items() if sut.peer)
+"""The stack's SUTs a peer's tool runs against (``core.suts.Sut.peer``; ``stack.peers``). Whether the tool's one
+process also consumes (its CPU per message set beside flightwatch's generator's and receiver's) and the causes it is
+known for come with its figures (``with_consumer``, ``causes``)."""
 COMMON = ("two runs one after the other on the same 2 cores: flightwatch's with its own observer beside the broker (the "
           "Spark job, the agents, the telemetry broker), the peer's alone, in a JVM new at its start")
 
@@ -78,7 +71,7 @@ def agreement(fw: dict, peer: dict) -> dict:
     said = ", ".join(f"{p} {d / 1000:+,.3f} ms" for p, d in diffs.items())
     if agree:
         return {"agree": True, "diffs_us": diffs, "text": f"agree within the peer's resolution ({res / 1000:g} ms): {said}"}
-    causes = [*CAUSES.get(peer.get("sut"), []), COMMON]
+    causes = [*peer.get("causes", []), COMMON]
     seconds = [x for x in peer.get("per_second_p99_us") or [] if x is not None]
     if len(seconds) >= 3:
         causes.append(f"the peer's p99 second by second: first {seconds[0] / 1000:,.2f} ms, median "

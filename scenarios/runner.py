@@ -243,7 +243,7 @@ def run_peer(sc: Scenario, sut: str, cell: dict, run_id: str, summary: dict, lg:
     except (OSError, ValueError):
         peer = {"error": f"`python -m stack.peers` wrote no figures (exit {code}); see the lines above"}
     fw = peers.ours(root, summary, lg or {}, sc.peer_rate_of(cell), parse_duration_ns(sc.drop_timeout),
-                    receiver_cpu_s, sut in peers.WITH_CONSUMER)
+                    receiver_cpu_s, bool(peer.get("with_consumer")))
     row = peers.compare(fw, peer)
     log(f"{prefix} [peer] " + (row.get("problem") or row["agreement"]["text"]))
     return row

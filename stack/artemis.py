@@ -13,16 +13,22 @@ session of its own; stop it by signalling that session's group.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
 import os
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
+import tempfile
 
 from core.procs import HOST, start_server, stop_session
 from core.rundir import ROOT
 from stack import maven
+from stack.peer import PREFIX, Peer, measure, pct
 
 VERSION = "2.40.0"
 ARTIFACT = f"org.apache.activemq:apache-artemis:{VERSION}:tar.gz:bin"
@@ -134,3 +140,93 @@ def stop_artemis(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
 
 if __name__ == "__main__":
     sys.exit(maven.fetch_main("stack.artemis", fetch))
+
+
+# --- its own load tool, as its users run it (``stack.peers``, ``bench.transports``) ---
+
+LINE = re.compile(r"^--- sent:\s+(\d+) msg/sec")
+"""``artemis perf``'s line a second: what it sent in it."""
+MAX_PENDING = 100
+"""``artemis perf --max-pending``: with 1,000, ``artemis perf producer`` stopped sending 2 s into every run at
+5,000/s (the broker answered no more); 100 is the most that ran through."""
+
+
+def artemis_client(home: str, port: int, rate: int, seconds: float, payload: int, pairs: int, warmup: int,
+                   report: str) -> list[str]:
+    return [os.path.join(home, "bin", "artemis"), "perf", "client", "--url", f"amqp://{HOST}:{port}", "--protocol",
+            "AMQP", "--user", "artemis", "--password", "artemis", "--message-size", str(payload), "--rate", str(rate),
+            "--duration", f"{seconds:.0f}", "--warmup", str(warmup), "--max-pending", str(MAX_PENDING), "--json",
+            report, *(["--num-destinations", str(pairs), "--shared-connections", "--consumer-connections", "1"]
+                      if pairs > 1 else []), f"queue://{PREFIX}"]
+
+
+def heap_mb(pairs: int) -> int:
+    """``artemis perf client``'s heap: its default 1 GiB and 3 MiB more for each address (each producer and consumer
+    keeps latency histograms of its own: at 100 addresses 512 MiB ran out), 4 GiB at most."""
+    return min(4096, 1024 + 3 * pairs)
+
+
+def run_peer(home: str, port: int, a: argparse.Namespace, log) -> dict:
+    with tempfile.TemporaryDirectory(prefix="peer-artemis-") as tmp:
+        report = os.path.join(tmp, "report.json")
+        m = measure(artemis_client(home, port, a.rate, a.seconds, a.payload, a.pairs, a.warmup, report), LINE,
+                    a.seconds, env=dict(os.environ, JAVA_ARGS=f"-Xms512m -Xmx{heap_mb(a.pairs)}m"), log=log)
+        try:
+            with open(report) as f:
+                samples = json.load(f)
+        except (OSError, ValueError):
+            samples = []
+    summary = next((s for s in samples if s.get("sampleType") == "summary"), {})
+    kept = [s for s in samples if s.get("sampleType") == "interval" and not s.get("warmup")]
+    received = [s["received"] for s in kept]
+    transfer = summary.get("totalTransferTime") or {}
+    return {"throughput_per_s": statistics.median(received[1:-1]) if len(received) > 2 else None,
+            "cpu_us_per_message": m.get("us_per_event"), "cpu_of": "producers and consumers (one JVM)",
+            "sent": summary.get("totalSent"), "received": summary.get("totalReceived"),
+            **pct(transfer, "50", "99", "99.9", 1.0), "mean_us": float(transfer["mean"]) if transfer else None,
+            "per_second_p99_us": [(s.get("transferTime") or {}).get("99") for s in kept],
+            "error": m.get("error") or (None if transfer else "artemis perf client wrote no summary"),
+            "resolution_us": 1, "model": f"open: {a.rate:,}/s over {a.pairs:,} address(es), {MAX_PENDING} pending at most",
+            "latency_from": "transfer time: receive less the send time the message carries (µs, one clock)"}
+
+
+def producer(home: str, port: int, queue: str, rate: int, seconds: float, payload: int) -> list[str]:
+    """``artemis perf producer`` alone at ``rate`` (0: unbounded): ``bench.transports``' peer."""
+    return [os.path.join(home, "bin", "artemis"), "perf", "producer", "--url", f"amqp://{HOST}:{port}", "--protocol",
+            "AMQP", "--user", USER, "--password", PASSWORD, "--message-size", str(payload), "--max-pending",
+            str(MAX_PENDING), "--duration", f"{seconds:.0f}", *(["--rate", str(rate)] if rate else []), f"queue://{queue}"]
+
+
+def start_dropping(port: int, folder: str, log=subprocess.DEVNULL) -> subprocess.Popen:
+    """The broker alone on ``HOST:port`` (``bench.transports``): an address drops what it holds past 64 MiB
+    (``drop_when_full``)."""
+    drop_when_full(prepare(port, folder))
+    return start_artemis(port, folder, log)
+
+
+def drop_when_full(instance: str) -> None:
+    """Artemis drops what an address holds past 64 MiB instead of paging it: with no consumer the runs' messages
+    piled up, and ``artemis perf producer`` stopped for good a few seconds into the third run (no error, no
+    log line); what the broker keeps is not what is measured here."""
+    path = os.path.join(instance, "etc", "broker.xml")
+    with open(path) as f:
+        xml = f.read()
+    head, sep, rest = xml.partition('<address-setting match="#">')
+    block, end, tail = rest.partition("</address-setting>")
+    block = (block.replace("<address-full-policy>PAGE</address-full-policy>",
+                           "<address-full-policy>DROP</address-full-policy>")
+             .replace("<max-size-bytes>-1</max-size-bytes>", "<max-size-bytes>64MB</max-size-bytes>"))
+    with open(path, "w") as f:
+        f.write(head + sep + block + end + tail)
+
+
+def purge(port: int, queue: str) -> None:
+    """The queue emptied, so that no run pays for the one before (none yet: nothing to do)."""
+    subprocess.run([os.path.join(fetch(), "bin", "artemis"), "queue", "purge", "--name", queue, "--url",
+                    f"tcp://{HOST}:{port}", "--user", USER, "--password", PASSWORD, "--silent"], capture_output=True,
+                   timeout=120)
+
+
+PEER = Peer("artemis perf client (Artemis 2.40.0, AMQP)", "amqp1", LINE, fetch, run_peer, producer,
+            with_consumer=True)
+"""Artemis' own load tool (``stack.brokers.Broker.peer``)."""

@@ -7,6 +7,7 @@ its module in ``stack/`` and one line of ``BROKERS``.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from core.suts import SUTS, sut_partitions
 from stack import artemis, debian, kafka, rabbitmq
+from stack.peer import Peer
 from stack.tansu import tansu_command
 
 if TYPE_CHECKING:
@@ -40,6 +42,15 @@ class Broker:
     """What to say when its command cannot be had ("": its ``make`` said it already)."""
     always: bool = False
     """Its command is made whatever the SUT (no download, no install: the in-memory Tansu)."""
+    peer: Peer | None = None
+    """Its own load tool, kept in its module (``stack.peers`` runs it against a SUT of it that ``core.suts.Sut.peer``
+    says it speaks to)."""
+    start_alone: Callable[[int, str, object], subprocess.Popen] | None = None
+    """Started alone on a port and in a folder of its own, with its log (``bench.transports``): its process."""
+    stop_alone: Callable[[int], None] | None = None
+    """Stop what ``start_alone`` started, by its PID."""
+    purge: Callable[[int, str], None] | None = None
+    """A queue of it emptied between runs (None: a log, kept)."""
 
     def command(self, stack: Stack, name: str) -> list[str] | None:
         """Its command line when it runs in this stack (it is the SUT's broker, or ``always``), else None."""
@@ -64,10 +75,14 @@ BROKERS: dict[str, Broker] = {
     "rabbitmq": Broker(lambda stack, _: rabbitmq.command() if debian.ensure_rabbitmq() else None,
                        start_s=rabbitmq.START_S, amqp=True, session=True, renew_wipe=("mnesia",),
                        environment=lambda stack, folder: rabbitmq.environment(stack.ports["rabbitmq"], folder),
-                       unavailable=rabbitmq.INSTALL_HINT),
+                       unavailable=rabbitmq.INSTALL_HINT, peer=rabbitmq.PEER, start_alone=rabbitmq.start_rabbitmq,
+                       stop_alone=rabbitmq.stop_rabbitmq, purge=rabbitmq.purge),
     "artemis": Broker(_maven(lambda stack, folder: artemis.command(artemis.prepare(stack.ports["artemis"], folder))),
-                      start_s=artemis.START_S, amqp=True, session=True, renew_wipe=(os.path.join("instance", "data"),)),
+                      start_s=artemis.START_S, amqp=True, session=True, renew_wipe=(os.path.join("instance", "data"),),
+                      peer=artemis.PEER, start_alone=artemis.start_dropping, stop_alone=artemis.stop_artemis,
+                      purge=artemis.purge),
     "kafka": Broker(_maven(lambda stack, folder: kafka.command(stack.ports["kafka"], folder, sut_partitions())),
-                    start_s=kafka.START_S, session=True, renew_wipe=("data",)),
+                    start_s=kafka.START_S, session=True, renew_wipe=("data",), peer=kafka.PEER,
+                    start_alone=kafka.start_kafka, stop_alone=kafka.stop_kafka),
 }
 """The stack's SUT brokers by component name (``core.suts.Sut.broker``), in the order ``up`` starts them."""

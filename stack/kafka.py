@@ -14,15 +14,20 @@ by signalling that session's group. Its client port is ``port``, its controller'
 """
 from __future__ import annotations
 
+import argparse
 import base64
 import os
+import re
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 
 from core.procs import HOST, start_server, stop_session
+from core.rundir import ROOT
 from stack import maven
+from stack.peer import PREFIX, Peer, measure, pct
 
 VERSION = "4.4.0"
 """The newest 4.x the registry serves here (``kafka_2.13``, ``kafka-tools``)."""
@@ -149,3 +154,72 @@ def stop_kafka(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
 
 if __name__ == "__main__":
     sys.exit(maven.fetch_main("stack.kafka", fetch))
+
+
+# --- its own load tools, as their users run them (``stack.peers``, ``bench.transports``) ---
+
+LINE = re.compile(r"^(\d+) records sent, [\d.]+ records/sec .* max latency\.\s*$")
+"""``kafka-producer-perf-test``'s line a second (not its summary): what it sent in it."""
+UNBOUNDED_RATE = 200_000
+"""Records a second ``producer`` sizes an unbounded run for: far above what one producer sends here."""
+
+
+def producer_perf(lib: str, port: int, topic: str, rate: int, seconds: float, payload: int, acks: str,
+                  records: int | None = None) -> list[str]:
+    """``rate`` -1: unbounded, for ``records``."""
+    return ["java", "-cp", os.path.join(lib, "*"), "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+            "--num-records", str(records or int(rate * seconds)), "--record-size", str(payload), "--throughput", str(rate),
+            "--reporting-interval", "1000", "--command-property", f"bootstrap.servers={HOST}:{port}", f"acks={acks}",
+            "linger.ms=5"]
+
+
+def run_peer(lib: str, port: int, a: argparse.Namespace, log) -> dict:
+    """ProducerPerformance at the rate, then EndToEndLatency for ``a.e2e_records`` messages, on topics of their own
+    made with ``a.partitions`` partitions."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from core.kafka_options import librdkafka
+
+    stamp = time.strftime("%H%M%S")
+    topics = {"perf": f"{PREFIX}.{stamp}", "e2e": f"{PREFIX}.e2e.{stamp}"}
+    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port}", **librdkafka({})})
+    try:
+        for f in admin.create_topics([NewTopic(t, a.partitions, 1) for t in topics.values()]).values():
+            f.result(30)
+    except Exception as e:  # a KafkaException, or the 30 s passed
+        raise RuntimeError(f"could not make the tools' topics on {HOST}:{port}: {e}") from None
+    m = measure(producer_perf(lib, port, topics["perf"], a.rate, a.seconds, a.payload, a.acks), LINE, a.seconds,
+                log=log)
+    out = {"throughput_per_s": m.get("events_per_s"), "cpu_us_per_message": m.get("us_per_event"),
+           "cpu_of": "the producer (it has no consumer)", "error": m.get("error")}
+    final = next((line for line in reversed(m["output"]) if "99.9th" in line), "")
+    ack = re.search(r"([\d.]+) ms 50th, [\d.]+ ms 95th, ([\d.]+) ms 99th, ([\d.]+) ms 99.9th", final)
+    if ack:
+        out["ack_latency"] = pct(dict(zip(("50", "99", "99.9"), ack.groups())), "50", "99", "99.9", 1000.0)
+    e2e = subprocess.run(["java", "-cp", os.path.join(lib, "*"), "org.apache.kafka.tools.EndToEndLatency",
+                          f"{HOST}:{port}", topics["e2e"], str(a.e2e_records), a.acks, str(a.payload)],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    pm = re.search(r"Percentiles: 50th = (\d+), 99th = (\d+), 99.9th = (\d+)", e2e.stdout)
+    avg = re.search(r"Avg latency: ([\d.]+) ms", e2e.stdout)
+    if pm is None:
+        out["error"] = out["error"] or f"EndToEndLatency printed no percentiles: {(e2e.stdout + e2e.stderr)[-300:]}"
+    else:
+        out.update(pct(dict(zip(("50", "99", "99.9"), pm.groups())), "50", "99", "99.9", 1000.0))
+        out["mean_us"] = float(avg.group(1)) * 1000 if avg else None
+        out["e2e_records"] = a.e2e_records
+        log(f"EndToEndLatency, {a.e2e_records:,} messages one at a time: {pm.group(0)} ms")
+    return {**out, "resolution_us": 1000, "model": "closed: one message in flight (EndToEndLatency)",
+            "latency_from": "EndToEndLatency: receive less send, one JVM's nanoTime, whole ms (truncated)"}
+
+
+def producer(lib: str, port: int, topic: str, rate: int, seconds: float, payload: int) -> list[str]:
+    """``kafka-producer-perf-test`` alone at ``rate`` (0: unbounded), acks=all: ``bench.transports``' peer."""
+    return producer_perf(lib, port, topic, rate or -1, seconds, payload, "all", int((rate or UNBOUNDED_RATE) * seconds))
+
+
+PEER = Peer("kafka-producer-perf-test + EndToEndLatency (Kafka 4.4.0)", "kafka", LINE, fetch, run_peer, producer,
+            with_consumer=False, causes=(
+                "EndToEndLatency is a closed model: one message in flight, so none waits behind another or for a "
+                "batch (flightwatch's producer sends at the rate, batched by linger.ms=5)",
+                "EndToEndLatency prints whole milliseconds, truncated: 0.5 ms low on average"))
+"""Kafka's own tools (``stack.brokers.Broker.peer``)."""

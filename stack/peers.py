@@ -33,227 +33,45 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 
-from core.observer import tree_cpu_s
-from core.procs import HOST
-from core.rundir import ROOT
-
-PERFTEST = [("com.rabbitmq", "perf-test", "2.22.1")]
-"""2.22.1: the newest the registry serves here (2.23.0 and 2.24.0 are refused)."""
-SKIP_LINES = 3
-MAX_PENDING = 100
-"""``artemis perf --max-pending``: with 1,000, ``artemis perf producer`` stopped sending 2 s into every run at
-5,000/s (the broker answered no more); 100 is the most that ran through."""
-CONFIRMS = 1000
-"""PerfTest's unconfirmed messages at most (``-c``): the AMQP 0-9-1 target's own window."""
-PREFIX = "flightwatch.peer"
-"""The topics, addresses and queues the peers use: never the SUT's own."""
-
-LINES = {  # a tool's line a second -> what it sent in that second
-    "flightwatch": re.compile(r"^\s*\d+s\s+sent\s+([\d,]+)/s"),
-    "perftest": re.compile(r"time [\d.]+ s, sent: (\d+) msg/s"),
-    "artemis": re.compile(r"^--- sent:\s+(\d+) msg/sec"),
-    "kafka": re.compile(r"^(\d+) records sent, [\d.]+ records/sec .* max latency\.\s*$"),  # not the summary
-}
-TOOLS = {"kafka": "kafka-producer-perf-test + EndToEndLatency (Kafka 4.4.0)",
-         "artemis": "artemis perf client (Artemis 2.40.0, AMQP)", "rabbitmq": "RabbitMQ PerfTest 2.22.1"}
+from core.suts import SUTS
+from stack.peer import SKIP_LINES, Peer
 
 
-def measure(cmd: list[str], kind: str, seconds: float, env: dict | None = None, log=None) -> dict:
-    """Run ``cmd`` (stopped after ``seconds`` + 60 at most, by its PID); read its per-second lines as they come, the
-    CPU of its processes at each: {events_per_s, us_per_event, lines, output} over the lines kept, or {error,
-    output}. ``log(line)`` sees every line as it comes."""
-    from core.procs import stop_session
+def peer_of(sut: str) -> Peer:
+    """The tool that runs against ``sut``: its broker's (``stack.brokers.Broker.peer``)."""
+    from stack.brokers import BROKERS
 
-    pattern = LINES[kind]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                            env=env or os.environ, start_new_session=True)
-    samples: list[tuple[float, int]] = []  # (CPU s at the line, events sent in its second)
-    output: list[str] = []
-
-    def read() -> None:
-        for line in proc.stdout:
-            m = pattern.search(line)
-            if m:
-                samples.append((tree_cpu_s(proc.pid) or 0.0, int(m.group(1).replace(",", ""))))
-            if len(output) < 20_000:
-                output.append(line.rstrip("\n"))
-            if log is not None:
-                log(line.rstrip())
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        proc.wait(seconds + 60)
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        stop_session(proc.pid, wait_s=5)
-        reader.join(5)
-    kept = samples[SKIP_LINES:-1]
-    if len(kept) < 3:
-        return {"error": f"{len(samples)} lines a second: " + "\n".join(output[-5:]).strip()[-300:], "output": output}
-    events = sum(n for _, n in kept[1:])
-    if not events:
-        return {"error": f"sent nothing in the seconds measured, after {[n for _, n in samples[:SKIP_LINES + 1]]} in "
-                         f"its first: {' '.join(cmd[:4])} ...", "output": output}
-    cpu = kept[-1][0] - kept[0][0]
-    return {"events_per_s": statistics.median(n for _, n in kept[1:]), "us_per_event": cpu * 1e6 / events,
-            "lines": len(kept), "output": output}
+    peer = BROKERS[SUTS[sut].broker].peer if SUTS[sut].peer else None
+    if peer is None:
+        raise ValueError(f"no broker's own tool runs against {sut} (there is one for {', '.join(peer_suts())})")
+    return peer
 
 
-def fetch(sut: str) -> str:
-    """The folder of the tool's jars (Artemis: its home), fetched into ``.stack/downloads`` if it is not yet;
-    ``RuntimeError`` saying what failed."""
-    from stack import artemis, kafka, maven
-
-    if sut == "rabbitmq":
-        return maven.fetch("perf-test-2.22.1", PERFTEST, "RabbitMQ PerfTest 2.22.1")
-    return artemis.fetch() if sut == "artemis" else kafka.fetch()
+def peer_suts() -> tuple[str, ...]:
+    """The SUTs a broker's own tool runs against (``core.suts.Sut.peer``)."""
+    return tuple(name for name, sut in SUTS.items() if sut.peer)
 
 
 def default_port(sut: str) -> int:
     """The stack's port for the SUT ``sut`` (``core.suts.Sut.address``)."""
-    from core.suts import SUTS
-
     return int(SUTS[sut].address().rpartition(":")[2])
-
-
-def producer_perf(lib: str, port: int, topic: str, rate: int, seconds: float, payload: int, acks: str,
-                  records: int | None = None) -> list[str]:
-    """``rate`` -1: unbounded, for ``records``."""
-    return ["java", "-cp", os.path.join(lib, "*"), "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-            "--num-records", str(records or int(rate * seconds)), "--record-size", str(payload), "--throughput", str(rate),
-            "--reporting-interval", "1000", "--command-property", f"bootstrap.servers={HOST}:{port}", f"acks={acks}",
-            "linger.ms=5"]
-
-
-def artemis_client(home: str, port: int, rate: int, seconds: float, payload: int, pairs: int, warmup: int,
-                   report: str) -> list[str]:
-    return [os.path.join(home, "bin", "artemis"), "perf", "client", "--url", f"amqp://{HOST}:{port}", "--protocol",
-            "AMQP", "--user", "artemis", "--password", "artemis", "--message-size", str(payload), "--rate", str(rate),
-            "--duration", f"{seconds:.0f}", "--warmup", str(warmup), "--max-pending", str(MAX_PENDING), "--json",
-            report, *(["--num-destinations", str(pairs), "--shared-connections", "--consumer-connections", "1"]
-                      if pairs > 1 else []), f"queue://{PREFIX}"]
-
-
-def perftest(lib: str, port: int, rate: int, seconds: float, payload: int, bindings: int) -> list[str]:
-    return ["java", "-cp", os.path.join(lib, "*"), "com.rabbitmq.perf.PerfTest", "-h",
-            f"amqp://guest:guest@{HOST}:{port}/%2F", "-x", str(bindings), "-y", str(bindings), "-e", f"{PREFIX}.topic",
-            "-t", "topic", "--queue-pattern", f"{PREFIX}.q%d", "--queue-pattern-from", "1", "--queue-pattern-to",
-            str(bindings), "-r", f"{rate / bindings:g}", "-s", str(payload), "-c", str(CONFIRMS), "-z",
-            f"{seconds:.0f}", "--id", "flightwatch-peer"]
-
-
-def _pct(values: dict, p50, p99, p999, scale: float) -> dict:
-    get = lambda k: None if k is None or values.get(k) is None else float(values[k]) * scale
-    return {"p50_us": get(p50), "p99_us": get(p99), "p999_us": get(p999)}
-
-
-def run_kafka(lib: str, port: int, a: argparse.Namespace, log) -> dict:
-    """ProducerPerformance at the rate, then EndToEndLatency for ``a.e2e_records`` messages, on topics of their own
-    made with ``a.partitions`` partitions."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from core.kafka_options import librdkafka
-
-    stamp = time.strftime("%H%M%S")
-    topics = {"perf": f"{PREFIX}.{stamp}", "e2e": f"{PREFIX}.e2e.{stamp}"}
-    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port}", **librdkafka({})})
-    try:
-        for f in admin.create_topics([NewTopic(t, a.partitions, 1) for t in topics.values()]).values():
-            f.result(30)
-    except Exception as e:  # a KafkaException, or the 30 s passed
-        raise RuntimeError(f"could not make the tools' topics on {HOST}:{port}: {e}") from None
-    m = measure(producer_perf(lib, port, topics["perf"], a.rate, a.seconds, a.payload, a.acks), "kafka", a.seconds,
-                log=log)
-    out = {"throughput_per_s": m.get("events_per_s"), "cpu_us_per_message": m.get("us_per_event"),
-           "cpu_of": "the producer (it has no consumer)", "error": m.get("error")}
-    final = next((line for line in reversed(m["output"]) if "99.9th" in line), "")
-    ack = re.search(r"([\d.]+) ms 50th, [\d.]+ ms 95th, ([\d.]+) ms 99th, ([\d.]+) ms 99.9th", final)
-    if ack:
-        out["ack_latency"] = _pct(dict(zip(("50", "99", "99.9"), ack.groups())), "50", "99", "99.9", 1000.0)
-    e2e = subprocess.run(["java", "-cp", os.path.join(lib, "*"), "org.apache.kafka.tools.EndToEndLatency",
-                          f"{HOST}:{port}", topics["e2e"], str(a.e2e_records), a.acks, str(a.payload)],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
-    pm = re.search(r"Percentiles: 50th = (\d+), 99th = (\d+), 99.9th = (\d+)", e2e.stdout)
-    avg = re.search(r"Avg latency: ([\d.]+) ms", e2e.stdout)
-    if pm is None:
-        out["error"] = out["error"] or f"EndToEndLatency printed no percentiles: {(e2e.stdout + e2e.stderr)[-300:]}"
-    else:
-        out.update(_pct(dict(zip(("50", "99", "99.9"), pm.groups())), "50", "99", "99.9", 1000.0))
-        out["mean_us"] = float(avg.group(1)) * 1000 if avg else None
-        out["e2e_records"] = a.e2e_records
-        log(f"EndToEndLatency, {a.e2e_records:,} messages one at a time: {pm.group(0)} ms")
-    return {**out, "resolution_us": 1000, "model": "closed: one message in flight (EndToEndLatency)",
-            "latency_from": "EndToEndLatency: receive less send, one JVM's nanoTime, whole ms (truncated)"}
-
-
-def heap_mb(pairs: int) -> int:
-    """``artemis perf client``'s heap: its default 1 GiB and 3 MiB more for each address (each producer and consumer
-    keeps latency histograms of its own: at 100 addresses 512 MiB ran out), 4 GiB at most."""
-    return min(4096, 1024 + 3 * pairs)
-
-
-def run_artemis(home: str, port: int, a: argparse.Namespace, log) -> dict:
-    with tempfile.TemporaryDirectory(prefix="peer-artemis-") as tmp:
-        report = os.path.join(tmp, "report.json")
-        m = measure(artemis_client(home, port, a.rate, a.seconds, a.payload, a.pairs, a.warmup, report), "artemis",
-                    a.seconds, env=dict(os.environ, JAVA_ARGS=f"-Xms512m -Xmx{heap_mb(a.pairs)}m"), log=log)
-        try:
-            with open(report) as f:
-                samples = json.load(f)
-        except (OSError, ValueError):
-            samples = []
-    summary = next((s for s in samples if s.get("sampleType") == "summary"), {})
-    kept = [s for s in samples if s.get("sampleType") == "interval" and not s.get("warmup")]
-    received = [s["received"] for s in kept]
-    transfer = summary.get("totalTransferTime") or {}
-    return {"throughput_per_s": statistics.median(received[1:-1]) if len(received) > 2 else None,
-            "cpu_us_per_message": m.get("us_per_event"), "cpu_of": "producers and consumers (one JVM)",
-            "sent": summary.get("totalSent"), "received": summary.get("totalReceived"),
-            **_pct(transfer, "50", "99", "99.9", 1.0), "mean_us": float(transfer["mean"]) if transfer else None,
-            "per_second_p99_us": [(s.get("transferTime") or {}).get("99") for s in kept],
-            "error": m.get("error") or (None if transfer else "artemis perf client wrote no summary"),
-            "resolution_us": 1, "model": f"open: {a.rate:,}/s over {a.pairs:,} address(es), {MAX_PENDING} pending at most",
-            "latency_from": "transfer time: receive less the send time the message carries (µs, one clock)"}
-
-
-def run_perftest(lib: str, port: int, a: argparse.Namespace, log) -> dict:
-    m = measure(perftest(lib, port, a.rate, a.seconds, a.payload, a.bindings), "perftest", a.seconds, log=log)
-    text = "\n".join(m["output"])
-    seconds = [re.search(r"received: (\d+) msg/s.* consumer latency: \d+/\d+/\d+/\d+/(\d+) µs", line)
-               for line in m["output"] if " s, sent: " in line]
-    seconds = [x.groups() for x in seconds if x]
-    kept = seconds[SKIP_LINES:-1]
-    lat = re.search(r"consumer latency min/median/75th/95th/99th (\d+)/(\d+)/(\d+)/(\d+)/(\d+) µs", text)
-    values = dict(zip(("min", "50", "75", "95", "99"), lat.groups())) if lat else {}
-    return {"throughput_per_s": statistics.median(int(r) for r, _ in kept) if len(kept) > 2 else None,
-            "cpu_us_per_message": m.get("us_per_event"), "cpu_of": "producers and consumers (one JVM)",
-            **_pct(values, "50", "99", None, 1.0), "per_second_p99_us": [int(p) for _, p in seconds],
-            "error": m.get("error") or (None if lat else "PerfTest printed no consumer latency"), "resolution_us": 1,
-            "model": f"open: {a.rate:,}/s over {a.bindings:,} queue(s) of a topic exchange, {CONFIRMS} unconfirmed at most",
-            "latency_from": "consumer latency: receive less the send nanoTime in the body (µs); no p99.9 printed; "
-                            "its summary includes its first seconds"}
 
 
 def run(a: argparse.Namespace, log=print) -> dict:
     """The tool for ``a.sut`` at ``a.rate``: its figures (``error`` when it failed)."""
-    lib = fetch(a.sut)
+    peer = peer_of(a.sut)
+    lib = peer.fetch()
     port = a.port or default_port(a.sut)
     started = time.time_ns()
-    runner = {"kafka": run_kafka, "artemis": run_artemis, "rabbitmq": run_perftest}[a.sut]
-    figures = runner(lib, port, a, log)
-    return {"tool": TOOLS[a.sut], "sut": a.sut, "rate": a.rate, "seconds": a.seconds, "payload": a.payload,
-            "started_ns": started, "stopped_ns": time.time_ns(),
+    figures = peer.run(lib, port, a, log)
+    return {"tool": peer.tool, "sut": a.sut, "rate": a.rate, "seconds": a.seconds, "payload": a.payload,
+            "started_ns": started, "stopped_ns": time.time_ns(), "with_consumer": peer.with_consumer,
+            "causes": list(peer.causes),
             "settings": {k: getattr(a, k) for k in ("acks", "partitions", "pairs", "bindings", "warmup", "e2e_records")},
             **figures}
 
@@ -276,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = OneLineParser(prog="python -m stack.peers", description=__doc__.split("\n\n")[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--sut", required=True, choices=tuple(TOOLS), help="the broker, and so the tool")
+    p.add_argument("--sut", required=True, choices=peer_suts(), help="the broker, and so the tool")
     p.add_argument("--rate", required=True, type=int, help="messages/s in all (> 0)")
     p.add_argument("--seconds", type=float, default=20, help="how long the tool sends (default %(default)s)")
     p.add_argument("--payload", type=int, default=1024, help="message body in bytes (default %(default)s)")

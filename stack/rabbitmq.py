@@ -11,11 +11,15 @@ session's group (``stop_rabbitmq``), which the server's script turns into a clea
 """
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import shutil
+import statistics
 import subprocess
 
 from core.procs import HOST, start_server, stop_session
+from stack.peer import PREFIX, SKIP_LINES, Peer, measure, pct
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 """The server's own script: the one in /usr/sbin switches to the rabbitmq user and its home."""
@@ -112,3 +116,69 @@ def stop_rabbitmq(pid: int, kill: bool = False, wait_s: float = 30.0) -> None:
     """Stop the broker started as ``pid`` (its session's group: the script, the Erlang VM, its epmd); ``kill``:
     at once, as a crash would (kill -9)."""
     stop_session(pid, kill, wait_s)
+
+
+# --- its own load tool, as its users run it (``stack.peers``, ``bench.transports``) ---
+
+LINE = re.compile(r"time [\d.]+ s, sent: (\d+) msg/s")
+"""PerfTest's line a second: what it sent in it."""
+PERFTEST = [("com.rabbitmq", "perf-test", "2.22.1")]
+"""2.22.1: the newest the registry serves here (2.23.0 and 2.24.0 are refused)."""
+CONFIRMS = 1000
+"""PerfTest's unconfirmed messages at most (``-c``): the AMQP 0-9-1 target's own window."""
+
+
+def fetch_perftest() -> str:
+    """PerfTest's jars, fetched from the Maven registry if they are not yet; ``RuntimeError`` saying what failed."""
+    from stack import maven
+
+    return maven.fetch("perf-test-2.22.1", PERFTEST, "RabbitMQ PerfTest 2.22.1")
+
+
+def perftest(lib: str, port: int, rate: int, seconds: float, payload: int, bindings: int) -> list[str]:
+    return ["java", "-cp", os.path.join(lib, "*"), "com.rabbitmq.perf.PerfTest", "-h",
+            f"amqp://guest:guest@{HOST}:{port}/%2F", "-x", str(bindings), "-y", str(bindings), "-e", f"{PREFIX}.topic",
+            "-t", "topic", "--queue-pattern", f"{PREFIX}.q%d", "--queue-pattern-from", "1", "--queue-pattern-to",
+            str(bindings), "-r", f"{rate / bindings:g}", "-s", str(payload), "-c", str(CONFIRMS), "-z",
+            f"{seconds:.0f}", "--id", "flightwatch-peer"]
+
+
+def run_peer(lib: str, port: int, a: argparse.Namespace, log) -> dict:
+    m = measure(perftest(lib, port, a.rate, a.seconds, a.payload, a.bindings), LINE, a.seconds, log=log)
+    text = "\n".join(m["output"])
+    seconds = [re.search(r"received: (\d+) msg/s.* consumer latency: \d+/\d+/\d+/\d+/(\d+) µs", line)
+               for line in m["output"] if " s, sent: " in line]
+    seconds = [x.groups() for x in seconds if x]
+    kept = seconds[SKIP_LINES:-1]
+    lat = re.search(r"consumer latency min/median/75th/95th/99th (\d+)/(\d+)/(\d+)/(\d+)/(\d+) µs", text)
+    values = dict(zip(("min", "50", "75", "95", "99"), lat.groups())) if lat else {}
+    return {"throughput_per_s": statistics.median(int(r) for r, _ in kept) if len(kept) > 2 else None,
+            "cpu_us_per_message": m.get("us_per_event"), "cpu_of": "producers and consumers (one JVM)",
+            **pct(values, "50", "99", None, 1.0), "per_second_p99_us": [int(p) for _, p in seconds],
+            "error": m.get("error") or (None if lat else "PerfTest printed no consumer latency"), "resolution_us": 1,
+            "model": f"open: {a.rate:,}/s over {a.bindings:,} queue(s) of a topic exchange, {CONFIRMS} unconfirmed at most",
+            "latency_from": "consumer latency: receive less the send nanoTime in the body (µs); no p99.9 printed; "
+                            "its summary includes its first seconds"}
+
+
+def producer(lib: str, port: int, queue: str, rate: int, seconds: float, payload: int) -> list[str]:
+    """PerfTest's producer alone on ``queue`` at ``rate`` (0: unbounded), confirms on: ``bench.transports``' peer."""
+    return ["java", "-cp", os.path.join(lib, "*"), "com.rabbitmq.perf.PerfTest", "-h",
+            f"amqp://guest:guest@{HOST}:{port}/%2F", "-x", "1", "-y", "0", "-u", queue, "-p", "-s", str(payload), "-c",
+            str(CONFIRMS), "-z", f"{seconds:.0f}", *(["-r", str(rate)] if rate else [])]
+
+
+def purge(port: int, queue: str) -> None:
+    """The queue emptied (declared first, transient), so that no run pays for the one before."""
+    import pika
+
+    conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@{HOST}:{port}/%2F"))
+    ch = conn.channel()
+    ch.queue_declare(queue)
+    ch.queue_purge(queue)
+    conn.close()
+
+
+PEER = Peer("RabbitMQ PerfTest 2.22.1", "amqp", LINE, fetch_perftest, run_peer, producer, with_consumer=True,
+            causes=("PerfTest's summary includes its first seconds (start-up) and prints no p99.9",))
+"""RabbitMQ's own load tool (``stack.brokers.Broker.peer``)."""

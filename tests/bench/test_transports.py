@@ -5,7 +5,11 @@ import sys
 import pytest
 
 from bench import transports
-from stack.peers import LINES, measure
+from stack import artemis, kafka, rabbitmq
+from stack.peer import FLIGHTWATCH_LINE, measure
+
+LINES = {"flightwatch": FLIGHTWATCH_LINE, "perftest": rabbitmq.LINE, "artemis": artemis.LINE, "kafka": kafka.LINE}
+"""Each tool's line a second (its ``Peer.line``), by the tool."""
 
 REAL_LINES = [  # copied from each tool's output on this machine
     ("flightwatch", "  46s  sent   2,001/s  completed   1,998/s  errors     0  in flight      9  send-delay p99   2.469ms", 2001),
@@ -43,13 +47,13 @@ for i in range(10):
 def test_cpu_per_event_is_the_cpu_between_the_lines_kept_over_the_events_they_say():
     """Ten lines, 50 ms of CPU and 1,000 events each: three left out at the start, one at the end; between the first
     and the last kept, 5 lines' CPU over their 5,000 events = 50 µs an event."""
-    got = measure([sys.executable, "-c", BUSY], "flightwatch", 10)
+    got = measure([sys.executable, "-c", BUSY], FLIGHTWATCH_LINE, 10)
     assert got["lines"] == 6 and got["events_per_s"] == 1000
     assert got["us_per_event"] == pytest.approx(50, rel=0.25)
 
 
 def test_a_tool_that_prints_too_few_lines_is_an_error_with_its_last_words():
-    got = measure([sys.executable, "-c", "print('cannot connect: refused')"], "perftest", 5)
+    got = measure([sys.executable, "-c", "print('cannot connect: refused')"], rabbitmq.LINE, 5)
     assert "error" in got and "cannot connect: refused" in got["error"]
 
 

@@ -52,7 +52,10 @@ def test_flightwatchs_side_is_the_sends_of_the_peers_step_inside_the_measured_sp
 
 def test_agreement_is_within_the_peers_resolution_at_p50_and_p99_else_says_by_how_much_and_why():
     fw = {"p50_us": 2400.0, "p99_us": 11_200.0}
-    kafka = {"sut": "kafka", "p50_us": 2000.0, "p99_us": 11_000.0, "resolution_us": 1000}
+    from stack import kafka as kafka_broker
+
+    kafka = {"sut": "kafka", "p50_us": 2000.0, "p99_us": 11_000.0, "resolution_us": 1000,
+             "causes": list(kafka_broker.PEER.causes)}  # as python -m stack.peers writes them
     a = peers.agreement(fw, kafka)
     assert a["agree"] is True and a["diffs_us"] == {"p50": 400.0, "p99": 200.0} and "within the peer's resolution (1 ms)" in a["text"]
     b = peers.agreement({**fw, "p50_us": 5300.0}, kafka)
@@ -108,3 +111,38 @@ def test_bad_input_to_the_peers_is_one_line_and_exit_2(args, words):
     p = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and words in lines[0], p.stderr
+
+
+def test_each_sut_with_a_peer_has_its_brokers_tool_and_it_speaks_the_suts_transport():
+    """The tools are their brokers' (``stack.brokers.Broker.peer``, kept in the broker's module); a SUT has one when
+    ``core.suts.Sut.peer`` says so, and the tool sends over the SUT's own transport."""
+    from core.suts import SUTS
+    from stack.peers import peer_of, peer_suts
+
+    assert peer_suts() == ("rabbitmq", "artemis", "kafka") and peers.PEER_SUTS == peer_suts()
+    for sut in peer_suts():
+        assert peer_of(sut).speaks == SUTS[sut].target.partition("://")[0], sut
+    assert [peer_of(s).with_consumer for s in peer_suts()] == [True, True, False]
+    with pytest.raises(ValueError, match="no broker's own tool runs against rabbitmq-amqp1"):
+        peer_of("rabbitmq-amqp1")
+
+
+def test_bench_transports_runs_each_tools_producer_and_the_generator_as_it_always_has():
+    """``bench.transports`` finds its brokers and tools through the descriptors: the commands are those it ran when
+    it named each transport itself (2026-11-30), to the letter."""
+    from bench import transports as bt
+    from stack import artemis, rabbitmq
+
+    assert bt.compared() == {"amqp": "rabbitmq", "amqp1": "artemis", "kafka": "kafka"}
+    assert bt.peer("rabbitmq", 4242, 1000, 14, {"rabbitmq": "/L"}) == (rabbitmq.LINE, [
+        "java", "-cp", "/L/*", "com.rabbitmq.perf.PerfTest", "-h", "amqp://guest:guest@127.0.0.1:4242/%2F", "-x", "1",
+        "-y", "0", "-u", "bench.transports", "-p", "-s", "2048", "-c", "1000", "-z", "14", "-r", "1000"])
+    assert bt.peer("artemis", 4242, 0, 14, {"artemis": "/H"}) == (artemis.LINE, [
+        "/H/bin/artemis", "perf", "producer", "--url", "amqp://127.0.0.1:4242", "--protocol", "AMQP", "--user",
+        "artemis", "--password", "artemis", "--message-size", "2048", "--max-pending", "100", "--duration", "14",
+        "queue://bench.transports"])
+    assert bt.peer("kafka", 4242, 0, 14, {"kafka": "/K"})[1][-8:] == [
+        "--throughput", "-1", "--reporting-interval", "1000", "--command-property", "bootstrap.servers=127.0.0.1:4242",
+        "acks=all", "linger.ms=5"]
+    assert bt.ours("artemis", 4242, 5000, 2, 14, "/o")[4:6] == ["--target",
+                                                                "amqp1://artemis:artemis@127.0.0.1:4242/bench.transports"]
