@@ -26,23 +26,31 @@ class Sut(NamedTuple):
     """Where the stack serves it (HOST:PORT), from the settings."""
     target: str
     """Its default target, with ``{address}`` and ``{queue}`` (``SUT_QUEUE``) to fill in."""
+    port: tuple[str, int] = ("FLIGHTWATCH_SUT_PORT", 29092)
+    """Its broker's port on the stack: the setting and its default (``stack.config.PORT_SETTINGS`` takes it)."""
     peer: bool = False
     """Its broker's own load tool runs against it, over its transport (``stack.brokers.Broker.peer``): a scenario's
     ``--peer`` and ``bench.transports`` set that tool's figures beside flightwatch's."""
 
+
+_RABBITMQ_PORT = ("FLIGHTWATCH_RABBITMQ_PORT", 29672)
+_ARTEMIS_PORT = ("FLIGHTWATCH_ARTEMIS_PORT", 29616)
+_KAFKA_PORT = ("FLIGHTWATCH_KAFKA_PORT", 29192)
 
 SUTS: dict[str, Sut] = {
     "tansu": Sut("sut-broker", "kafka-receiver", "the embedded Tansu broker (Kafka protocol, in memory)",
                  sut_bootstrap, "kafka://{address}/{queue}"),
     "rabbitmq": Sut("rabbitmq", "amqp-receiver", "Debian's RabbitMQ 3.10 (AMQP 0-9-1)",
                     lambda: f"{HOST}:{rabbitmq_port()}", "amqp://guest:guest@{address}/%2F?queue={queue}",
-                    peer=True),
+                    port=_RABBITMQ_PORT, peer=True),
     "rabbitmq-amqp1": Sut("rabbitmq", "amqp1-receiver", "the same RabbitMQ over AMQP 1.0 (its amqp1_0 plugin)",
-                          lambda: f"{HOST}:{rabbitmq_port()}", "amqp1://guest:guest@{address}//queue/{queue}"),
+                          lambda: f"{HOST}:{rabbitmq_port()}", "amqp1://guest:guest@{address}//queue/{queue}",
+                          port=_RABBITMQ_PORT),
     "artemis": Sut("artemis", "amqp1-receiver", "Apache ActiveMQ Artemis 2.40 from the Maven registry (AMQP 1.0)",
-                   lambda: f"{HOST}:{artemis_port()}", "amqp1://artemis:artemis@{address}/{queue}", peer=True),
+                   lambda: f"{HOST}:{artemis_port()}", "amqp1://artemis:artemis@{address}/{queue}",
+                   port=_ARTEMIS_PORT, peer=True),
     "kafka": Sut("kafka", "kafka-receiver", "Apache Kafka 4.4 from the Maven registry, one KRaft node",
-                 lambda: f"{HOST}:{kafka_port()}", "kafka://{address}/{queue}", peer=True),
+                 lambda: f"{HOST}:{kafka_port()}", "kafka://{address}/{queue}", port=_KAFKA_PORT, peer=True),
 }
 
 
@@ -83,16 +91,20 @@ def stack_sut(stack_dir: str) -> str:
     return settings.get("FLIGHTWATCH_SUT") or recorded_sut(stack_dir) or DEFAULT_SUT
 
 
+def _port(setting: tuple[str, int]) -> int:
+    return int(settings.get(setting[0]) or setting[1])
+
+
 def rabbitmq_port() -> int:
-    return int(settings.get("FLIGHTWATCH_RABBITMQ_PORT") or 29672)
+    return _port(_RABBITMQ_PORT)
 
 
 def artemis_port() -> int:
-    return int(settings.get("FLIGHTWATCH_ARTEMIS_PORT") or 29616)
+    return _port(_ARTEMIS_PORT)
 
 
 def kafka_port() -> int:
-    return int(settings.get("FLIGHTWATCH_KAFKA_PORT") or 29192)
+    return _port(_KAFKA_PORT)
 
 
 def receiver_bootstrap(sut: str) -> str:

@@ -13,9 +13,8 @@ from core.suts import SUTS
 from transports.registry import ALL
 
 HOST = "127.0.0.1"
-PORT_SETTINGS = {"telemetry-broker": ("FLIGHTWATCH_TELEMETRY_PORT", 19092), "sut-broker": ("FLIGHTWATCH_SUT_PORT", 29092),
-                 "rabbitmq": ("FLIGHTWATCH_RABBITMQ_PORT", 29672), "artemis": ("FLIGHTWATCH_ARTEMIS_PORT", 29616),
-                 "kafka": ("FLIGHTWATCH_KAFKA_PORT", 29192),
+PORT_SETTINGS = {"telemetry-broker": ("FLIGHTWATCH_TELEMETRY_PORT", 19092),
+                 **{sut.broker: sut.port for sut in SUTS.values()},
                  "prometheus": ("FLIGHTWATCH_PROMETHEUS_PORT", 19090),
                  "node-exporter": ("FLIGHTWATCH_NODE_EXPORTER_PORT", 19100),
                  "ui": ("FLIGHTWATCH_UI_PORT", 18501), "clock": ("FLIGHTWATCH_CLOCK_PORT", 19123),
