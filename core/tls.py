@@ -2,7 +2,8 @@
 properties): ``amqps://``, ``amqp1s://`` and ``https://``, each verifying the broker's certificate and host name
 against the CA in ``?cafile=PATH`` (the system's CAs without one).
 
-    tls = Tls.of(scheme, query)        # None for a plain scheme; ValueError for ?cafile= on one
+    tls = Tls.of(scheme, query, secure) # None for a plain scheme; ValueError for ?cafile= on one
+                                       # (secure: its transport's plain schemes' TLS forms, Target.SECURE)
     tls.context()                      # an ssl.SSLContext for pika and asyncio (HTTP)
     tls.domain()                       # a proton SSLDomain for AMQP 1.0
     tls.cause(error)                   # a handshake's failure as one short line
@@ -15,9 +16,6 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
-SECURE = {"amqp": "amqps", "amqp1": "amqp1s", "http": "https", "http+structured": "https+structured"}
-"""Each plain scheme's TLS form."""
-SCHEMES = tuple(SECURE.values())
 OPTION = "cafile"
 
 
@@ -27,13 +25,14 @@ class Tls:
     """The CA bundle (PEM) the broker's certificate must chain to; None: the system's CAs."""
 
     @classmethod
-    def of(cls, scheme: str, query: str) -> Tls | None:
-        """The TLS of a URL with ``scheme`` and ``query``: None for a plain scheme (``ValueError`` if it names a CA
-        file anyway), else with its ``?cafile=`` (``ValueError`` if that file cannot be read)."""
+    def of(cls, scheme: str, query: str, secure: dict[str, str]) -> Tls | None:
+        """The TLS of a URL with ``scheme`` and ``query``, its transport's plain schemes' TLS forms ``secure``
+        (``transports.base.Target.SECURE``): None for a plain scheme (``ValueError`` if it names a CA file anyway),
+        else with its ``?cafile=`` (``ValueError`` if that file cannot be read)."""
         cafile = dict(parse_qsl(query, keep_blank_values=True)).get(OPTION)
-        if scheme not in SCHEMES:
-            if cafile is not None and scheme in SECURE:
-                raise ValueError(f"?{OPTION}= is for TLS: write {SECURE[scheme]}://")
+        if scheme not in secure.values():
+            if cafile is not None and scheme in secure:
+                raise ValueError(f"?{OPTION}= is for TLS: write {secure[scheme]}://")
             if cafile is not None:  # Kafka: librdkafka's ssl.ca.location, with its other TLS and SASL settings
                 raise ValueError(f"?{OPTION}= is not a {scheme}:// option (Kafka: --kafka-option "
                                  "security.protocol=SSL,ssl.ca.location=PATH)")

@@ -39,6 +39,8 @@ RUN_HEADER = CE_PREFIX + "fwrun"
 SENT_HEADER = "fw_sent_ns"
 SCHEMES = ("amqp", "amqps")
 SCHEMES_1 = ("amqp1", "amqp1s")
+SECURE, SECURE_1 = {"amqp": "amqps"}, {"amqp1": "amqp1s"}
+"""AMQP 0-9-1's and AMQP 1.0's plain scheme with its TLS form (their targets' ``SECURE``)."""
 OURS = ("queue", "exchange", "routing_key", "durable", "declare", "bindings", tls.OPTION)
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 MAX_PAIRS = 5000
@@ -83,7 +85,7 @@ class AmqpAddress:
         if "bindings" in opts and (not exchange or not int(bindings)):
             raise ValueError("?bindings=N needs ?exchange=NAME (the topic exchange the queues are bound to) and N >= 1")
         return cls(vhost, queue, exchange, opts.get("routing_key", "fw" if int(bindings) else queue or ""),
-                   client_query=urlencode(rest), bindings=int(bindings), tls=tls.Tls.of(scheme, query), **flags)
+                   client_query=urlencode(rest), bindings=int(bindings), tls=tls.Tls.of(scheme, query, SECURE), **flags)
 
     def routes(self) -> list[tuple[str, str]]:
         """With ``bindings``: each queue and its binding key, ``(EXCHANGE.q<i>, ROUTING_KEY.<i>)``."""
@@ -168,7 +170,7 @@ class Amqp1Address:
         durable = opts.get("durable", "false").lower()
         if durable not in _TRUE + _FALSE:
             raise ValueError(f"?durable={opts['durable']!r}: true or false")
-        return cls(address, settle, durable in _TRUE, int(pairs), tls.Tls.of(scheme, query))
+        return cls(address, settle, durable in _TRUE, int(pairs), tls.Tls.of(scheme, query, SECURE_1))
 
     @classmethod
     def from_url(cls, url: str) -> tuple[Amqp1Address, str, int, str | None]:
@@ -188,7 +190,7 @@ class Amqp1Address:
 
 def default_port(scheme: str) -> int:
     """AMQP's port (5672), or AMQPS' (5671) for a TLS scheme."""
-    return 5671 if scheme in tls.SCHEMES else 5672
+    return 5671 if scheme in (*SECURE.values(), *SECURE_1.values()) else 5672
 
 
 ATTACHED_FILE = "attached.json"

@@ -82,7 +82,10 @@ class Target(Protocol):
     """The receiver agent's mode for this transport (``python -m agents.receiver MODE``)."""
     DEFAULT_PORT: ClassVar[int]
     TLS_PORT: ClassVar[int | None]
-    """The port of the scheme's TLS form (``core.tls.SCHEMES``), None for a transport without one here."""
+    """The port of the scheme's TLS form (``SECURE``), None for a transport without one here."""
+    SECURE: ClassVar[dict[str, str]] = {}
+    """Each plain scheme of its ``SCHEMES`` with its TLS form (``core.tls``: ``https``, ``amqps``); none for a
+    transport whose TLS is its client's settings (Kafka) or that has none here."""
     EXAMPLE: ClassVar[str]
     """One address, as ``--help`` and a bad target's error show it."""
     TAKES_KAFKA_OPTIONS: ClassVar[bool]

@@ -37,13 +37,13 @@ class TargetSpec:
             raise ValueError(f"bad target {shown!r}: use " + ", ".join(t.EXAMPLE for t in _unique(TRANSPORTS.values())))
         kind = TRANSPORTS[u.scheme]
         try:
-            port = u.port or (kind.TLS_PORT if u.scheme in tls.SCHEMES else kind.DEFAULT_PORT)
+            port = u.port or (kind.TLS_PORT if u.scheme in _secure(kind).values() else kind.DEFAULT_PORT)
         except ValueError:
             raise ValueError(f"bad target {shown!r}: bad port") from None
         try:
             userinfo = secrets.userinfo(u.username, u.password)
             path = kind.check(u.scheme, u.path, userinfo, u.query)
-            secure = tls.Tls.of(u.scheme, u.query)
+            secure = tls.Tls.of(u.scheme, u.query, _secure(kind))
         except ValueError as e:
             raise ValueError(f"bad target {shown!r}: {e}") from None
         return cls(u.scheme, u.hostname, port, path, userinfo, u.query, secure)
@@ -82,3 +82,8 @@ def _unique(items) -> list:
         if item not in out:
             out.append(item)
     return out
+
+
+def _secure(kind) -> dict[str, str]:
+    """A target class's plain schemes with their TLS forms (``Target.SECURE``; a transport of your own may have none)."""
+    return getattr(kind, "SECURE", {})

@@ -83,6 +83,7 @@ class Amqp091Target:
     SCHEMES = ("amqp", "amqps")
     RECEIVER = "amqp"
     TLS_PORT = 5671
+    SECURE = amqp.SECURE
     DEFAULT_PORT = 5672
     EXAMPLE = "amqp://USER:PASSWORD@HOST:PORT/VHOST?queue=NAME (RabbitMQ)"
     TAKES_KAFKA_OPTIONS = False

@@ -35,6 +35,7 @@ class Amqp1Target:
     SCHEMES = ("amqp1", "amqp1s")
     RECEIVER = "amqp1"
     TLS_PORT = 5671
+    SECURE = amqp.SECURE_1
     DEFAULT_PORT = 5672
     EXAMPLE = "amqp1://USER:PASSWORD@HOST:PORT/ADDRESS (AMQP 1.0: Artemis, RabbitMQ's //queue/NAME)"
     TAKES_KAFKA_OPTIONS = False

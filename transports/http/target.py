@@ -34,6 +34,7 @@ class HttpTarget:
     SCHEMES = ("http", "http+structured", "https", "https+structured")
     RECEIVER = "http"
     TLS_PORT = 443
+    SECURE = {"http": "https", "http+structured": "https+structured"}
     DEFAULT_PORT = 80
     EXAMPLE = "http://HOST:PORT/PATH (binary CloudEvents), http+structured://..., https://...?cafile=CA.pem"
     TAKES_KAFKA_OPTIONS = False

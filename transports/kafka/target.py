@@ -81,6 +81,7 @@ class KafkaTarget:
     SCHEMES = ("kafka",)
     RECEIVER = "kafka"
     TLS_PORT = None  # TLS and SASL are librdkafka settings (--kafka-option)
+    SECURE = {}  # no TLS scheme of its own
     DEFAULT_PORT = 9092
     EXAMPLE = "kafka://HOST:PORT/TOPIC"
     TAKES_KAFKA_OPTIONS = True

@@ -67,6 +67,7 @@ class StompTarget:
     RECEIVER = "stomp"
     DEFAULT_PORT = 61613
     TLS_PORT = None
+    SECURE = {}  # no TLS scheme of its own
     EXAMPLE = "stomp://USER:PASSWORD@HOST:PORT/DESTINATION (STOMP 1.2: Artemis, ActiveMQ, RabbitMQ's plugin)"
     TAKES_KAFKA_OPTIONS = False
     polled = False
