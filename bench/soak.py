@@ -195,7 +195,7 @@ class Soak:
         """Run the load generator, sampling every process's memory until it ends; its output."""
         a = self.a
         lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", f"{a.rate:g}", "--duration", a.duration,
-                               "--target", f"http://127.0.0.1:{STACK.ports['http-receiver']}/", "--run", self.run_id, "--stream",
+                               "--target", _sink().stack_target(), "--run", self.run_id, "--stream",
                                "--quiet"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
         print(f"soak {self.run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every "
@@ -312,10 +312,17 @@ class Soak:
             self.bad.append("run incomplete: an event not accounted for, counted twice, or telemetry lost")
 
 
+def _sink():
+    """The transport whose receiver the stack runs as a target (HTTP's CloudEvents sink): what a soak attacks."""
+    from transports.registry import ALL
+
+    return next(t for t in ALL if t.sink)
+
+
 def main(argv=None) -> int:
     a = parse(argv)
     stack = stack_pids()
-    if "http-receiver" not in stack:
+    if f"{_sink().receiver}-receiver" not in stack:
         print("soak: error: the embedded stack is not running (make up)", file=sys.stderr)
         return 2
     soak = Soak(a, stack)

@@ -29,13 +29,13 @@ from core import contract  # noqa: E402
 
 T0 = 1_800_000_000 * 10**9
 PER_MESSAGE = 200
-PLACES = {  # transport: (dest, route, key), as its receiver writes them
-    "http": ("/", None, None),
-    "kafka": ("flightwatch.sut", 1, None),
-    "amqp 0-9-1 queue": ("flightwatch.sut", None, None),
-    "amqp 0-9-1 binding": ("flightwatch.topic.q42", 42, "fw.42"),
-    "amqp 1.0 pair": ("/queue/flightwatch.sut.42", 42, None),
-}
+PLACES = [  # (its row's label, (dest, route, key) as a receiver writes them): sample places, no transport's setting
+    ("HTTP path", ("/", None, None)),
+    ("Kafka partition", ("flightwatch.sut", 1, None)),
+    ("AMQP 0-9-1 queue", ("flightwatch.sut", None, None)),
+    ("AMQP 0-9-1 binding", ("flightwatch.topic.q42", 42, "fw.42")),
+    ("AMQP 1.0 pair", ("/queue/flightwatch.sut.42", 42, None)),
+]
 
 
 def receive_lines(n: int, where: str) -> list[str]:
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     print(f"receive lines: {n:,} a case, one core, medians of {a.repeats}")
     print(f"{'where it arrived':22} {'bytes raw':>14} {'bytes lz4':>12} {'format µs':>14} {'decode µs':>14}")
     base = None
-    for name, place in [("(none: before)", None), *PLACES.items()]:
+    for name, place in [("(none: before)", None), *PLACES]:
         where = "}" if place is None else fast.where(*place)
         lines = receive_lines(n, where)
         msgs = messages(lines)

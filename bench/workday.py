@@ -49,9 +49,19 @@ from bench.soak import SliceWatch, name_of
 from bench.workday_checks import CHECKS, RELAY_CAPACITY, SETTLE_S, judge, report
 from core.procs import free_port, stop_process
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
+from core.suts import SUTS
 from stack.config import Stack
 
 STACK = Stack.configured()
+SUT_BROKERS = {sut.broker for sut in SUTS.values()}
+"""The stack's components that run a SUT's broker: their CPU is the SUT's, not flightwatch's."""
+
+
+def _sink():
+    """The transport whose receiver the stack runs as a target of its own (HTTP's CloudEvents sink)."""
+    from transports.registry import ALL
+
+    return next(t for t in ALL if t.sink)
 """The stack this benchmark drives, as the settings name it."""
 
 SAMPLE_EVERY_S = 10
@@ -76,7 +86,7 @@ class Step:
     """One step of the day: an attack (``rate`` or the paced run through the relay) or an idle stretch."""
     kind: str                      # "run" or "idle"
     name: str
-    target: str = ""               # http, kafka, relay
+    target: str = ""               # sink (the stack's receiver), sut (the stack's SUT, renewed) or relay
     rate: int = 0
     seconds: float = 0.0
     live_stream: bool = False      # idle: a streaming job left live through it
@@ -89,17 +99,18 @@ class Step:
 
 
 def plan(short: bool, minutes: float) -> list[Step]:
-    runs = ([("http", 2000), ("kafka", 5000), ("http", 2000)] if short else
-            [("http", 2000), ("kafka", 5000), ("relay", 0), ("http", 1000), ("kafka", 2000),
-             ("http", 2000), ("kafka", 5000), ("http", 1000), ("kafka", 2000)])
+    sink, sut = ("sink", _sink().name), ("sut", "kafka")  # the stack's receiver; its default SUT, Tansu's Kafka protocol
+    runs = ([(sink, 2000), (sut, 5000), (sink, 2000)] if short else
+            [(sink, 2000), (sut, 5000), (("relay", "relay"), 0), (sink, 1000), (sut, 2000),
+             (sink, 2000), (sut, 5000), (sink, 1000), (sut, 2000)])
     seconds = SHORT_RUN_S if short else 60.0
     run_s = len(runs) * (seconds + 50)  # the job's start (~15 s) and its close (the 30 s drop timeout)
     idle_s = max(SHORT_IDLE_S if short else 180.0, (minutes * 60 - run_s) / (len(runs) - 1))
     steps: list[Step] = []
-    for i, (target, rate) in enumerate(runs):
+    for i, ((target, label), rate) in enumerate(runs):
         if i:
             steps.append(Step("idle", f"idle-{i}", seconds=idle_s, live_stream=(i == 1 if short else i == 3)))
-        steps.append(Step("run", f"{target}-{rate}" if rate else "relay-paced", target, rate,
+        steps.append(Step("run", f"{label}-{rate}" if rate else "relay-paced", target, rate,
                           45.0 if target == "relay" else seconds, drop_timeout=SHORT_DROP_TIMEOUT if short else ""))
     return steps
 
@@ -188,7 +199,7 @@ class Sampler:
                     t = p.cpu_times()
                     name = _name(pid, self.stack_pids)
                     procs[pid] = {"name": name, "cpu_s": t.user + t.system, "rss": p.memory_info().rss,
-                                  "sut": pid in self.sut or name == "sut-broker"}
+                                  "sut": pid in self.sut or name in SUT_BROKERS}
             except psutil.Error:
                 continue
         return procs
@@ -231,17 +242,16 @@ def attack(step: Step, run_id: str, log) -> dict:
     args = [sys.executable, "-m", "loadgen", "attack", "--run", run_id, "--stream", "--quiet"]
     if step.drop_timeout:
         args += ["--drop-timeout", step.drop_timeout]
-    if step.target == "kafka":
+    if step.target == "sut":
         subprocess.run([sys.executable, "-m", "stack", "renew-sut"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                        check=True)
         args += ["--rate", str(step.rate), "--duration", f"{step.seconds:g}s"]
-    elif step.target == "http":
-        args += ["--target", f"http://127.0.0.1:{STACK.ports['http-receiver']}/", "--rate", str(step.rate),
-                 "--duration", f"{step.seconds:g}s"]
+    elif step.target == "sink":
+        args += ["--target", _sink().stack_target(), "--rate", str(step.rate), "--duration", f"{step.seconds:g}s"]
     else:
         port = free_port()
-        relay = subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(port),
-                                  f"http://127.0.0.1:{STACK.ports['http-receiver']}/", "--capacity", str(RELAY_CAPACITY)],
+        relay = subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(port), _sink().stack_target(),
+                                  "--capacity", str(RELAY_CAPACITY)],
                                  cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         args += ["--target", f"http://127.0.0.1:{port}/", "--pace", PACE]
     try:
