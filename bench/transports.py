@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from core.suts import SUTS  # noqa: E402
-from stack.peer import FLIGHTWATCH_LINE, SKIP_LINES, measure  # noqa: E402
+from stack.peer import GENERATOR_LINE, SKIP_LINES, measure  # noqa: E402
 
 PAYLOAD = 2048
 INFLIGHT = 1000
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
                         brokers.purge(sut)
                         out = os.path.join(folder, f"lg-{time.time_ns()}")
                         figures[key].append(measure(ours(sut, port, rate, workers, a.seconds, out),
-                                                    FLIGHTWATCH_LINE, a.seconds, dict(os.environ, PYTHONPATH=ROOT)))
+                                                    GENERATOR_LINE, a.seconds, dict(os.environ, PYTHONPATH=ROOT)))
                     brokers.purge(sut)
                     kind, cmd = peer(sut, port, rate, a.seconds, libs)
                     figures["peer"].append(measure(cmd, kind, a.seconds))

@@ -19,7 +19,7 @@ SKIP_LINES = 3
 PREFIX = "flightwatch.peer"
 """The topics, addresses and queues the peers use: never the SUT's own."""
 
-FLIGHTWATCH_LINE = re.compile(r"^\s*\d+s\s+sent\s+([\d,]+)/s")
+GENERATOR_LINE = re.compile(r"^\s*\d+s\s+sent\s+([\d,]+)/s")
 """The load generator's line a second -> what it sent in that second (each tool's: its ``Peer.line``)."""
 
 

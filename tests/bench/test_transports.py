@@ -6,9 +6,9 @@ import pytest
 
 from bench import transports
 from stack import artemis, kafka, rabbitmq
-from stack.peer import FLIGHTWATCH_LINE, measure
+from stack.peer import GENERATOR_LINE, measure
 
-LINES = {"flightwatch": FLIGHTWATCH_LINE, "perftest": rabbitmq.LINE, "artemis": artemis.LINE, "kafka": kafka.LINE}
+LINES = {"flightwatch": GENERATOR_LINE, "perftest": rabbitmq.LINE, "artemis": artemis.LINE, "kafka": kafka.LINE}
 """Each tool's line a second (its ``Peer.line``), by the tool."""
 
 REAL_LINES = [  # copied from each tool's output on this machine
@@ -47,7 +47,7 @@ for i in range(10):
 def test_cpu_per_event_is_the_cpu_between_the_lines_kept_over_the_events_they_say():
     """Ten lines, 50 ms of CPU and 1,000 events each: three left out at the start, one at the end; between the first
     and the last kept, 5 lines' CPU over their 5,000 events = 50 µs an event."""
-    got = measure([sys.executable, "-c", BUSY], FLIGHTWATCH_LINE, 10)
+    got = measure([sys.executable, "-c", BUSY], GENERATOR_LINE, 10)
     assert got["lines"] == 6 and got["events_per_s"] == 1000
     assert got["us_per_event"] == pytest.approx(50, rel=0.25)
 
