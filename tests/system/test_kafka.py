@@ -48,8 +48,13 @@ def test_an_apache_kafka_killed_mid_attack_and_restarted_is_accounted_exactly_an
     # all of them out (1,862 timeouts, max flight 1.4 s); with the broker back sooner, some got through past 3 s.
     assert set(s["errors_by_cause"]) <= {"timeout"}
     assert s["errors_by_cause"].get("timeout", 0) > 0 or s["latency_us"]["max"] > 3_000_000, s["errors_by_cause"]
-    last = [iv for iv in report["intervals"] if 25 <= iv["second"] < 30]
-    assert sum(iv["completed"] for iv in last) > 0 and sum(iv["errors"] for iv in last) == 0, last
+    # Then it served again before the run's end: every send after the outage's last timeout answered. When depends on
+    # how soon the restarted KRaft node serves: ~11 s after its restart here, ~21 s on a busy CI machine, whose last
+    # timeouts came 26 s into the 30 (a fixed "no error in the last 5 s" failed there, the run otherwise right).
+    last_error = max((iv["second"] for iv in report["intervals"] if iv["errors"]), default=-1)
+    tail = [iv for iv in report["intervals"] if iv["second"] > last_error]
+    assert tail and sum(iv["completed"] for iv in tail) > 0 and report["intervals"][-1]["errors"] == 0, \
+        report["intervals"][-8:]
 
 
 @pytest.mark.parametrize("payload, extra, words", [
