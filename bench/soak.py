@@ -43,6 +43,7 @@ from core.procs import pid_from_file, stop_process
 from core.rundir import ROOT, RunPaths, batch_file, ids_in
 from core.units import parse_duration_ns
 from stack.config import Stack
+from transports.registry import SINKS
 
 STACK = Stack.configured()
 """The stack this benchmark drives, as the settings name it."""
@@ -195,7 +196,7 @@ class Soak:
         """Run the load generator, sampling every process's memory until it ends; its output."""
         a = self.a
         lg = subprocess.Popen([sys.executable, "-m", "loadgen", "attack", "--rate", f"{a.rate:g}", "--duration", a.duration,
-                               "--target", _sink().stack_target(), "--run", self.run_id, "--stream",
+                               "--target", SINKS[0].stack_target(), "--run", self.run_id, "--stream",
                                "--quiet"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
         print(f"soak {self.run_id}: {a.rate:,.0f}/s for {a.duration} (memory compared after {a.warmup}); sampling every "
@@ -312,17 +313,10 @@ class Soak:
             self.bad.append("run incomplete: an event not accounted for, counted twice, or telemetry lost")
 
 
-def _sink():
-    """The transport whose receiver the stack runs as a target (HTTP's CloudEvents sink): what a soak attacks."""
-    from transports.registry import ALL
-
-    return next(t for t in ALL if t.sink)
-
-
 def main(argv=None) -> int:
     a = parse(argv)
     stack = stack_pids()
-    if f"{_sink().receiver}-receiver" not in stack:
+    if f"{SINKS[0].receiver}-receiver" not in stack:
         print("soak: error: the embedded stack is not running (make up)", file=sys.stderr)
         return 2
     soak = Soak(a, stack)

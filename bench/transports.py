@@ -43,16 +43,11 @@ UNBOUNDED = 200_000
 QUEUE = "bench.transports"
 
 
-def scheme(sut: str) -> str:
-    """The transport a SUT is attacked over: its default target's URL scheme."""
-    return SUTS[sut].target.partition("://")[0]
-
-
 def compared() -> dict[str, str]:
     """The SUTs whose broker's own tool speaks their transport, by that transport (``core.suts.Sut.peer``)."""
     from stack.peers import peer_of, peer_suts
 
-    return {scheme(sut): sut for sut in peer_suts() if peer_of(sut).speaks == scheme(sut)}
+    return {SUTS[sut].scheme: sut for sut in peer_suts() if peer_of(sut).speaks == SUTS[sut].scheme}
 
 
 class Brokers:
@@ -182,7 +177,7 @@ def main(argv=None) -> int:
                     figures["peer"].append(measure(cmd, kind, a.seconds))
                 (w1, us1), (w2, _), (tool, us_tool) = (_row(figures[k], notes) for k in ("w1", "w2", "peer"))
                 ratio = f"{us1 / us_tool:.2f}x" if us1 and us_tool else "-"
-                print(f"{f'{sut} ({scheme(sut)})':<26} {f'{rate:,}/s' if rate else 'unbounded':>9} | {w1:>18} | "
+                print(f"{f'{sut} ({SUTS[sut].scheme})':<26} {f'{rate:,}/s' if rate else 'unbounded':>9} | {w1:>18} | "
                       f"{w2:>18} | {tool:>18} | {ratio:>10}", flush=True)
     finally:
         brokers.close()

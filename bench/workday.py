@@ -51,18 +51,12 @@ from core.procs import free_port, stop_process
 from core.rundir import CHECKPOINTS, ROOT, RunPaths
 from core.suts import SUTS
 from stack.config import Stack
+from transports.registry import SINKS
 
 STACK = Stack.configured()
+"""The stack this benchmark drives, as the settings name it."""
 SUT_BROKERS = {sut.broker for sut in SUTS.values()}
 """The stack's components that run a SUT's broker: their CPU is the SUT's, not flightwatch's."""
-
-
-def _sink():
-    """The transport whose receiver the stack runs as a target of its own (HTTP's CloudEvents sink)."""
-    from transports.registry import ALL
-
-    return next(t for t in ALL if t.sink)
-"""The stack this benchmark drives, as the settings name it."""
 
 SAMPLE_EVERY_S = 10
 STACK_SETTLE_S = 60
@@ -99,7 +93,7 @@ class Step:
 
 
 def plan(short: bool, minutes: float) -> list[Step]:
-    sink, sut = ("sink", _sink().name), ("sut", "kafka")  # the stack's receiver; its default SUT, Tansu's Kafka protocol
+    sink, sut = ("sink", SINKS[0].name), ("sut", SUTS[STACK.sut].scheme)  # the stack's receiver; its SUT's transport
     runs = ([(sink, 2000), (sut, 5000), (sink, 2000)] if short else
             [(sink, 2000), (sut, 5000), (("relay", "relay"), 0), (sink, 1000), (sut, 2000),
              (sink, 2000), (sut, 5000), (sink, 1000), (sut, 2000)])
@@ -247,10 +241,10 @@ def attack(step: Step, run_id: str, log) -> dict:
                        check=True)
         args += ["--rate", str(step.rate), "--duration", f"{step.seconds:g}s"]
     elif step.target == "sink":
-        args += ["--target", _sink().stack_target(), "--rate", str(step.rate), "--duration", f"{step.seconds:g}s"]
+        args += ["--target", SINKS[0].stack_target(), "--rate", str(step.rate), "--duration", f"{step.seconds:g}s"]
     else:
         port = free_port()
-        relay = subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(port), _sink().stack_target(),
+        relay = subprocess.Popen([sys.executable, "-m", "bench.capacity_relay", str(port), SINKS[0].stack_target(),
                                   "--capacity", str(RELAY_CAPACITY)],
                                  cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         args += ["--target", f"http://127.0.0.1:{port}/", "--pace", PACE]

@@ -32,6 +32,11 @@ class Sut(NamedTuple):
     """Its broker's own load tool runs against it, over its transport (``stack.brokers.Broker.peer``): a scenario's
     ``--peer`` and ``bench.transports`` set that tool's figures beside flightwatch's."""
 
+    @property
+    def scheme(self) -> str:
+        """The transport it is attacked over: its default target's URL scheme."""
+        return self.target.partition("://")[0]
+
 
 _RABBITMQ_PORT = ("FLIGHTWATCH_RABBITMQ_PORT", 29672)
 _ARTEMIS_PORT = ("FLIGHTWATCH_ARTEMIS_PORT", 29616)

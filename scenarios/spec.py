@@ -52,9 +52,9 @@ SUT = "sut"
 
 def sinks() -> dict[str, Transport]:
     """The transports whose receiver is a sink (``Transport.sink``), by name: a scenario's ``target`` may be one."""
-    from transports.registry import ALL
+    from transports.registry import SINKS
 
-    return {t.name: t for t in ALL if t.sink}
+    return {t.name: t for t in SINKS}
 
 
 FOLDER = os.path.dirname(os.path.abspath(__file__))

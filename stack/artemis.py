@@ -154,7 +154,7 @@ MAX_PENDING = 100
 def artemis_client(home: str, port: int, rate: int, seconds: float, payload: int, pairs: int, warmup: int,
                    report: str) -> list[str]:
     return [os.path.join(home, "bin", "artemis"), "perf", "client", "--url", f"amqp://{HOST}:{port}", "--protocol",
-            "AMQP", "--user", "artemis", "--password", "artemis", "--message-size", str(payload), "--rate", str(rate),
+            "AMQP", "--user", USER, "--password", PASSWORD, "--message-size", str(payload), "--rate", str(rate),
             "--duration", f"{seconds:.0f}", "--warmup", str(warmup), "--max-pending", str(MAX_PENDING), "--json",
             report, *(["--num-destinations", str(pairs), "--shared-connections", "--consumer-connections", "1"]
                       if pairs > 1 else []), f"queue://{PREFIX}"]

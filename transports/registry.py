@@ -61,7 +61,11 @@ TRANSPORTS.update({scheme: t.target for t in ALL for scheme in t.target.SCHEMES}
 RECEIVERS: dict[str, Transport] = {t.receiver: t for t in ALL}
 """Receiver mode (``python -m agents.receiver MODE``) -> its transport."""
 
-__all__ = ["ALL", "PROBLEM", "RECEIVERS", "TRANSPORTS", "Target", "TargetOptions", "TargetSpec", "Transport", "make_target", "transport"]
+SINKS: tuple[Transport, ...] = tuple(t for t in ALL if t.sink)
+"""The transports whose receiver is itself a target (``Transport.sink``): HTTP's CloudEvents sink. The first is the one
+the benchmarks attack on the stack (``stack_target``)."""
+
+__all__ = ["ALL", "PROBLEM", "RECEIVERS", "SINKS", "TRANSPORTS", "Target", "TargetOptions", "TargetSpec", "Transport", "make_target", "transport"]
 
 
 def transport(scheme: str) -> type:
