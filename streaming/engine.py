@@ -131,7 +131,9 @@ def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> 
     stop_ns = run["stop_ns"]
     finished = (stop_ns is not None and len(run["stopped"]) >= run["shards"] and v.watermark_ns >= stop_ns + cfg.drop_timeout_ns
                 and not sizes["num_pending"])
-    info.update({"watermark_ns": v.watermark_ns, "max_event_ns": p.max_event_ns, "judged_ns": v.judged_ns, **sizes})
+    closing = stop_ns is not None and len(run["stopped"]) >= run["shards"] and not finished  # only the wait is left
+    info.update({"watermark_ns": v.watermark_ns, "max_event_ns": p.max_event_ns, "judged_ns": v.judged_ns, **sizes,
+                 "closing": closing})
     return new_state, BatchResult(out.counts_frame(), out.hists_frame(), events, p.quarantine, info, finished)
 
 

@@ -113,15 +113,25 @@ def telemetry_stream(spark, cfg: JobConfig):
     return raw.mapInArrow(run_record_batches(cfg.engine.run_id), from_arrow_schema(DECODED_SCHEMA))
 
 
-def _heartbeats(cfg: JobConfig, stop: threading.Event) -> None:
-    """Write the job's heartbeat every second: event time moves on when agents fall silent."""
+HEARTBEAT_S, CLOSING_HEARTBEAT_S = 1.0, 0.1
+"""The job's heartbeat: every second, and every 0.1 s while the run it reads has stopped and waits out its drop
+timeout. Then only machine records come (~2 a second), and each batch waited for more (``streaming.sources``' idle
+batching: up to 2 s past the trigger), so the job saw its run's close up to ~4 s late; at 10 a second more than
+``IDLE_BATCH_MESSAGES`` come in each trigger, and batches keep the trigger's pace to the close (a Kafka scenario's
+run at 2,000/s with a 5 s drop timeout: closed 16 s after its last send, then 12 s; 5 s of it is the watermark's
+delay, 5 s the timeout)."""
+
+
+def _heartbeats(cfg: JobConfig, stop: threading.Event, closing: threading.Event) -> None:
+    """Write the job's heartbeat every ``HEARTBEAT_S`` (``CLOSING_HEARTBEAT_S`` while ``closing`` is set): event time
+    moves on when agents fall silent."""
     from core import contract
     from core.kafka_options import telemetry_producer
     from core.slices import TelemetryTopic
 
     topic = TelemetryTopic.for_broker(cfg.topic, cfg.bootstrap, cfg.kafka_options)
     producer = telemetry_producer(cfg.bootstrap, cfg.kafka_options, **topic.producer_settings())
-    while not stop.wait(1.0):
+    while not stop.wait(CLOSING_HEARTBEAT_S if closing.is_set() else HEARTBEAT_S):
         try:
             producer.produce(topic(), contract.encode([contract.Heartbeat(cfg.engine.run_id, "job", time.time_ns())]), b"job")
         except BufferError:  # the broker away for long: this heartbeat is skipped, the next one goes
@@ -138,20 +148,22 @@ def _progress_line(info: dict) -> str:
             f"watermark {wm_s}, {info['processing_s']:.2f}s" + (" FINISHED" if info.get("finished") else ""))
 
 
-def run_query(spark, cfg: JobConfig, log=print, lease=None) -> bool:
+def run_query(spark, cfg: JobConfig, log=print, lease=None, closing: threading.Event | None = None) -> bool:
     """Start the query, say a batch's line when its work changed (``Query.say``), stop when the run is finished. True if
-    finished. ``lease``: the live run's ``core.rundir.DriverLease``, checked before each batch's writes."""
-    return Query(spark, cfg, log, lease).run()
+    finished. ``lease``: the live run's ``core.rundir.DriverLease``, checked before each batch's writes; ``closing``:
+    set while the run has stopped and waits to be closed (the heartbeats' pace)."""
+    return Query(spark, cfg, log, lease, closing).run()
 
 
 class Query:
     """The job's streaming query: ``run`` starts it (``sink`` per batch, or the executors' ``cluster_sink``),
     ``wait``s until the run is finished (or the query ends), and ``close``s what it served."""
 
-    def __init__(self, spark, cfg: JobConfig, log=print, lease=None) -> None:
+    def __init__(self, spark, cfg: JobConfig, log=print, lease=None, closing: threading.Event | None = None) -> None:
         from streaming.archive import ReplayProgress, run_length_s
 
         self.spark, self.cfg, self.log, self.lease = spark, cfg, log, lease
+        self.closing = closing if closing is not None else threading.Event()
         self.finished = threading.Event()
         self.store = self._store()
         self.served = self._metrics()
@@ -192,6 +204,7 @@ class Query:
         if self.progress is not None:
             self.progress.add(table.num_rows)
         result = self.store.process_batch(table, batch_id)
+        (self.closing.set if result.info.get("closing") else self.closing.clear)()
         now = time.time()
         self.say(result.work(), _progress_line(dict(result.info, batch_id=batch_id, finished=result.finished,
                                                     processing_s=now - self.last_batch_at)))
@@ -203,7 +216,7 @@ class Query:
         if cfg.joins_on_executors():
             from streaming.executors import cluster_sink
 
-            sink = cluster_sink(self.spark, self.store, cfg, self.say)
+            sink = cluster_sink(self.spark, self.store, cfg, self.say, self.closing)
         writer = (telemetry_stream(self.spark, cfg).writeStream.foreachBatch(sink)
                   .option("checkpointLocation", cfg.spark_checkpoint).queryName(f"flightwatch_{cfg.engine.run_id}"))
         writer = (writer.trigger(availableNow=True) if cfg.available_now
@@ -308,11 +321,11 @@ def main(argv=None) -> int:
     logger.info("Spark master %s (%s), shuffle partitions %s, executor memory %s", conf.get("spark.master"),
                 "the cluster's, with its settings" if session.given_master() else "this machine's",
                 conf.get("spark.sql.shuffle.partitions", "200"), conf.get("spark.executor.memory", "1g"))
-    stop = threading.Event()
+    stop, closing = threading.Event(), threading.Event()
     if cfg.heartbeat and cfg.command == "run":
-        threading.Thread(target=_heartbeats, args=(cfg, stop), daemon=True).start()
+        threading.Thread(target=_heartbeats, args=(cfg, stop, closing), daemon=True).start()
     try:
-        done = run_query(spark, cfg, log=logs.printer(logger), lease=lease)
+        done = run_query(spark, cfg, log=logs.printer(logger), lease=lease, closing=closing)
     except Exception as e:  # a query's failure: StreamingQueryException while it runs, RuntimeError after it stopped
         if (cause := folder_cause(str(e), lease)) is None:
             raise

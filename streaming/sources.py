@@ -17,7 +17,8 @@ instead of every trigger; under load every agent sends several messages a trigge
 nothing waits. After ``QUIET_AFTER_S`` in which messages came slower than ``BUSY_RATE``, the job
 is quiet: a batch waits up to ``quietBatchWaitMs``, and only messages coming at that rate (a run
 began) start one at once. A run's close, its drop timeout after its last send, falls in the
-minute before, with batches as often as before.
+minute before, with batches as often as before: from its last stop to its close, the job's own heartbeats come ten a
+second (``streaming.job.CLOSING_HEARTBEAT_S``), more than ``minBatchMessages`` a trigger, so nothing waits.
 
 Read tasks run in pyspark's reused Python workers: a worker keeps its consumer between tasks
 (a new one costs a connection and a metadata round trip per partition per batch) and calls
