@@ -11,12 +11,14 @@ never retyped: ``ARROW_SCHEMA`` is the union of all record kinds' fields.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SCHEMA_VERSION = 1
 """Version stamped into every record as ``v``; the job quarantines any other."""
@@ -221,29 +223,42 @@ RECORD_TYPES: tuple[type[Record], ...] = (
 )
 KINDS: dict[str, type[Record]] = {t.KIND: t for t in RECORD_TYPES}
 
-_ARROW_TYPES = {int: pa.int64(), str: pa.string(), float: pa.float64(), bool: pa.bool_()}
+def _field_names() -> tuple[str, ...]:
+    """Every field of every record kind, in the decoded telemetry's column order."""
+    names = ["v", "kind"]
+    for rtype in RECORD_TYPES:
+        names += [f.name for f in dataclasses.fields(rtype) if f.name not in names]
+    return tuple(names)
 
 
-def _arrow_type(annotation: str) -> pa.DataType:
-    base = annotation.replace(" | None", "").strip()
-    return _ARROW_TYPES[{"int": int, "str": str, "float": float, "bool": bool}[base]]
+FIELD_NAMES = _field_names()
 
 
-def _union_fields() -> list[pa.Field]:
-    fields = [pa.field("v", pa.int64()), pa.field("kind", pa.string())]
-    seen = {"v", "kind"}
+@functools.cache
+def _arrow() -> tuple[pa.Schema, dict[str, pa.DataType]]:
+    import pyarrow as pa
+
+    types = {"int": pa.int64(), "str": pa.string(), "float": pa.float64(), "bool": pa.bool_()}
+    annotations = {"v": "int", "kind": "str"}
     for rtype in RECORD_TYPES:
         for f in dataclasses.fields(rtype):
-            if f.name not in seen:
-                seen.add(f.name)
-                fields.append(pa.field(f.name, _arrow_type(str(f.type))))
-    return fields
+            annotations.setdefault(f.name, str(f.type).replace(" | None", "").strip())
+    schema = pa.schema([pa.field(name, types[annotations[name]]) for name in FIELD_NAMES])
+    return schema, {f.name: f.type for f in schema}
 
 
-ARROW_SCHEMA = pa.schema(_union_fields())
-"""Every field of every record kind, all nullable: the decoded telemetry's columns."""
-FIELD_TYPES: dict[str, pa.DataType] = {f.name: f.type for f in ARROW_SCHEMA}
-TIMESTAMP_FIELDS = tuple(n for n in FIELD_TYPES if n.endswith("_ns"))
+def __getattr__(name: str):
+    """``ARROW_SCHEMA`` (every field of every record kind, all nullable: the decoded telemetry's columns) and
+    ``FIELD_TYPES`` (each field's Arrow type), made at their first use: a process that writes telemetry and never
+    decodes it (an agent, a load generator's worker) does not import pyarrow and numpy (0.14 CPU-s at each start)."""
+    if name == "ARROW_SCHEMA":
+        return _arrow()[0]
+    if name == "FIELD_TYPES":
+        return _arrow()[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+TIMESTAMP_FIELDS = tuple(n for n in FIELD_NAMES if n.endswith("_ns"))
 COUNT_FIELDS = ("bytes_out", "bytes_in", "count")
 
 
