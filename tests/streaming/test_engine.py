@@ -239,11 +239,14 @@ def test_sends_written_with_their_answer_give_the_results_of_sends_and_acks_apar
     pd.testing.assert_series_equal(results[0][1], hists)
 
 
-def _finished(batches) -> list[bool]:
+def _finished(batches, closing: list | None = None) -> list[bool]:
+    """Each batch's ``finished``; ``closing`` gets each batch's info ``closing`` (every shard stopped, not closed)."""
     state, out = engine.EngineState(), []
     for records in batches:
         state, result = engine.process(state, decode_messages([c.encode(records)], [0], [0]), CFG)
         out.append(result.finished)
+        if closing is not None:
+            closing.append(result.info["closing"])
     return out
 
 
@@ -254,9 +257,12 @@ def test_a_sharded_run_closes_only_once_every_shard_has_stopped():
     def stop(agent, t_ms):
         return c.RunStop("r", agent, S + t_ms * MS, reason="completed")
     # shard 0 stops at 1 s; shard 1 keeps sending until 30 s; the watermark passes shard 0's stop + timeout at 12 s
+    closing: list[bool] = []
     assert _finished([[start("loadgen0"), start("loadgen1"), send(1, 0), recv(1, 2), stop("loadgen0", 1_000)],
-                      [send(2, 20_000), recv(2, 20_002)], [stop("loadgen1", 30_000)], [beat(45_000)]]) \
+                      [send(2, 20_000), recv(2, 20_002)], [stop("loadgen1", 30_000)], [beat(45_000)]], closing) \
         == [False, False, False, True]
+    # the job's heartbeats quicken (streaming.job) only from the last shard's stop to the close
+    assert closing == [False, False, True, False]
     # one shard alone (the default, no "shards" in the start record) closes the run as before
     assert _finished([[c.RunStart("r", "loadgen", S, config="{}"), send(1, 0), recv(1, 2), stop("loadgen", 1_000)],
                       [beat(15_000)]]) == [False, True]
