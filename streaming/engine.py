@@ -129,9 +129,9 @@ def finish(p: Plan, settled: list[join.Settled], reports: list[join.Report]) -> 
     sizes = {k: sum(part.sizes[k] for part in settled) for k in ("num_known", "num_pending", "num_orphans")}
     # closed once every shard has stopped, the drop timeout has passed its last stop and nothing is pending
     stop_ns = run["stop_ns"]
-    finished = (stop_ns is not None and len(run["stopped"]) >= run["shards"] and v.watermark_ns >= stop_ns + cfg.drop_timeout_ns
-                and not sizes["num_pending"])
-    closing = stop_ns is not None and len(run["stopped"]) >= run["shards"] and not finished  # only the wait is left
+    stopped = stop_ns is not None and len(run["stopped"]) >= run["shards"]
+    finished = stopped and v.watermark_ns >= stop_ns + cfg.drop_timeout_ns and not sizes["num_pending"]
+    closing = stopped and not finished  # only the wait is left
     info.update({"watermark_ns": v.watermark_ns, "max_event_ns": p.max_event_ns, "judged_ns": v.judged_ns, **sizes,
                  "closing": closing})
     return new_state, BatchResult(out.counts_frame(), out.hists_frame(), events, p.quarantine, info, finished)

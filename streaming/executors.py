@@ -261,10 +261,9 @@ def outputs(table: pa.Table) -> tuple[list[join.Settled], list[join.Report], dic
     return [settled], [report], ran, cache
 
 
-def cluster_sink(spark, store, cfg, say, closing=None):
+def cluster_sink(spark, store, cfg, say):
     """The ``foreachBatch`` function of a job whose joins run on the executors (``store``: ``ClusterRunStore``); its
-    line per batch goes to ``say(work, line)`` (``core.logs.Progress``); ``closing`` (a ``threading.Event``) is set
-    while the run has stopped and waits to be closed."""
+    line per batch goes to ``say(work, line)`` (``core.logs.Progress``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -288,8 +287,6 @@ def cluster_sink(spark, store, cfg, say, closing=None):
         batch_df.unpersist()
         result = store.finish_batch(plan, out, batch_id, t0, stages_s={"summary": round(t1 - t0, 3), "plan": round(t2 - t1, 3),
                                                                       "join": round(t3 - t2, 3)})
-        if closing is not None:
-            (closing.set if result.info.get("closing") else closing.clear)()
         say(result.work(), f"batch {batch_id}: {result.info['num_records']:,} records ({result.info['num_quarantined']} quarantined), "
             f"sent {result.info['num_send']:,} recv {result.info['num_recv']:,}, pending {result.info['num_pending']:,}, "
             f"{num_partitions} join partitions on {len(result.info['join_tasks'])} executor(s) "

@@ -163,7 +163,7 @@ class Query:
         from streaming.archive import ReplayProgress, run_length_s
 
         self.spark, self.cfg, self.log, self.lease = spark, cfg, log, lease
-        self.closing = closing if closing is not None else threading.Event()
+        self.closing = closing
         self.finished = threading.Event()
         self.store = self._store()
         self.served = self._metrics()
@@ -177,7 +177,7 @@ class Query:
         else:
             from streaming.sinks import RunStore as Store
         return Store(self.cfg.run_dir, self.cfg.engine, on_finished=self.finished.set, log=self.log, live_verdict=True,
-                     archive=self.cfg.command != "replay", lease=self.lease)
+                     archive=self.cfg.command != "replay", lease=self.lease, closing=self.closing)
 
     def _metrics(self):
         """The run's live figures served for Prometheus (``--metrics-listen``), or None."""
@@ -204,7 +204,6 @@ class Query:
         if self.progress is not None:
             self.progress.add(table.num_rows)
         result = self.store.process_batch(table, batch_id)
-        (self.closing.set if result.info.get("closing") else self.closing.clear)()
         now = time.time()
         self.say(result.work(), _progress_line(dict(result.info, batch_id=batch_id, finished=result.finished,
                                                     processing_s=now - self.last_batch_at)))
@@ -216,7 +215,7 @@ class Query:
         if cfg.joins_on_executors():
             from streaming.executors import cluster_sink
 
-            sink = cluster_sink(self.spark, self.store, cfg, self.say, self.closing)
+            sink = cluster_sink(self.spark, self.store, cfg, self.say)
         writer = (telemetry_stream(self.spark, cfg).writeStream.foreachBatch(sink)
                   .option("checkpointLocation", cfg.spark_checkpoint).queryName(f"flightwatch_{cfg.engine.run_id}"))
         writer = (writer.trigger(availableNow=True) if cfg.available_now

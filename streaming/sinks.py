@@ -181,14 +181,16 @@ class RunStore:
     snapshot_every = SNAPSHOT_EVERY_BATCHES
 
     def __init__(self, root: str, cfg: engine.EngineConfig, on_finished=None, log=print, live_verdict: bool = False,
-                 archive: bool = True, lease=None) -> None:
+                 archive: bool = True, lease=None, closing=None) -> None:
         """``lease``: the live job's ``core.rundir.DriverLease``, checked before a batch writes anything and before
-        its commit (None: a replay, in a folder of its own)."""
+        its commit (None: a replay, in a folder of its own); ``closing``: a ``threading.Event`` set after each batch
+        whose run has stopped and waits to be closed, cleared after any other (the job's heartbeats' pace)."""
         self.paths = RunPaths(root)
         self.lease = lease
         self.cfg = cfg
         self.archive = archive
         self.on_finished = on_finished
+        self.closing = closing
         self.log = log
         self.state: engine.EngineState | None = None
         self.next_batch: int | None = None
@@ -281,6 +283,8 @@ class RunStore:
         self.fence()  # the batch's commit
         write_json(batch_file(self.paths.batches, batch_id, "json"), info)
         self.next_batch = batch_id + 1
+        if self.closing is not None:
+            (self.closing.set if result.info["closing"] else self.closing.clear)()
         if result.finished:
             from runs import results  # finalise: the table the UI and reports read
 
