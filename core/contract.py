@@ -223,15 +223,17 @@ RECORD_TYPES: tuple[type[Record], ...] = (
 )
 KINDS: dict[str, type[Record]] = {t.KIND: t for t in RECORD_TYPES}
 
-def _field_names() -> tuple[str, ...]:
-    """Every field of every record kind, in the decoded telemetry's column order."""
-    names = ["v", "kind"]
+def _field_types() -> dict[str, str]:
+    """Every field of every record kind, in the decoded telemetry's column order, with its Python type's name."""
+    types = {"v": "int", "kind": "str"}
     for rtype in RECORD_TYPES:
-        names += [f.name for f in dataclasses.fields(rtype) if f.name not in names]
-    return tuple(names)
+        for f in dataclasses.fields(rtype):
+            types.setdefault(f.name, str(f.type).replace(" | None", "").strip())
+    return types
 
 
-FIELD_NAMES = _field_names()
+_PY_TYPES = _field_types()
+FIELD_NAMES = tuple(_PY_TYPES)
 
 
 @functools.cache
@@ -239,11 +241,7 @@ def _arrow() -> tuple[pa.Schema, dict[str, pa.DataType]]:
     import pyarrow as pa
 
     types = {"int": pa.int64(), "str": pa.string(), "float": pa.float64(), "bool": pa.bool_()}
-    annotations = {"v": "int", "kind": "str"}
-    for rtype in RECORD_TYPES:
-        for f in dataclasses.fields(rtype):
-            annotations.setdefault(f.name, str(f.type).replace(" | None", "").strip())
-    schema = pa.schema([pa.field(name, types[annotations[name]]) for name in FIELD_NAMES])
+    schema = pa.schema([pa.field(name, types[py]) for name, py in _PY_TYPES.items()])
     return schema, {f.name: f.type for f in schema}
 
 
