@@ -2,7 +2,7 @@
 import pytest
 
 from bench.workday import Step
-from bench.workday_checks import IDLE_CORES, idle_cores, judge
+from bench.workday_checks import IDLE_CORES, _repeat, idle_cores, judge
 
 MIB = 2**20
 
@@ -46,3 +46,21 @@ def test_a_spinning_growing_chatty_process_fails_idle_memory_and_logs():
     bad, _ = day(rss_last=120, cpu_per_s=IDLE_CORES + 0.01, log_bytes_per_s=400)
     assert sorted({check for check, _ in bad}) == ["idle", "logs", "memory"]
     assert [what for check, what in bad if check == "memory"] == ["http-receiver (7): RSS 100 -> 120 MiB (+20%)"]
+
+
+@pytest.mark.parametrize("median_us, judged", [(500, "within noise"), (1000, "within noise"), (3000, "regression")])
+def test_a_repeat_is_a_regression_only_beyond_a_millisecond_as_well_as_5_percent(tmp_path, median_us, judged):
+    """Synthetic runs (``bench.compare.build_run``) at HTTP's flight times: a repeat at the first's median (0.5 ms)
+    or twice it (+0.5 ms, +100%: a busy machine's, as CI saw) is within noise; at six times it (+2.5 ms), a
+    regression of p50, p90 and p99."""
+    from bench.compare import build_run, spec_for
+
+    for run_id, median in (("first", 500), ("repeat", median_us)):
+        spec = spec_for(run_id, 7 if run_id == "first" else 8, 30, 300)
+        spec.latency_median_us, spec.drop_fraction = float(median), 0.0
+        build_run(str(tmp_path / run_id), spec)
+    bad: list = []
+    row = {"run": "repeat"}
+    _repeat(Step("run", "http-2000", run_id="repeat"), {"run": "first"}, row, bad, str(tmp_path))
+    assert row["compared"].startswith(judged), row["compared"]
+    assert [check for check, _ in bad] == ([] if judged == "within noise" else ["repeat"])
