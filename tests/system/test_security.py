@@ -161,8 +161,14 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
     assert 990 <= s["sent"] <= 1000 and s["received"] == s["sent"] == received and s["dropped"] == 0
     assert {r["kind"] for r in records} >= {"send", "recv", "node", "run_start", "run_stop"} and answers(records)
     sent_k = {r["event_id"] for r in over_kafka if r["kind"] == "send"}
-    # 400 due (a busy machine may leave 1% due at the schedule's end, as above), every one sent also received
-    assert 396 <= len(sent_k) <= 400 and {r["event_id"] for r in over_kafka if r["kind"] == "recv"} == sent_k
+    # every send accounted for: the generator's own count of what it sent (its report) is what the telemetry holds,
+    # the rest of the 400 due it names unsent, and every one sent is received over TLS. How many are unsent is the
+    # generator's lateness at the schedule's end, not TLS: a 2 s run on a busy 2-core machine once left 9 (45 ms
+    # behind at 200/s); 40 (0.2 s behind) is the bound, so that a run where TLS held the sends back still fails
+    lgk_report = json.load(open(tmp_path / "lg-kafka" / "report.json"))
+    assert lgk_report["scheduled"] == 400 and len(sent_k) == lgk_report["requests"], lgk_report
+    assert lgk_report["requests"] + lgk_report.get("unsent", 0) == 400 and lgk_report["requests"] >= 360, lgk_report
+    assert {r["event_id"] for r in over_kafka if r["kind"] == "recv"} == sent_k
     from loadgen.synthetic import SyntheticSpec, generate
 
     truth = [r for _, r in generate(SyntheticSpec(run_id="tls-demo", duration_s=2, rate_per_sec=100)).records
