@@ -134,7 +134,8 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
                               "--telemetry-topic", topic], cwd=ROOT, env=sut_env, capture_output=True, text=True, timeout=120)
         outputs["loadgen-kafka"] = lgk.stdout + lgk.stderr
         assert lgk.returncode == 0, outputs["loadgen-kafka"][-3000:]
-        assert json.load(open(tmp_path / "lg-kafka" / "report.json"))["success_ratio"] == 1.0
+        lgk_report = json.load(open(tmp_path / "lg-kafka" / "report.json"))
+        assert lgk_report["success_ratio"] == 1.0
         # make demo's writer of a synthetic run takes the same options (its own topic: it writes malformed records)
         demo = subprocess.run([sys.executable, "-m", "loadgen.synthetic", "--bootstrap", bootstrap, "--topic", f"{topic}-demo",
                                "--run", "tls-demo", "--duration", "2", "--rate", "100"], cwd=ROOT, env=env,
@@ -161,14 +162,12 @@ def test_tls_and_kafka_settings_reach_every_client_and_no_secret_leaks(tmp_path)
     assert 990 <= s["sent"] <= 1000 and s["received"] == s["sent"] == received and s["dropped"] == 0
     assert {r["kind"] for r in records} >= {"send", "recv", "node", "run_start", "run_stop"} and answers(records)
     sent_k = {r["event_id"] for r in over_kafka if r["kind"] == "send"}
-    # every send accounted for: the generator's own count of what it sent (its report) is what the telemetry holds,
-    # the rest of the 400 due it names unsent, and every one sent is received over TLS. How many are unsent is the
-    # generator's lateness at the schedule's end, not TLS: a 2 s run on a busy 2-core machine once left 9 (45 ms
-    # behind at 200/s); 40 (0.2 s behind) is the bound, so that a run where TLS held the sends back still fails
-    lgk_report = json.load(open(tmp_path / "lg-kafka" / "report.json"))
-    assert lgk_report["scheduled"] == 400 and len(sent_k) == lgk_report["requests"], lgk_report
-    assert lgk_report["requests"] + lgk_report.get("unsent", 0) == 400 and lgk_report["requests"] >= 360, lgk_report
-    assert {r["event_id"] for r in over_kafka if r["kind"] == "recv"} == sent_k
+    # every send accounted for, as in every exact test (support.brokers.sent_of: the 400 due are sent or named unsent,
+    # at most what fell due within the generator's own lateness; CI once: 9 unsent of a 2 s run), the telemetry holds
+    # what the generator says it sent, and every one sent is received over TLS
+    from support.brokers import sent_of
+
+    assert len(sent_k) == sent_of(lgk_report, 400) and {r["event_id"] for r in over_kafka if r["kind"] == "recv"} == sent_k
     from loadgen.synthetic import SyntheticSpec, generate
 
     truth = [r for _, r in generate(SyntheticSpec(run_id="tls-demo", duration_s=2, rate_per_sec=100)).records
